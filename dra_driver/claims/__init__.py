@@ -1,0 +1,1 @@
+"""The claim engine: prepares and unprepares ResourceClaims for kubelet."""

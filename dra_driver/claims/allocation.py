@@ -1,0 +1,76 @@
+"""Reading a ResourceClaim object (JSON from the API server) into what this driver must prepare.
+
+The claim is input from outside the process: every field we rely on is type-checked and each
+problem is reported with the JSON path of the field, so the kubelet event tells an operator
+exactly what is wrong.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.claims.identity import ClaimRef
+from dra_driver.k8s_names import shown
+
+
+class ClaimRejected(Exception):
+    """This claim cannot be prepared; the message goes back to kubelet as the claim's error."""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocatedDevice:
+    """One allocation result that names this driver."""
+
+    request: str
+    pool: str
+    device: str
+
+    @property
+    def main_request(self) -> str:
+        """Kubelet matches containers against the main request; firstAvailable adds '/<subrequest>'."""
+        return self.request.split("/", 1)[0]
+
+
+def _field(obj: Mapping[str, Any], key: str, path: str, expected: type, required: bool = True) -> Any:
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise ClaimRejected(f"{path}.{key} is missing")
+        return None
+    if not isinstance(value, expected):
+        raise ClaimRejected(f"{path}.{key}: expected {expected.__name__}, got {type(value).__name__}")
+    return value
+
+
+def allocated_devices(claim: object, ref: ClaimRef, driver_name: str) -> tuple[AllocatedDevice, ...]:
+    """The results of `claim` that belong to `driver_name`, after checking it is the claim kubelet meant."""
+    if not isinstance(claim, Mapping):
+        raise ClaimRejected(f"claim {ref}: the API server returned {type(claim).__name__}, not an object")
+    metadata = _field(claim, "metadata", "claim", Mapping)
+    uid = _field(metadata, "uid", "metadata", str)
+    if uid != ref.uid:
+        raise ClaimRejected(
+            f"claim {ref.namespace}/{ref.name} now has UID {shown(uid)}, kubelet asked for {ref.uid}: "
+            "the claim was deleted and re-created"
+        )
+    status = _field(claim, "status", "claim", Mapping, required=False) or {}
+    allocation = _field(status, "allocation", "status", Mapping, required=False)
+    if allocation is None:
+        raise ClaimRejected(f"claim {ref} is not allocated (status.allocation is missing)")
+    devices = _field(allocation, "devices", "status.allocation", Mapping, required=False) or {}
+    results = _field(devices, "results", "status.allocation.devices", list, required=False) or []
+    ours = []
+    for position, result in enumerate(results):
+        path = f"status.allocation.devices.results[{position}]"
+        if not isinstance(result, Mapping):
+            raise ClaimRejected(f"{path}: expected an object, got {type(result).__name__}")
+        if _field(result, "driver", path, str) != driver_name:
+            continue
+        ours.append(
+            AllocatedDevice(
+                request=_field(result, "request", path, str),
+                pool=_field(result, "pool", path, str),
+                device=_field(result, "device", path, str),
+            )
+        )
+    return tuple(ours)

@@ -1,0 +1,99 @@
+"""Where the engine reads ResourceClaims from: the API server, or a file for the offline demo."""
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import yaml
+from kubernetes.aio import client
+
+from dra_driver.claims.allocation import ClaimRejected
+
+# Kubelet gives a whole NodePrepareResources call 45 s; one GET must not eat all of it.
+CLAIM_GET_TIMEOUT_SECONDS = 10.0
+
+
+class ClaimSource(Protocol):
+    async def get(self, namespace: str, name: str) -> object:
+        """The claim as a JSON object, or ClaimRejected saying why it cannot be had."""
+        ...
+
+
+def _status_message(body: bytes) -> str:
+    """The `message` of a Kubernetes Status object, else the start of whatever came back."""
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return body[:200].decode(errors="replace")
+    if isinstance(decoded, Mapping) and isinstance(decoded.get("message"), str):
+        return decoded["message"]
+    return body[:200].decode(errors="replace")
+
+
+class ApiServerClaimSource:
+    """GETs claims from resource.k8s.io/v1 as raw JSON.
+
+    Raw JSON (rather than the client's generated models) is both faster on the pod-startup path
+    and lets the engine check the fields itself with precise error messages.
+    """
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._api = client.ResourceV1Api(api_client)
+
+    async def get(self, namespace: str, name: str) -> object:
+        where = f"GET resourceclaims {namespace}/{name}"
+        try:
+            response = await self._api.read_namespaced_resource_claim_without_preload_content(
+                name, namespace, _request_timeout=CLAIM_GET_TIMEOUT_SECONDS
+            )
+            body = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise ClaimRejected(f"{where} failed: {error or type(error).__name__}") from error
+        if response.status == 404:
+            raise ClaimRejected(f"{where}: not found (deleted, or never created)")
+        if response.status != 200:
+            raise ClaimRejected(f"{where}: API server answered {response.status}: {_status_message(body)}")
+        try:
+            return json.loads(body)
+        except ValueError as error:
+            raise ClaimRejected(f"{where}: the API server sent invalid JSON: {error}") from error
+
+
+def _offline_claim_key(document: object, where: str) -> tuple[str, str]:
+    if not isinstance(document, Mapping) or document.get("kind") != "ResourceClaim":
+        raise ValueError(f"{where}: expected a ResourceClaim object")
+    metadata = document.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise ValueError(f"{where}: metadata is missing")
+    namespace, name = metadata.get("namespace"), metadata.get("name")
+    if not isinstance(namespace, str) or not isinstance(name, str):
+        raise ValueError(f"{where}: metadata.namespace and metadata.name must be strings")
+    return namespace, name
+
+
+class OfflineClaimSource:
+    """Claims from a YAML file (one document per claim), for running without a cluster."""
+
+    def __init__(self, claims: Mapping[tuple[str, str], Mapping[str, Any]]) -> None:
+        self._claims = claims
+
+    @classmethod
+    def from_file(cls, path: Path) -> "OfflineClaimSource":
+        """Reads every document of `path`; a malformed one is a ValueError naming its position."""
+        try:
+            documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        except (OSError, yaml.YAMLError) as error:
+            raise ValueError(f"claim file {path}: {error}") from error
+        claims = {}
+        for position, document in enumerate(documents):
+            if document is not None:
+                claims[_offline_claim_key(document, f"claim file {path}, document {position}")] = document
+        return cls(claims)
+
+    async def get(self, namespace: str, name: str) -> object:
+        try:
+            return self._claims[(namespace, name)]
+        except KeyError:
+            raise ClaimRejected(f"claim {namespace}/{name} is not in the offline claim file") from None

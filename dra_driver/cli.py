@@ -1,0 +1,105 @@
+"""The `dra-driver` command: `node`, `kubelet-client` and `demo`."""
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver import __version__
+from dra_driver.settings import SettingsError, add_node_options, node_settings
+
+
+def _node(args: argparse.Namespace) -> int:
+    from dra_driver.logging import configure_logging  # noqa: PLC0415 - keep `--help` fast
+    from dra_driver.node import StartupError, run_node  # noqa: PLC0415
+
+    settings = node_settings(args, stderr_is_terminal=sys.stderr.isatty())
+    configure_logging(settings.log_format, settings.verbosity)
+    try:
+        asyncio.run(run_node(settings))
+    except StartupError as error:
+        print(f"dra-driver node: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_yaml(data: Any) -> None:
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=False))
+
+
+def _kubelet_client(args: argparse.Namespace) -> int:
+    from dra_driver import kubelet_client  # noqa: PLC0415
+
+    try:
+        if args.action == "register":
+            result = asyncio.run(kubelet_client.register(Path(args.registration_socket), args.reject))
+            _print_yaml(result)
+            return 0 if result["registered"] else 1
+        claims = [kubelet_client.ClaimArg.parse(text) for text in args.claim]
+        call = kubelet_client.prepare if args.action == "prepare" else kubelet_client.unprepare
+        answer = asyncio.run(call(Path(args.socket), args.api, claims))
+    except (kubelet_client.KubeletClientError, ValueError) as error:
+        print(f"dra-driver kubelet-client: {error}", file=sys.stderr)
+        return 1
+    _print_yaml(answer)
+    return 1 if any(entry.get("error") for entry in answer["claims"].values()) else 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from dra_driver.demo import run_demo  # noqa: PLC0415
+    from dra_driver.logging import configure_logging  # noqa: PLC0415
+    from dra_driver.node import StartupError  # noqa: PLC0415
+
+    configure_logging("console", 0)
+    try:
+        asyncio.run(run_demo(Path(args.claim_file), args.hardware, run_container=not args.no_container))
+    except (StartupError, ValueError) as error:
+        print(f"dra-driver demo: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from dra_driver.demo import DEFAULT_HARDWARE, sample_claim_path  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="dra-driver", description="Kubernetes DRA driver for NVIDIA GPUs")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    node = commands.add_parser("node", help="run the node agent (kubelet plugin)")
+    add_node_options(node)
+    node.set_defaults(run=_node)
+
+    client = commands.add_parser("kubelet-client", help="talk to a plugin the way kubelet does")
+    actions = client.add_subparsers(dest="action", required=True)
+    register = actions.add_parser("register", help="registration handshake on a registration socket")
+    register.add_argument("--registration-socket", required=True, help="e.g. <registrar-dir>/<driver>-reg.sock")
+    register.add_argument("--reject", default="", metavar="REASON",
+                          help="refuse the registration with this error, as kubelet would")
+    for name in ("prepare", "unprepare"):
+        call = actions.add_parser(name, help=f"Node{name.capitalize()}Resources on a DRA socket")
+        call.add_argument("--socket", required=True, help="the plugin's DRA socket, e.g. <plugins-dir>/<driver>/dra.sock")
+        call.add_argument("--api", choices=("v1", "v1beta1"), default="v1", help="DRAPlugin API version")
+        call.add_argument("--claim", action="append", required=True, metavar="NAMESPACE/NAME/UID",
+                          help="a claim to send; repeat for several")
+    client.set_defaults(run=_kubelet_client)
+
+    demo = commands.add_parser("demo", help="prepare a sample claim on a simulated node, no cluster needed")
+    demo.add_argument("--claim-file", default=str(sample_claim_path()), help="allocated ResourceClaim(s) as YAML")
+    demo.add_argument("--hardware", default=DEFAULT_HARDWARE, help="simulated node to run on")
+    demo.add_argument("--no-container", action="store_true", help="do not run a container even if podman works")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except SettingsError as error:
+        print(f"dra-driver {args.command}: {error}", file=sys.stderr)
+        return 2
+    return code

@@ -1,0 +1,50 @@
+"""The kubelet plugin-registration service (pluginregistration.Registration)."""
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+import structlog
+
+from dra_driver._proto.pluginregistration.v1 import api_pb2 as registration_pb2
+from dra_driver._proto.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+
+log = structlog.get_logger("dra_driver.plugin.registration")
+
+PLUGIN_TYPE = "DRAPlugin"
+# Kubelet >= 1.34 takes the first entry it supports, so the newest API comes first.
+SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrationStatus:
+    registered: bool
+    error: str
+
+
+class RegistrationService(registration_grpc.RegistrationServicer):
+    def __init__(self, driver_name: str, endpoint: str) -> None:
+        self._info = registration_pb2.PluginInfo(
+            type=PLUGIN_TYPE, name=driver_name, endpoint=endpoint, supported_versions=SUPPORTED_VERSIONS
+        )
+        self.status: RegistrationStatus | None = None
+        self.status_changed = asyncio.Event()
+
+    async def GetInfo(
+        self, request: registration_pb2.InfoRequest, context: grpc.aio.ServicerContext
+    ) -> registration_pb2.PluginInfo:
+        log.debug("kubelet asked for plugin info")
+        return self._info
+
+    async def NotifyRegistrationStatus(
+        self, request: registration_pb2.RegistrationStatus, context: grpc.aio.ServicerContext
+    ) -> registration_pb2.RegistrationStatusResponse:
+        self.status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
+        self.status_changed.set()
+        if request.plugin_registered:
+            log.info("registered with kubelet", endpoint=self._info.endpoint)
+            return registration_pb2.RegistrationStatusResponse()
+        log.error("kubelet rejected the registration", kubelet_error=request.error)
+        # As the upstream helper does: an error status makes the rejection visible in kubelet's log too.
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"registration rejected: {request.error}")
+        raise AssertionError("context.abort returned")  # abort always raises

@@ -1,0 +1,149 @@
+"""Every option of `dra-driver node` in one typed place: a flag and an environment variable each.
+
+Values are checked once, at start, so a bad option stops the agent with one line that names the
+flag, its variable and what was expected, instead of failing later in the middle of a claim.
+"""
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.k8s_names import driver_name_problem, dns_subdomain_problem
+from dra_driver.plugin.sockets import socket_path_problem
+
+HardwareKind = Literal["nvml", "simulated"]
+LogFormat = Literal["json", "console"]
+
+
+class SettingsError(ValueError):
+    """An invalid option; the message is the single line printed before exiting."""
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareSpec:
+    kind: HardwareKind
+    # Profile name or YAML path for the simulated backend; empty for NVML.
+    source: str = ""
+
+    def __str__(self) -> str:
+        return f"simulated:{self.source}" if self.kind == "simulated" else self.kind
+
+
+def parse_hardware(value: str) -> HardwareSpec:
+    if value == "nvml":
+        return HardwareSpec("nvml")
+    kind, _, source = value.partition(":")
+    if kind == "simulated" and source:
+        return HardwareSpec("simulated", source)
+    raise SettingsError(
+        f"--hardware (DRA_DRIVER_HARDWARE): {value!r} is not 'nvml' or 'simulated:<profile name or YAML path>'"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    node_name: str
+    driver_name: str
+    hardware: HardwareSpec
+    registrar_dir: Path
+    plugins_dir: Path
+    cdi_dir: Path
+    state_dir: Path
+    kubeconfig: Path | None
+    log_format: LogFormat
+    verbosity: int
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registrar_dir / f"{self.driver_name}-reg.sock"
+
+    @property
+    def plugin_dir(self) -> Path:
+        return self.plugins_dir / self.driver_name
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / "dra.sock"
+
+
+# (flag, environment variable, default, help)
+_OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
+    ("--node-name", "NODE_NAME", None, "name of this Kubernetes node (required); also the pool name"),
+    ("--driver-name", "DRA_DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name published in ResourceSlices"),
+    ("--hardware", "DRA_DRIVER_HARDWARE", "nvml", "'nvml', or 'simulated:<profile name or YAML path>'"),
+    ("--registrar-dir", "DRA_DRIVER_REGISTRAR_DIR", "/var/lib/kubelet/plugins_registry",
+     "directory kubelet watches for plugin registration sockets"),
+    ("--plugins-dir", "DRA_DRIVER_PLUGINS_DIR", "/var/lib/kubelet/plugins",
+     "kubelet plugins directory; the DRA socket goes in <plugins-dir>/<driver-name>/"),
+    ("--cdi-dir", "DRA_DRIVER_CDI_DIR", "/var/run/cdi", "directory the container runtime reads CDI specs from"),
+    ("--state-dir", "DRA_DRIVER_STATE_DIR", None, "durable state (default <plugins-dir>/<driver-name>)"),
+    ("--kubeconfig", "KUBECONFIG", None, "kubeconfig file (default: in-cluster service account)"),
+    ("--log-format", "DRA_DRIVER_LOG_FORMAT", None, "json or console (default: console on a terminal, else json)"),
+)
+
+
+def add_node_options(parser: argparse.ArgumentParser) -> None:
+    for flag, env, default, help_text in _OPTIONS:
+        shown_default = f"; default {default}" if default else ""
+        parser.add_argument(flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}{shown_default}]")
+    parser.add_argument(
+        "-v", "--verbose", dest="verbosity", action="count",
+        default=None, help="more log detail; repeat for more [env DRA_DRIVER_VERBOSITY]",
+    )
+
+
+def _directory(flag: str, env: str, value: str) -> Path:
+    path = Path(value)
+    if not path.is_absolute():
+        raise SettingsError(f"{flag} ({env}): {value!r} must be an absolute path")
+    return path
+
+
+def _verbosity(from_flags: int | None) -> int:
+    if from_flags is not None:
+        return from_flags
+    raw = os.environ.get("DRA_DRIVER_VERBOSITY", "0")
+    if not raw.isdigit():
+        raise SettingsError(f"DRA_DRIVER_VERBOSITY: {raw!r} must be a non-negative integer")
+    return int(raw)
+
+
+def _log_format(value: str | None, stderr_is_terminal: bool) -> LogFormat:
+    if value is None:
+        return "console" if stderr_is_terminal else "json"
+    if value not in ("json", "console"):
+        raise SettingsError(f"--log-format (DRA_DRIVER_LOG_FORMAT): {value!r} must be 'json' or 'console'")
+    return "json" if value == "json" else "console"
+
+
+def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSettings:
+    if not args.node_name:
+        raise SettingsError("--node-name (NODE_NAME) is required: the name of this Kubernetes node")
+    if problem := dns_subdomain_problem(args.node_name):
+        raise SettingsError(f"--node-name (NODE_NAME): {problem}")
+    if problem := driver_name_problem(args.driver_name):
+        raise SettingsError(f"--driver-name (DRA_DRIVER_NAME): {problem}")
+    plugins_dir = _directory("--plugins-dir", "DRA_DRIVER_PLUGINS_DIR", args.plugins_dir)
+    settings = NodeSettings(
+        node_name=args.node_name,
+        driver_name=args.driver_name,
+        hardware=parse_hardware(args.hardware),
+        registrar_dir=_directory("--registrar-dir", "DRA_DRIVER_REGISTRAR_DIR", args.registrar_dir),
+        plugins_dir=plugins_dir,
+        cdi_dir=_directory("--cdi-dir", "DRA_DRIVER_CDI_DIR", args.cdi_dir),
+        state_dir=(
+            _directory("--state-dir", "DRA_DRIVER_STATE_DIR", args.state_dir)
+            if args.state_dir
+            else plugins_dir / args.driver_name
+        ),
+        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        log_format=_log_format(args.log_format, stderr_is_terminal),
+        verbosity=_verbosity(args.verbosity),
+    )
+    for flag, socket in (("--registrar-dir", settings.registration_socket), ("--plugins-dir", settings.dra_socket)):
+        if problem := socket_path_problem(socket):
+            raise SettingsError(f"{flag}: {problem}")
+    return settings
