@@ -76,21 +76,38 @@ def build_parser() -> argparse.ArgumentParser:
     client = commands.add_parser("kubelet-client", help="talk to a plugin the way kubelet does")
     actions = client.add_subparsers(dest="action", required=True)
     register = actions.add_parser("register", help="registration handshake on a registration socket")
-    register.add_argument("--registration-socket", required=True, help="e.g. <registrar-dir>/<driver>-reg.sock")
-    register.add_argument("--reject", default="", metavar="REASON",
-                          help="refuse the registration with this error, as kubelet would")
+    register.add_argument(
+        "--registration-socket", required=True, help="e.g. <registrar-dir>/<driver>-reg.sock"
+    )
+    register.add_argument(
+        "--reject",
+        default="",
+        metavar="REASON",
+        help="refuse the registration with this error, as kubelet would",
+    )
     for name in ("prepare", "unprepare"):
         call = actions.add_parser(name, help=f"Node{name.capitalize()}Resources on a DRA socket")
-        call.add_argument("--socket", required=True, help="the plugin's DRA socket, e.g. <plugins-dir>/<driver>/dra.sock")
+        call.add_argument(
+            "--socket", required=True, help="the plugin's DRA socket, e.g. <plugins-dir>/<driver>/dra.sock"
+        )
         call.add_argument("--api", choices=("v1", "v1beta1"), default="v1", help="DRAPlugin API version")
-        call.add_argument("--claim", action="append", required=True, metavar="NAMESPACE/NAME/UID",
-                          help="a claim to send; repeat for several")
+        call.add_argument(
+            "--claim",
+            action="append",
+            required=True,
+            metavar="NAMESPACE/NAME/UID",
+            help="a claim to send; repeat for several",
+        )
     client.set_defaults(run=_kubelet_client)
 
     demo = commands.add_parser("demo", help="prepare a sample claim on a simulated node, no cluster needed")
-    demo.add_argument("--claim-file", default=str(sample_claim_path()), help="allocated ResourceClaim(s) as YAML")
+    demo.add_argument(
+        "--claim-file", default=str(sample_claim_path()), help="allocated ResourceClaim(s) as YAML"
+    )
     demo.add_argument("--hardware", default=DEFAULT_HARDWARE, help="simulated node to run on")
-    demo.add_argument("--no-container", action="store_true", help="do not run a container even if podman works")
+    demo.add_argument(
+        "--no-container", action="store_true", help="do not run a container even if podman works"
+    )
     demo.set_defaults(run=_demo)
     return parser
 

@@ -31,7 +31,7 @@ def atomic_write(path: Path, data: bytes, *, durable: bool, mode: int = 0o644) -
                 os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(temporary, path)
+        temporary.replace(path)
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise

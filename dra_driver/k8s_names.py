@@ -12,6 +12,8 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
+_EXAMPLE_UID = "0b7c4d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f"
+
 DNS_LABEL_MAX = 63
 SHOWN_MAX = 80
 DNS_SUBDOMAIN_MAX = 253
@@ -50,11 +52,10 @@ def dns_subdomain_problem(value: str, max_length: int = DNS_SUBDOMAIN_MAX) -> st
 def uid_problem(value: str) -> str | None:
     """Kubernetes UIDs are RFC 4122 UUIDs in their lowercase text form."""
     if not _UID.fullmatch(value):
-        return f"{shown(value)} is not a Kubernetes UID (a lowercase UUID like 0b7c4d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f)"
+        return f"{shown(value)} is not a Kubernetes UID (a lowercase UUID like {_EXAMPLE_UID})"
     return None
 
 
 def driver_name_problem(value: str) -> str | None:
     """Driver names follow the CSI driver-name rule: a lowercase DNS subdomain of at most 63."""
     return dns_subdomain_problem(value, DRIVER_NAME_MAX)
-

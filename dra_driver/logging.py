@@ -1,4 +1,8 @@
-"""structlog setup: JSON lines in clusters (for log pipelines), readable lines on a terminal."""
+"""structlog setup: JSON lines in clusters (for log pipelines), readable lines on a terminal.
+
+Libraries that log through the standard `logging` module (the Kubernetes client, aiohttp) are
+routed through the same renderer, so a JSON log stays valid JSON line by line.
+"""
 
 import logging
 import sys
@@ -16,17 +20,27 @@ def configure_logging(log_format: LogFormat, verbosity: int, stream: TextIO = sy
         if log_format == "json"
         else structlog.dev.ConsoleRenderer(colors=stream.isatty())
     )
-    processors: list[structlog.typing.Processor] = [
+    shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     if log_format == "json":
-        processors.append(structlog.processors.dict_tracebacks)
-    processors.append(renderer)
+        shared.append(structlog.processors.dict_tracebacks)
     structlog.configure(
-        processors=processors,
+        processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=True,
     )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    # Library chatter only from -vv on; their warnings and errors always.
+    root.setLevel(logging.DEBUG if verbosity > 1 else logging.WARNING)

@@ -78,8 +78,11 @@ class NodeAgent:
             inventory = whole_gpu_inventory(await hardware.discover())
         except HardwareError as error:
             raise StartupError(f"--hardware {settings.hardware}: {error}") from error
-        log.info("hardware discovered", hardware=hardware.description,
-                 devices=[device.name for device in inventory.devices])
+        log.info(
+            "hardware discovered",
+            hardware=hardware.description,
+            devices=[device.name for device in inventory.devices],
+        )
         engine = ClaimEngine(
             driver_name=settings.driver_name,
             pool_name=settings.node_name,
@@ -91,8 +94,11 @@ class NodeAgent:
         )
         try:
             for quarantined in await engine.load_state():
-                log.error("unreadable claim record set aside", path=str(quarantined.path),
-                          problem=quarantined.problem)
+                log.error(
+                    "unreadable claim record set aside",
+                    path=str(quarantined.path),
+                    problem=quarantined.problem,
+                )
             server = KubeletPluginServer(
                 driver_name=settings.driver_name,
                 registration_socket=settings.registration_socket,
@@ -103,8 +109,11 @@ class NodeAgent:
         except (OSError, SocketPathError) as error:
             await hardware.close()
             raise StartupError(str(error)) from error
-        log.info("claims restored from state", prepared_claims=len(engine.prepared_claims),
-                 state_dir=str(settings.state_dir))
+        log.info(
+            "claims restored from state",
+            prepared_claims=len(engine.prepared_claims),
+            state_dir=str(settings.state_dir),
+        )
         return cls(settings=settings, hardware=hardware, inventory=inventory, engine=engine, server=server)
 
     async def stop(self) -> None:
@@ -115,8 +124,13 @@ class NodeAgent:
 async def _wait_for_termination() -> signal.Signals:
     loop = asyncio.get_running_loop()
     received: asyncio.Future[signal.Signals] = loop.create_future()
+
+    def on_signal(signum: signal.Signals) -> None:
+        if not received.done():
+            received.set_result(signum)
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, lambda s=signum: received.done() or received.set_result(s))
+        loop.add_signal_handler(signum, on_signal, signum)
     return await received
 
 

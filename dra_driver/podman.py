@@ -41,7 +41,11 @@ def _podman(*args: str, config_dir: Path, timeout: float = 120) -> subprocess.Co
     runtime = ["--runtime", runc] if (runc := shutil.which("runc")) else []
     command = ["podman", *runtime, "--cgroup-manager", "cgroupfs", *args]
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, check=False,
+        command,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
         env={**os.environ, "CONTAINERS_CONF": str(conf)},
     )
 
@@ -70,8 +74,18 @@ def run_with_cdi_devices(cdi_device_ids: list[str], shell_command: str) -> str:
         ensure_image(Path(config_dir))
         devices = [arg for cdi_id in cdi_device_ids for arg in ("--device", cdi_id)]
         result = _podman(
-            "run", "--rm", "--ulimit", "host", "--network", "none", *devices, IMAGE, "/bin/sh", "-c",
-            shell_command, config_dir=Path(config_dir),
+            "run",
+            "--rm",
+            "--ulimit",
+            "host",
+            "--network",
+            "none",
+            *devices,
+            IMAGE,
+            "/bin/sh",
+            "-c",
+            shell_command,
+            config_dir=Path(config_dir),
         )
     if result.returncode != 0:
         raise PodmanError(f"podman run failed ({result.returncode}): {result.stderr.strip()}")

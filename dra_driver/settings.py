@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.k8s_names import driver_name_problem, dns_subdomain_problem
+from dra_driver.k8s_names import dns_subdomain_problem, driver_name_problem
 from dra_driver.plugin.sockets import socket_path_problem
 
 HardwareKind = Literal["nvml", "simulated"]
@@ -39,7 +39,8 @@ def parse_hardware(value: str) -> HardwareSpec:
     if kind == "simulated" and source:
         return HardwareSpec("simulated", source)
     raise SettingsError(
-        f"--hardware (DRA_DRIVER_HARDWARE): {value!r} is not 'nvml' or 'simulated:<profile name or YAML path>'"
+        f"--hardware (DRA_DRIVER_HARDWARE): {value!r} is not 'nvml' "
+        "or 'simulated:<profile name or YAML path>'"
     )
 
 
@@ -74,24 +75,48 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
     ("--node-name", "NODE_NAME", None, "name of this Kubernetes node (required); also the pool name"),
     ("--driver-name", "DRA_DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name published in ResourceSlices"),
     ("--hardware", "DRA_DRIVER_HARDWARE", "nvml", "'nvml', or 'simulated:<profile name or YAML path>'"),
-    ("--registrar-dir", "DRA_DRIVER_REGISTRAR_DIR", "/var/lib/kubelet/plugins_registry",
-     "directory kubelet watches for plugin registration sockets"),
-    ("--plugins-dir", "DRA_DRIVER_PLUGINS_DIR", "/var/lib/kubelet/plugins",
-     "kubelet plugins directory; the DRA socket goes in <plugins-dir>/<driver-name>/"),
-    ("--cdi-dir", "DRA_DRIVER_CDI_DIR", "/var/run/cdi", "directory the container runtime reads CDI specs from"),
+    (
+        "--registrar-dir",
+        "DRA_DRIVER_REGISTRAR_DIR",
+        "/var/lib/kubelet/plugins_registry",
+        "directory kubelet watches for plugin registration sockets",
+    ),
+    (
+        "--plugins-dir",
+        "DRA_DRIVER_PLUGINS_DIR",
+        "/var/lib/kubelet/plugins",
+        "kubelet plugins directory; the DRA socket goes in <plugins-dir>/<driver-name>/",
+    ),
+    (
+        "--cdi-dir",
+        "DRA_DRIVER_CDI_DIR",
+        "/var/run/cdi",
+        "directory the container runtime reads CDI specs from",
+    ),
     ("--state-dir", "DRA_DRIVER_STATE_DIR", None, "durable state (default <plugins-dir>/<driver-name>)"),
     ("--kubeconfig", "KUBECONFIG", None, "kubeconfig file (default: in-cluster service account)"),
-    ("--log-format", "DRA_DRIVER_LOG_FORMAT", None, "json or console (default: console on a terminal, else json)"),
+    (
+        "--log-format",
+        "DRA_DRIVER_LOG_FORMAT",
+        None,
+        "json or console (default: console on a terminal, else json)",
+    ),
 )
 
 
 def add_node_options(parser: argparse.ArgumentParser) -> None:
     for flag, env, default, help_text in _OPTIONS:
         shown_default = f"; default {default}" if default else ""
-        parser.add_argument(flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}{shown_default}]")
+        parser.add_argument(
+            flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}{shown_default}]"
+        )
     parser.add_argument(
-        "-v", "--verbose", dest="verbosity", action="count",
-        default=None, help="more log detail; repeat for more [env DRA_DRIVER_VERBOSITY]",
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="count",
+        default=None,
+        help="more log detail; repeat for more [env DRA_DRIVER_VERBOSITY]",
     )
 
 
@@ -99,6 +124,15 @@ def _directory(flag: str, env: str, value: str) -> Path:
     path = Path(value)
     if not path.is_absolute():
         raise SettingsError(f"{flag} ({env}): {value!r} must be an absolute path")
+    return path
+
+
+def _kubeconfig(value: str | None) -> Path | None:
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_file():
+        raise SettingsError(f"--kubeconfig (KUBECONFIG): {value} is not a file")
     return path
 
 
@@ -139,11 +173,14 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
             if args.state_dir
             else plugins_dir / args.driver_name
         ),
-        kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+        kubeconfig=_kubeconfig(args.kubeconfig),
         log_format=_log_format(args.log_format, stderr_is_terminal),
         verbosity=_verbosity(args.verbosity),
     )
-    for flag, socket in (("--registrar-dir", settings.registration_socket), ("--plugins-dir", settings.dra_socket)):
+    for flag, socket in (
+        ("--registrar-dir", settings.registration_socket),
+        ("--plugins-dir", settings.dra_socket),
+    ):
         if problem := socket_path_problem(socket):
             raise SettingsError(f"{flag}: {problem}")
     return settings

@@ -98,8 +98,12 @@ class ClaimEngine:
         for device in record.devices:
             holder = self._owner_of_device.setdefault(device.device, record.claim)
             if holder != record.claim:
-                log.error("two prepared claims hold one device", device=device.device,
-                          claim=str(record.claim), other_claim=str(holder))
+                log.error(
+                    "two prepared claims hold one device",
+                    device=device.device,
+                    claim=str(record.claim),
+                    other_claim=str(holder),
+                )
 
     def _release_devices(self, claim: ClaimRef) -> None:
         for name in [name for name, holder in self._owner_of_device.items() if holder == claim]:
@@ -185,8 +189,13 @@ class ClaimEngine:
             await asyncio.to_thread(self._cdi_specs.remove, ref.uid)
             raise
         self._prepared[ref.uid] = record
-        log.info("claim prepared", claim_namespace=ref.namespace, claim_name=ref.name, claim_uid=ref.uid,
-                 devices=[d.device for d in record.devices])
+        log.info(
+            "claim prepared",
+            claim_namespace=ref.namespace,
+            claim_name=ref.name,
+            claim_uid=ref.uid,
+            devices=[d.device for d in record.devices],
+        )
         return record
 
     def _write_prepared(self, ref: ClaimRef, spec: CdiSpec, record: ClaimRecord) -> None:
@@ -210,8 +219,9 @@ class ClaimEngine:
                 await asyncio.to_thread(self._remove_prepared, ref.uid)
                 del self._prepared[ref.uid]
                 self._release_devices(record.claim)
-            log.info("claim unprepared", claim_namespace=ref.namespace, claim_name=ref.name,
-                     claim_uid=ref.uid)
+            log.info(
+                "claim unprepared", claim_namespace=ref.namespace, claim_name=ref.name, claim_uid=ref.uid
+            )
             return ""
         except Exception as error:
             return _log_failure("unprepare", raw, error)

@@ -76,8 +76,11 @@ def record_from_json(data: object) -> ClaimRecord:
     if not isinstance(devices, list):
         raise CorruptRecord("devices: expected a list")
     try:
-        ref = claim_ref(_string(claim, "namespace", "claim"), _string(claim, "name", "claim"),
-                        _string(claim, "uid", "claim"))
+        ref = claim_ref(
+            _string(claim, "namespace", "claim"),
+            _string(claim, "name", "claim"),
+            _string(claim, "uid", "claim"),
+        )
     except InvalidClaimIdentity as error:
         raise CorruptRecord(str(error)) from error
     prepared = []

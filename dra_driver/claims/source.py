@@ -27,8 +27,9 @@ def _status_message(body: bytes) -> str:
         decoded = json.loads(body)
     except ValueError:
         return body[:200].decode(errors="replace")
-    if isinstance(decoded, Mapping) and isinstance(decoded.get("message"), str):
-        return decoded["message"]
+    message = decoded.get("message") if isinstance(decoded, Mapping) else None
+    if isinstance(message, str):
+        return message
     return body[:200].decode(errors="replace")
 
 

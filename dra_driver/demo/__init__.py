@@ -45,7 +45,9 @@ def _cdi_dir_for_demo(work_dir: Path, use_podman: bool) -> Path:
 
 def _claims_in(path: Path) -> list[ClaimArg]:
     documents = [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
-    return [ClaimArg(d["metadata"]["namespace"], d["metadata"]["name"], d["metadata"]["uid"]) for d in documents]
+    return [
+        ClaimArg(d["metadata"]["namespace"], d["metadata"]["name"], d["metadata"]["uid"]) for d in documents
+    ]
 
 
 async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: TextIO = sys.stdout) -> None:
@@ -67,16 +69,24 @@ async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: Te
         claims = _claims_in(claim_file)
         agent = await NodeAgent.start(settings, OfflineClaimSource.from_file(claim_file))
         try:
-            _section(out, f"devices node {DEMO_NODE} publishes ({agent.hardware.description})",
-                     [device_to_api(device) for device in agent.inventory.devices])
-            _section(out, "kubelet registration handshake",
-                     await kubelet_client.register(settings.registration_socket))
+            _section(
+                out,
+                f"devices node {DEMO_NODE} publishes ({agent.hardware.description})",
+                [device_to_api(device) for device in agent.inventory.devices],
+            )
+            _section(
+                out,
+                "kubelet registration handshake",
+                await kubelet_client.register(settings.registration_socket),
+            )
             answer = await kubelet_client.prepare(settings.dra_socket, "v1", claims)
             _section(out, "NodePrepareResources (v1) answer", answer)
             for claim in claims:
                 spec_path = agent.engine.cdi_spec_path(claim.uid)
                 if spec_path.exists():
-                    _section(out, f"CDI spec {spec_path}", json.dumps(json.loads(spec_path.read_text()), indent=2))
+                    _section(
+                        out, f"CDI spec {spec_path}", json.dumps(json.loads(spec_path.read_text()), indent=2)
+                    )
             cdi_ids = [
                 cdi_id
                 for entry in answer["claims"].values()
@@ -88,7 +98,10 @@ async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: Te
                 _section(out, "what a container started with these CDI devices sees (podman)", seen)
             else:
                 _section(out, "container run skipped", podman_problem or "no CDI devices were prepared")
-            _section(out, "NodeUnprepareResources (v1) answer",
-                     await kubelet_client.unprepare(settings.dra_socket, "v1", claims))
+            _section(
+                out,
+                "NodeUnprepareResources (v1) answer",
+                await kubelet_client.unprepare(settings.dra_socket, "v1", claims),
+            )
         finally:
             await agent.stop()

@@ -79,7 +79,10 @@ def normalize_bus_id(nvml_bus_id: str) -> str:
 
 def pcie_root_of(bus_id: str, sysfs_devices: Path = _SYSFS_PCI_DEVICES) -> str:
     """The root complex ('pci<domain>:<bus>') the device hangs off, read from its sysfs path."""
-    resolved = Path(os.path.realpath(sysfs_devices / bus_id))
+    link = sysfs_devices / bus_id
+    if not link.exists():
+        raise HardwareError(f"cannot find GPU {bus_id} under {sysfs_devices}: is /sys mounted?")
+    resolved = Path(os.path.realpath(link))
     roots = [part for part in resolved.parts if part.startswith("pci")]
     if not roots:
         raise HardwareError(f"cannot find the PCIe root of GPU {bus_id}: {resolved} has no pci<domain>:<bus>")
@@ -106,7 +109,9 @@ def _read_gpu(index: int, driver_version: str, cuda_driver_version: str) -> Gpu:
         brand=_BRANDS.get(brand, f"Brand{brand}"),
         architecture=_ARCHITECTURES.get(architecture, f"Architecture{architecture}"),
         cuda_compute_capability=f"{major}.{minor_cc}",
-        memory_bytes=nvml_call(f"nvmlDeviceGetMemoryInfo {where}", pynvml.nvmlDeviceGetMemoryInfo, handle).total,
+        memory_bytes=nvml_call(
+            f"nvmlDeviceGetMemoryInfo {where}", pynvml.nvmlDeviceGetMemoryInfo, handle
+        ).total,
         multiprocessors=attributes.multiprocessorCount,
         pci_bus_id=bus_id,
         pcie_root=pcie_root_of(bus_id),

@@ -86,7 +86,9 @@ def parse_node_spec(raw: object, origin: str) -> SimulatedNodeSpec:
     model_key = raw.get("model")
     models = gpu_models()
     if model_key not in models:
-        raise fail(f"field 'model': unknown GPU model {model_key!r}; known models: {', '.join(sorted(models))}")
+        raise fail(
+            f"field 'model': unknown GPU model {model_key!r}; known models: {', '.join(sorted(models))}"
+        )
     count = raw.get("count")
     if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_SIMULATED_GPUS:
         raise fail(f"field 'count': expected an integer from 1 to {MAX_SIMULATED_GPUS}, got {count!r}")

@@ -26,7 +26,7 @@ class _DraPluginAdapter:
     def __init__(self, engine: ClaimEngine) -> None:
         self._engine = engine
 
-    async def NodePrepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def NodePrepareResources(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         outcomes = await self._engine.prepare(_raw_claims(request))
         response = self.pb2.NodePrepareResourcesResponse()
         for uid, outcome in outcomes.items():
@@ -43,7 +43,7 @@ class _DraPluginAdapter:
                 )
         return response
 
-    async def NodeUnprepareResources(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def NodeUnprepareResources(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         errors = await self._engine.unprepare(_raw_claims(request))
         response = self.pb2.NodeUnprepareResourcesResponse()
         for uid, error in errors.items():
@@ -51,11 +51,11 @@ class _DraPluginAdapter:
         return response
 
 
-class DraPluginV1(_DraPluginAdapter, v1_grpc.DRAPluginServicer):
+class DraPluginV1(_DraPluginAdapter):
     pb2 = v1_pb2
 
 
-class DraPluginV1beta1(_DraPluginAdapter, v1beta1_grpc.DRAPluginServicer):
+class DraPluginV1beta1(_DraPluginAdapter):
     pb2 = v1beta1_pb2
 
 

@@ -2,12 +2,12 @@
 
 import asyncio
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import structlog
 
 from dra_driver._proto.pluginregistration.v1 import api_pb2 as registration_pb2
-from dra_driver._proto.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 
 log = structlog.get_logger("dra_driver.plugin.registration")
 
@@ -22,7 +22,7 @@ class RegistrationStatus:
     error: str
 
 
-class RegistrationService(registration_grpc.RegistrationServicer):
+class RegistrationService:
     def __init__(self, driver_name: str, endpoint: str) -> None:
         self._info = registration_pb2.PluginInfo(
             type=PLUGIN_TYPE, name=driver_name, endpoint=endpoint, supported_versions=SUPPORTED_VERSIONS
@@ -31,13 +31,13 @@ class RegistrationService(registration_grpc.RegistrationServicer):
         self.status_changed = asyncio.Event()
 
     async def GetInfo(
-        self, request: registration_pb2.InfoRequest, context: grpc.aio.ServicerContext
+        self, request: registration_pb2.InfoRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> registration_pb2.PluginInfo:
         log.debug("kubelet asked for plugin info")
         return self._info
 
     async def NotifyRegistrationStatus(
-        self, request: registration_pb2.RegistrationStatus, context: grpc.aio.ServicerContext
+        self, request: registration_pb2.RegistrationStatus, context: grpc.aio.ServicerContext[Any, Any]
     ) -> registration_pb2.RegistrationStatusResponse:
         self.status = RegistrationStatus(registered=request.plugin_registered, error=request.error)
         self.status_changed.set()
@@ -47,4 +47,3 @@ class RegistrationService(registration_grpc.RegistrationServicer):
         log.error("kubelet rejected the registration", kubelet_error=request.error)
         # As the upstream helper does: an error status makes the rejection visible in kubelet's log too.
         await context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"registration rejected: {request.error}")
-        raise AssertionError("context.abort returned")  # abort always raises

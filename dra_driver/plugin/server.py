@@ -11,9 +11,10 @@ from pathlib import Path
 import grpc
 import structlog
 
+from dra_driver._proto.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.plugin.dra import add_dra_services
-from dra_driver.plugin.registration import RegistrationService, registration_grpc
+from dra_driver.plugin.registration import RegistrationService
 from dra_driver.plugin.sockets import clear_stale_socket
 
 log = structlog.get_logger("dra_driver.plugin")
@@ -40,9 +41,17 @@ class KubeletPluginServer:
 
     async def start(self) -> None:
         await _serve_on(self.dra_socket, self._dra_server)
-        await _serve_on(self.registration_socket, self._registration_server)
-        log.info("serving kubelet", registration_socket=str(self.registration_socket),
-                 dra_socket=str(self.dra_socket))
+        try:
+            await _serve_on(self.registration_socket, self._registration_server)
+        except BaseException:
+            await self._dra_server.stop(None)
+            self.dra_socket.unlink(missing_ok=True)
+            raise
+        log.info(
+            "serving kubelet",
+            registration_socket=str(self.registration_socket),
+            dra_socket=str(self.dra_socket),
+        )
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
         await self._dra_server.stop(grace)

@@ -1,0 +1,51 @@
+"""Fixtures shared by the test tiers: the stand-in API server and short temporary directories."""
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+from tests.support.agent import AgentDirs, AgentProcess, start_agent
+from tests.support.apiserver import ApiServer
+
+
+@pytest.fixture
+def apiserver() -> Iterator[ApiServer]:
+    server = ApiServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """pytest's tmp_path can make unix socket paths longer than the 108-byte limit."""
+    path = Path(tempfile.mkdtemp(prefix="dra-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def kubeconfig(apiserver: ApiServer, short_dir: Path) -> Path:
+    return apiserver.write_kubeconfig(short_dir / "kubeconfig")
+
+
+@pytest.fixture
+def claims_api(kubeconfig: Path) -> Iterator[client.ResourceV1Api]:
+    api_client = config.new_client_from_config(str(kubeconfig))
+    yield client.ResourceV1Api(api_client)
+    api_client.close()
+
+
+@pytest.fixture
+def agent_dirs(short_dir: Path) -> AgentDirs:
+    return AgentDirs(root=short_dir / "node")
+
+
+@pytest.fixture
+def agent(agent_dirs: AgentDirs, kubeconfig: Path) -> Iterator[AgentProcess]:
+    process = start_agent(agent_dirs, kubeconfig)
+    yield process
+    process.terminate()

@@ -1,0 +1,311 @@
+"""NodePrepareResources / NodeUnprepareResources over the real DRA socket, for both API versions,
+with claims served by the stand-in API server through the official client."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from dra_driver import kubelet_client
+from dra_driver.kubelet_client import ClaimArg, DraApi
+from tests.support.agent import AgentDirs, AgentProcess, start_agent
+from tests.support.claims import allocate, claim_body
+
+KIND = "k8s.gpu.dra-driver.dev/claim"
+APIS: list[DraApi] = ["v1", "v1beta1"]
+
+
+def prepare(agent: AgentProcess, api: DraApi, *claims: ClaimArg) -> dict[str, Any]:
+    answer = asyncio.run(kubelet_client.prepare(agent.dirs.dra_socket, api, list(claims)))
+    claims_answer: dict[str, Any] = answer["claims"]
+    return claims_answer
+
+
+def unprepare(agent: AgentProcess, api: DraApi, *claims: ClaimArg) -> dict[str, Any]:
+    answer = asyncio.run(kubelet_client.unprepare(agent.dirs.dra_socket, api, list(claims)))
+    claims_answer: dict[str, Any] = answer["claims"]
+    return claims_answer
+
+
+def files_under(root: Path) -> set[str]:
+    return {
+        str(path.relative_to(root)) for path in root.rglob("*") if path.is_file() and path.suffix != ".log"
+    }
+
+
+def cdi_spec(dirs: AgentDirs, uid: str) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads((dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json").read_text())
+    return spec
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_prepare_returns_devices_writes_cdi_spec_and_record(
+    agent: AgentProcess, claims_api: client.ResourceV1Api, api: DraApi
+) -> None:
+    uid = allocate(claims_api, "one", {"gpu": "gpu-3"}, pool="node-a")
+
+    answer = prepare(agent, api, ClaimArg("default", "one", uid))
+
+    assert answer == {
+        uid: {
+            "devices": [
+                {
+                    "request_names": ["gpu"],
+                    "pool_name": "node-a",
+                    "device_name": "gpu-3",
+                    "cdi_device_ids": [f"{KIND}={uid}-gpu-3"],
+                }
+            ],
+            "error": "",
+        }
+    }
+    spec = cdi_spec(agent.dirs, uid)
+    # The minimum version: device names may start with a digit only since CDI 0.5.0.
+    assert spec["cdiVersion"] == ("0.3.0" if uid[0].isalpha() else "0.5.0")
+    assert spec["kind"] == KIND
+    assert [device["name"] for device in spec["devices"]] == [f"{uid}-gpu-3"]
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert "DRA_DEVICE_GPU_3_PRODUCT_NAME=NVIDIA H100 80GB HBM3" in env
+    record = json.loads((agent.dirs.state_dir / "claims" / f"{uid}.json").read_text())
+    assert record["claim"] == {"namespace": "default", "name": "one", "uid": uid}
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_prepare_and_unprepare_are_idempotent(
+    agent: AgentProcess, claims_api: client.ResourceV1Api, api: DraApi
+) -> None:
+    uid = allocate(claims_api, "twice", {"gpu": "gpu-1"}, pool="node-a")
+    claim = ClaimArg("default", "twice", uid)
+
+    first = prepare(agent, api, claim)
+    assert prepare(agent, api, claim) == first
+    assert first[uid]["error"] == ""
+
+    assert unprepare(agent, api, claim) == {uid: {"error": ""}}
+    assert unprepare(agent, api, claim) == {uid: {"error": ""}}
+    assert not (agent.dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json").exists()
+    assert not (agent.dirs.state_dir / "claims" / f"{uid}.json").exists()
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_unprepare_of_an_unknown_claim_succeeds(agent: AgentProcess, api: DraApi) -> None:
+    uid = "0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b"
+    assert unprepare(agent, api, ClaimArg("default", "never-prepared", uid)) == {uid: {"error": ""}}
+
+
+def test_every_claim_of_a_call_gets_exactly_one_answer(
+    agent: AgentProcess, claims_api: client.ResourceV1Api
+) -> None:
+    good = allocate(claims_api, "good", {"a": "gpu-0", "b": "gpu-1"}, pool="node-a")
+    missing = "11111111-2222-4333-8444-555555555555"
+
+    answer = prepare(agent, "v1", ClaimArg("default", "good", good), ClaimArg("default", "gone", missing))
+
+    assert set(answer) == {good, missing}
+    assert answer[good]["error"] == ""
+    assert sorted((d["request_names"], d["device_name"]) for d in answer[good]["devices"]) == [
+        (["a"], "gpu-0"),
+        (["b"], "gpu-1"),
+    ]
+    assert answer[missing] == {
+        "devices": [],
+        "error": "GET resourceclaims default/gone: not found (deleted, or never created)",
+    }
+    # Both devices of one claim share one spec file.
+    assert [d["name"] for d in cdi_spec(agent.dirs, good)["devices"]] == [f"{good}-gpu-0", f"{good}-gpu-1"]
+
+
+def test_an_empty_call_gets_an_empty_answer(agent: AgentProcess) -> None:
+    assert prepare(agent, "v1") == {}
+    assert unprepare(agent, "v1beta1") == {}
+
+
+def test_a_device_prepared_for_one_claim_is_refused_to_another(
+    agent: AgentProcess, claims_api: client.ResourceV1Api
+) -> None:
+    first = allocate(claims_api, "first", {"gpu": "gpu-2"}, pool="node-a")
+    second = allocate(claims_api, "second", {"gpu": "gpu-2"}, pool="node-a")
+    prepare(agent, "v1", ClaimArg("default", "first", first))
+
+    refused = prepare(agent, "v1", ClaimArg("default", "second", second))[second]
+
+    assert refused["devices"] == []
+    assert refused["error"] == (
+        f"claim default/second ({second}): device gpu-2 is already prepared for claim "
+        f"default/first ({first}); it is exclusive and can serve one claim at a time"
+    )
+    assert not (agent.dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{second}.json").exists()
+    unprepare(agent, "v1", ClaimArg("default", "first", first))
+    assert prepare(agent, "v1", ClaimArg("default", "second", second))[second]["error"] == ""
+
+
+@pytest.mark.parametrize(
+    ("namespace", "name", "uid", "expected"),
+    [
+        ("default", "x", "../../../etc/passwd", "uid: '../../../etc/passwd' is not a Kubernetes UID"),
+        ("default", "x", "3F9C1E52-7A4B-4D2E-9B61-0C8D5E2F4A17", "is not a Kubernetes UID"),
+        ("default", "x", "", "uid: '' is not a Kubernetes UID"),
+        (
+            "../kube-system",
+            "x",
+            "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17",
+            "namespace: '../kube-system' is not a DNS label",
+        ),
+        ("default", "a/b", "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17", "name: 'a/b' is not a DNS subdomain"),
+        ("default", "n" * 300, "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17", "is longer than 253 characters"),
+    ],
+)
+@pytest.mark.parametrize("call", ["prepare", "unprepare"])
+def test_bad_claim_identities_are_refused_before_any_file_is_touched(
+    agent: AgentProcess, namespace: str, name: str, uid: str, expected: str, call: str
+) -> None:
+    before = files_under(agent.dirs.root)
+
+    answer = (prepare if call == "prepare" else unprepare)(agent, "v1", ClaimArg(namespace, name, uid))
+
+    assert set(answer) == {uid}
+    assert answer[uid]["error"].startswith("invalid claim identity: ")
+    assert expected in answer[uid]["error"]
+    assert files_under(agent.dirs.root) == before
+
+
+def test_a_replaced_claim_is_refused(agent: AgentProcess, claims_api: client.ResourceV1Api) -> None:
+    allocate(claims_api, "replaced", {"gpu": "gpu-0"}, pool="node-a")
+    kubelet_knows = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"
+
+    error = prepare(agent, "v1", ClaimArg("default", "replaced", kubelet_knows))[kubelet_knows]["error"]
+
+    assert "now has UID" in error
+    assert f"kubelet asked for {kubelet_knows}: the claim was deleted and re-created" in error
+
+
+def test_an_unallocated_claim_is_refused(agent: AgentProcess, claims_api: client.ResourceV1Api) -> None:
+    created = claims_api.create_namespaced_resource_claim("default", claim_body("pending", ["gpu"]))
+    uid = created.metadata.uid
+
+    error = prepare(agent, "v1", ClaimArg("default", "pending", uid))[uid]["error"]
+
+    assert error == f"claim default/pending ({uid}) is not allocated (status.allocation is missing)"
+
+
+def test_results_of_other_drivers_are_left_alone(
+    agent: AgentProcess, claims_api: client.ResourceV1Api
+) -> None:
+    uid = allocate(claims_api, "nic", {"nic": "eth-0"}, pool="node-a", driver="net.example.com")
+
+    assert prepare(agent, "v1", ClaimArg("default", "nic", uid)) == {uid: {"devices": [], "error": ""}}
+    assert not agent.dirs.cdi_dir.exists() or not any(agent.dirs.cdi_dir.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("pool", "device", "expected"),
+    [
+        (
+            "node-b",
+            "gpu-0",
+            "device gpu-0 was allocated from pool 'node-b', but this node serves pool 'node-a'",
+        ),
+        ("node-a", "gpu-99", "device 'gpu-99' does not exist on this node"),
+    ],
+)
+def test_devices_this_node_does_not_have_are_refused(
+    agent: AgentProcess, claims_api: client.ResourceV1Api, pool: str, device: str, expected: str
+) -> None:
+    uid = allocate(claims_api, "elsewhere", {"gpu": device}, pool=pool)
+
+    assert expected in prepare(agent, "v1", ClaimArg("default", "elsewhere", uid))[uid]["error"]
+
+
+def test_request_names_are_the_main_request_of_a_first_available_choice(
+    agent: AgentProcess, claims_api: client.ResourceV1Api
+) -> None:
+    body = claim_body("fallback", [])
+    body["spec"]["devices"]["requests"] = [
+        {
+            "name": "gpu",
+            "firstAvailable": [
+                {"name": "big", "deviceClassName": "gpu.dra-driver.dev"},
+                {"name": "small", "deviceClassName": "gpu.dra-driver.dev"},
+            ],
+        }
+    ]
+    created = claims_api.create_namespaced_resource_claim("default", body)
+    status = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu/small",
+                        "driver": "gpu.dra-driver.dev",
+                        "pool": "node-a",
+                        "device": "gpu-5",
+                    }
+                ]
+            }
+        }
+    }
+    claims_api.replace_namespaced_resource_claim_status(
+        "fallback",
+        "default",
+        {"metadata": {"name": "fallback", "namespace": "default"}, "spec": body["spec"], "status": status},
+    )
+
+    answer = prepare(agent, "v1", ClaimArg("default", "fallback", created.metadata.uid))
+
+    assert answer[created.metadata.uid]["devices"][0]["request_names"] == ["gpu"]
+
+
+def test_unprepare_after_restart_works_from_local_state_alone(
+    agent_dirs: AgentDirs, kubeconfig: Path, claims_api: client.ResourceV1Api
+) -> None:
+    uid = allocate(claims_api, "survivor", {"gpu": "gpu-4"}, pool="node-a")
+    claim = ClaimArg("default", "survivor", uid)
+    first = start_agent(agent_dirs, kubeconfig)
+    answer = prepare(first, "v1", claim)
+    assert first.terminate() == 0
+
+    second = start_agent(agent_dirs, kubeconfig)
+    try:
+        assert second.wait_for_log("claims restored from state")["prepared_claims"] == 1
+        assert prepare(second, "v1", claim) == answer  # the recorded answer, not a second preparation
+        claims_api.delete_namespaced_resource_claim("survivor", "default")  # gone from the API server
+
+        assert unprepare(second, "v1beta1", claim) == {uid: {"error": ""}}
+        assert not (agent_dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json").exists()
+        assert not (agent_dirs.state_dir / "claims" / f"{uid}.json").exists()
+    finally:
+        second.terminate()
+
+
+def test_device_ownership_survives_a_restart(
+    agent_dirs: AgentDirs, kubeconfig: Path, claims_api: client.ResourceV1Api
+) -> None:
+    first_uid = allocate(claims_api, "holder", {"gpu": "gpu-6"}, pool="node-a")
+    second_uid = allocate(claims_api, "latecomer", {"gpu": "gpu-6"}, pool="node-a")
+    first = start_agent(agent_dirs, kubeconfig)
+    prepare(first, "v1", ClaimArg("default", "holder", first_uid))
+    first.terminate()
+
+    second = start_agent(agent_dirs, kubeconfig)
+    try:
+        error = prepare(second, "v1", ClaimArg("default", "latecomer", second_uid))[second_uid]["error"]
+        assert "device gpu-6 is already prepared for claim default/holder" in error
+    finally:
+        second.terminate()
+
+
+def test_api_server_errors_become_per_claim_errors(
+    agent: AgentProcess, apiserver: Any, claims_api: client.ResourceV1Api
+) -> None:
+    uid = allocate(claims_api, "flaky", {"gpu": "gpu-0"}, pool="node-a")
+    apiserver.faults.fail_next, apiserver.faults.fail_status = 1, 503
+
+    error = prepare(agent, "v1", ClaimArg("default", "flaky", uid))[uid]["error"]
+
+    assert error == "GET resourceclaims default/flaky: API server answered 503: injected fault"
+    assert (
+        prepare(agent, "v1", ClaimArg("default", "flaky", uid))[uid]["error"] == ""
+    )  # kubelet's retry works

@@ -1,0 +1,132 @@
+"""Runs `dra-driver node` as a real process, the way a DaemonSet would, for tests and benchmarks."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dra_driver import DEFAULT_DRIVER_NAME
+
+NODE_NAME = "node-a"
+START_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass
+class AgentDirs:
+    """Directories of one simulated node; the root is short so socket paths stay under 108 bytes."""
+
+    root: Path
+    driver_name: str = DEFAULT_DRIVER_NAME
+
+    @property
+    def registrar_dir(self) -> Path:
+        return self.root / "registry"
+
+    @property
+    def plugins_dir(self) -> Path:
+        return self.root / "plugins"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "cdi"
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registrar_dir / f"{self.driver_name}-reg.sock"
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugins_dir / self.driver_name / "dra.sock"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.plugins_dir / self.driver_name
+
+
+@dataclass
+class AgentProcess:
+    dirs: AgentDirs
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    started_at: float = field(default_factory=time.monotonic)
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        lines = []
+        for raw in self.log_path.read_text().splitlines():
+            try:
+                lines.append(json.loads(raw))
+            except ValueError:
+                lines.append({"event": raw, "unparsed": True})
+        return lines
+
+    def log_events(self) -> list[str]:
+        return [str(line.get("event")) for line in self.log_lines()]
+
+    def wait_for_log(self, event: str, timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.log_lines():
+                if line.get("event") == event:
+                    return line
+            time.sleep(0.02)
+        raise AssertionError(f"no log line {event!r}; log:\n{self.log_path.read_text()}")
+
+    def terminate(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout)
+
+
+def node_command(
+    dirs: AgentDirs, kubeconfig: Path, hardware: str = "simulated:dgx-h100", extra: tuple[str, ...] = ()
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "dra_driver",
+        "node",
+        "--node-name",
+        NODE_NAME,
+        "--driver-name",
+        dirs.driver_name,
+        "--hardware",
+        hardware,
+        "--registrar-dir",
+        str(dirs.registrar_dir),
+        "--plugins-dir",
+        str(dirs.plugins_dir),
+        "--cdi-dir",
+        str(dirs.cdi_dir),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--log-format",
+        "json",
+        *extra,
+    ]
+
+
+def start_agent(
+    dirs: AgentDirs,
+    kubeconfig: Path,
+    hardware: str = "simulated:dgx-h100",
+    extra: tuple[str, ...] = (),
+    wait: bool = True,
+) -> AgentProcess:
+    dirs.root.mkdir(parents=True, exist_ok=True)
+    log_path = dirs.root / f"agent-{time.monotonic_ns()}.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            node_command(dirs, kubeconfig, hardware, extra),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    agent = AgentProcess(dirs=dirs, process=process, log_path=log_path)
+    if wait:
+        agent.wait_for_log("node agent running", START_TIMEOUT_SECONDS)
+    return agent

@@ -1,0 +1,107 @@
+"""The engine under overlapping calls, in one event loop, with a claim source that answers slowly
+and in random order, so every interleaving of GET, ownership check and durable write is tried."""
+
+import asyncio
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dra_driver.claims.cdi import CdiSpecDirectory
+from dra_driver.claims.engine import ClaimEngine, RawClaim
+from dra_driver.claims.gpu_edits import simulated_gpu_edits
+from dra_driver.claims.records import ClaimRecordStore
+from dra_driver.devices.gpus import whole_gpu_inventory
+from dra_driver.hardware.simulated import resolve_node_spec, simulated_gpus
+
+DRIVER = "gpu.dra-driver.dev"
+
+
+class SlowClaims:
+    def __init__(self, seed: int) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self._random = random.Random(seed)
+
+    def add(self, name: str, device: str) -> RawClaim:
+        uid = str(uuid.UUID(int=self._random.getrandbits(128), version=4))
+        self.claims[("default", name)] = {
+            "metadata": {"namespace": "default", "name": name, "uid": uid},
+            "status": {
+                "allocation": {
+                    "devices": {
+                        "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": device}]
+                    }
+                }
+            },
+        }
+        return ("default", name, uid)
+
+    async def get(self, namespace: str, name: str) -> object:
+        await asyncio.sleep(self._random.random() / 500)
+        return self.claims[(namespace, name)]
+
+
+def engine_for(tmp: Path, source: SlowClaims) -> ClaimEngine:
+    return ClaimEngine(
+        driver_name=DRIVER,
+        pool_name="node-a",
+        inventory=whole_gpu_inventory(simulated_gpus("node-a", resolve_node_spec("t4x4"))),
+        edits_for_gpu=simulated_gpu_edits,
+        claim_source=source,
+        records=ClaimRecordStore(tmp / "state"),
+        cdi_specs=CdiSpecDirectory(tmp / "cdi", DRIVER),
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    wanted=st.lists(st.sampled_from(["gpu-0", "gpu-1", "gpu-2"]), min_size=2, max_size=24),
+)
+def test_overlapping_calls_never_give_one_gpu_to_two_claims(
+    tmp_path_factory: Any, seed: int, wanted: list[str]
+) -> None:
+    tmp = tmp_path_factory.mktemp("engine")
+    source = SlowClaims(seed)
+    claims = [source.add(f"c{i}", device) for i, device in enumerate(wanted)]
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        engine = engine_for(tmp, source)
+        await engine.load_state()
+        # One call per claim, all at once, plus every claim repeated (kubelet retries).
+        answers = await asyncio.gather(*(engine.prepare([claim]) for claim in claims + claims))
+        merged: dict[str, Any] = {}
+        for answer in answers:
+            merged.update(answer)
+        return merged, engine.prepared_claims
+
+    outcomes, prepared = asyncio.run(scenario())
+
+    winners = {uid: outcome.devices[0].device for uid, outcome in outcomes.items() if not outcome.error}
+    assert sorted(winners.values()) == sorted(set(wanted))  # each wanted GPU went to exactly one claim
+    assert set(prepared) == set(winners)
+    losers = [outcome.error for outcome in outcomes.values() if outcome.error]
+    assert all("is already prepared for claim" in error for error in losers)
+    # Durable state agrees: one record and one spec per winner, nothing for the losers.
+    assert sorted(p.stem for p in (tmp / "state" / "claims").iterdir()) == sorted(winners)
+    assert len(list((tmp / "cdi").iterdir())) == len(winners)
+
+
+def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path: Path) -> None:
+    source = SlowClaims(7)
+    claim = source.add("shared", "gpu-3")
+
+    async def scenario() -> dict[str, Any]:
+        engine = engine_for(tmp_path, source)
+        await engine.load_state()
+        calls = [engine.prepare([claim]) if i % 3 else engine.unprepare([claim]) for i in range(30)]
+        await asyncio.gather(*calls)
+        await engine.unprepare([claim])
+        return engine.prepared_claims
+
+    assert asyncio.run(scenario()) == {}
+    assert list((tmp_path / "state" / "claims").iterdir()) == []
+    assert list((tmp_path / "cdi").iterdir()) == []
