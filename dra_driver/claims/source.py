@@ -93,6 +93,13 @@ class OfflineClaimSource:
                 claims[_offline_claim_key(document, f"claim file {path}, document {position}")] = document
         return cls(claims)
 
+    def identities(self) -> list[tuple[str, str, str]]:
+        """(namespace, name, uid) of every claim in the file, as kubelet would send them."""
+        return [
+            (namespace, name, str(claim["metadata"].get("uid", "")))
+            for (namespace, name), claim in self._claims.items()
+        ]
+
     async def get(self, namespace: str, name: str) -> object:
         try:
             return self._claims[(namespace, name)]

@@ -43,13 +43,6 @@ def _cdi_dir_for_demo(work_dir: Path, use_podman: bool) -> Path:
     return work_dir / "cdi"
 
 
-def _claims_in(path: Path) -> list[ClaimArg]:
-    documents = [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
-    return [
-        ClaimArg(d["metadata"]["namespace"], d["metadata"]["name"], d["metadata"]["uid"]) for d in documents
-    ]
-
-
 async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: TextIO = sys.stdout) -> None:
     podman_problem = podman.podman_problem() if run_container else "disabled with --no-container"
     with tempfile.TemporaryDirectory(prefix="dra-demo-") as work:
@@ -66,8 +59,9 @@ async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: Te
             log_format="console",
             verbosity=0,
         )
-        claims = _claims_in(claim_file)
-        agent = await NodeAgent.start(settings, OfflineClaimSource.from_file(claim_file))
+        source = OfflineClaimSource.from_file(claim_file)
+        claims = [ClaimArg(*identity) for identity in source.identities()]
+        agent = await NodeAgent.start(settings, source)
         try:
             _section(
                 out,

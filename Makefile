@@ -1,0 +1,41 @@
+# Everything runs from a local virtual environment, created on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test lint unit bench protos clean
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+## demo: prepare a sample claim on a simulated node, no cluster needed
+demo: $(INSTALLED)
+	$(BIN)/dra-driver demo
+
+## test: lint, type-check and run every test tier that can run here
+test: lint
+	$(BIN)/python -m pytest
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+## unit: the fast tier only (pure cores, no processes)
+unit: $(INSTALLED)
+	$(BIN)/python -m pytest tests/unit
+
+## bench: latency and memory benchmarks; results go to docs/bench/
+bench: $(INSTALLED)
+	$(BIN)/python -m tests.bench.prepare_latency --rounds 2000 --runs 2 --output docs/bench/prepare-latency.json
+
+## protos: regenerate dra_driver/_proto from api/kubelet
+protos: $(INSTALLED)
+	PYTHON=$(BIN)/python hack/gen-protos.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
