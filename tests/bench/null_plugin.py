@@ -19,7 +19,9 @@ class NullPlugin:
         response = v1_pb2.NodePrepareResourcesResponse()
         for claim in request.claims:
             response.claims[claim.uid].devices.add(
-                request_names=["gpu"], pool_name="node-a", device_name="gpu-0",
+                request_names=["gpu"],
+                pool_name="node-a",
+                device_name="gpu-0",
                 cdi_device_ids=[f"k8s.gpu.dra-driver.dev/claim={claim.uid}-gpu-0"],
             )
         return response

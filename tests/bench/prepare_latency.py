@@ -44,8 +44,13 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     def at(fraction: float) -> float:
         return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
-    return {"p50_ms": at(0.50) * 1e3, "p90_ms": at(0.90) * 1e3, "p99_ms": at(0.99) * 1e3,
-            "mean_ms": statistics.fmean(ordered) * 1e3, "n": len(ordered)}
+    return {
+        "p50_ms": at(0.50) * 1e3,
+        "p90_ms": at(0.90) * 1e3,
+        "p99_ms": at(0.99) * 1e3,
+        "mean_ms": statistics.fmean(ordered) * 1e3,
+        "n": len(ordered),
+    }
 
 
 async def measure(socket: Path, claim: Any, rounds: int) -> dict[str, dict[str, float]]:
@@ -56,7 +61,7 @@ async def measure(socket: Path, claim: Any, rounds: int) -> dict[str, dict[str, 
     async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
         stub = v1_grpc.DRAPluginStub(channel)
 
-        async def timed(call: Callable[[Any], Awaitable[Any]], message: Any, into: list[float] | None) -> Any:
+        async def timed(call: Callable[..., Awaitable[Any]], message: Any, into: list[float] | None) -> Any:
             start = time.perf_counter()
             response = await call(message, timeout=45)
             if into is not None:
@@ -92,8 +97,11 @@ def run_agent_benchmark(work: Path, kubeconfig: Path, rounds: int) -> dict[str, 
         wait_until(dirs.registration_socket.exists, timeout=30, interval=0.002)
         asyncio.run(register(dirs.registration_socket))
         registered_s = time.monotonic() - spawned
-        figures = asyncio.run(measure(dirs.dra_socket, v1_pb2.Claim(namespace="default", name=name, uid=uid),
-                                      rounds))
+        figures: dict[str, Any] = dict(
+            asyncio.run(
+                measure(dirs.dra_socket, v1_pb2.Claim(namespace="default", name=name, uid=uid), rounds)
+            )
+        )
         figures["agent_rss_mib_after"] = rss_mib(agent.process.pid)
         figures["start_to_registered_s"] = registered_s
     finally:
@@ -115,23 +123,44 @@ def run_floor_benchmark(work: Path, rounds: int) -> dict[str, Any]:
         server.wait(10)
 
 
+def summary(agent: dict[str, Any], floor: dict[str, Any]) -> str:
+    prepare, unprepare = agent["prepare"], agent["unprepare"]
+    return " | ".join(
+        [
+            f"prepare p50 {prepare['p50_ms']:.2f} ms p99 {prepare['p99_ms']:.2f} ms",
+            f"unprepare p50 {unprepare['p50_ms']:.2f} ms p99 {unprepare['p99_ms']:.2f} ms",
+            f"floor prepare p50 {floor['prepare']['p50_ms']:.2f} ms",
+            f"RSS {agent['agent_rss_mib_after']:.1f} MiB",
+            f"start to registered {agent['start_to_registered_s']:.2f} s",
+        ]
+    )
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=2, help="repeat every figure this many times")
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
 
     results: dict[str, Any] = {
-        "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-                    "kernel": platform.release()},
-        "rounds": args.rounds, "runs": [],
+        "machine": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
+        "rounds": args.rounds,
+        "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
         work = Path(temporary)
         kubeconfig = work / "kubeconfig"
-        apiserver = subprocess.Popen([sys.executable, "-m", "tests.support.apiserver", "--kubeconfig",
-                                      str(kubeconfig)], stdout=subprocess.DEVNULL)
+        apiserver = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.apiserver", "--kubeconfig", str(kubeconfig)],
+            stdout=subprocess.DEVNULL,
+        )
         try:
             wait_until(kubeconfig.exists, timeout=30)
             for run in range(args.runs):
@@ -140,11 +169,7 @@ def main() -> None:
                 floor = run_floor_benchmark(run_dir, args.rounds)
                 agent = run_agent_benchmark(run_dir, kubeconfig, args.rounds)
                 results["runs"].append({"floor": floor, "agent": agent})
-                print(f"run {run + 1}: prepare p50 {agent['prepare']['p50_ms']:.2f} ms "
-                      f"p99 {agent['prepare']['p99_ms']:.2f} ms | unprepare p50 {agent['unprepare']['p50_ms']:.2f}"
-                      f" ms p99 {agent['unprepare']['p99_ms']:.2f} ms | floor prepare p50 "
-                      f"{floor['prepare']['p50_ms']:.2f} ms | RSS {agent['agent_rss_mib_after']:.1f} MiB | "
-                      f"start to registered {agent['start_to_registered_s']:.2f} s", flush=True)
+                print(f"run {run + 1}: {summary(agent, floor)}", flush=True)
         finally:
             apiserver.terminate()
             apiserver.wait(10)
