@@ -215,6 +215,8 @@ class ClaimEngine:
             async with self._claim_locks.hold(ref.uid):
                 record = self._prepared.get(ref.uid)
                 if record is None:
+                    # A crash between writing the spec and the record leaves a spec nobody owns.
+                    await asyncio.to_thread(self._cdi_specs.remove, ref.uid)
                     return ""
                 await asyncio.to_thread(self._remove_prepared, ref.uid)
                 del self._prepared[ref.uid]

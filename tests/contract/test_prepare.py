@@ -96,6 +96,16 @@ def test_unprepare_of_an_unknown_claim_succeeds(agent: AgentProcess, api: DraApi
     assert unprepare(agent, api, ClaimArg("default", "never-prepared", uid)) == {uid: {"error": ""}}
 
 
+def test_unprepare_of_an_unknown_claim_removes_a_spec_left_without_record(agent: AgentProcess) -> None:
+    uid = "0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b"
+    agent.dirs.cdi_dir.mkdir(parents=True, exist_ok=True)
+    orphan = agent.dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json"
+    orphan.write_text("{}")  # what a crash between spec and record leaves behind
+
+    assert unprepare(agent, "v1", ClaimArg("default", "crashed", uid)) == {uid: {"error": ""}}
+    assert not orphan.exists()
+
+
 def test_every_claim_of_a_call_gets_exactly_one_answer(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
