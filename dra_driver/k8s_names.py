@@ -27,26 +27,31 @@ def shown(value: str) -> str:
     return repr(value[:SHOWN_MAX]) + f"... ({len(value)} characters)"
 
 
-def dns_label_problem(value: str) -> str | None:
-    if len(value) > DNS_LABEL_MAX:
-        return f"{shown(value)} is longer than {DNS_LABEL_MAX} characters"
-    if not _DNS_LABEL.fullmatch(value):
-        return (
-            f"{shown(value)} is not a DNS label (lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit)"
-        )
+def _name_problem(value: str, pattern: re.Pattern[str], max_length: int, rule: str) -> str | None:
+    if len(value) > max_length:
+        return f"{shown(value)} is longer than {max_length} characters"
+    if not pattern.fullmatch(value):
+        return f"{shown(value)} is not {rule}"
     return None
+
+
+def dns_label_problem(value: str) -> str | None:
+    return _name_problem(
+        value,
+        _DNS_LABEL,
+        DNS_LABEL_MAX,
+        "a DNS label (lowercase letters, digits and '-', starting and ending with a letter or digit)",
+    )
 
 
 def dns_subdomain_problem(value: str, max_length: int = DNS_SUBDOMAIN_MAX) -> str | None:
-    if len(value) > max_length:
-        return f"{shown(value)} is longer than {max_length} characters"
-    if not _DNS_SUBDOMAIN.fullmatch(value):
-        return (
-            f"{shown(value)} is not a DNS subdomain (dot-separated lowercase labels of letters, "
-            "digits and '-', each starting and ending with a letter or digit)"
-        )
-    return None
+    return _name_problem(
+        value,
+        _DNS_SUBDOMAIN,
+        max_length,
+        "a DNS subdomain (dot-separated lowercase labels of letters, digits and '-', "
+        "each starting and ending with a letter or digit)",
+    )
 
 
 def uid_problem(value: str) -> str | None:
