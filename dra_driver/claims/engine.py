@@ -119,7 +119,9 @@ class ClaimEngine:
     # -- prepare -------------------------------------------------------------------------------
 
     async def prepare(self, claims: Sequence[RawClaim]) -> dict[str, PrepareOutcome]:
-        outcomes = await asyncio.gather(*(self._prepare_one(raw) for raw in claims))
+        # Shielded: if kubelet gives up on the call (deadline, dropped connection), the work still
+        # runs to the end, so memory and disk agree and kubelet's retry finds the claim prepared.
+        outcomes = await asyncio.shield(asyncio.gather(*(self._prepare_one(raw) for raw in claims)))
         return {raw[2]: outcome for raw, outcome in zip(claims, outcomes, strict=True)}
 
     async def _prepare_one(self, raw: RawClaim) -> PrepareOutcome:
@@ -206,7 +208,7 @@ class ClaimEngine:
 
     async def unprepare(self, claims: Sequence[RawClaim]) -> dict[str, str]:
         """Undoes prepare from local records alone; a claim we never prepared succeeds."""
-        errors = await asyncio.gather(*(self._unprepare_one(raw) for raw in claims))
+        errors = await asyncio.shield(asyncio.gather(*(self._unprepare_one(raw) for raw in claims)))
         return {raw[2]: error for raw, error in zip(claims, errors, strict=True)}
 
     async def _unprepare_one(self, raw: RawClaim) -> str:

@@ -6,13 +6,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from kubernetes import client
 
 from dra_driver import kubelet_client
+from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
+from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_driver.kubelet_client import ClaimArg, DraApi
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.claims import allocate, claim_body
+from tests.support.waiting import wait_until
 
 KIND = "k8s.gpu.dra-driver.dev/claim"
 APIS: list[DraApi] = ["v1", "v1beta1"]
@@ -305,6 +309,34 @@ def test_device_ownership_survives_a_restart(
         assert "device gpu-6 is already prepared for claim default/holder" in error
     finally:
         second.terminate()
+
+
+def test_a_call_kubelet_abandons_still_completes_consistently(
+    agent: AgentProcess, apiserver: Any, claims_api: client.ResourceV1Api
+) -> None:
+    uid = allocate(claims_api, "abandoned", {"gpu": "gpu-2"}, pool="node-a")
+    apiserver.faults.latency_seconds = 0.5
+
+    async def call_with_short_deadline() -> grpc.StatusCode:
+        async with grpc.aio.insecure_channel(f"unix://{agent.dirs.dra_socket}") as channel:
+            request = v1_pb2.NodePrepareResourcesRequest(
+                claims=[v1_pb2.Claim(namespace="default", name="abandoned", uid=uid)]
+            )
+            try:
+                await v1_grpc.DRAPluginStub(channel).NodePrepareResources(request, timeout=0.1)
+            except grpc.aio.AioRpcError as error:
+                return error.code()
+        return grpc.StatusCode.OK
+
+    assert asyncio.run(call_with_short_deadline()) == grpc.StatusCode.DEADLINE_EXCEEDED
+    record = agent.dirs.state_dir / "claims" / f"{uid}.json"
+    wait_until(record.exists)
+    assert (agent.dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json").exists()
+    apiserver.faults.latency_seconds = 0
+    assert (
+        prepare(agent, "v1", ClaimArg("default", "abandoned", uid))[uid]["devices"][0]["device_name"]
+        == "gpu-2"
+    )
 
 
 def test_api_server_errors_become_per_claim_errors(
