@@ -121,7 +121,9 @@ class NodeAgent:
         await self.hardware.close()
 
 
-async def _wait_for_termination() -> signal.Signals:
+def _termination_signal() -> "asyncio.Future[signal.Signals]":
+    """A future set by the first SIGTERM or SIGINT; installed before anything starts, so a
+    signal during start-up still ends in an orderly stop."""
     loop = asyncio.get_running_loop()
     received: asyncio.Future[signal.Signals] = loop.create_future()
 
@@ -131,15 +133,16 @@ async def _wait_for_termination() -> signal.Signals:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
-    return await received
+    return received
 
 
 async def run_node(settings: NodeSettings) -> None:
+    termination = _termination_signal()
     api_client = await kubernetes_api_client(settings.kubeconfig)
     try:
         agent = await NodeAgent.start(settings, ApiServerClaimSource(api_client))
         log.info("node agent running", node=settings.node_name, driver=settings.driver_name, pid=os.getpid())
-        received = await _wait_for_termination()
+        received = await termination
         log.info("stopping after signal; in-flight calls finish first", signal=received.name)
         await agent.stop()
     finally:

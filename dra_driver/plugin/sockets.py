@@ -1,5 +1,6 @@
 """Unix socket files for kubelet plugins."""
 
+import socket
 import stat
 from pathlib import Path
 
@@ -18,11 +19,23 @@ def socket_path_problem(path: Path) -> str | None:
     return None
 
 
+def _someone_listens(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(str(path))
+    except OSError:  # refused: nobody listens any more
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 def clear_stale_socket(path: Path) -> None:
     """Removes a socket left by an earlier run, so binding does not fail with 'address in use'.
 
-    Anything that is not a socket is left alone: deleting an operator's file by mistake is worse
-    than refusing to start.
+    Anything that is not a socket is left alone (deleting an operator's file by mistake is worse
+    than refusing to start), and so is a socket another live process still serves on: taking it
+    over would silently cut that process off from kubelet.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -31,4 +44,6 @@ def clear_stale_socket(path: Path) -> None:
         return
     if not stat.S_ISSOCK(mode):
         raise SocketPathError(f"{path} exists and is not a socket; refusing to replace it")
+    if _someone_listens(path):
+        raise SocketPathError(f"{path} is in use: another process serves on it; refusing to take it over")
     path.unlink(missing_ok=True)

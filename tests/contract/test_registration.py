@@ -88,6 +88,16 @@ def test_a_non_socket_file_in_the_way_stops_the_start_with_one_line(
     assert last == f"dra-driver node: {expected}"
 
 
+def test_a_second_agent_does_not_take_over_live_sockets(agent: AgentProcess, kubeconfig: Path) -> None:
+    second = start_agent(agent.dirs, kubeconfig, wait=False)
+
+    assert second.process.wait(30) == 1
+    assert f"dra-driver node: {agent.dirs.dra_socket} is in use: another process serves on it" in (
+        second.log_path.read_text()
+    )
+    assert asyncio.run(kubelet_client.register(agent.dirs.registration_socket))["registered"]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_removes_both_sockets_and_exits_cleanly(agent: AgentProcess, sig: signal.Signals) -> None:
     assert agent.terminate(sig) == 0
