@@ -14,6 +14,7 @@ from typing import Any
 from dra_driver import durable_files
 
 CLAIM_CLASS = "claim"
+_SPEC_SUFFIX = ".json"
 
 _VENDOR_OR_CLASS = re.compile(r"[A-Za-z]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _STARTS_WITH_LETTER = re.compile(r"[A-Za-z]")
@@ -79,11 +80,12 @@ def claim_device_name(claim_uid: str, device_name: str) -> str:
 
 
 def claim_spec_file_name(driver_name: str, claim_uid: str) -> str:
-    return f"k8s.{driver_name}-{CLAIM_CLASS}_{claim_uid}.json"
+    return f"k8s.{driver_name}-{CLAIM_CLASS}_{claim_uid}{_SPEC_SUFFIX}"
 
 
 def claim_spec(driver_name: str, claim_uid: str, devices: list[tuple[str, ContainerEdits]]) -> CdiSpec:
-    """The spec of one claim, its names checked against the CDI rules before anything is written."""
+    """The spec of one claim, one CDI device per entry of `devices` and in the same order, its
+    names checked against the CDI rules before anything is written."""
     kind = claim_kind(driver_name)
     vendor, _, cdi_class = kind.partition("/")
     for label, value in (("vendor", vendor), ("class", cdi_class)):
@@ -110,6 +112,16 @@ class CdiSpecDirectory:
 
     def path_for(self, claim_uid: str) -> Path:
         return self.directory / claim_spec_file_name(self._driver_name, claim_uid)
+
+    def claim_uids(self) -> set[str]:
+        """The claims that have a spec file of this driver here."""
+        prefix = claim_spec_file_name(self._driver_name, "").removesuffix(_SPEC_SUFFIX)
+        if not self.directory.is_dir():
+            return set()
+        return {
+            path.name.removeprefix(prefix).removesuffix(_SPEC_SUFFIX)
+            for path in self.directory.glob(f"{prefix}*{_SPEC_SUFFIX}")
+        }
 
     def write(self, claim_uid: str, spec: CdiSpec) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)

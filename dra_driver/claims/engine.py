@@ -84,15 +84,9 @@ class ClaimEngine:
         return quarantined
 
     def _remove_unowned_specs(self, owned_uids: set[str]) -> None:
-        prefix = cdi.claim_spec_file_name(self._driver_name, "")
-        directory = self._cdi_specs.directory
-        if not directory.is_dir():
-            return
-        for path in directory.glob(f"{prefix}*.json"):
-            uid = path.name[len(prefix) : -len(".json")]
-            if uid not in owned_uids:
-                log.info("removing CDI spec no prepared claim owns", path=str(path))
-                path.unlink(missing_ok=True)
+        for uid in self._cdi_specs.claim_uids() - owned_uids:
+            log.info("removing CDI spec no prepared claim owns", path=str(self._cdi_specs.path_for(uid)))
+            self._cdi_specs.remove(uid)
 
     def _take_devices(self, record: ClaimRecord) -> None:
         for device in record.devices:
@@ -149,10 +143,6 @@ class ClaimEngine:
             gpus[result.device] = gpu
         return gpus
 
-    def _claim_spec(self, ref: ClaimRef, gpus: dict[str, Gpu]) -> CdiSpec:
-        edits = [(name, self._edits_for_gpu(name, gpu)) for name, gpu in sorted(gpus.items())]
-        return cdi.claim_spec(self._driver_name, ref.uid, edits)
-
     def _reserve(self, ref: ClaimRef, device_names: list[str]) -> None:
         """Checks and takes ownership in one step: no await, so no other call can interleave."""
         for name in device_names:
@@ -167,8 +157,14 @@ class ClaimEngine:
 
     async def _prepare_new(self, ref: ClaimRef, allocated: tuple[AllocatedDevice, ...]) -> ClaimRecord:
         gpus = self._gpus_for(ref, allocated)
-        spec = self._claim_spec(ref, gpus)
-        cdi_id_of = {name: cdi.claim_device_name(ref.uid, name) for name in gpus}
+        names = sorted(gpus)
+        spec = cdi.claim_spec(
+            self._driver_name, ref.uid, [(name, self._edits_for_gpu(name, gpus[name])) for name in names]
+        )
+        # claim_spec keeps the order of its input: one CDI device per name.
+        cdi_id_of = {
+            name: spec.qualified_name(device) for name, device in zip(names, spec.devices, strict=True)
+        }
         record = ClaimRecord(
             claim=ref,
             devices=tuple(
@@ -176,14 +172,14 @@ class ClaimEngine:
                     request_names=(result.main_request,),
                     pool=result.pool,
                     device=result.device,
-                    cdi_device_ids=(f"{spec.kind}={cdi_id_of[result.device]}",),
+                    cdi_device_ids=(cdi_id_of[result.device],),
                 )
                 for result in allocated
             ),
         )
         if not record.devices:
             return record  # nothing of ours in this claim: nothing to do or to remember
-        self._reserve(ref, sorted(gpus))
+        self._reserve(ref, names)
         try:
             await asyncio.to_thread(self._write_prepared, ref, spec, record)
         except BaseException:

@@ -294,6 +294,22 @@ def test_unprepare_after_restart_works_from_local_state_alone(
         second.terminate()
 
 
+def test_specs_no_record_owns_are_removed_at_start(agent_dirs: AgentDirs, kubeconfig: Path) -> None:
+    agent_dirs.cdi_dir.mkdir(parents=True)
+    orphan = agent_dirs.cdi_dir / "k8s.gpu.dra-driver.dev-claim_0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b.json"
+    foreign = agent_dirs.cdi_dir / "k8s.net.example.com-claim_0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b.json"
+    for path in (orphan, foreign):
+        path.write_text("{}")
+
+    agent = start_agent(agent_dirs, kubeconfig)
+    try:
+        assert not orphan.exists()
+        assert foreign.exists()  # another driver's spec is not ours to remove
+        assert agent.wait_for_log("removing CDI spec no prepared claim owns")["path"] == str(orphan)
+    finally:
+        agent.terminate()
+
+
 def test_device_ownership_survives_a_restart(
     agent_dirs: AgentDirs, kubeconfig: Path, claims_api: client.ResourceV1Api
 ) -> None:

@@ -77,6 +77,8 @@ def test_spec_files_are_written_atomically_and_removed(tmp_path: Path) -> None:
     )
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
     assert re.search(r'"cdiVersion": "0.5.0"', path.read_text())
+    assert directory.claim_uids() == {UID}
     directory.remove(UID)
     directory.remove(UID)  # removing twice is fine
+    assert directory.claim_uids() == set()
     assert list(path.parent.iterdir()) == []
