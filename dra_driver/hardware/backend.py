@@ -2,7 +2,7 @@
 
 from typing import Protocol
 
-from dra_driver.hardware.model import Gpu
+from dra_driver.hardware.model import Gpu, MigInstance, Placement
 
 
 class HardwareBackend(Protocol):
@@ -12,7 +12,21 @@ class HardwareBackend(Protocol):
         ...
 
     async def discover(self) -> tuple[Gpu, ...]:
-        """The node's GPUs ordered by NVML index; blocking work happens off the event loop."""
+        """A snapshot of the node's GPUs ordered by NVML index, MIG instances included; blocking
+        work happens off the event loop."""
+        ...
+
+    async def create_mig_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> MigInstance:
+        """Creates a GPU instance at exactly `placement` and one compute instance spanning it.
+
+        Raises HardwareError with reason INVALID_ARGUMENT for a placement the profile does not
+        have, INSUFFICIENT_RESOURCES when it overlaps an existing instance or the profile has no
+        instances left, NOT_SUPPORTED when MIG mode is off. Nothing is left behind on failure.
+        """
+        ...
+
+    async def destroy_mig_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None:
+        """Destroys the GPU instance and its compute instances; NOT_FOUND if it does not exist."""
         ...
 
     async def close(self) -> None: ...

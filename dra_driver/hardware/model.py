@@ -4,11 +4,82 @@ Frozen and free of Kubernetes so that device planning stays a pure function of t
 whichever backend (NVML or simulated) produced them.
 """
 
+import enum
 from dataclasses import dataclass
+
+
+class HardwareErrorReason(enum.Enum):
+    """Why a hardware call failed, in NVML's terms, so callers can react without parsing text."""
+
+    INVALID_ARGUMENT = "invalid-argument"
+    NOT_SUPPORTED = "not-supported"
+    INSUFFICIENT_RESOURCES = "insufficient-resources"
+    NOT_FOUND = "not-found"
+    GPU_LOST = "gpu-lost"
+    NO_PERMISSION = "no-permission"
+    LIBRARY_NOT_FOUND = "library-not-found"
+    OTHER = "other"
 
 
 class HardwareError(Exception):
     """The hardware (or its simulation) could not be read or did not answer as expected."""
+
+    def __init__(self, message: str, reason: HardwareErrorReason = HardwareErrorReason.OTHER) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class MigMode(enum.Enum):
+    UNSUPPORTED = "unsupported"
+    DISABLED = "disabled"
+    ENABLED = "enabled"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Placement:
+    """Where a GPU instance sits, in memory slices: it occupies [start, start + size)."""
+
+    start: int
+    size: int
+
+    @property
+    def memory_slices(self) -> range:
+        return range(self.start, self.start + self.size)
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """A GPU instance profile as NVML describes it (nvmlGpuInstanceProfileInfo_t)."""
+
+    # info.id: what `nvidia-smi mig -lgip` shows and -cgi takes; not the NVML_GPU_INSTANCE_PROFILE_* enum.
+    profile_id: int
+    # The NVML_GPU_INSTANCE_PROFILE_* constant the profile was queried with.
+    nvml_enum: int
+    name: str
+    compute_slices: int
+    memory_bytes: int
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+    max_instances: int
+    placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """An existing GPU instance together with the compute instance that makes it usable."""
+
+    uuid: str
+    profile_id: int
+    placement: Placement
+    gpu_instance_id: int
+    compute_instance_id: int
+    # Compute slices of the compute instance; smaller than the profile's when the GI is split.
+    compute_slices: int
+    multiprocessors: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,5 +95,17 @@ class Gpu:
     multiprocessors: int
     pci_bus_id: str
     pcie_root: str
+    # None where the platform has no NUMA affinity for the device (sysfs reports -1).
+    numa_node: int | None
     driver_version: str
     cuda_driver_version: str
+    mig_mode: MigMode
+    # Memory slices of the GPU (8, or 4 on A30); 0 when MIG is unsupported.
+    memory_slices: int = 0
+    mig_profiles: tuple[MigProfile, ...] = ()
+    mig_instances: tuple[MigInstance, ...] = ()
+    # "<cluster UUID>.<clique ID>" where NVML reports an NVLink fabric clique (e.g. GB200 NVL).
+    fabric_clique: str | None = None
+
+    def mig_profile(self, profile_id: int) -> MigProfile | None:
+        return next((profile for profile in self.mig_profiles if profile.profile_id == profile_id), None)

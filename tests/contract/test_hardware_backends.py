@@ -1,0 +1,405 @@
+"""One contract for every hardware backend: what the rest of the driver may rely on.
+
+The simulated backend always runs. The NVML backend joins on a machine with NVIDIA GPUs when
+DRA_DRIVER_TEST_NVML=1, and its MIG cases (which create and destroy real GPU instances on a GPU
+that has MIG mode enabled) only when DRA_DRIVER_TEST_NVML_MIG=1 as well. Both lists are fixed at
+collection time: a requested real backend that is missing fails, it is never skipped.
+"""
+
+import asyncio
+import os
+import re
+from collections import Counter
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from dra_driver.hardware.backend import HardwareBackend
+from dra_driver.hardware.model import (
+    Gpu,
+    HardwareError,
+    HardwareErrorReason,
+    MigInstance,
+    MigMode,
+    MigProfile,
+    Placement,
+)
+from dra_driver.hardware.simulated import SimulatedBackend, gpu_models, parse_node_spec, resolve_node_spec
+
+_T = TypeVar("_T")
+
+NVML = os.environ.get("DRA_DRIVER_TEST_NVML") == "1"
+NVML_MIG = NVML and os.environ.get("DRA_DRIVER_TEST_NVML_MIG") == "1"
+BACKENDS = ["simulated", *(["nvml"] if NVML else [])]
+MIG_BACKENDS = ["simulated", *(["nvml"] if NVML_MIG else [])]
+# go-nvlib's architecture strings: selectors written for NVIDIA's own driver match on them.
+ARCHITECTURES = {
+    "Kepler",
+    "Maxwell",
+    "Pascal",
+    "Volta",
+    "Turing",
+    "Ampere",
+    "Ada Lovelace",
+    "Hopper",
+    "Blackwell",
+}
+
+
+def open_backend(kind: str) -> HardwareBackend:
+    if kind == "nvml":
+        from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
+
+        return NvmlBackend()
+    # Every GPU state at once: MIG with instances, MIG empty, MIG disabled, no MIG.
+    return SimulatedBackend("contract-node", resolve_node_spec("mixed"))
+
+
+def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    return asyncio.run(coroutine)
+
+
+def refused(coroutine: Coroutine[Any, Any, object]) -> HardwareError:
+    with pytest.raises(HardwareError) as raised:
+        run(coroutine)
+    return raised.value
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[HardwareBackend]:
+    opened = open_backend(request.param)
+    yield opened
+    run(opened.close())
+
+
+@pytest.fixture(params=MIG_BACKENDS)
+def mig_backend(request: pytest.FixtureRequest) -> Iterator[HardwareBackend]:
+    opened = open_backend(request.param)
+    yield opened
+    run(opened.close())
+
+
+def overlaps(placement: Placement, instances: tuple[MigInstance, ...]) -> bool:
+    return any(set(placement.memory_slices) & set(other.placement.memory_slices) for other in instances)
+
+
+def free_slot(gpu: Gpu) -> tuple[MigProfile, Placement]:
+    """The smallest plain profile at the first placement nothing occupies: the least intrusive
+    instance to create on a real GPU that may already be partly in use."""
+    used = Counter(instance.profile_id for instance in gpu.mig_instances)
+    for profile in sorted(gpu.mig_profiles, key=lambda p: (p.placements[0].size, p.nvml_enum)):
+        if used[profile.profile_id] < profile.max_instances:
+            for placement in profile.placements:
+                if not overlaps(placement, gpu.mig_instances):
+                    return profile, placement
+    raise AssertionError(f"GPU {gpu.index} ({gpu.uuid}) has no free MIG placement; destroy an instance first")
+
+
+def mig_gpu(backend: HardwareBackend) -> Gpu:
+    """The MIG-enabled GPU with the fewest instances."""
+    enabled = [gpu for gpu in run(backend.discover()) if gpu.mig_mode is MigMode.ENABLED]
+    assert enabled, f"{backend.description}: no GPU has MIG mode enabled; the MIG contract needs one"
+    return min(enabled, key=lambda gpu: len(gpu.mig_instances))
+
+
+def gpu_by_uuid(backend: HardwareBackend, gpu_uuid: str) -> Gpu:
+    return next(gpu for gpu in run(backend.discover()) if gpu.uuid == gpu_uuid)
+
+
+class Created:
+    """Destroys what a test created, also when the test fails: on real hardware leftovers
+    would change the next run's starting point."""
+
+    def __init__(self, backend: HardwareBackend, gpu: Gpu) -> None:
+        self.backend = backend
+        self.gpu = gpu
+        self.instances: list[MigInstance] = []
+
+    def __enter__(self) -> "Created":
+        return self
+
+    def create(self, profile: MigProfile, placement: Placement) -> MigInstance:
+        instance = run(self.backend.create_mig_instance(self.gpu.uuid, profile.profile_id, placement))
+        self.instances.append(instance)
+        return instance
+
+    def __exit__(self, *_: object) -> None:
+        present = {i.gpu_instance_id for i in gpu_by_uuid(self.backend, self.gpu.uuid).mig_instances}
+        for instance in self.instances:
+            if instance.gpu_instance_id in present:
+                run(self.backend.destroy_mig_instance(self.gpu.uuid, instance.gpu_instance_id))
+
+
+# --- discovery ----------------------------------------------------------------------------------
+
+
+def test_discover_lists_gpus_by_index_with_unique_identities(backend: HardwareBackend) -> None:
+    gpus = run(backend.discover())
+
+    assert gpus, f"{backend.description}: no GPUs"
+    assert [gpu.index for gpu in gpus] == list(range(len(gpus)))
+    assert len({gpu.uuid for gpu in gpus}) == len(gpus)
+    assert len({gpu.pci_bus_id for gpu in gpus}) == len(gpus)
+    assert len({gpu.minor for gpu in gpus}) == len(gpus)
+    assert run(backend.discover()) == gpus
+
+
+def test_discover_reports_sane_device_facts(backend: HardwareBackend) -> None:
+    for gpu in run(backend.discover()):
+        assert gpu.uuid.startswith("GPU-"), gpu
+        assert gpu.memory_bytes > 0
+        assert gpu.multiprocessors > 0
+        assert gpu.product_name
+        assert gpu.brand
+        assert gpu.architecture in ARCHITECTURES
+        assert re.fullmatch(r"\d+\.\d+", gpu.cuda_compute_capability)
+        assert re.fullmatch(r"\d+(\.\d+)+", gpu.driver_version)
+        assert re.fullmatch(r"\d+\.\d+", gpu.cuda_driver_version)
+        assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", gpu.pci_bus_id)
+        assert re.fullmatch(r"pci[0-9a-f]{4}:[0-9a-f]{2}", gpu.pcie_root)
+        assert gpu.numa_node is None or gpu.numa_node >= 0
+        assert gpu.fabric_clique is None or re.fullmatch(r"[0-9a-f-]{36}\.\d+", gpu.fabric_clique)
+
+
+def test_discover_reports_mig_state_consistently(backend: HardwareBackend) -> None:
+    for gpu in run(backend.discover()):
+        if gpu.mig_mode is MigMode.UNSUPPORTED:
+            assert (gpu.memory_slices, gpu.mig_profiles) == (0, ())
+        if gpu.mig_mode is not MigMode.ENABLED:
+            assert gpu.mig_instances == ()
+            continue
+        assert gpu.memory_slices > 0
+        assert gpu.mig_profiles
+        pairs = [(i.gpu_instance_id, i.compute_instance_id) for i in gpu.mig_instances]
+        assert pairs == sorted(set(pairs))
+        placement_of_gpu_instance: dict[int, Placement] = {}
+        for instance in gpu.mig_instances:
+            profile = gpu.mig_profile(instance.profile_id)
+            assert profile is not None, instance
+            assert instance.placement in profile.placements
+            # One GPU instance may be split into compute instances, or have none yet (uuid "").
+            placement_of_gpu_instance.setdefault(instance.gpu_instance_id, instance.placement)
+            assert placement_of_gpu_instance[instance.gpu_instance_id] == instance.placement
+            if instance.compute_instance_id >= 0:
+                assert instance.uuid.startswith("MIG-")
+                assert 0 < instance.compute_slices <= profile.compute_slices
+            else:
+                assert (instance.uuid, instance.compute_slices) == ("", 0)
+        placements = list(placement_of_gpu_instance.values())
+        used = [index for placement in placements for index in placement.memory_slices]
+        assert len(used) == len(set(used)), placements
+
+
+# --- MIG ----------------------------------------------------------------------------------------
+
+
+def test_a_created_instance_appears_in_discover_where_it_was_asked_for(mig_backend: HardwareBackend) -> None:
+    gpu = mig_gpu(mig_backend)
+    profile, placement = free_slot(gpu)
+
+    with Created(mig_backend, gpu) as created:
+        instance = created.create(profile, placement)
+        after = gpu_by_uuid(mig_backend, gpu.uuid)
+
+    assert (instance.profile_id, instance.placement) == (profile.profile_id, placement)
+    assert instance.gpu_instance_id not in {i.gpu_instance_id for i in gpu.mig_instances}
+    assert (instance.compute_slices, instance.multiprocessors) == (
+        profile.compute_slices,
+        profile.multiprocessors,
+    )
+    assert after.mig_instances == tuple(
+        sorted((*gpu.mig_instances, instance), key=lambda i: i.gpu_instance_id)
+    )
+
+
+def test_an_overlapping_instance_is_refused_and_changes_nothing(mig_backend: HardwareBackend) -> None:
+    gpu = mig_gpu(mig_backend)
+    profile, placement = free_slot(gpu)
+    full_gpu = max(gpu.mig_profiles, key=lambda p: p.compute_slices)
+
+    with Created(mig_backend, gpu) as created:
+        created.create(profile, placement)
+        before = run(mig_backend.discover())
+        same_place = refused(mig_backend.create_mig_instance(gpu.uuid, profile.profile_id, placement))
+        whole_gpu = refused(
+            mig_backend.create_mig_instance(gpu.uuid, full_gpu.profile_id, full_gpu.placements[0])
+        )
+        after = run(mig_backend.discover())
+
+    assert same_place.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES, same_place
+    assert whole_gpu.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES, whole_gpu
+    assert after == before
+
+
+def test_a_placement_the_profile_does_not_have_is_an_invalid_argument(mig_backend: HardwareBackend) -> None:
+    gpu = mig_gpu(mig_backend)
+    profile, start = next(
+        (profile, start)
+        for profile in gpu.mig_profiles
+        for start in range(gpu.memory_slices - profile.placements[0].size + 1)
+        if Placement(start, profile.placements[0].size) not in profile.placements
+    )
+    before = run(mig_backend.discover())
+
+    error = refused(
+        mig_backend.create_mig_instance(
+            gpu.uuid, profile.profile_id, Placement(start, profile.placements[0].size)
+        )
+    )
+
+    assert error.reason is HardwareErrorReason.INVALID_ARGUMENT, error
+    assert run(mig_backend.discover()) == before
+
+
+def test_a_destroyed_instance_is_gone(mig_backend: HardwareBackend) -> None:
+    gpu = mig_gpu(mig_backend)
+    profile, placement = free_slot(gpu)
+
+    with Created(mig_backend, gpu) as created:
+        instance = created.create(profile, placement)
+        run(mig_backend.destroy_mig_instance(gpu.uuid, instance.gpu_instance_id))
+        after = gpu_by_uuid(mig_backend, gpu.uuid)
+
+    assert after.mig_instances == gpu.mig_instances
+
+
+def test_destroying_an_unknown_instance_is_not_found(mig_backend: HardwareBackend) -> None:
+    gpu = mig_gpu(mig_backend)
+    absent = max((i.gpu_instance_id for i in gpu.mig_instances), default=0) + 1
+
+    error = refused(mig_backend.destroy_mig_instance(gpu.uuid, absent))
+
+    assert error.reason is HardwareErrorReason.NOT_FOUND, error
+    assert gpu_by_uuid(mig_backend, gpu.uuid) == gpu
+
+
+# --- the simulated rules against a brute-force oracle ---------------------------------------------
+
+
+# Everything an instance draws from its GPU besides memory slices (MigProfile field names).
+RESOURCES = (
+    "memory_bytes",
+    "multiprocessors",
+    "copy_engines",
+    "decoders",
+    "encoders",
+    "jpeg_engines",
+    "ofa_engines",
+)
+ORACLE_MODELS = sorted(key for key, model in gpu_models().items() if model.mig is not None)
+
+
+@dataclass
+class Oracle:
+    """NVML's admission rules restated as plainly as possible, independent of the backend's code."""
+
+    gpu: Gpu
+    max_gpu_instances: int
+    instances: dict[int, tuple[MigProfile, Placement]] = field(default_factory=dict)
+
+    def budget(self, resource: str) -> int:
+        """The GPU's memory, and for everything else what the full-GPU profile gets."""
+        if resource == "memory_bytes":
+            return self.gpu.memory_bytes
+        full_gpu = max(self.gpu.mig_profiles, key=lambda p: p.compute_slices)
+        return int(getattr(full_gpu, resource))
+
+    def decide(self, profile: MigProfile, placement: Placement) -> HardwareErrorReason | None:
+        if placement not in profile.placements:
+            return HardwareErrorReason.INVALID_ARGUMENT
+        taken = {s for _, p in self.instances.values() for s in range(p.start, p.start + p.size)}
+        wanted = set(range(placement.start, placement.start + placement.size))
+        same_profile = [p for p, _ in self.instances.values() if p.profile_id == profile.profile_id]
+        layout = [p for p, _ in self.instances.values()] + [profile]
+        over_budget = any(sum(getattr(p, r) for p in layout) > self.budget(r) for r in RESOURCES)
+        if (
+            taken & wanted
+            or len(same_profile) >= profile.max_instances
+            or len(self.instances) >= self.max_gpu_instances
+            or over_budget
+        ):
+            return HardwareErrorReason.INSUFFICIENT_RESOURCES
+        return None
+
+
+# ("create", profile number, index into the profile's placements or any (start, size)) or
+# ("destroy", GPU instance id, unused): half the creates name a valid placement so layouts fill up.
+Step = tuple[str, int, int | tuple[int, int]]
+create_step = st.tuples(
+    st.just("create"),
+    st.integers(0, 10),
+    st.one_of(st.integers(0, 7), st.tuples(st.integers(0, 7), st.integers(1, 8))),
+)
+destroy_step = st.tuples(st.just("destroy"), st.integers(1, 8), st.just(0))
+
+
+@pytest.mark.parametrize("model", ORACLE_MODELS)
+@given(steps=st.lists(st.one_of(create_step, destroy_step), max_size=40))
+# Profile 1 is the "+me" profile on every MIG model: a second one is past its instance limit, and on
+# A30 profile 3 ("2g.12gb+me") next to it needs the one JPEG and OFA the first one holds.
+@example(steps=[("create", 1, 0), ("create", 1, 2)])
+@example(steps=[("create", 1, 0), ("create", 3, 1), ("destroy", 1, 0), ("create", 3, 1)])
+def test_simulated_mig_decisions_match_a_brute_force_oracle(model: str, steps: list[Step]) -> None:
+    backend = SimulatedBackend(
+        "n", parse_node_spec({"gpus": [{"model": model, "count": 1, "migMode": "enabled"}]}, "t")
+    )
+    gpu = run(backend.discover())[0]
+    geometry = gpu_models()[model].mig
+    assert geometry is not None
+    oracle = Oracle(gpu, max_gpu_instances=geometry.max_gpu_instances)
+
+    async def replay() -> None:
+        for kind, number, where in steps:
+            if kind == "create":
+                profile = gpu.mig_profiles[number % len(gpu.mig_profiles)]
+                placement = (
+                    profile.placements[where % len(profile.placements)]
+                    if isinstance(where, int)
+                    else Placement(*where)
+                )
+                await check_create(backend, oracle, profile, placement)
+            else:
+                await check_destroy(backend, oracle, number)
+            current = (await backend.discover())[0].mig_instances
+            assert {i.gpu_instance_id: (i.profile_id, i.placement) for i in current} == {
+                gi: (p.profile_id, placement) for gi, (p, placement) in oracle.instances.items()
+            }
+            assert_invariants(gpu, current)
+
+    run(replay())
+
+
+async def check_create(
+    backend: SimulatedBackend, oracle: Oracle, profile: MigProfile, placement: Placement
+) -> None:
+    expected = oracle.decide(profile, placement)
+    try:
+        instance = await backend.create_mig_instance(oracle.gpu.uuid, profile.profile_id, placement)
+    except HardwareError as error:
+        assert error.reason is expected, f"{profile.name} at {placement}: {error}"
+        return
+    assert expected is None, f"{profile.name} at {placement} was accepted, the oracle says {expected}"
+    assert instance.gpu_instance_id == min(set(range(1, 10)) - set(oracle.instances))
+    oracle.instances[instance.gpu_instance_id] = (profile, placement)
+
+
+async def check_destroy(backend: SimulatedBackend, oracle: Oracle, gpu_instance_id: int) -> None:
+    try:
+        await backend.destroy_mig_instance(oracle.gpu.uuid, gpu_instance_id)
+    except HardwareError as error:
+        assert gpu_instance_id not in oracle.instances
+        assert error.reason is HardwareErrorReason.NOT_FOUND
+        return
+    del oracle.instances[gpu_instance_id]
+
+
+def assert_invariants(gpu: Gpu, instances: tuple[MigInstance, ...]) -> None:
+    slices = [s for instance in instances for s in instance.placement.memory_slices]
+    assert len(slices) == len(set(slices)), instances
+    counts = Counter(instance.profile_id for instance in instances)
+    for profile in gpu.mig_profiles:
+        assert counts[profile.profile_id] <= profile.max_instances
