@@ -18,12 +18,13 @@ from dra_driver.claims.engine import ClaimEngine, EditsForGpu
 from dra_driver.claims.gpu_edits import nvml_gpu_edits, simulated_gpu_edits
 from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
-from dra_driver.devices.gpus import Inventory, whole_gpu_inventory
+from dra_driver.devices.inventory import Inventory, node_inventory
+from dra_driver.devices.node_config import NodeConfigError, load_node_config
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
-from dra_driver.settings import HardwareSpec, NodeSettings
+from dra_driver.settings import HardwareSpec, InventorySettings, NodeSettings
 
 log = structlog.get_logger("dra_driver.node")
 
@@ -63,6 +64,26 @@ async def kubernetes_api_client(kubeconfig: Path | None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+async def discover_inventory(settings: InventorySettings) -> tuple[HardwareBackend, Inventory]:
+    """The hardware, opened, and what it offers under the node configuration."""
+    try:
+        node_config = load_node_config(settings.node_config)
+    except NodeConfigError as error:
+        raise StartupError(str(error)) from error
+    try:
+        hardware = open_hardware(settings.hardware, settings.node_name)
+        gpus = await hardware.discover()
+    except HardwareError as error:
+        raise StartupError(f"--hardware {settings.hardware}: {error}") from error
+    try:
+        inventory = node_inventory(gpus, node_config)
+    except NodeConfigError as error:
+        await hardware.close()
+        origin = settings.node_config or "default settings (no --node-config)"
+        raise StartupError(f"node config {origin}: {error}") from error
+    return hardware, inventory
+
+
 @dataclass
 class NodeAgent:
     settings: NodeSettings
@@ -73,16 +94,14 @@ class NodeAgent:
 
     @classmethod
     async def start(cls, settings: NodeSettings, claim_source: ClaimSource) -> "NodeAgent":
-        try:
-            hardware = open_hardware(settings.hardware, settings.node_name)
-            inventory = whole_gpu_inventory(await hardware.discover())
-        except HardwareError as error:
-            raise StartupError(f"--hardware {settings.hardware}: {error}") from error
+        hardware, inventory = await discover_inventory(settings.inventory)
         log.info(
             "hardware discovered",
             hardware=hardware.description,
             devices=[device.name for device in inventory.devices],
         )
+        for note in inventory.notes:
+            log.warning("device left out", note=note)
         engine = ClaimEngine(
             driver_name=settings.driver_name,
             pool_name=settings.node_name,

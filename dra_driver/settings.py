@@ -49,6 +49,8 @@ class NodeSettings:
     node_name: str
     driver_name: str
     hardware: HardwareSpec
+    # How each GPU is offered (whole, MIG, vGPU); None = whole GPUs, MIG GPUs by their instances.
+    node_config: Path | None
     registrar_dir: Path
     plugins_dir: Path
     cdi_dir: Path
@@ -56,6 +58,10 @@ class NodeSettings:
     kubeconfig: Path | None
     log_format: LogFormat
     verbosity: int
+
+    @property
+    def inventory(self) -> "InventorySettings":
+        return InventorySettings(self.node_name, self.driver_name, self.hardware, self.node_config)
 
     @property
     def registration_socket(self) -> Path:
@@ -75,6 +81,12 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
     ("--node-name", "NODE_NAME", None, "name of this Kubernetes node (required); also the pool name"),
     ("--driver-name", "DRA_DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name published in ResourceSlices"),
     ("--hardware", "DRA_DRIVER_HARDWARE", "nvml", "'nvml', or 'simulated:<profile name or YAML path>'"),
+    (
+        "--node-config",
+        "DRA_DRIVER_NODE_CONFIG",
+        None,
+        "YAML file saying how each GPU is offered: whole, MIG (static/dynamic) or vGPU",
+    ),
     (
         "--registrar-dir",
         "DRA_DRIVER_REGISTRAR_DIR",
@@ -102,6 +114,25 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "json or console (default: console on a terminal, else json)",
     ),
 )
+
+
+# What decides the devices a node offers; `inspect` takes exactly these.
+INVENTORY_FLAGS = ("--node-name", "--driver-name", "--hardware", "--node-config")
+
+
+@dataclass(frozen=True, slots=True)
+class InventorySettings:
+    node_name: str
+    driver_name: str
+    hardware: HardwareSpec
+    node_config: Path | None
+
+
+def add_inventory_options(parser: argparse.ArgumentParser, default_node_name: str) -> None:
+    for flag, env, default, help_text in _OPTIONS:
+        if flag in INVENTORY_FLAGS:
+            fallback = default_node_name if flag == "--node-name" else default
+            parser.add_argument(flag, default=os.environ.get(env, fallback), help=f"{help_text} [env {env}]")
 
 
 def add_node_options(parser: argparse.ArgumentParser) -> None:
@@ -136,6 +167,15 @@ def _kubeconfig(value: str | None) -> Path | None:
     return path
 
 
+def _node_config(value: str | None) -> Path | None:
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_file():
+        raise SettingsError(f"--node-config (DRA_DRIVER_NODE_CONFIG): {value} is not a file")
+    return path
+
+
 def _verbosity(from_flags: int | None) -> int:
     if from_flags is not None:
         return from_flags
@@ -153,18 +193,29 @@ def _log_format(value: str | None, stderr_is_terminal: bool) -> LogFormat:
     return "json" if value == "json" else "console"
 
 
-def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSettings:
+def inventory_settings(args: argparse.Namespace) -> InventorySettings:
     if not args.node_name:
         raise SettingsError("--node-name (NODE_NAME) is required: the name of this Kubernetes node")
     if problem := dns_subdomain_problem(args.node_name):
         raise SettingsError(f"--node-name (NODE_NAME): {problem}")
     if problem := driver_name_problem(args.driver_name):
         raise SettingsError(f"--driver-name (DRA_DRIVER_NAME): {problem}")
-    plugins_dir = _directory("--plugins-dir", "DRA_DRIVER_PLUGINS_DIR", args.plugins_dir)
-    settings = NodeSettings(
+    return InventorySettings(
         node_name=args.node_name,
         driver_name=args.driver_name,
         hardware=parse_hardware(args.hardware),
+        node_config=_node_config(args.node_config),
+    )
+
+
+def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSettings:
+    inventory = inventory_settings(args)
+    plugins_dir = _directory("--plugins-dir", "DRA_DRIVER_PLUGINS_DIR", args.plugins_dir)
+    settings = NodeSettings(
+        node_name=inventory.node_name,
+        driver_name=inventory.driver_name,
+        hardware=inventory.hardware,
+        node_config=inventory.node_config,
         registrar_dir=_directory("--registrar-dir", "DRA_DRIVER_REGISTRAR_DIR", args.registrar_dir),
         plugins_dir=plugins_dir,
         cdi_dir=_directory("--cdi-dir", "DRA_DRIVER_CDI_DIR", args.cdi_dir),

@@ -20,7 +20,7 @@ from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 from dra_driver.claims.keyed_locks import KeyedLocks
 from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, PreparedDevice, QuarantinedRecord
 from dra_driver.claims.source import ClaimSource
-from dra_driver.devices.gpus import Inventory
+from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.model import Gpu
 
 log = structlog.get_logger("dra_driver.claims")
@@ -137,10 +137,15 @@ class ClaimEngine:
                     f"claim {ref}: device {result.device} was allocated from pool {result.pool!r}, "
                     f"but this node serves pool {self._pool_name!r}"
                 )
-            gpu = self._inventory.gpu_of_device.get(result.device)
-            if gpu is None:
+            device = self._inventory.device_by_name.get(result.device)
+            if device is None:
                 raise ClaimRejected(f"claim {ref}: device {result.device!r} does not exist on this node")
-            gpus[result.device] = gpu
+            if device.type != "gpu":
+                raise ClaimRejected(
+                    f"claim {ref}: device {result.device!r} is a {device.type} device; this version of "
+                    "the driver prepares whole GPUs only"
+                )
+            gpus[result.device] = self._inventory.gpu_of_device[result.device]
         return gpus
 
     def _reserve(self, ref: ClaimRef, device_names: list[str]) -> None:

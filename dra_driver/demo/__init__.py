@@ -51,6 +51,7 @@ async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: Te
             node_name=DEMO_NODE,
             driver_name=DEFAULT_DRIVER_NAME,
             hardware=parse_hardware(hardware),
+            node_config=None,
             registrar_dir=work_dir / "plugins_registry",
             plugins_dir=work_dir / "plugins",
             cdi_dir=_cdi_dir_for_demo(work_dir, podman_problem is None),

@@ -1,53 +1,60 @@
-"""Whole GPUs as DRA devices."""
+"""Whole GPUs as DRA devices, and the GPU facts every device of a GPU carries."""
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-
-from dra_driver.devices.model import AttributeValue, Device, bytes_quantity, semantic_version
+from dra_driver.devices.model import AttributeValue, Capacity, Device, DeviceType, semantic_version
+from dra_driver.devices.naming import gpu_device_name
 from dra_driver.hardware.model import Gpu
 
 STANDARD_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 STANDARD_PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 
 
-def gpu_device_name(gpu: Gpu) -> str:
-    """Named by NVML minor number, which (unlike the index) is stable across reboots."""
-    return f"gpu-{gpu.minor}"
-
-
-def whole_gpu_device(gpu: Gpu) -> Device:
+def shared_gpu_attributes(gpu: Gpu) -> dict[str, AttributeValue]:
+    """What a MIG slice or a vGPU share has in common with its GPU: the product, and the topology
+    (so `matchAttribute` can keep a multi-device claim on one PCIe root, NUMA node or NVLink
+    clique whichever kind of device it asks for)."""
     attributes: dict[str, AttributeValue] = {
-        "type": "gpu",
-        "uuid": gpu.uuid,
-        "index": gpu.index,
-        "minor": gpu.minor,
         "productName": gpu.product_name,
         "brand": gpu.brand,
         "architecture": gpu.architecture,
         "cudaComputeCapability": semantic_version(gpu.cuda_compute_capability),
         "driverVersion": semantic_version(gpu.driver_version),
         "cudaDriverVersion": semantic_version(gpu.cuda_driver_version),
-        STANDARD_PCI_BUS_ID: gpu.pci_bus_id,
         STANDARD_PCIE_ROOT: gpu.pcie_root,
     }
-    capacity = {
-        "memory": bytes_quantity(gpu.memory_bytes),
-        "multiprocessors": str(gpu.multiprocessors),
+    if gpu.numa_node is not None:
+        attributes["numaNode"] = gpu.numa_node
+    if gpu.fabric_clique is not None:
+        attributes["fabricClique"] = gpu.fabric_clique
+    return attributes
+
+
+def parent_attributes(gpu: Gpu) -> dict[str, AttributeValue]:
+    """Identifies the GPU a partition lives on."""
+    return {"parentUUID": gpu.uuid, "parentIndex": gpu.index, "parentMinor": gpu.minor}
+
+
+def gpu_identity_attributes(gpu: Gpu, device_type: DeviceType) -> dict[str, AttributeValue]:
+    return {
+        "type": device_type,
+        "uuid": gpu.uuid,
+        "index": gpu.index,
+        "minor": gpu.minor,
+        STANDARD_PCI_BUS_ID: gpu.pci_bus_id,
+        **shared_gpu_attributes(gpu),
     }
-    return Device(name=gpu_device_name(gpu), attributes=attributes, capacity=capacity)
 
 
-@dataclass(frozen=True, slots=True)
-class Inventory:
-    """What this node offers: devices sorted by name, and the GPU behind each one."""
+def whole_gpu_capacity(gpu: Gpu) -> dict[str, Capacity]:
+    """Memory, and the SM count where it is known (0 = NVML and the catalog do not know it)."""
+    capacity = {"memory": Capacity(gpu.memory_bytes)}
+    if gpu.multiprocessors:
+        capacity["multiprocessors"] = Capacity(gpu.multiprocessors)
+    return capacity
 
-    devices: tuple[Device, ...]
-    gpu_of_device: Mapping[str, Gpu]
 
-
-def whole_gpu_inventory(gpus: tuple[Gpu, ...]) -> Inventory:
-    devices = sorted((whole_gpu_device(gpu) for gpu in gpus), key=lambda device: device.name)
-    return Inventory(
-        devices=tuple(devices),
-        gpu_of_device={gpu_device_name(gpu): gpu for gpu in gpus},
+def whole_gpu_device(gpu: Gpu) -> Device:
+    return Device(
+        name=gpu_device_name(gpu),
+        attributes=gpu_identity_attributes(gpu, "gpu"),
+        capacity=whole_gpu_capacity(gpu),
     )

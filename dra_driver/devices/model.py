@@ -1,12 +1,13 @@
 """DRA devices as the driver plans them, and their resource.k8s.io/v1 rendering.
 
-Kept separate from the Kubernetes client models: planning compares and sorts these values,
-and only the edge that talks to the API server (or prints YAML) turns them into objects.
+Kept separate from the Kubernetes client models: planning compares, sums and sorts these
+values as plain integers, and only the edge that talks to the API server (or prints YAML) turns
+them into objects with quantity strings.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,14 +18,67 @@ class Version:
 
 
 AttributeValue = str | int | bool | Version
+DeviceType = Literal["gpu", "mig", "vgpu"]
+TaintEffect = Literal["None", "NoSchedule", "NoExecute"]
+
+
+_DEVICE_TYPES: dict[AttributeValue, DeviceType] = {"gpu": "gpu", "mig": "mig", "vgpu": "vgpu"}
+
+
+@dataclass(frozen=True, slots=True)
+class ValidRange:
+    minimum: int
+    maximum: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPolicy:
+    """How much of a shareable capacity one allocation takes (KEP-5075 consumable capacity)."""
+
+    default: int
+    valid_range: ValidRange
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    value: int
+    request_policy: RequestPolicy | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSet:
+    """Counters that devices of one GPU draw from, so the scheduler never over-commits it."""
+
+    name: str
+    counters: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class CounterConsumption:
+    counter_set: str
+    counters: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: TaintEffect
 
 
 @dataclass(frozen=True, slots=True)
 class Device:
     name: str
     attributes: Mapping[str, AttributeValue]
-    # Capacity values are Kubernetes quantities in their canonical text form.
-    capacity: Mapping[str, str]
+    capacity: Mapping[str, Capacity]
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    allow_multiple_allocations: bool = False
+    taints: tuple[Taint, ...] = field(default=())
+
+    @property
+    def type(self) -> DeviceType:
+        return _DEVICE_TYPES[self.attributes["type"]]
 
 
 def semantic_version(dotted: str) -> Version:
@@ -34,7 +88,7 @@ def semantic_version(dotted: str) -> Version:
     return Version(".".join(map(str, numbers)))
 
 
-def bytes_quantity(value: int) -> str:
+def quantity(value: int) -> str:
     """The shortest exact binary-suffixed quantity, as the API server would print it."""
     for suffix, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
         if value and value % factor == 0:
@@ -52,6 +106,24 @@ def _attribute_to_api(value: AttributeValue) -> dict[str, Any]:
     return {"string": value}
 
 
+def _capacity_to_api(capacity: Capacity) -> dict[str, Any]:
+    rendered: dict[str, Any] = {"value": quantity(capacity.value)}
+    if policy := capacity.request_policy:
+        rendered["requestPolicy"] = {
+            "default": quantity(policy.default),
+            "validRange": {
+                "min": quantity(policy.valid_range.minimum),
+                "max": quantity(policy.valid_range.maximum),
+                "step": quantity(policy.valid_range.step),
+            },
+        }
+    return rendered
+
+
+def _counters_to_api(counters: Mapping[str, int]) -> dict[str, Any]:
+    return {name: {"value": quantity(value)} for name, value in counters.items()}
+
+
 def device_to_api(device: Device) -> dict[str, Any]:
     """A resource.k8s.io/v1 Device object as a plain dict."""
     rendered: dict[str, Any] = {
@@ -59,5 +131,22 @@ def device_to_api(device: Device) -> dict[str, Any]:
         "attributes": {name: _attribute_to_api(value) for name, value in sorted(device.attributes.items())},
     }
     if device.capacity:
-        rendered["capacity"] = {name: {"value": value} for name, value in sorted(device.capacity.items())}
+        rendered["capacity"] = {
+            name: _capacity_to_api(capacity) for name, capacity in sorted(device.capacity.items())
+        }
+    if device.allow_multiple_allocations:
+        rendered["allowMultipleAllocations"] = True
+    if device.consumes_counters:
+        rendered["consumesCounters"] = [
+            {"counterSet": consumption.counter_set, "counters": _counters_to_api(consumption.counters)}
+            for consumption in device.consumes_counters
+        ]
+    if device.taints:
+        rendered["taints"] = [
+            {"key": taint.key, "value": taint.value, "effect": taint.effect} for taint in device.taints
+        ]
     return rendered
+
+
+def counter_set_to_api(counter_set: CounterSet) -> dict[str, Any]:
+    return {"name": counter_set.name, "counters": _counters_to_api(counter_set.counters)}

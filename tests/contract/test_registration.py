@@ -224,6 +224,34 @@ def test_unusable_hardware_fails_at_start_with_one_clear_line(
     assert expected in result.stderr
 
 
+def test_a_node_config_that_does_not_fit_the_gpus_stops_the_start(kubeconfig: Path, short_dir: Path) -> None:
+    node_config = short_dir / "node.yaml"
+    node_config.write_text("gpus: [{index: 1, mode: mig-dynamic}]\n")
+    result = _run_node(
+        "--node-name",
+        "a",
+        "--hardware",
+        "simulated:l4x8",
+        "--node-config",
+        str(node_config),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--registrar-dir",
+        str(short_dir / "r"),
+        "--plugins-dir",
+        str(short_dir / "p"),
+        "--log-format",
+        "json",
+    )
+
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith(
+        f"dra-driver node: node config {node_config}: gpus[0]: mode mig-dynamic on GPU 1"
+    )
+    assert "this GPU does not support MIG" in result.stderr
+
+
 def test_missing_kubeconfig_fails_at_start_with_one_clear_line(short_dir: Path) -> None:
     result = _run_node(
         "--node-name",

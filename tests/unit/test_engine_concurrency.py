@@ -14,8 +14,9 @@ from dra_driver.claims.cdi import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, RawClaim
 from dra_driver.claims.gpu_edits import simulated_gpu_edits
 from dra_driver.claims.records import ClaimRecordStore
-from dra_driver.devices.gpus import whole_gpu_inventory
-from dra_driver.hardware.simulated import resolve_node_spec, simulated_gpus
+from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.node_config import NodeConfig
+from tests.support.nodes import simulated_node
 
 DRIVER = "gpu.dra-driver.dev"
 
@@ -48,7 +49,7 @@ def engine_for(tmp: Path, source: SlowClaims) -> ClaimEngine:
     return ClaimEngine(
         driver_name=DRIVER,
         pool_name="node-a",
-        inventory=whole_gpu_inventory(simulated_gpus("node-a", resolve_node_spec("t4x4"))),
+        inventory=node_inventory(simulated_node("t4x4"), NodeConfig()),
         edits_for_gpu=simulated_gpu_edits,
         claim_source=source,
         records=ClaimRecordStore(tmp / "state"),
@@ -105,3 +106,26 @@ def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path
     assert asyncio.run(scenario()) == {}
     assert list((tmp_path / "state" / "claims").iterdir()) == []
     assert list((tmp_path / "cdi").iterdir()) == []
+
+
+def test_devices_other_than_whole_gpus_are_refused_until_their_prepare_exists(tmp_path: Path) -> None:
+    source = SlowClaims(3)
+    mig_claim = source.add("mig", "gpu-0-mig-1g10gb-2")
+    engine = ClaimEngine(
+        driver_name=DRIVER,
+        pool_name="node-a",
+        inventory=node_inventory(simulated_node("mixed"), NodeConfig()),
+        edits_for_gpu=simulated_gpu_edits,
+        claim_source=source,
+        records=ClaimRecordStore(tmp_path / "state"),
+        cdi_specs=CdiSpecDirectory(tmp_path / "cdi", DRIVER),
+    )
+
+    async def scenario() -> str:
+        await engine.load_state()
+        return (await engine.prepare([mig_claim]))[mig_claim[2]].error
+
+    assert "device 'gpu-0-mig-1g10gb-2' is a mig device; this version of the driver prepares whole GPUs" in (
+        asyncio.run(scenario())
+    )
+    assert not (tmp_path / "cdi").exists() or not any((tmp_path / "cdi").iterdir())

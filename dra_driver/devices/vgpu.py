@@ -1,0 +1,102 @@
+"""vGPU devices: fractions of a non-MIG GPU's memory and compute (HAMi-style sharing).
+
+Two ways to publish them, because clusters differ:
+- capacity mode (KEP-5075 consumable capacity): the GPU itself allows multiple allocations and
+  each claim takes the `memory` and `cores` it asks for; a claim that asks for nothing takes the
+  defaults, which are everything, so it gets the GPU to itself.
+- partitions mode (any cluster with partitionable devices): fixed-size vGPU devices draw
+  `memory` and `cores` from the GPU's counter set, and the whole-GPU device draws all of it.
+"""
+
+from collections.abc import Iterator
+
+from dra_driver.devices.gpus import (
+    gpu_identity_attributes,
+    parent_attributes,
+    shared_gpu_attributes,
+    whole_gpu_capacity,
+)
+from dra_driver.devices.model import (
+    Capacity,
+    CounterConsumption,
+    CounterSet,
+    Device,
+    RequestPolicy,
+    ValidRange,
+)
+from dra_driver.devices.naming import counter_set_name, gpu_device_name, vgpu_partition_name
+from dra_driver.devices.node_config import VgpuPartitionSize
+from dra_driver.hardware.model import Gpu
+
+ALL_CORES = 100
+
+
+def shareable_gpu_device(gpu: Gpu, memory_step: int) -> Device:
+    """Capacity mode. Requests round up to `memory_step`; the largest request is the largest
+    multiple of the step the GPU holds, so shares can never add up to more than the GPU has."""
+    allocatable = gpu.memory_bytes // memory_step * memory_step
+    attributes = gpu_identity_attributes(gpu, "vgpu")
+    if gpu.multiprocessors:
+        # Not a capacity: on a shared device a capacity without a request policy is consumed whole.
+        attributes["multiprocessors"] = gpu.multiprocessors
+    return Device(
+        name=gpu_device_name(gpu),
+        attributes=attributes,
+        capacity={
+            "memory": Capacity(
+                gpu.memory_bytes,
+                RequestPolicy(
+                    default=allocatable, valid_range=ValidRange(memory_step, allocatable, memory_step)
+                ),
+            ),
+            "cores": Capacity(
+                ALL_CORES, RequestPolicy(default=ALL_CORES, valid_range=ValidRange(1, ALL_CORES, 1))
+            ),
+        },
+        allow_multiple_allocations=True,
+    )
+
+
+def partition_cores(gpu: Gpu, size: VgpuPartitionSize) -> int:
+    """Configured, or the partition's share of the GPU's memory (at least 1 %)."""
+    return size.cores if size.cores is not None else max(1, ALL_CORES * size.memory_bytes // gpu.memory_bytes)
+
+
+def partition_slots(gpu: Gpu, size: VgpuPartitionSize) -> int:
+    """How many partitions of this size the GPU holds at once."""
+    return min(gpu.memory_bytes // size.memory_bytes, ALL_CORES // partition_cores(gpu, size))
+
+
+def vgpu_counter_set(gpu: Gpu) -> CounterSet:
+    return CounterSet(name=counter_set_name(gpu), counters={"memory": gpu.memory_bytes, "cores": ALL_CORES})
+
+
+def _consumes(gpu: Gpu, memory_bytes: int, cores: int) -> tuple[CounterConsumption, ...]:
+    return (
+        CounterConsumption(
+            counter_set=counter_set_name(gpu), counters={"memory": memory_bytes, "cores": cores}
+        ),
+    )
+
+
+def partitioned_whole_gpu_device(gpu: Gpu) -> Device:
+    """The whole GPU, offered next to its partitions; it takes every counter, so it is allocated
+    only when no partition is, and the other way round."""
+    return Device(
+        name=gpu_device_name(gpu),
+        attributes=gpu_identity_attributes(gpu, "gpu"),
+        capacity=whole_gpu_capacity(gpu),
+        consumes_counters=_consumes(gpu, gpu.memory_bytes, ALL_CORES),
+    )
+
+
+def vgpu_partition_devices(gpu: Gpu, sizes: tuple[VgpuPartitionSize, ...]) -> Iterator[Device]:
+    for size in sizes:
+        cores = partition_cores(gpu, size)
+        for slot in range(partition_slots(gpu, size)):
+            yield Device(
+                name=vgpu_partition_name(gpu, size.memory_bytes, slot),
+                attributes={"type": "vgpu", **parent_attributes(gpu), **shared_gpu_attributes(gpu)},
+                capacity={"memory": Capacity(size.memory_bytes), "cores": Capacity(cores)},
+                consumes_counters=_consumes(gpu, size.memory_bytes, cores),
+            )

@@ -1,0 +1,167 @@
+"""The node configuration: strict decoding, and errors that name the GPU and the setting."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.node_config import NodeConfigError, load_node_config, parse_node_config, plan_gpus
+from tests.support.nodes import simulated_node
+
+
+def plan(profile: str, text: str) -> list[str]:
+    config = parse_node_config(yaml.safe_load(text), "test config")
+    return [p.mode for p in plan_gpus(config, simulated_node(profile))]
+
+
+def test_without_a_file_gpus_are_whole_and_mig_gpus_offer_their_instances() -> None:
+    modes = plan("mixed", "")
+    gpus = simulated_node("mixed")
+    assert modes == ["mig-static" if gpu.mig_mode.value == "enabled" else "gpu" for gpu in gpus]
+
+
+def test_gpus_are_picked_by_index_or_uuid_and_the_rest_follow_the_default() -> None:
+    gpus = simulated_node("l4x8")
+    text = f"""
+default: {{mode: vgpu-capacity}}
+gpus:
+  - {{index: 0, mode: gpu}}
+  - {{uuid: {gpus[1].uuid}, mode: vgpu-partitions, vgpu: {{partitions: [{{memory: 4Gi}}]}}}}
+"""
+    assert plan("l4x8", text) == ["gpu", "vgpu-partitions", *["vgpu-capacity"] * 6]
+
+
+@pytest.mark.parametrize(
+    ("profile", "text", "message"),
+    [
+        (
+            "l4x8",
+            "gpus: [{index: 9, mode: gpu}]",
+            "gpus[0]: no GPU with index 9 on this node; GPUs present: 0 (",
+        ),
+        ("l4x8", "gpus: [{uuid: GPU-nope, mode: gpu}]", "gpus[0]: no GPU with uuid GPU-nope on this node"),
+        (
+            "l4x8",
+            "gpus: [{index: 2, mode: mig-dynamic}]",
+            "gpus[0]: mode mig-dynamic on GPU 2 (NVIDIA L4, GPU-",
+        ),
+        ("l4x8", "gpus: [{index: 2, mode: mig-static}]", "this GPU does not support MIG"),
+        (
+            "dgx-h100",
+            "gpus: [{index: 1, mode: mig-dynamic}]",
+            "MIG mode is disabled on this GPU; enable it first (nvidia-smi -i 1 -mig 1)",
+        ),
+        (
+            "dgx-h100-mig",
+            "default: {mode: vgpu-capacity}",
+            "default: mode vgpu-capacity on GPU 0 (NVIDIA H100 80GB HBM3, GPU-",
+        ),
+        (
+            "l4x8",
+            "gpus: [{index: 3, mode: vgpu-partitions, vgpu: {partitions: [{memory: 40Gi}]}}]",
+            "gpus[0].vgpu.partitions[0].memory: 40960Mi does not fit GPU 3 (NVIDIA L4",
+        ),
+        (
+            "l4x8",
+            "default: {mode: vgpu-partitions, vgpu: {partitions: [{memory: 4Gi}, {memory: 4096Mi}]}}",
+            "default.vgpu.partitions[1].memory: two partition sizes with the same memory on GPU 0",
+        ),
+        (
+            "l4x8",
+            "gpus: [{index: 0, mode: gpu}, {index: 0, mode: vgpu-capacity}]",
+            "gpus[1]: GPU 0 (NVIDIA L4, GPU-",
+        ),
+        (
+            "dgx-h100-mig",
+            "gpus: [{index: 0, mode: mig-dynamic, mig: {profiles: [1g.10gb, 9g.99gb]}}]",
+            "gpus[0].mig.profiles: ['9g.99gb'] not offered by GPU 0",
+        ),
+        (
+            "l4x8",
+            "default: {mode: vgpu-capacity, vgpu: {memoryStep: 64Gi}}",
+            "default.vgpu.memoryStep: 65536Mi is more",
+        ),
+    ],
+)
+def test_a_config_that_does_not_fit_the_gpus_names_the_gpu_and_the_setting(
+    profile: str, text: str, message: str
+) -> None:
+    with pytest.raises(NodeConfigError) as caught:
+        plan(profile, text)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- gpu", "test config: node config: expected a mapping with fields ['default', 'gpus']"),
+        ("gpu: []", "unknown field(s) ['gpu']; allowed: ['default', 'gpus']"),
+        ("default: {mode: whole}", "default.mode: 'whole' is not one of auto, gpu, mig-static, mig-dynamic"),
+        ("gpus: [{mode: gpu}]", "gpus[0]: set exactly one of 'index' or 'uuid'"),
+        ("gpus: [{index: 0, uuid: GPU-x}]", "gpus[0]: set exactly one of 'index' or 'uuid'"),
+        ("gpus: [{index: -1}]", "gpus[0].index: expected a GPU index (an integer ≥ 0), got -1"),
+        ("gpus: [{index: true}]", "gpus[0].index: expected a GPU index"),
+        ("gpus: {index: 0}", "gpus: expected a list"),
+        (
+            "default: {mode: gpu, vgpu: {memoryStep: 1Gi}}",
+            "default.vgpu: only allowed with mode vgpu-capacity",
+        ),
+        ("default: {mode: gpu, mig: {profiles: []}}", "default.mig: only allowed with mode mig-dynamic"),
+        (
+            "default: {mode: vgpu-partitions}",
+            "default.vgpu.partitions: mode vgpu-partitions needs at least one",
+        ),
+        (
+            "default: {mode: vgpu-capacity, vgpu: {partitions: [{memory: 1Gi}]}}",
+            "default.vgpu.partitions: only allowed with mode vgpu-partitions",
+        ),
+        (
+            "default: {mode: vgpu-partitions, vgpu: {partitions: [{memory: ten}]}}",
+            "default.vgpu.partitions[0].memory: expected a whole number of bytes such as 10Gi",
+        ),
+        (
+            "default: {mode: vgpu-partitions, vgpu: {partitions: [{memory: 1000}]}}",
+            "default.vgpu.partitions[0].memory: must be a positive whole number of MiB",
+        ),
+        (
+            "default: {mode: vgpu-partitions, vgpu: {partitions: [{memory: 1Gi, cores: 101}]}}",
+            "default.vgpu.partitions[0].cores: expected an integer percentage from 1 to 100, got 101",
+        ),
+        (
+            "default: {mode: vgpu-partitions, vgpu: {partitions: [{cores: 10}]}}",
+            "default.vgpu.partitions[0].memory: required",
+        ),
+        (
+            "default: {mode: vgpu-partitions, vgpu: {partitions: [{memory: 1Gi, size: 2}]}}",
+            "default.vgpu.partitions[0]: unknown field(s) ['size']",
+        ),
+        (
+            "default: {mode: vgpu-capacity, vgpu: {memoryStep: 512Ki}}",
+            "default.vgpu.memoryStep: must be a positive",
+        ),
+        (
+            "default: {mode: mig-dynamic, mig: {profiles: [7]}}",
+            "default.mig.profiles: expected profile names",
+        ),
+    ],
+)
+def test_malformed_configs_are_rejected_with_the_field_path(text: str, message: str) -> None:
+    with pytest.raises(NodeConfigError) as caught:
+        parse_node_config(yaml.safe_load(text), "test config")
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("test config: ")
+
+
+def test_the_file_is_read_from_disk_and_bad_files_are_reported(tmp_path: Path) -> None:
+    good = tmp_path / "node.yaml"
+    good.write_text("default: {mode: vgpu-capacity}\n")
+    inventory = node_inventory(simulated_node("t4x4"), load_node_config(good))
+    assert {device.type for device in inventory.devices} == {"vgpu"}
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("default: [\n")
+    with pytest.raises(NodeConfigError, match=f"node config {broken}: not valid YAML"):
+        load_node_config(broken)
+    with pytest.raises(NodeConfigError, match="cannot read it"):
+        load_node_config(tmp_path / "missing.yaml")
