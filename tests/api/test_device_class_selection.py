@@ -1,0 +1,84 @@
+"""The shipped DeviceClasses, and selectors users write, evaluated by a real CEL engine over every
+device the driver produces for every simulated node profile and GPU mode."""
+
+from functools import cache
+from typing import Any
+
+import pytest
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.devices.classes import device_classes
+from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.model import Device, device_to_api
+from tests.support.cel import selects
+from tests.support.nodes import GIB, all_profiles, mode_configs, simulated_node
+
+D = DEFAULT_DRIVER_NAME
+
+
+@cache
+def every_device() -> tuple[tuple[Device, dict[str, Any]], ...]:
+    produced: dict[str, tuple[Device, dict[str, Any]]] = {}
+    for profile in all_profiles():
+        gpus = simulated_node(profile)
+        for mode, config in mode_configs(gpus).items():
+            for device in node_inventory(gpus, config).devices:
+                produced[f"{profile}/{mode}/{device.name}"] = (device, device_to_api(device))
+    return tuple(produced.values())
+
+
+@pytest.mark.parametrize("device_class", device_classes(D), ids=lambda c: c["metadata"]["name"])
+def test_each_class_selects_exactly_the_devices_of_its_kind(device_class: dict[str, Any]) -> None:
+    (selector,) = device_class["spec"]["selectors"]
+    kind = device_class["metadata"]["name"].split(".")[0]
+    for device, rendered in every_device():
+        assert selects(selector["cel"]["expression"], D, rendered) == (device.type == kind), device.name
+
+
+def test_every_kind_of_device_is_produced() -> None:
+    kinds = {
+        (device.type, device.allow_multiple_allocations, bool(device.consumes_counters))
+        for device, _ in every_device()
+    }
+    assert kinds >= {
+        ("gpu", False, False),
+        ("gpu", False, True),
+        ("mig", False, False),
+        ("mig", False, True),
+        ("vgpu", True, False),
+        ("vgpu", False, True),
+    }
+
+
+def test_selecting_by_product_name_finds_that_product_in_every_kind() -> None:
+    expression = f'device.attributes["{D}"].productName == "NVIDIA H100 80GB HBM3"'
+    chosen = [device for device, rendered in every_device() if selects(expression, D, rendered)]
+    assert {device.attributes["productName"] for device in chosen} == {"NVIDIA H100 80GB HBM3"}
+    assert {device.type for device in chosen} == {"gpu", "mig", "vgpu"}
+    assert len(chosen) == sum(
+        1 for d, _ in every_device() if d.attributes["productName"] == "NVIDIA H100 80GB HBM3"
+    )
+
+
+@pytest.mark.parametrize("gib", [10, 40, 80])
+def test_selecting_by_memory_compares_quantities_not_text(gib: int) -> None:
+    expression = f'device.capacity["{D}"].memory.compareTo(quantity("{gib}Gi")) >= 0'
+    for device, rendered in every_device():
+        assert selects(expression, D, rendered) == (device.capacity["memory"].value >= gib * GIB), device.name
+
+
+def test_mig_profiles_and_compute_capability_select_as_users_expect() -> None:
+    expression = (
+        f'device.attributes["{D}"].type == "mig" && device.attributes["{D}"].profile == "1g.10gb" '
+        f'&& device.attributes["{D}"].cudaComputeCapability.isGreaterThan(semver("8.9.0"))'
+    )
+    chosen = {device.name for device, rendered in every_device() if selects(expression, D, rendered)}
+    assert chosen
+    assert all("-mig-1g10gb-" in name for name in chosen)
+    # H100 (9.0) has 1g.10gb; the A100-80GB 1g.10gb (8.0) must not be chosen.
+    gpus_with_profile = {
+        str(device.attributes["productName"])
+        for device, rendered in every_device()
+        if selects(expression, D, rendered)
+    }
+    assert gpus_with_profile == {"NVIDIA H100 80GB HBM3"}
