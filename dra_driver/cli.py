@@ -1,15 +1,25 @@
-"""The `dra-driver` command: `node`, `kubelet-client` and `demo`."""
+"""The `dra-driver` command: `node`, `inspect`, `kubelet-client` and `demo`."""
 
 import argparse
 import asyncio
+import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from dra_driver import __version__
-from dra_driver.settings import SettingsError, add_node_options, node_settings
+from dra_driver.settings import (
+    SettingsError,
+    add_inventory_options,
+    add_node_options,
+    inventory_settings,
+    node_settings,
+)
+
+if TYPE_CHECKING:
+    from dra_driver.devices.inventory import Inventory
 
 
 def _node(args: argparse.Namespace) -> int:
@@ -24,6 +34,40 @@ def _node(args: argparse.Namespace) -> int:
         print(f"dra-driver node: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from dra_driver.devices.slices import SlicePlanError, layout_for  # noqa: PLC0415
+    from dra_driver.inspect import inventory_table, slices_yaml  # noqa: PLC0415
+    from dra_driver.node import StartupError, discover_inventory  # noqa: PLC0415
+
+    settings = inventory_settings(args)
+
+    async def discover() -> tuple[str, "Inventory"]:
+        hardware, inventory = await discover_inventory(settings)
+        await hardware.close()
+        return hardware.description, inventory
+
+    try:
+        description, inventory = asyncio.run(discover())
+        if args.output == "yaml":
+            layout = layout_for(args.kubernetes_version)
+            sys.stdout.write(slices_yaml(inventory, layout, settings.driver_name, settings.node_name))
+        else:
+            sys.stdout.write(inventory_table(inventory, description))
+    except (StartupError, SlicePlanError) as error:
+        print(f"dra-driver inspect: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _kubernetes_version(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    if not (major.isdigit() and minor.isdigit()) or (int(major), int(minor)) < (1, 34):
+        raise argparse.ArgumentTypeError(
+            f"expected a Kubernetes version from 1.34 on, such as 1.35; got {text!r}"
+        )
+    return int(major), int(minor)
 
 
 def _print_yaml(data: Any) -> None:
@@ -72,6 +116,26 @@ def build_parser() -> argparse.ArgumentParser:
     node = commands.add_parser("node", help="run the node agent (kubelet plugin)")
     add_node_options(node)
     node.set_defaults(run=_node)
+
+    inspect = commands.add_parser(
+        "inspect", help="show the devices and ResourceSlices this node would publish; no cluster needed"
+    )
+    add_inventory_options(inspect, default_node_name=socket.gethostname().lower())
+    inspect.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "yaml"),
+        default="table",
+        help="a table, or the ResourceSlices as YAML",
+    )
+    inspect.add_argument(
+        "--kubernetes-version",
+        type=_kubernetes_version,
+        default=(1, 35),
+        metavar="MAJOR.MINOR",
+        help="the cluster's version, which decides the slice layout (1.34, or 1.35 and later); default 1.35",
+    )
+    inspect.set_defaults(run=_inspect)
 
     client = commands.add_parser("kubelet-client", help="talk to a plugin the way kubelet does")
     actions = client.add_subparsers(dest="action", required=True)

@@ -1,0 +1,94 @@
+"""`dra-driver inspect`: the inventory as a table, and exactly the slices `node` would publish."""
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.node_config import load_node_config
+from dra_driver.devices.slices import plan_slices, slices_to_api
+from tests.support.nodes import simulated_node
+
+
+def inspect(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "dra_driver", "inspect", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_table_lists_every_device_with_its_gpu_and_size() -> None:
+    result = inspect("--hardware", "simulated:mixed", "--node-name", "node-a")
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("hardware: simulated profile mixed")
+    header = next(line for line in lines if line.startswith("DEVICE"))
+    assert header.split() == ["DEVICE", "TYPE", "GPU", "PROFILE/SIZE", "MEMORY", "COMPUTE", "SHARING"]
+    inventory = node_inventory(simulated_node("mixed"), load_node_config(None))
+    rows = lines[lines.index(header) + 1 : -1]
+    assert [row.split()[0] for row in rows] == [device.name for device in inventory.devices]
+    assert lines[-1] == f"{len(inventory.devices)} devices, 0 counter sets"
+
+
+def test_yaml_output_is_the_slices_node_publishes_for_the_configured_node(tmp_path: Path) -> None:
+    node_config = tmp_path / "node.yaml"
+    node_config.write_text("default: {mode: mig-dynamic}\n")
+    result = inspect(
+        "--hardware",
+        "simulated:dgx-h100-mig",
+        "--node-name",
+        "node-a",
+        "--node-config",
+        str(node_config),
+        "-o",
+        "yaml",
+        "--kubernetes-version",
+        "1.36",
+    )
+
+    assert result.returncode == 0, result.stderr
+    printed = list(yaml.safe_load_all(result.stdout))
+    inventory = node_inventory(simulated_node("dgx-h100-mig"), load_node_config(node_config))
+    assert printed == slices_to_api(plan_slices(inventory, "1.35"), "gpu.dra-driver.dev", "node-a")
+    assert len(printed) == 5
+
+
+def test_the_1_34_layout_is_chosen_by_version() -> None:
+    result = inspect(
+        "--hardware", "simulated:dgx-h100", "--node-name", "n", "-o", "yaml", "--kubernetes-version", "1.34"
+    )
+    assert result.returncode == 0, result.stderr
+    (only,) = yaml.safe_load_all(result.stdout)
+    assert len(only["spec"]["devices"]) == 8
+
+
+def test_a_bad_node_config_is_reported_with_the_gpu_and_the_setting(tmp_path: Path) -> None:
+    node_config = tmp_path / "node.yaml"
+    node_config.write_text(
+        "gpus: [{index: 0, mode: vgpu-partitions, vgpu: {partitions: [{memory: 99Gi}]}}]\n"
+    )
+    result = inspect("--hardware", "simulated:t4x4", "--node-name", "n", "--node-config", str(node_config))
+
+    assert result.returncode == 1
+    gpu = simulated_node("t4x4", "n")[0]
+    assert result.stderr == (
+        f"dra-driver inspect: node config {node_config}: gpus[0].vgpu.partitions[0].memory: 101376Mi "
+        f"does not fit GPU 0 (Tesla T4, {gpu.uuid}), which has 15360Mi\n"
+    )
+
+
+def test_the_node_name_defaults_to_the_host_name_and_bad_versions_are_refused() -> None:
+    result = inspect("--hardware", "simulated:t4x4", "-o", "yaml")
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["spec"]["nodeName"] == socket.gethostname().lower()
+
+    refused = inspect("--hardware", "simulated:t4x4", "--kubernetes-version", "1.33")
+    assert refused.returncode == 2
+    assert "expected a Kubernetes version from 1.34 on" in refused.stderr
