@@ -41,7 +41,8 @@ def open_hardware(spec: HardwareSpec, node_name: str) -> HardwareBackend:
         from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
 
         return NvmlBackend()
-    from dra_driver.hardware.simulated import SimulatedBackend, resolve_node_spec  # noqa: PLC0415
+    from dra_driver.hardware.simulated import SimulatedBackend  # noqa: PLC0415
+    from dra_driver.hardware.simulated_nodes import resolve_node_spec  # noqa: PLC0415
 
     return SimulatedBackend(node_name, resolve_node_spec(spec.source))
 

@@ -19,6 +19,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dra_driver.hardware.backend import HardwareBackend
+from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import (
     Gpu,
     HardwareError,
@@ -28,7 +29,8 @@ from dra_driver.hardware.model import (
     MigProfile,
     Placement,
 )
-from dra_driver.hardware.simulated import SimulatedBackend, gpu_models, parse_node_spec, resolve_node_spec
+from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.hardware.simulated_nodes import parse_node_spec, resolve_node_spec
 
 _T = TypeVar("_T")
 

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver import kubelet_client, podman
-from dra_driver.hardware.simulated import resolve_node_spec, simulated_gpus
+from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
 from dra_driver.kubelet_client import ClaimArg
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.claims import allocate

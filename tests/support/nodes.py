@@ -5,7 +5,8 @@ from functools import cache
 
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize
 from dra_driver.hardware.model import Gpu, MigMode
-from dra_driver.hardware.simulated import SimulatedBackend, node_profiles, resolve_node_spec
+from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.hardware.simulated_nodes import node_profiles, resolve_node_spec
 
 GIB = 2**30
 

@@ -30,7 +30,8 @@ from dra_driver.hardware.model import (
     MigProfile,
     Placement,
 )
-from dra_driver.hardware.nvml import NvmlBackend, normalize_bus_id, numa_node_of, nvml_call, pcie_root_of
+from dra_driver.hardware.nvml import NvmlBackend
+from dra_driver.hardware.nvml_calls import normalize_bus_id, numa_node_of, nvml_call, pcie_root_of
 
 MIB = 2**20
 GPU_UUID = "GPU-5a0e2c07-37f9-4c2b-8d6e-1f3b2c4d5e6f"

@@ -5,6 +5,8 @@ from typing import Any
 
 import pytest
 
+from dra_driver.hardware.catalog import MigGeometry, gpu_models
+from dra_driver.hardware.mig_rules import mig_rejection
 from dra_driver.hardware.model import (
     HardwareError,
     HardwareErrorReason,
@@ -12,14 +14,9 @@ from dra_driver.hardware.model import (
     MigMode,
     Placement,
 )
-from dra_driver.hardware.simulated import (
-    FAULT_OPERATIONS,
+from dra_driver.hardware.simulated import FAULT_OPERATIONS, SimulatedBackend, SimulatedEvent
+from dra_driver.hardware.simulated_nodes import (
     MAX_SIMULATED_GPUS,
-    MigGeometry,
-    SimulatedBackend,
-    SimulatedEvent,
-    gpu_models,
-    mig_rejection,
     node_profiles,
     parse_node_spec,
     resolve_node_spec,

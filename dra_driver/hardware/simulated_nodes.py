@@ -1,0 +1,332 @@
+"""Simulated nodes: the strict decoder of node descriptions (packaged profiles and node files)
+and the GPUs a description yields on a named node.
+
+UUIDs and PCI addresses are derived from the node name and GPU index, so the same node gets the
+same GPUs on every run and on every machine.
+"""
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dra_driver.hardware.catalog import GpuModel, MigGeometry, gpu_models, read_packaged_yaml
+from dra_driver.hardware.mig_rules import format_placement, mig_rejection
+from dra_driver.hardware.model import (
+    Gpu,
+    HardwareError,
+    HardwareErrorReason,
+    MigInstance,
+    MigMode,
+    MigProfile,
+    Placement,
+)
+
+MAX_SIMULATED_GPUS = 16
+DEFAULT_DRIVER_VERSION = "580.95.05"
+DEFAULT_CUDA_DRIVER_VERSION = "13.0"
+_UUID_NAMESPACE = uuid.UUID("6b1f0c3e-5d4a-4c2b-9e8f-7a6d5c4b3a29")
+
+
+# ---------------------------------------------------------------------------------------------
+# Node descriptions
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstanceSpec:
+    profile: MigProfile
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class GpuGroupSpec:
+    model: GpuModel
+    count: int
+    mig_mode: MigMode
+    # Instances that exist on each GPU of the group when the node starts (static MIG).
+    mig_instances: tuple[MigInstanceSpec, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedNodeSpec:
+    origin: str
+    groups: tuple[GpuGroupSpec, ...]
+    driver_version: str = DEFAULT_DRIVER_VERSION
+    cuda_driver_version: str = DEFAULT_CUDA_DRIVER_VERSION
+    fabric_clique: str | None = None
+
+    def group_of_each_gpu(self) -> tuple[GpuGroupSpec, ...]:
+        """The group of GPU 0, 1, ...: groups are numbered in the order the description lists them."""
+        return tuple(group for group in self.groups for _ in range(group.count))
+
+
+_NODE_FIELDS = ("driverVersion", "cudaDriverVersion", "fabricClique", "gpus")
+_GROUP_FIELDS = ("model", "count", "migMode", "migInstances")
+_INSTANCE_FIELDS = ("profile", "start")
+_MIG_MODES = {"enabled": MigMode.ENABLED, "disabled": MigMode.DISABLED}
+
+
+class _FieldError(Exception):
+    """A decoding error deep in the document; parse_node_spec adds the origin."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+def _type_name(value: object) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _mapping(raw: object, path: str, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[Any, Any]:
+    if not isinstance(raw, dict):
+        raise _FieldError(path, f"expected a mapping with fields {', '.join(allowed)}, got {_type_name(raw)}")
+    if unknown := [key for key in raw if key not in allowed]:
+        raise _FieldError(
+            path, f"unknown field(s) {sorted(map(str, unknown))}; allowed: {', '.join(allowed)}"
+        )
+    if missing := [field for field in required if field not in raw]:
+        raise _FieldError(_child(path, missing[0]), "required field is missing")
+    return raw
+
+
+def _child(path: str, field: str) -> str:
+    return f"{path}.{field}" if path else field
+
+
+def _integer(raw: object, path: str, minimum: int, maximum: int) -> int:
+    if not isinstance(raw, int) or isinstance(raw, bool) or not minimum <= raw <= maximum:
+        raise _FieldError(path, f"expected an integer from {minimum} to {maximum}, got {raw!r}")
+    return raw
+
+
+def _version(raw: object, path: str, example: str) -> str:
+    if not isinstance(raw, str) or not all(part.isdigit() for part in raw.split(".")):
+        raise _FieldError(path, f"expected a dotted version string like {example!r}, got {raw!r}")
+    return raw
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _fabric_clique(raw: object, path: str) -> str:
+    """NVML reports a clique as '<cluster UUID>.<clique id>'; consumers split it on the last dot."""
+    if isinstance(raw, str):
+        cluster, _, clique = raw.rpartition(".")
+        if _is_uuid(cluster) and clique.isdigit():
+            return raw
+    raise _FieldError(path, f"expected '<cluster UUID>.<clique id>' like '{uuid.UUID(int=1)}.0', got {raw!r}")
+
+
+def _model(raw: object, path: str) -> GpuModel:
+    models = gpu_models()
+    if not isinstance(raw, str) or raw not in models:
+        raise _FieldError(path, f"unknown GPU model {raw!r}; known models: {', '.join(sorted(models))}")
+    return models[raw]
+
+
+def _mig_mode(raw: object, path: str, model: GpuModel) -> MigMode:
+    if not isinstance(raw, str) or raw not in _MIG_MODES:
+        raise _FieldError(path, f"expected 'enabled' or 'disabled', got {raw!r}")
+    if model.mig is None:
+        if _MIG_MODES[raw] is MigMode.ENABLED:
+            raise _FieldError(path, f"model {model.key} does not support MIG; only 'disabled' is allowed")
+        return MigMode.UNSUPPORTED
+    return _MIG_MODES[raw]
+
+
+def _mig_instance(
+    raw: object, path: str, geometry: MigGeometry, accepted: Sequence[MigInstanceSpec]
+) -> MigInstanceSpec:
+    item = _mapping(raw, path, _INSTANCE_FIELDS, required=_INSTANCE_FIELDS)
+    name = item["profile"]
+    profile = geometry.profile_named(name) if isinstance(name, str) else None
+    if profile is None:
+        known = ", ".join(p.name for p in geometry.profiles)
+        raise _FieldError(f"{path}.profile", f"unknown MIG profile {name!r}; this model's profiles: {known}")
+    start = item["start"]
+    placement = next((p for p in profile.placements if p.start == start and type(start) is int), None)
+    if placement is None:
+        starts = ", ".join(str(p.start) for p in profile.placements)
+        raise _FieldError(
+            f"{path}.start", f"{start!r} is not a placement start of {profile.name}; allowed: {starts}"
+        )
+    if rejection := mig_rejection(geometry, [(s.profile, s.placement) for s in accepted], profile, placement):
+        raise _FieldError(
+            path, f"{profile.name} at placement {format_placement(placement)}: {rejection.detail}"
+        )
+    return MigInstanceSpec(profile, placement)
+
+
+def _mig_instances(raw: object, path: str, model: GpuModel, mode: MigMode) -> tuple[MigInstanceSpec, ...]:
+    if not isinstance(raw, list):
+        raise _FieldError(path, f"expected a list of {{profile, start}} mappings, got {_type_name(raw)}")
+    if not raw:
+        return ()
+    if model.mig is None or mode is not MigMode.ENABLED:
+        raise _FieldError(path, "pre-existing MIG instances need migMode: enabled")
+    accepted: list[MigInstanceSpec] = []
+    for position, item in enumerate(raw):
+        accepted.append(_mig_instance(item, f"{path}[{position}]", model.mig, accepted))
+    return tuple(accepted)
+
+
+def _group(raw: object, path: str) -> GpuGroupSpec:
+    group = _mapping(raw, path, _GROUP_FIELDS, required=("model", "count"))
+    model = _model(group["model"], f"{path}.model")
+    mode = _mig_mode(group.get("migMode", "disabled"), f"{path}.migMode", model)
+    return GpuGroupSpec(
+        model=model,
+        count=_integer(group["count"], f"{path}.count", 1, MAX_SIMULATED_GPUS),
+        mig_mode=mode,
+        mig_instances=_mig_instances(group.get("migInstances", []), f"{path}.migInstances", model, mode),
+    )
+
+
+def _node(raw: object, origin: str) -> SimulatedNodeSpec:
+    node = _mapping(raw, "", _NODE_FIELDS, required=("gpus",))
+    if not isinstance(node["gpus"], list) or not node["gpus"]:
+        raise _FieldError("gpus", f"expected a non-empty list of GPU groups, got {node['gpus']!r}")
+    groups = tuple(_group(group, f"gpus[{position}]") for position, group in enumerate(node["gpus"]))
+    if (total := sum(group.count for group in groups)) > MAX_SIMULATED_GPUS:
+        raise _FieldError("gpus", f"{total} GPUs in all; a simulated node has at most {MAX_SIMULATED_GPUS}")
+    clique = node.get("fabricClique")
+    return SimulatedNodeSpec(
+        origin=origin,
+        groups=groups,
+        driver_version=_version(
+            node.get("driverVersion", DEFAULT_DRIVER_VERSION), "driverVersion", DEFAULT_DRIVER_VERSION
+        ),
+        cuda_driver_version=_version(
+            node.get("cudaDriverVersion", DEFAULT_CUDA_DRIVER_VERSION),
+            "cudaDriverVersion",
+            DEFAULT_CUDA_DRIVER_VERSION,
+        ),
+        fabric_clique=None if clique is None else _fabric_clique(clique, "fabricClique"),
+    )
+
+
+def parse_node_spec(raw: object, origin: str) -> SimulatedNodeSpec:
+    """Strictly decodes a node description; every error names the origin, the field path and what
+    was allowed, because a typo in a node file should not quietly become a different node."""
+    try:
+        return _node(raw, origin)
+    except _FieldError as error:
+        where = f"field {error.path}" if error.path else "top level"
+        raise HardwareError(
+            f"simulated node {origin}: {where}: {error.message}", HardwareErrorReason.INVALID_ARGUMENT
+        ) from None
+
+
+@cache
+def node_profiles() -> Mapping[str, SimulatedNodeSpec]:
+    """The named nodes of node-profiles.yaml, decoded all at once so that a broken profile fails
+    every use (and the tests) rather than only the run that picks it."""
+    raw = read_packaged_yaml("node-profiles.yaml")
+    return {name: parse_node_spec(description, f"profile {name}") for name, description in raw.items()}
+
+
+def resolve_node_spec(source: str) -> SimulatedNodeSpec:
+    """`source` is a profile name, or a path (anything with '/' or a .yaml/.yml suffix)."""
+    if "/" in source or source.endswith((".yaml", ".yml")):
+        path = Path(source)
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as error:
+            raise HardwareError(f"simulated node file {source}: cannot read it: {error.strerror}") from error
+        except yaml.YAMLError as error:
+            raise HardwareError(f"simulated node file {source}: not valid YAML: {error}") from error
+        return parse_node_spec(raw, f"file {source}")
+    profiles = node_profiles()
+    if source not in profiles:
+        raise HardwareError(
+            f"unknown simulated node profile {source!r}; known profiles: {', '.join(sorted(profiles))}",
+            HardwareErrorReason.NOT_FOUND,
+        )
+    return profiles[source]
+
+
+# ---------------------------------------------------------------------------------------------
+# The GPUs of a node
+# ---------------------------------------------------------------------------------------------
+
+
+def mig_instance_uuid(gpu_uuid: str, gpu_instance_id: int, profile_id: int, start: int) -> str:
+    return f"MIG-{uuid.uuid5(_UUID_NAMESPACE, f'{gpu_uuid}/{gpu_instance_id}/{profile_id}/{start}')}"
+
+
+def new_mig_instance(
+    gpu_uuid: str, gpu_instance_id: int, profile: MigProfile, placement: Placement
+) -> MigInstance:
+    """An instance as NVML reports it right after creation: one compute instance (id 0) spanning
+    the whole GPU instance."""
+    return MigInstance(
+        uuid=mig_instance_uuid(gpu_uuid, gpu_instance_id, profile.profile_id, placement.start),
+        profile_id=profile.profile_id,
+        placement=placement,
+        gpu_instance_id=gpu_instance_id,
+        compute_instance_id=0,
+        compute_slices=profile.compute_slices,
+        multiprocessors=profile.multiprocessors,
+    )
+
+
+def _simulated_gpu(node_name: str, spec: SimulatedNodeSpec, index: int, group: GpuGroupSpec) -> Gpu:
+    model = group.model
+    gpu_uuid = f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node_name}/{index}')}"
+    bus = 0x18 + 0x0C * index
+    instances = tuple(
+        new_mig_instance(gpu_uuid, gi_id, existing.profile, existing.placement)
+        for gi_id, existing in enumerate(group.mig_instances, start=1)
+    )
+    return Gpu(
+        uuid=gpu_uuid,
+        index=index,
+        minor=index,
+        product_name=model.product_name,
+        brand=model.brand,
+        architecture=model.architecture,
+        cuda_compute_capability=model.cuda_compute_capability,
+        memory_bytes=model.memory_bytes,
+        multiprocessors=model.multiprocessors,
+        pci_bus_id=f"0000:{bus:02x}:00.0",
+        pcie_root=f"pci0000:{0x10 * (index // 2):02x}",
+        # Two sockets: the first half of the GPUs hangs off the first.
+        numa_node=index * 2 // sum(g.count for g in spec.groups),
+        driver_version=spec.driver_version,
+        cuda_driver_version=spec.cuda_driver_version,
+        mig_mode=group.mig_mode,
+        memory_slices=model.mig.memory_slices if model.mig else 0,
+        mig_profiles=model.mig.profiles if model.mig else (),
+        mig_instances=instances,
+        fabric_clique=spec.fabric_clique,
+    )
+
+
+def simulated_gpus(node_name: str, spec: SimulatedNodeSpec) -> tuple[Gpu, ...]:
+    """The GPUs of `spec` as they would appear on node `node_name` when it boots."""
+    return tuple(
+        _simulated_gpu(node_name, spec, index, group) for index, group in enumerate(spec.group_of_each_gpu())
+    )
+
+
+def describe_node(spec: SimulatedNodeSpec) -> str:
+    def group_text(group: GpuGroupSpec) -> str:
+        text = f"{group.count}x {group.model.product_name}"
+        if group.mig_mode is not MigMode.ENABLED:
+            return text
+        names = ", ".join(instance.profile.name for instance in group.mig_instances)
+        return f"{text} (MIG enabled: {names})" if names else f"{text} (MIG enabled)"
+
+    return f"simulated {spec.origin}: {', '.join(group_text(group) for group in spec.groups)}"
