@@ -92,6 +92,9 @@ def test_static_mig_publishes_the_existing_instances_with_their_uuids() -> None:
     )
     assert all(device.type == "mig" and not device.consumes_counters for device in devices)
     assert all(device.attributes["parentUUID"] == static_gpu.uuid for device in devices)
+    empty = [gpu for gpu in gpus if gpu.mig_mode.value == "enabled" and not gpu.mig_instances]
+    assert [note.split(" (")[0] for note in inventory.notes] == [f"GPU {gpu.index}" for gpu in empty]
+    assert all("in MIG mode without MIG instances, so it offers nothing" in note for note in inventory.notes)
 
 
 def test_capacity_mode_shares_memory_and_cores_and_defaults_to_the_whole_gpu() -> None:
@@ -220,3 +223,25 @@ def test_an_unknown_sm_count_is_left_out_rather_than_published_as_zero() -> None
     for mode in ("gpu", "vgpu-capacity"):
         (device,) = node_inventory((gpu,), NodeConfig(default=GpuSettings(mode=mode))).devices
         assert "multiprocessors" not in device.capacity and "multiprocessors" not in device.attributes
+
+
+def test_static_instances_nothing_can_run_on_are_left_out_with_a_note() -> None:
+    gpu = next(gpu for gpu in simulated_node("mixed") if gpu.mig_instances)
+    first, second, *_ = gpu.mig_instances
+    bare = dataclasses.replace(first, uuid="", compute_instance_id=-1, compute_slices=0, multiprocessors=0)
+    split = (
+        dataclasses.replace(second, compute_slices=1),
+        dataclasses.replace(second, compute_instance_id=1, uuid="MIG-other", compute_slices=1),
+    )
+    foreign = dataclasses.replace(second, gpu_instance_id=99, profile_id=12345, uuid="MIG-foreign")
+    odd = dataclasses.replace(gpu, mig_instances=(bare, *split, foreign))
+
+    inventory = node_inventory((odd,), NodeConfig())
+
+    assert inventory.devices == ()
+    assert [note.split(" instance ")[-1] for note in inventory.notes] == [
+        f"{first.gpu_instance_id} has no compute instance; not published",
+        f"{second.gpu_instance_id} is split into several compute instances; not published",
+        f"{second.gpu_instance_id} is split into several compute instances; not published",
+        "99 has profile id 12345, which the GPU does not list; not published",
+    ]
