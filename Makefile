@@ -32,6 +32,7 @@ unit: $(INSTALLED)
 ## bench: latency and memory benchmarks; results go to docs/bench/
 bench: $(INSTALLED)
 	$(BIN)/python -m tests.bench.prepare_latency --rounds 2000 --runs 2 --output docs/bench/prepare-latency.json
+	$(BIN)/python -m tests.bench.device_model --rounds 200 --runs 2 --output docs/bench/device-model.json
 
 ## protos: regenerate dra_driver/_proto from api/kubelet
 protos: $(INSTALLED)
