@@ -82,3 +82,13 @@ def test_mig_profiles_and_compute_capability_select_as_users_expect() -> None:
         if selects(expression, D, rendered)
     }
     assert gpus_with_profile == {"NVIDIA H100 80GB HBM3"}
+
+
+def test_every_device_carries_the_topology_that_match_attribute_needs() -> None:
+    """`matchAttribute: resource.kubernetes.io/pcieRoot` (or numaNode, fabricClique) only keeps
+    devices together if every kind of device publishes it."""
+    for device, rendered in every_device():
+        assert "resource.kubernetes.io/pcieRoot" in rendered["attributes"], device.name
+        assert "numaNode" in rendered["attributes"], device.name
+        gpu_product = device.attributes["productName"]
+        assert ("fabricClique" in device.attributes) == (gpu_product == "NVIDIA GB200"), device.name
