@@ -7,19 +7,23 @@ is exactly what NVML would refuse when the instance is created at prepare.
 """
 
 from collections.abc import Iterator
+from dataclasses import asdict, replace
 
 from dra_driver.devices.gpus import parent_attributes, shared_gpu_attributes
 from dra_driver.devices.model import AttributeValue, Capacity, CounterConsumption, CounterSet, Device
 from dra_driver.devices.naming import counter_set_name, mig_device_name
-from dra_driver.hardware.model import Gpu, MigInstance, MigProfile, Placement
+from dra_driver.hardware.model import Gpu, MigInstance, MigProfile, MigResources, Placement, mig_capacity
 
-# Capacity name -> counter name (counter names must be DNS labels, capacity names C identifiers).
-_ENGINE_COUNTERS = {
-    "copyEngines": "copy-engines",
-    "decoders": "decoders",
-    "encoders": "encoders",
-    "jpegEngines": "jpeg-engines",
-    "ofaEngines": "ofa-engines",
+# MigResources field -> (capacity name, counter name): capacity names are C identifiers, counter
+# names DNS labels. The order is the order the counters are published in.
+_RESOURCE_NAMES = {
+    "memory_bytes": ("memory", "memory"),
+    "multiprocessors": ("multiprocessors", "multiprocessors"),
+    "copy_engines": ("copyEngines", "copy-engines"),
+    "decoders": ("decoders", "decoders"),
+    "encoders": ("encoders", "encoders"),
+    "jpeg_engines": ("jpegEngines", "jpeg-engines"),
+    "ofa_engines": ("ofaEngines", "ofa-engines"),
 }
 
 
@@ -27,35 +31,22 @@ def memory_slice_counter(index: int) -> str:
     return f"memory-slice-{index}"
 
 
-def _engines(profile: MigProfile) -> dict[str, int]:
-    return {
-        "copyEngines": profile.copy_engines,
-        "decoders": profile.decoders,
-        "encoders": profile.encoders,
-        "jpegEngines": profile.jpeg_engines,
-        "ofaEngines": profile.ofa_engines,
-    }
-
-
-def full_profile(gpu: Gpu) -> MigProfile:
-    """The profile spanning the whole GPU (7g, or 4g on A30): its engines are the GPU's totals."""
-    return max(gpu.mig_profiles, key=lambda profile: (profile.compute_slices, profile.memory_bytes))
+def _counters(resources: MigResources) -> dict[str, int]:
+    amounts = asdict(resources)
+    return {counter: amounts[field] for field, (_, counter) in _RESOURCE_NAMES.items()}
 
 
 def mig_counter_set(gpu: Gpu) -> CounterSet:
-    full = full_profile(gpu)
+    """The GPU's memory slices and the budget NVML holds all its instances to (mig_capacity), so
+    the counters refuse exactly what NVML would."""
     counters = {memory_slice_counter(index): 1 for index in range(gpu.memory_slices)}
-    counters["memory"] = gpu.memory_bytes
-    counters["multiprocessors"] = full.multiprocessors
-    counters.update({_ENGINE_COUNTERS[name]: value for name, value in _engines(full).items()})
+    counters.update(_counters(mig_capacity(gpu.mig_profiles, gpu.memory_bytes)))
     return CounterSet(name=counter_set_name(gpu), counters=counters)
 
 
 def _placement_consumption(gpu: Gpu, profile: MigProfile, placement: Placement) -> CounterConsumption:
     counters = {memory_slice_counter(index): 1 for index in placement.memory_slices}
-    counters["memory"] = profile.memory_bytes
-    counters["multiprocessors"] = profile.multiprocessors
-    counters.update({_ENGINE_COUNTERS[name]: value for name, value in _engines(profile).items() if value})
+    counters.update({name: value for name, value in _counters(MigResources.of(profile)).items() if value})
     return CounterConsumption(counter_set=counter_set_name(gpu), counters=counters)
 
 
@@ -72,9 +63,8 @@ def _mig_attributes(gpu: Gpu, profile: MigProfile, placement: Placement) -> dict
 
 
 def _mig_capacity(profile: MigProfile, multiprocessors: int) -> dict[str, Capacity]:
-    capacity = {"memory": Capacity(profile.memory_bytes), "multiprocessors": Capacity(multiprocessors)}
-    capacity.update({name: Capacity(value) for name, value in _engines(profile).items()})
-    return capacity
+    amounts = asdict(replace(MigResources.of(profile), multiprocessors=multiprocessors))
+    return {capacity: Capacity(amounts[field]) for field, (capacity, _) in _RESOURCE_NAMES.items()}
 
 
 def dynamic_mig_devices(gpu: Gpu, profile_names: tuple[str, ...] = ()) -> Iterator[Device]:

@@ -6,67 +6,17 @@ their SM counts where a driver will not report a whole GPU's. The facts are pack
 catalog/gpus.yaml, which hack/build-catalog.py generates from the hand-researched catalog.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import yaml
 
-from dra_driver.hardware.model import HardwareError, MigProfile, Placement
+from dra_driver.hardware.model import HardwareError, MigProfile, MigResources, Placement, mig_capacity
 
 _MIB = 2**20
-
-
-@dataclass(frozen=True, slots=True)
-class MigResources:
-    """What GPU instances draw from their GPU besides memory slices.
-
-    NVML refuses an instance when the engines or SMs it needs are already taken, which is how a
-    second "+me" instance (the one with the GPU's only OFA) is refused even with slices free.
-    """
-
-    multiprocessors: int
-    copy_engines: int
-    decoders: int
-    encoders: int
-    jpeg_engines: int
-    ofa_engines: int
-    memory_bytes: int
-
-    @classmethod
-    def of(cls, profile: MigProfile) -> "MigResources":
-        return cls(
-            multiprocessors=profile.multiprocessors,
-            copy_engines=profile.copy_engines,
-            decoders=profile.decoders,
-            encoders=profile.encoders,
-            jpeg_engines=profile.jpeg_engines,
-            ofa_engines=profile.ofa_engines,
-            memory_bytes=profile.memory_bytes,
-        )
-
-    @classmethod
-    def total(cls, profiles: Iterable[MigProfile]) -> "MigResources":
-        nothing = cls(*(0 for _ in fields(cls)))
-        return sum((cls.of(profile) for profile in profiles), nothing)
-
-    def __add__(self, other: "MigResources") -> "MigResources":
-        return MigResources(
-            *(mine + theirs for mine, theirs in zip(self.amounts(), other.amounts(), strict=True))
-        )
-
-    def amounts(self) -> tuple[int, ...]:
-        return tuple(getattr(self, field.name) for field in fields(self))
-
-    def exceeding(self, capacity: "MigResources") -> list[str]:
-        """'<resource> <needed> > <capacity>' for every resource this needs more of than there is."""
-        return [
-            f"{field.name.replace('_', ' ')} {needed} > {available}"
-            for field, needed, available in zip(fields(self), self.amounts(), capacity.amounts(), strict=True)
-            if needed > available
-        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,13 +77,6 @@ def _catalog_profile(raw: dict[str, Any]) -> MigProfile:
         max_instances=raw["maxInstances"],
         placements=tuple(Placement(start, size) for start, size in raw["placements"]),
     )
-
-
-def mig_capacity(profiles: Sequence[MigProfile], gpu_memory_bytes: int) -> MigResources:
-    """The full-GPU profile is the only published statement of what the whole GPU has; memory is
-    the GPU's own total because the full-GPU profile leaves some of it unusable."""
-    full_gpu = max(profiles, key=lambda profile: profile.compute_slices)
-    return replace(MigResources.of(full_gpu), memory_bytes=gpu_memory_bytes)
 
 
 def _catalog_model(key: str, raw: dict[str, Any]) -> GpuModel:

@@ -4,8 +4,8 @@ instance limits, and the engine and SM budget all instances of a GPU share."""
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from dra_driver.hardware.catalog import MigGeometry, MigResources
-from dra_driver.hardware.model import HardwareErrorReason, MigProfile, Placement
+from dra_driver.hardware.catalog import MigGeometry
+from dra_driver.hardware.model import HardwareErrorReason, MigProfile, MigResources, Placement
 
 
 class MigRejection(NamedTuple):

@@ -5,7 +5,8 @@ whichever backend (NVML or simulated) produced them.
 """
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields, replace
 
 
 class HardwareErrorReason(enum.Enum):
@@ -66,6 +67,63 @@ class MigProfile:
     ofa_engines: int
     max_instances: int
     placements: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MigResources:
+    """What GPU instances draw from their GPU besides memory slices.
+
+    NVML refuses an instance when the engines or SMs it needs are already taken, which is how a
+    second "+me" instance (the one with the GPU's only OFA) is refused even with slices free.
+    """
+
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_engines: int
+    ofa_engines: int
+    memory_bytes: int
+
+    @classmethod
+    def of(cls, profile: MigProfile) -> "MigResources":
+        return cls(
+            multiprocessors=profile.multiprocessors,
+            copy_engines=profile.copy_engines,
+            decoders=profile.decoders,
+            encoders=profile.encoders,
+            jpeg_engines=profile.jpeg_engines,
+            ofa_engines=profile.ofa_engines,
+            memory_bytes=profile.memory_bytes,
+        )
+
+    @classmethod
+    def total(cls, profiles: Iterable[MigProfile]) -> "MigResources":
+        nothing = cls(*(0 for _ in fields(cls)))
+        return sum((cls.of(profile) for profile in profiles), nothing)
+
+    def __add__(self, other: "MigResources") -> "MigResources":
+        return MigResources(
+            *(mine + theirs for mine, theirs in zip(self.amounts(), other.amounts(), strict=True))
+        )
+
+    def amounts(self) -> tuple[int, ...]:
+        return tuple(getattr(self, field.name) for field in fields(self))
+
+    def exceeding(self, capacity: "MigResources") -> list[str]:
+        """'<resource> <needed> > <capacity>' for every resource this needs more of than there is."""
+        return [
+            f"{field.name.replace('_', ' ')} {needed} > {available}"
+            for field, needed, available in zip(fields(self), self.amounts(), capacity.amounts(), strict=True)
+            if needed > available
+        ]
+
+
+def mig_capacity(profiles: Sequence[MigProfile], gpu_memory_bytes: int) -> MigResources:
+    """The full-GPU profile is the only published statement of what the whole GPU has; memory is
+    the GPU's own total because the full-GPU profile leaves some of it unusable."""
+    full_gpu = max(profiles, key=lambda profile: profile.compute_slices)
+    return replace(MigResources.of(full_gpu), memory_bytes=gpu_memory_bytes)
 
 
 @dataclass(frozen=True, slots=True)

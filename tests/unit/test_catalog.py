@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from dra_driver.hardware.catalog import GpuModel, MigGeometry, MigResources, gpu_models
+from dra_driver.hardware.catalog import GpuModel, MigGeometry, gpu_models
 from dra_driver.hardware.mig_names import mig_profile_name
-from dra_driver.hardware.model import MigProfile, Placement
+from dra_driver.hardware.model import MigProfile, MigResources, Placement
 
 MIG_MODELS = sorted(key for key, model in gpu_models().items() if model.mig is not None)
 # go-nvlib's strings, which selectors written for other NVIDIA drivers match on.
