@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-
 from dra_driver.hardware.model import Gpu, MigMode
+from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
 Mode = Literal["auto", "gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
 ResolvedMode = Literal["gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
@@ -185,11 +184,9 @@ def load_node_config(path: Path | None) -> NodeConfig:
     if path is None:
         return NodeConfig()
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise NodeConfigError(f"node config {path}: cannot read it: {error.strerror}") from error
-    except yaml.YAMLError as error:
-        raise NodeConfigError(f"node config {path}: not valid YAML: {error}") from error
+        raw = read_yaml_file(path)
+    except YamlFileError as error:
+        raise NodeConfigError(f"node config {path}: {error}") from error
     return parse_node_config(raw, f"node config {path}")
 
 

@@ -12,8 +12,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dra_driver.hardware.catalog import GpuModel, MigGeometry, gpu_models, read_packaged_yaml
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
 from dra_driver.hardware.model import (
@@ -25,6 +23,7 @@ from dra_driver.hardware.model import (
     MigProfile,
     Placement,
 )
+from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
 MAX_SIMULATED_GPUS = 16
 DEFAULT_DRIVER_VERSION = "580.95.05"
@@ -240,13 +239,10 @@ def node_profiles() -> Mapping[str, SimulatedNodeSpec]:
 def resolve_node_spec(source: str) -> SimulatedNodeSpec:
     """`source` is a profile name, or a path (anything with '/' or a .yaml/.yml suffix)."""
     if "/" in source or source.endswith((".yaml", ".yml")):
-        path = Path(source)
         try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as error:
-            raise HardwareError(f"simulated node file {source}: cannot read it: {error.strerror}") from error
-        except yaml.YAMLError as error:
-            raise HardwareError(f"simulated node file {source}: not valid YAML: {error}") from error
+            raw = read_yaml_file(Path(source))
+        except YamlFileError as error:
+            raise HardwareError(f"simulated node file {source}: {error}") from error
         return parse_node_spec(raw, f"file {source}")
     profiles = node_profiles()
     if source not in profiles:
