@@ -57,7 +57,7 @@ def _aligned(rows: list[tuple[str, ...]]) -> Iterator[str]:
 
 def inventory_table(inventory: Inventory, hardware_description: str) -> str:
     lines = [f"hardware: {hardware_description}"]
-    lines += [f"GPU {plan.gpu.index} ({plan.gpu.uuid}): {plan.mode}" for plan in inventory.plans]
+    lines += [f"{plan.gpu.label}: {plan.mode}" for plan in inventory.plans]
     lines += [f"note: {note}" for note in inventory.notes]
     lines.append("")
     lines += _aligned([_COLUMNS, *(_row(device, inventory) for device in inventory.devices)])

@@ -40,12 +40,12 @@ class Inventory:
 def _static_mig(gpu: Gpu, notes: list[str]) -> Iterator[Device]:
     if not gpu.mig_instances:
         notes.append(
-            f"GPU {gpu.index} ({gpu.uuid}) is in MIG mode without MIG instances, so it offers nothing; "
+            f"{gpu.label} is in MIG mode without MIG instances, so it offers nothing; "
             "create instances (nvidia-smi mig, mig-parted) or give it mode mig-dynamic"
         )
     compute_instances_per_gpu_instance = Counter(instance.gpu_instance_id for instance in gpu.mig_instances)
     for instance in gpu.mig_instances:
-        where = f"GPU {gpu.index} ({gpu.uuid}) MIG GPU instance {instance.gpu_instance_id}"
+        where = f"{gpu.label} MIG GPU instance {instance.gpu_instance_id}"
         if not usable_static_instance(instance):
             notes.append(f"{where} has no compute instance; not published")
         elif compute_instances_per_gpu_instance[instance.gpu_instance_id] > 1:

@@ -9,6 +9,7 @@ slot. Names are DNS labels, as the API requires.
 import re
 from dataclasses import dataclass
 
+from dra_driver.devices.model import quantity
 from dra_driver.hardware.model import Gpu, MigProfile
 
 
@@ -64,11 +65,8 @@ def mig_device_name(gpu: Gpu, profile: MigProfile, start: int) -> str:
 
 
 def vgpu_size_token(memory_bytes: int) -> str:
-    """The partition memory, e.g. '10gi', '512mi': the largest binary unit that divides it."""
-    for suffix, factor in (("ti", 2**40), ("gi", 2**30), ("mi", 2**20), ("ki", 2**10)):
-        if memory_bytes % factor == 0:
-            return f"{memory_bytes // factor}{suffix}"
-    return str(memory_bytes)
+    """The partition memory as its quantity, lower case for a DNS label: '10gi', '512mi'."""
+    return quantity(memory_bytes).lower()
 
 
 def vgpu_partition_name(gpu: Gpu, memory_bytes: int, slot: int) -> str:

@@ -165,5 +165,10 @@ class Gpu:
     # "<cluster UUID>.<clique ID>" where NVML reports an NVLink fabric clique (e.g. GB200 NVL).
     fabric_clique: str | None = None
 
+    @property
+    def label(self) -> str:
+        """How messages name a GPU: the index people use, and the UUID that is unambiguous."""
+        return f"GPU {self.index} ({self.uuid})"
+
     def mig_profile(self, profile_id: int) -> MigProfile | None:
         return next((profile for profile in self.mig_profiles if profile.profile_id == profile_id), None)

@@ -87,7 +87,7 @@ class SimulatedBackend:
         if profile is None:
             known = ", ".join(f"{p.name} (id {p.profile_id})" for p in geometry.profiles)
             raise HardwareError(
-                f"{_gpu_label(gpu)}: cannot create a GPU instance: profile id {profile_id} is not a MIG "
+                f"{gpu.label}: cannot create a GPU instance: profile id {profile_id} is not a MIG "
                 f"profile of {gpu.product_name}; its profiles: {known}",
                 HardwareErrorReason.INVALID_ARGUMENT,
             )
@@ -95,7 +95,7 @@ class SimulatedBackend:
         existing = [(other_profile, other.placement) for other_profile, other in instances.values()]
         if rejection := mig_rejection(geometry, existing, profile, placement):
             raise HardwareError(
-                f"{_gpu_label(gpu)}: cannot create a GPU instance of profile {profile.name} "
+                f"{gpu.label}: cannot create a GPU instance of profile {profile.name} "
                 f"(id {profile_id}) at placement {format_placement(placement)}: {rejection.detail}",
                 rejection.reason,
             )
@@ -112,7 +112,7 @@ class SimulatedBackend:
         if gpu_instance_id not in instances:
             existing = ", ".join(map(str, sorted(instances))) or "none"
             raise HardwareError(
-                f"{_gpu_label(gpu)}: cannot destroy GPU instance {gpu_instance_id}: no such instance "
+                f"{gpu.label}: cannot destroy GPU instance {gpu_instance_id}: no such instance "
                 f"(existing GPU instance ids: {existing})",
                 HardwareErrorReason.NOT_FOUND,
             )
@@ -173,17 +173,13 @@ class SimulatedBackend:
         gpu = self._known_gpu(gpu_uuid)
         if gpu_uuid in self._lost:
             raise HardwareError(
-                f"{_gpu_label(gpu)}: cannot {action}: the GPU is lost (fell off the bus, XID {XID_GPU_LOST})",
+                f"{gpu.label}: cannot {action}: the GPU is lost (fell off the bus, XID {XID_GPU_LOST})",
                 HardwareErrorReason.GPU_LOST,
             )
         geometry = self._geometry[gpu_uuid]
         if geometry is None or gpu.mig_mode is not MigMode.ENABLED:
             raise HardwareError(
-                f"{_gpu_label(gpu)}: cannot {action}: MIG mode is {gpu.mig_mode.value} on this GPU",
+                f"{gpu.label}: cannot {action}: MIG mode is {gpu.mig_mode.value} on this GPU",
                 HardwareErrorReason.NOT_SUPPORTED,
             )
         return gpu, geometry
-
-
-def _gpu_label(gpu: Gpu) -> str:
-    return f"GPU {gpu.index} ({gpu.uuid})"
