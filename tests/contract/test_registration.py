@@ -193,21 +193,14 @@ def test_invalid_options_fail_at_start_with_one_clear_line(
     assert expected in result.stderr
 
 
-@pytest.mark.parametrize(
-    ("hardware", "expected"),
-    [
-        ("simulated:dgx-h999", "unknown simulated node profile 'dgx-h999'; known profiles: "),
-        ("nvml", "NVML nvmlInit failed: NVML Shared Library Not Found (libnvidia-ml.so.1 is not installed"),
-    ],
-)
-def test_unusable_hardware_fails_at_start_with_one_clear_line(
-    hardware: str, expected: str, kubeconfig: Path, short_dir: Path
-) -> None:
-    result = _run_node(
+def _run_node_until_start_fails(
+    kubeconfig: Path, short_dir: Path, *options: str
+) -> subprocess.CompletedProcess[str]:
+    """Valid options except `options`, which are expected to stop the agent during start."""
+    return _run_node(
         "--node-name",
         "a",
-        "--hardware",
-        hardware,
+        *options,
         "--kubeconfig",
         str(kubeconfig),
         "--registrar-dir",
@@ -218,6 +211,19 @@ def test_unusable_hardware_fails_at_start_with_one_clear_line(
         "json",
     )
 
+
+@pytest.mark.parametrize(
+    ("hardware", "expected"),
+    [
+        ("simulated:dgx-h999", "unknown simulated node profile 'dgx-h999'; known profiles: "),
+        ("nvml", "NVML nvmlInit failed: NVML Shared Library Not Found (libnvidia-ml.so.1 is not installed"),
+    ],
+)
+def test_unusable_hardware_fails_at_start_with_one_clear_line(
+    hardware: str, expected: str, kubeconfig: Path, short_dir: Path
+) -> None:
+    result = _run_node_until_start_fails(kubeconfig, short_dir, "--hardware", hardware)
+
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1, result.stderr
     assert f"dra-driver node: --hardware {hardware}: " in result.stderr
@@ -227,21 +233,8 @@ def test_unusable_hardware_fails_at_start_with_one_clear_line(
 def test_a_node_config_that_does_not_fit_the_gpus_stops_the_start(kubeconfig: Path, short_dir: Path) -> None:
     node_config = short_dir / "node.yaml"
     node_config.write_text("gpus: [{index: 1, mode: mig-dynamic}]\n")
-    result = _run_node(
-        "--node-name",
-        "a",
-        "--hardware",
-        "simulated:l4x8",
-        "--node-config",
-        str(node_config),
-        "--kubeconfig",
-        str(kubeconfig),
-        "--registrar-dir",
-        str(short_dir / "r"),
-        "--plugins-dir",
-        str(short_dir / "p"),
-        "--log-format",
-        "json",
+    result = _run_node_until_start_fails(
+        kubeconfig, short_dir, "--hardware", "simulated:l4x8", "--node-config", str(node_config)
     )
 
     assert result.returncode == 1

@@ -45,11 +45,11 @@ class SlowClaims:
         return self.claims[(namespace, name)]
 
 
-def engine_for(tmp: Path, source: SlowClaims) -> ClaimEngine:
+def engine_for(tmp: Path, source: SlowClaims, profile: str = "t4x4") -> ClaimEngine:
     return ClaimEngine(
         driver_name=DRIVER,
         pool_name="node-a",
-        inventory=node_inventory(simulated_node("t4x4"), NodeConfig()),
+        inventory=node_inventory(simulated_node(profile), NodeConfig()),
         edits_for_gpu=simulated_gpu_edits,
         claim_source=source,
         records=ClaimRecordStore(tmp / "state"),
@@ -111,15 +111,7 @@ def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path
 def test_devices_other_than_whole_gpus_are_refused_until_their_prepare_exists(tmp_path: Path) -> None:
     source = SlowClaims(3)
     mig_claim = source.add("mig", "gpu-0-mig-1g10gb-2")
-    engine = ClaimEngine(
-        driver_name=DRIVER,
-        pool_name="node-a",
-        inventory=node_inventory(simulated_node("mixed"), NodeConfig()),
-        edits_for_gpu=simulated_gpu_edits,
-        claim_source=source,
-        records=ClaimRecordStore(tmp_path / "state"),
-        cdi_specs=CdiSpecDirectory(tmp_path / "cdi", DRIVER),
-    )
+    engine = engine_for(tmp_path, source, "mixed")
 
     async def scenario() -> str:
         await engine.load_state()
