@@ -1,19 +1,19 @@
 """Simulated nodes and node configurations for tests of the device model."""
 
-import asyncio
 from functools import cache
 
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize
 from dra_driver.hardware.model import Gpu, MigMode
-from dra_driver.hardware.simulated import SimulatedBackend
-from dra_driver.hardware.simulated_nodes import node_profiles, resolve_node_spec
+from dra_driver.hardware.simulated_nodes import node_profiles, resolve_node_spec, simulated_gpus
 
 GIB = 2**30
 
 
 @cache
 def simulated_node(profile_or_path: str, node_name: str = "node-a") -> tuple[Gpu, ...]:
-    return asyncio.run(SimulatedBackend(node_name, resolve_node_spec(profile_or_path)).discover())
+    """The GPUs as the simulated backend discovers them at boot; plain function calls, so it works
+    inside a running event loop too."""
+    return simulated_gpus(node_name, resolve_node_spec(profile_or_path))
 
 
 def all_profiles() -> list[str]:
