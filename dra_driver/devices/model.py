@@ -89,8 +89,20 @@ def semantic_version(dotted: str) -> Version:
 
 
 def quantity(value: int) -> str:
-    """The shortest exact binary-suffixed quantity, as the API server would print it."""
+    """The quantity in the API server's canonical spelling (binary suffix where exact, else a
+    decimal one where exact), so what the server stores reads back equal to what we sent and the
+    slice controller never rewrites a slice over spelling."""
     for suffix, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if value and value % factor == 0:
+            return f"{value // factor}{suffix}"
+    for suffix, factor in (
+        ("E", 10**18),
+        ("P", 10**15),
+        ("T", 10**12),
+        ("G", 10**9),
+        ("M", 10**6),
+        ("k", 10**3),
+    ):
         if value and value % factor == 0:
             return f"{value // factor}{suffix}"
     return str(value)
