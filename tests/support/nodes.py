@@ -2,6 +2,7 @@
 
 from functools import cache
 
+from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.hardware.simulated_nodes import node_profiles, resolve_node_spec, simulated_gpus
@@ -64,3 +65,9 @@ def mode_configs(gpus: tuple[Gpu, ...]) -> dict[str, NodeConfig]:
             )
         ),
     }
+
+
+def inventory_for(profile: str, config: str = "default") -> Inventory:
+    """The inventory of a simulated node offered one of the `mode_configs` ways."""
+    gpus = simulated_node(profile)
+    return node_inventory(gpus, mode_configs(gpus)[config])
