@@ -1,4 +1,4 @@
-"""The `dra-driver` command: `node`, `inspect`, `kubelet-client` and `demo`."""
+"""The `dra-driver` command: `node`, `inspect`, `cleanup`, `kubelet-client` and `demo`."""
 
 import argparse
 import asyncio
@@ -12,8 +12,10 @@ import yaml
 from dra_driver import __version__
 from dra_driver.settings import (
     SettingsError,
+    add_cleanup_options,
     add_inventory_options,
     add_node_options,
+    cleanup_settings,
     inventory_settings,
     node_settings,
 )
@@ -59,6 +61,38 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"dra-driver inspect: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _cleanup(args: argparse.Namespace) -> int:
+    from dra_driver.node import StartupError, kubernetes_api_client  # noqa: PLC0415
+    from dra_driver.publish.cleanup import remove_node_slices  # noqa: PLC0415
+    from dra_driver.publish.dry_run import print_writes  # noqa: PLC0415
+    from dra_driver.publish.slice_api import ApiCallError, SliceApi  # noqa: PLC0415
+
+    settings = cleanup_settings(args)
+
+    async def cleanup() -> int:
+        api_client = await kubernetes_api_client(settings.kubeconfig)
+        try:
+            api = SliceApi(api_client, settings.driver_name, settings.node_name)
+            deletes = await remove_node_slices(api, dry_run=args.dry_run)
+        finally:
+            await api_client.close()
+        if args.dry_run:
+            print_writes(deletes)
+        else:
+            for delete in deletes:
+                print(f"deleted resourceslice {delete.name}")
+            print(
+                f"{len(deletes)} ResourceSlice(s) of {settings.driver_name} on {settings.node_name} removed"
+            )
+        return 0
+
+    try:
+        return asyncio.run(cleanup())
+    except (StartupError, ApiCallError) as error:
+        print(f"dra-driver cleanup: {error}", file=sys.stderr)
+        return 1
 
 
 def _kubernetes_version(text: str) -> tuple[int, int]:
@@ -136,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the cluster's version, which decides the slice layout (1.34, or 1.35 and later); default 1.35",
     )
     inspect.set_defaults(run=_inspect)
+
+    cleanup = commands.add_parser(
+        "cleanup", help="delete this node's ResourceSlices (uninstall); the agent itself never does"
+    )
+    add_cleanup_options(cleanup)
+    cleanup.add_argument("--dry-run", action="store_true", help="print the deletes instead of making them")
+    cleanup.set_defaults(run=_cleanup)
 
     client = commands.add_parser("kubelet-client", help="talk to a plugin the way kubelet does")
     actions = client.add_subparsers(dest="action", required=True)

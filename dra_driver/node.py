@@ -7,6 +7,7 @@ a file), so the demo exercises exactly the code kubelet talks to.
 import asyncio
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +19,18 @@ from dra_driver.claims.engine import ClaimEngine, EditsForGpu
 from dra_driver.claims.gpu_edits import nvml_gpu_edits, simulated_gpu_edits
 from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
-from dra_driver.devices.inventory import Inventory, node_inventory
+from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfigError, load_node_config
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError
+from dra_driver.metrics import PublishMetrics
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
+from dra_driver.publish.capabilities import ApiFeature, fall_back
+from dra_driver.publish.controller import ResourceSliceController
+from dra_driver.publish.diff import Write
+from dra_driver.publish.dry_run import print_writes
+from dra_driver.publish.slice_api import SliceApi
 from dra_driver.settings import HardwareSpec, InventorySettings, NodeSettings
 
 log = structlog.get_logger("dra_driver.node")
@@ -92,9 +99,14 @@ class NodeAgent:
     inventory: Inventory
     engine: ClaimEngine
     server: KubeletPluginServer
+    publisher: ResourceSliceController | None = None
+    _publishing: "asyncio.Task[None] | None" = None
 
     @classmethod
-    async def start(cls, settings: NodeSettings, claim_source: ClaimSource) -> "NodeAgent":
+    async def start(
+        cls, settings: NodeSettings, claim_source: ClaimSource, slice_api: SliceApi | None = None
+    ) -> "NodeAgent":
+        """`slice_api` None: no cluster (the demo), so nothing is published."""
         hardware, inventory = await discover_inventory(settings.inventory)
         log.info(
             "hardware discovered",
@@ -134,9 +146,42 @@ class NodeAgent:
             prepared_claims=len(engine.prepared_claims),
             state_dir=str(settings.state_dir),
         )
-        return cls(settings=settings, hardware=hardware, inventory=inventory, engine=engine, server=server)
+        agent = cls(settings=settings, hardware=hardware, inventory=inventory, engine=engine, server=server)
+        if slice_api is not None:
+            agent.start_publishing(slice_api)
+        return agent
+
+    def start_publishing(self, slice_api: SliceApi) -> None:
+        dry_run: Callable[[tuple[Write, ...]], None] | None = print_writes if self.settings.dry_run else None
+        self.publisher = ResourceSliceController(
+            slice_api,
+            self.settings.driver_name,
+            self.settings.node_name,
+            self.inventory,
+            sync_delay=self.settings.sync_delay,
+            fall_back=self._fall_back,
+            metrics=PublishMetrics(),
+            dry_run=dry_run,
+        )
+        self._publishing = asyncio.create_task(self.publisher.run(), name="resourceslice-controller")
+
+    def _fall_back(self, unsupported: frozenset[ApiFeature]) -> Inventory | None:
+        """Re-plans every GPU in modes the API server can store, for publishing and preparing alike."""
+        plans, notes = fall_back(self.inventory.plans, unsupported)
+        if plans == self.inventory.plans:
+            return None
+        for note in notes:
+            log.warning("GPU offered differently: the API server lacks a feature", note=note)
+        self.inventory = build_inventory(plans)
+        self.engine.use_inventory(self.inventory)
+        return self.inventory
 
     async def stop(self) -> None:
+        """Leaves the published slices in place: kubelet removes them once the plugin is gone
+        for good, and a restarting agent takes them over without a gap."""
+        if self._publishing is not None:
+            self._publishing.cancel()
+            await asyncio.gather(self._publishing, return_exceptions=True)
         await self.server.stop()
         await self.hardware.close()
 
@@ -160,7 +205,8 @@ async def run_node(settings: NodeSettings) -> None:
     termination = _termination_signal()
     api_client = await kubernetes_api_client(settings.kubeconfig)
     try:
-        agent = await NodeAgent.start(settings, ApiServerClaimSource(api_client))
+        slice_api = SliceApi(api_client, settings.driver_name, settings.node_name)
+        agent = await NodeAgent.start(settings, ApiServerClaimSource(api_client), slice_api)
         log.info("node agent running", node=settings.node_name, driver=settings.driver_name, pid=os.getpid())
         received = await termination
         log.info("stopping after signal; in-flight calls finish first", signal=received.name)

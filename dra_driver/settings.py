@@ -58,6 +58,10 @@ class NodeSettings:
     kubeconfig: Path | None
     log_format: LogFormat
     verbosity: int
+    # Seconds between noticing a foreign change to our slices and repairing it.
+    sync_delay: float = 5.0
+    # Print the ResourceSlice writes instead of making them.
+    dry_run: bool = False
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -113,6 +117,12 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         None,
         "json or console (default: console on a terminal, else json)",
     ),
+    (
+        "--sync-delay",
+        "DRA_DRIVER_SYNC_DELAY",
+        "5",
+        "seconds from someone else changing or deleting our ResourceSlices to their repair",
+    ),
 )
 
 
@@ -135,12 +145,35 @@ def add_inventory_options(parser: argparse.ArgumentParser, default_node_name: st
             parser.add_argument(flag, default=os.environ.get(env, fallback), help=f"{help_text} [env {env}]")
 
 
+# What `cleanup` needs to find this node's slices.
+CLEANUP_FLAGS = ("--node-name", "--driver-name", "--kubeconfig")
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupSettings:
+    node_name: str
+    driver_name: str
+    kubeconfig: Path | None
+
+
+def add_cleanup_options(parser: argparse.ArgumentParser) -> None:
+    for flag, env, default, help_text in _OPTIONS:
+        if flag in CLEANUP_FLAGS:
+            parser.add_argument(flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}]")
+
+
 def add_node_options(parser: argparse.ArgumentParser) -> None:
     for flag, env, default, help_text in _OPTIONS:
         shown_default = f"; default {default}" if default else ""
         parser.add_argument(
             flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}{shown_default}]"
         )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        default=os.environ.get("DRA_DRIVER_DRY_RUN", "") in ("1", "true"),
+        help="print the ResourceSlice writes instead of making them [env DRA_DRIVER_DRY_RUN=1]",
+    )
     parser.add_argument(
         "-v",
         "--verbose",
@@ -176,6 +209,18 @@ def _node_config(value: str | None) -> Path | None:
     return path
 
 
+def _sync_delay(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 3600:
+        raise SettingsError(
+            f"--sync-delay (DRA_DRIVER_SYNC_DELAY): {value!r} must be a number of seconds from 0 to 3600"
+        )
+    return seconds
+
+
 def _verbosity(from_flags: int | None) -> int:
     if from_flags is not None:
         return from_flags
@@ -194,18 +239,28 @@ def _log_format(value: str | None, stderr_is_terminal: bool) -> LogFormat:
 
 
 def inventory_settings(args: argparse.Namespace) -> InventorySettings:
+    node_name, driver_name = _identity(args)
+    return InventorySettings(
+        node_name=node_name,
+        driver_name=driver_name,
+        hardware=parse_hardware(args.hardware),
+        node_config=_node_config(args.node_config),
+    )
+
+
+def _identity(args: argparse.Namespace) -> tuple[str, str]:
     if not args.node_name:
         raise SettingsError("--node-name (NODE_NAME) is required: the name of this Kubernetes node")
     if problem := dns_subdomain_problem(args.node_name):
         raise SettingsError(f"--node-name (NODE_NAME): {problem}")
     if problem := driver_name_problem(args.driver_name):
         raise SettingsError(f"--driver-name (DRA_DRIVER_NAME): {problem}")
-    return InventorySettings(
-        node_name=args.node_name,
-        driver_name=args.driver_name,
-        hardware=parse_hardware(args.hardware),
-        node_config=_node_config(args.node_config),
-    )
+    return args.node_name, args.driver_name
+
+
+def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
+    node_name, driver_name = _identity(args)
+    return CleanupSettings(node_name, driver_name, _kubeconfig(args.kubeconfig))
 
 
 def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSettings:
@@ -227,6 +282,8 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         kubeconfig=_kubeconfig(args.kubeconfig),
         log_format=_log_format(args.log_format, stderr_is_terminal),
         verbosity=_verbosity(args.verbosity),
+        sync_delay=_sync_delay(args.sync_delay),
+        dry_run=args.dry_run,
     )
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),

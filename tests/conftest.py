@@ -11,6 +11,7 @@ from kubernetes import client, config
 
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
+from tests.support.publishing import add_node
 
 # CI machines have two busy cores: wall-clock limits per example would only make tests flaky.
 settings.register_profile("project", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -19,7 +20,9 @@ settings.load_profile("project")
 
 @pytest.fixture
 def apiserver() -> Iterator[ApiServer]:
+    """With the agents' Node, which owns the slices they publish."""
     server = ApiServer().start()
+    add_node(server)
     yield server
     server.stop()
 
@@ -52,5 +55,7 @@ def agent_dirs(short_dir: Path) -> AgentDirs:
 @pytest.fixture
 def agent(agent_dirs: AgentDirs, kubeconfig: Path) -> Iterator[AgentProcess]:
     process = start_agent(agent_dirs, kubeconfig)
+    # Once its slices are published the agent is quiet, so faults a test injects hit its calls.
+    process.wait_for_log("resourceslices published")
     yield process
     process.terminate()

@@ -72,6 +72,11 @@ class ClaimEngine:
         self._owner_of_device: dict[str, ClaimRef] = {}
         self._claim_locks = KeyedLocks()
 
+    def use_inventory(self, inventory: Inventory) -> None:
+        """Devices published from now on (after a fallback to modes the API server supports);
+        claims already prepared keep what they were prepared with."""
+        self._inventory = inventory
+
     # -- state ---------------------------------------------------------------------------------
 
     async def load_state(self) -> list[QuarantinedRecord]:

@@ -1,0 +1,332 @@
+"""The ResourceSlice controller: keeps the API server's slices of this node equal to the plan.
+
+One watch (field selectors: our driver, our node; nothing cluster-wide) keeps a local copy of
+the stored slices. A sync compares that copy with the plan (`diff.plan_sync`, pure) and writes
+the difference. Syncs run from a rate-limited work queue:
+- right away when the inventory changes;
+- `sync_delay` after someone else changed or deleted one of our slices (our own writes come back
+  through the watch with the resourceVersion we already hold, so they schedule nothing, and a
+  quiet cluster sees no writes at all);
+- with per-key exponential backoff after a failure. A failure that leaves the outcome unknown
+  (no answer, 5xx, conflict) makes the next sync list again before writing, so a create that
+  did land is never made twice.
+"""
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+
+from dra_driver.devices.inventory import Inventory
+from dra_driver.devices.slices import SliceLayout, SlicePlanError, layout_for, plan_slices, slices_to_api
+from dra_driver.metrics import PublishMetrics
+from dra_driver.publish.capabilities import (
+    ApiFeature,
+    ServerVersionError,
+    describe_drops,
+    dropped_fields,
+    features_behind,
+    server_kubernetes_version,
+    unexplained,
+)
+from dra_driver.publish.diff import (
+    Adopted,
+    Create,
+    Delete,
+    JsonObject,
+    NodeOwner,
+    PoolState,
+    SyncPlan,
+    Update,
+    Write,
+    plan_sync,
+)
+from dra_driver.publish.slice_api import ApiCallError, SliceApi, WatchEvent
+from dra_driver.publish.workqueue import ShutDown, WorkQueue
+
+log = structlog.get_logger("dra_driver.publish")
+
+DEFAULT_SYNC_DELAY_SECONDS = 5.0
+WATCH_RETRY_FIRST_SECONDS = 0.1
+WATCH_RETRY_MAX_SECONDS = 30.0
+
+# Given the gates the server lacks, the inventory to publish instead (None: nothing changes).
+FallBack = Callable[[frozenset[ApiFeature]], Inventory | None]
+
+
+def _version_number(resource_version: str) -> int:
+    """resourceVersions are opaque, but every real server uses etcd revisions; like client-go's
+    mutation cache we order them as integers, and treat anything else as newest."""
+    return int(resource_version) if resource_version.isdigit() else 2**63
+
+
+def _resource_version(obj: JsonObject) -> int:
+    return _version_number(str(obj.get("metadata", {}).get("resourceVersion", "")))
+
+
+@dataclass
+class PublishStatus:
+    """What the rest of the agent (readiness, metrics, tests) may ask the controller."""
+
+    layout: SliceLayout | None = None
+    unsupported: frozenset[ApiFeature] = frozenset()
+    # Set once the stored slices equal the plan; cleared while a change is being written.
+    converged: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ResourceSliceController:
+    def __init__(
+        self,
+        api: SliceApi,
+        driver_name: str,
+        node_name: str,
+        inventory: Inventory,
+        *,
+        sync_delay: float = DEFAULT_SYNC_DELAY_SECONDS,
+        fall_back: FallBack | None = None,
+        metrics: PublishMetrics | None = None,
+        dry_run: Callable[[tuple[Write, ...]], None] | None = None,
+        queue: WorkQueue[str] | None = None,
+    ) -> None:
+        self._api = api
+        self._driver_name = driver_name
+        self._node_name = node_name
+        self._inventory = inventory
+        self._sync_delay = sync_delay
+        self._fall_back = fall_back
+        self._metrics = metrics or PublishMetrics()
+        self._dry_run = dry_run
+        self._queue: WorkQueue[str] = queue or WorkQueue()
+        self.status = PublishStatus()
+        self._owner: NodeOwner | None = None
+        self._stored: dict[str, JsonObject] = {}
+        self._listed_at = 0
+        self._stale = True
+        self._adopted: dict[str, Adopted] = {}
+        self._reported_unexplained = False
+        self._last_dry_run: tuple[str, ...] | None = None
+        self._sync_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[None]] = set()
+        self._watch_from: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self._node_name
+
+    @property
+    def inventory(self) -> Inventory:
+        """What is being published (after any fallback)."""
+        return self._inventory
+
+    def set_inventory(self, inventory: Inventory) -> None:
+        """Publishes a changed inventory (hardware, health or configuration) right away."""
+        self._inventory = inventory
+        self.status.converged.clear()
+        self._queue.add(self.key)
+
+    async def run(self) -> None:
+        """Runs until cancelled; the slices stay in place afterwards (kubelet removes them when
+        the plugin is gone, the Node's garbage collection when the node is)."""
+        self._queue.add(self.key)
+        watcher = asyncio.create_task(self._watch_forever(), name="resourceslice-watch")
+        try:
+            await self._work()
+        finally:
+            self._queue.shut_down()
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+
+    # -- the work queue ----------------------------------------------------------------------------
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                key = await self._queue.get()
+            except ShutDown:
+                return
+            try:
+                await self._sync()
+            except (ApiCallError, ServerVersionError) as error:
+                delay = self._queue.add_rate_limited(key)
+                log.warning(
+                    "resourceslice sync failed; retrying",
+                    error=str(error),
+                    retry_in_seconds=round(delay, 3),
+                    failures=self._queue.limiter.failures(key),
+                )
+            else:
+                self._queue.forget(key)
+            finally:
+                self._queue.done(key)
+
+    # -- the watch ---------------------------------------------------------------------------------
+
+    async def _watch_forever(self) -> None:
+        failures = 0
+        while True:
+            try:
+                if self._watch_from is None:
+                    async with self._sync_lock:
+                        if self._watch_from is None:  # a sync may have listed meanwhile
+                            await self._list()
+                async for event in self._api.watch_slices(self._watch_from or ""):
+                    failures = 0
+                    self._on_event(event)
+            except ApiCallError as error:
+                if error.expired:
+                    log.info("resourceslice watch expired; listing again", error=str(error))
+                    self._watch_from = None
+                    continue
+                failures += 1
+                delay = min(WATCH_RETRY_FIRST_SECONDS * 2 ** (failures - 1), WATCH_RETRY_MAX_SECONDS)
+                log.warning("resourceslice watch failed; retrying", error=str(error), retry_in_seconds=delay)
+                await asyncio.sleep(delay)
+
+    async def _list(self) -> None:
+        items, resource_version = await self._api.list_slices()
+        before = self._stored
+        self._stored = {str(item["metadata"]["name"]): item for item in items}
+        self._listed_at = _version_number(resource_version)
+        self._watch_from = resource_version
+        self._stale = False
+        if before != self._stored:
+            self._queue.add(self.key)
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if event.kind == "BOOKMARK":
+            self._watch_from = event.resource_version or self._watch_from
+            return
+        self._watch_from = event.resource_version or self._watch_from
+        obj = event.object
+        name = str(obj.get("metadata", {}).get("name", ""))
+        version = _resource_version(obj)
+        if version <= self._listed_at:
+            return
+        held = self._stored.get(name)
+        if held is not None and _resource_version(held) >= version:
+            return  # our own write, already applied from its answer
+        if event.kind == "DELETED":
+            if held is None:
+                return
+            del self._stored[name]
+        else:
+            self._stored[name] = obj
+        log.info("resourceslice changed on the server; sync scheduled", slice=name, change=event.kind)
+        self._queue.add_after(self.key, self._sync_delay)
+
+    # -- one sync ----------------------------------------------------------------------------------
+
+    async def _sync(self) -> None:
+        async with self._sync_lock:
+            layout = await self._layout()
+            owner = await self._node_owner()
+            if self._stale:
+                await self._list()
+            try:
+                desired = slices_to_api(
+                    plan_slices(self._inventory, layout), self._driver_name, self._node_name
+                )
+            except SlicePlanError as error:
+                # Not retried: only a different inventory or server version can fix it.
+                log.error("cannot publish this inventory", error=str(error), layout=layout)
+                return
+            plan = plan_sync(
+                desired, PoolState(list(self._stored.values()), self._adopted), self._node_name, owner
+            )
+            if self._dry_run is not None:
+                self._show_dry_run(plan)
+                return
+            for write in plan.writes:
+                await self._apply(write)
+            if plan.writes:
+                log.info(
+                    "resourceslices published",
+                    pool=self._node_name,
+                    generation=plan.generation,
+                    deleted=len(plan.deletes),
+                    updated=len(plan.updates),
+                    created=len(plan.creates),
+                )
+            self.status.converged.set()
+
+    async def _layout(self) -> SliceLayout:
+        if self.status.layout is None:
+            version = server_kubernetes_version(await self._api.server_version())
+            self.status.layout = layout_for(version)
+            log.info(
+                "API server version read", kubernetes=f"{version[0]}.{version[1]}", layout=self.status.layout
+            )
+        return self.status.layout
+
+    async def _node_owner(self) -> NodeOwner:
+        if self._owner is None:
+            self._owner = NodeOwner(self._node_name, await self._api.node_uid())
+        return self._owner
+
+    def _show_dry_run(self, plan: SyncPlan) -> None:
+        described = tuple(write.describe() for write in plan.writes)
+        if described != self._last_dry_run and self._dry_run is not None:
+            self._last_dry_run = described
+            self._dry_run(plan.writes)
+        self.status.converged.set()
+
+    async def _apply(self, write: Write) -> None:
+        verb = type(write).__name__.lower()
+        try:
+            match write:
+                case Delete(name=name, uid=uid, resource_version=version):
+                    await self._api.delete_slice(name, uid, version)
+                    self._stored.pop(name, None)
+                    self._adopted.pop(name, None)
+                case Update(name=name, body=body):
+                    self._accept(body, await self._api.replace_slice(name, body))
+                case Create(body=body):
+                    self._accept(body, await self._api.create_slice(body))
+        except ApiCallError as error:
+            self._metrics.slice_api_errors.labels(verb=verb, status=str(error.status)).inc()
+            # Unknown outcome, or our copy is out of date: read the truth before writing again.
+            self._stale = True
+            raise
+        self._metrics.slice_writes.labels(verb=verb).inc()
+
+    def _accept(self, sent: JsonObject, stored: JsonObject) -> None:
+        name = str(stored["metadata"]["name"])
+        self._stored[name] = stored
+        paths = dropped_fields(sent, stored)
+        if not paths:
+            self._adopted.pop(name, None)
+            return
+        self._adopted[name] = Adopted(sent=sent["spec"], stored=stored.get("spec", {}))
+        self._report_drops(paths)
+
+    def _report_drops(self, paths: tuple[str, ...]) -> None:
+        features = features_behind(paths)
+        new_features = features - self.status.unsupported
+        odd = unexplained(paths)
+        if not new_features and (not odd or self._reported_unexplained):
+            return
+        self._reported_unexplained = self._reported_unexplained or bool(odd)
+        self.status.unsupported |= features
+        for feature in features:
+            self._metrics.api_features_missing.labels(feature=feature).set(1)
+        message = describe_drops(paths, features)
+        log.warning(
+            "the API server drops fields of our ResourceSlices", detail=message, dropped=list(paths[:20])
+        )
+        task = asyncio.get_running_loop().create_task(self._event(message))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        if new_features and self._fall_back is not None:
+            replacement = self._fall_back(self.status.unsupported)
+            if replacement is not None:
+                self._inventory = replacement
+                self._queue.add(self.key)
+
+    async def _event(self, message: str) -> None:
+        try:
+            await self._api.create_node_event(
+                (self._owner.uid if self._owner else ""), "ResourceSliceFieldsDropped", message, "Warning"
+            )
+        except ApiCallError as error:
+            log.warning("could not record the dropped-fields Event on the Node", error=str(error))

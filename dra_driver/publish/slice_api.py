@@ -1,0 +1,227 @@
+"""The API calls the slice controller makes, through the official client, as raw JSON.
+
+Raw JSON rather than the client's models: the controller compares what it sent with what the
+server stored field by field (to notice dropped fields), and a model round trip would hide
+exactly that. Every failure becomes one ApiCallError that says whether the write may have
+happened anyway, which decides whether the controller must re-list before writing again.
+"""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from kubernetes.aio import client
+
+from dra_driver.publish.diff import JsonObject
+
+# A write or a list that takes longer than this is treated as failed (and maybe applied).
+REQUEST_TIMEOUT_SECONDS = 30.0
+# The server ends each watch after this long; the client gives it a margin before giving up.
+WATCH_SECONDS = 300
+WATCH_READ_MARGIN_SECONDS = 30.0
+EVENT_NAMESPACE = "default"
+
+
+class ApiCallError(Exception):
+    """A failed call; `status` 0 means no answer came (connection lost, timeout)."""
+
+    def __init__(self, call: str, status: int, reason: str, message: str) -> None:
+        answer = f"API server answered {status} {reason}" if status else "no answer"
+        super().__init__(f"{call}: {answer}: {message}")
+        self.call, self.status, self.reason = call, status, reason
+
+    @property
+    def may_have_applied(self) -> bool:
+        """A write that got no answer or a server error may still have been stored."""
+        return self.status == 0 or self.status >= 500
+
+    @property
+    def expired(self) -> bool:
+        return self.status == 410
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    kind: str  # ADDED, MODIFIED, DELETED or BOOKMARK
+    object: JsonObject
+
+    @property
+    def resource_version(self) -> str:
+        return str(self.object.get("metadata", {}).get("resourceVersion", ""))
+
+
+def _status_text(body: bytes) -> tuple[str, str]:
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return "", body[:200].decode(errors="replace")
+    if isinstance(decoded, Mapping):
+        return str(decoded.get("reason", "")), str(decoded.get("message", ""))
+    return "", body[:200].decode(errors="replace")
+
+
+class SliceApi:
+    """ResourceSlices of one driver on one node, plus the few other objects the controller reads."""
+
+    def __init__(self, api_client: client.ApiClient, driver_name: str, node_name: str) -> None:
+        self._resource = client.ResourceV1Api(api_client)
+        self._core = client.CoreV1Api(api_client)
+        self._version = client.VersionApi(api_client)
+        self.node_name = node_name
+        self.field_selector = f"spec.driver={driver_name},spec.nodeName={node_name}"
+
+    async def _call(
+        self, call: str, request: Awaitable[Any], expected: tuple[int, ...] = (200, 201)
+    ) -> JsonObject:
+        try:
+            response = await request
+            body = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise ApiCallError(call, 0, "", str(error) or type(error).__name__) from error
+        if response.status not in expected:
+            reason, message = _status_text(body)
+            raise ApiCallError(call, response.status, reason, message)
+        try:
+            decoded = json.loads(body)
+        except ValueError as error:
+            raise ApiCallError(call, response.status, "", f"invalid JSON: {error}") from error
+        if not isinstance(decoded, dict):
+            raise ApiCallError(call, response.status, "", "expected a JSON object")
+        return decoded
+
+    async def server_version(self) -> JsonObject:
+        return await self._call(
+            "GET /version",
+            self._version.get_code_without_preload_content(_request_timeout=REQUEST_TIMEOUT_SECONDS),
+        )
+
+    async def node_uid(self) -> str:
+        node = await self._call(
+            f"GET node {self.node_name}",
+            self._core.read_node_without_preload_content(
+                self.node_name, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            ),
+        )
+        return str(node["metadata"]["uid"])
+
+    async def list_slices(self) -> tuple[list[JsonObject], str]:
+        """Our slices and the resourceVersion to watch from."""
+        listed = await self._call(
+            "LIST resourceslices",
+            self._resource.list_resource_slice_without_preload_content(
+                field_selector=self.field_selector, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            ),
+        )
+        return list(listed.get("items") or []), str(listed.get("metadata", {}).get("resourceVersion", ""))
+
+    async def watch_slices(self, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Events after `resource_version` until the server ends the watch. Raises ApiCallError,
+        with `expired` set when the version is too old and the caller must list again."""
+        call = "WATCH resourceslices"
+        try:
+            response = await self._resource.list_resource_slice_without_preload_content(
+                field_selector=self.field_selector,
+                resource_version=resource_version,
+                watch=True,
+                allow_watch_bookmarks=True,
+                timeout_seconds=WATCH_SECONDS,
+                _request_timeout=WATCH_SECONDS + WATCH_READ_MARGIN_SECONDS,
+            )
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise ApiCallError(call, 0, "", str(error) or type(error).__name__) from error
+        try:
+            if response.status != 200:
+                reason, message = _status_text(await response.read())
+                raise ApiCallError(call, response.status, reason, message)
+            while True:
+                try:
+                    line = await response.content.readline()
+                except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as error:
+                    raise ApiCallError(
+                        call, 0, "", f"watch dropped: {error or type(error).__name__}"
+                    ) from error
+                if not line:
+                    return
+                yield _watch_event(call, line)
+        finally:
+            response.release()
+
+    async def create_slice(self, body: JsonObject) -> JsonObject:
+        return await self._call(
+            "CREATE resourceslice",
+            self._resource.create_resource_slice_without_preload_content(
+                body, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            ),
+        )
+
+    async def replace_slice(self, name: str, body: JsonObject) -> JsonObject:
+        return await self._call(
+            f"UPDATE resourceslice {name}",
+            self._resource.replace_resource_slice_without_preload_content(
+                name, body, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            ),
+        )
+
+    async def delete_slice(self, name: str, uid: str = "", resource_version: str = "") -> None:
+        """Deletes only the very object we saw (uid and resourceVersion as preconditions);
+        one already gone counts as deleted."""
+        preconditions = {
+            key: value for key, value in (("uid", uid), ("resourceVersion", resource_version)) if value
+        }
+        await self._call(
+            f"DELETE resourceslice {name}",
+            self._resource.delete_resource_slice_without_preload_content(
+                name,
+                body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions},
+                _request_timeout=REQUEST_TIMEOUT_SECONDS,
+            ),
+            expected=(200, 202, 404),
+        )
+
+    async def create_node_event(self, node_uid: str, reason: str, message: str, kind: str) -> None:
+        """A core/v1 Event on our Node, where `kubectl describe node` shows it."""
+        body = node_event(self.node_name, node_uid, reason, message, kind)
+        await self._call(
+            "CREATE event",
+            self._core.create_namespaced_event_without_preload_content(
+                EVENT_NAMESPACE, body, _request_timeout=REQUEST_TIMEOUT_SECONDS
+            ),
+        )
+
+
+def _watch_event(call: str, line: bytes) -> WatchEvent:
+    try:
+        decoded = json.loads(line)
+        kind, obj = decoded["type"], decoded["object"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ApiCallError(call, 0, "", f"malformed watch event: {line[:200]!r}") from error
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise ApiCallError(call, 0, "", f"malformed watch event: {line[:200]!r}")
+    if kind == "ERROR":
+        raise ApiCallError(
+            call, int(obj.get("code", 0) or 500), str(obj.get("reason", "")), str(obj.get("message", ""))
+        )
+    return WatchEvent(kind, obj)
+
+
+def node_event(node_name: str, node_uid: str, reason: str, message: str, kind: str) -> JsonObject:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{node_name}.", "namespace": EVENT_NAMESPACE},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node_name, "uid": node_uid},
+        "reason": reason,
+        "message": message[:1024],
+        "type": kind,
+        "source": {"component": "dra-driver", "host": node_name},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "reportingComponent": "dra-driver",
+        "reportingInstance": node_name,
+    }

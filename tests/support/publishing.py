@@ -1,0 +1,156 @@
+"""Runs the ResourceSlice controller in-process against the stand-in API server, through the
+official asyncio client, and reads back what the server stores."""
+
+import asyncio
+import copy
+import json
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.aio import client
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.devices.inventory import Inventory, build_inventory
+from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
+from dra_driver.metrics import PublishMetrics
+from dra_driver.publish.capabilities import ApiFeature, fall_back
+from dra_driver.publish.controller import ResourceSliceController
+from dra_driver.publish.diff import Write
+from dra_driver.publish.slice_api import SliceApi
+from tests.support.agent import NODE_NAME
+from tests.support.apiserver import ApiServer
+
+DRIVER = DEFAULT_DRIVER_NAME
+SLICES = "resourceslices"
+
+
+def _call(server: ApiServer, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A plain HTTP call, as another client of the cluster (kubectl, a careless script) makes it."""
+    request = urllib.request.Request(
+        server.url + path,
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+        return answer
+
+
+def add_node(server: ApiServer, name: str = NODE_NAME) -> str:
+    """Creates the Node the slices are owned by; returns its uid."""
+    node = _call(
+        server, "POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    )
+    return str(node["metadata"]["uid"])
+
+
+def foreign_delete(server: ApiServer, name: str) -> None:
+    _call(server, "DELETE", f"/apis/resource.k8s.io/v1/resourceslices/{name}")
+
+
+def foreign_replace(server: ApiServer, stored: dict[str, Any]) -> None:
+    _call(server, "PUT", f"/apis/resource.k8s.io/v1/resourceslices/{stored['metadata']['name']}", stored)
+
+
+def stored_slices(server: ApiServer) -> list[dict[str, Any]]:
+    return server.objects(SLICES)
+
+
+def expected_specs(inventory: Inventory, layout: SliceLayout = "1.35") -> list[dict[str, Any]]:
+    """The plan's slice specs, generation left out (it depends on history)."""
+    specs = []
+    for body in slices_to_api(plan_slices(inventory, layout), DRIVER, NODE_NAME):
+        spec = copy.deepcopy(body["spec"])
+        del spec["pool"]["generation"]
+        specs.append(spec)
+    return specs
+
+
+def published_specs(server: ApiServer) -> list[dict[str, Any]]:
+    specs = []
+    for stored in stored_slices(server):
+        spec = copy.deepcopy(stored["spec"])
+        del spec["pool"]["generation"]
+        specs.append(spec)
+    return specs
+
+
+def pool_problems(server: ApiServer, inventory: Inventory, layout: SliceLayout = "1.35") -> list[str]:
+    """Why the stored pool is not exactly the plan (empty when it is)."""
+    stored = stored_slices(server)
+    problems = []
+    wanted = slices_to_api(plan_slices(inventory, layout), DRIVER, NODE_NAME)
+    if len(stored) != len(wanted):
+        problems.append(f"{len(stored)} slices stored, {len(wanted)} planned")
+    if len({s["spec"]["pool"]["generation"] for s in stored}) > 1:
+        problems.append("slices of several generations")
+    for held, planned in zip(stored, wanted, strict=False):
+        if not held["metadata"]["name"].startswith(planned["metadata"]["generateName"]):
+            problems.append(
+                f"{held['metadata']['name']} is not at index {planned['metadata']['generateName']}"
+            )
+    if published_specs(server) != expected_specs(inventory, layout):
+        problems.append("stored specs differ from the plan")
+    return problems
+
+
+@dataclass
+class Published:
+    controller: ResourceSliceController
+    metrics: PublishMetrics
+    dry_runs: list[tuple[Write, ...]] = field(default_factory=list)
+
+    async def converged(self, server: ApiServer, inventory: Inventory, within: float = 10.0) -> None:
+        deadline = time.monotonic() + within
+        while pool_problems(server, inventory, self.controller.status.layout or "1.35"):
+            if time.monotonic() > deadline:
+                problems = pool_problems(server, inventory, self.controller.status.layout or "1.35")
+                raise AssertionError(f"not converged within {within} s: {problems}")
+            await asyncio.sleep(0.02)
+
+
+def falling_back(inventory: Inventory) -> Callable[[frozenset[ApiFeature]], Inventory | None]:
+    """What the node agent does when the server lacks a feature: the same GPUs, re-planned."""
+
+    def replan(unsupported: frozenset[ApiFeature]) -> Inventory | None:
+        plans, _notes = fall_back(inventory.plans, unsupported)
+        return None if plans == inventory.plans else build_inventory(plans)
+
+    return replan
+
+
+@asynccontextmanager
+async def publishing(
+    server: ApiServer,
+    inventory: Inventory,
+    *,
+    sync_delay: float = 0.2,
+    dry_run: bool = False,
+    with_fall_back: bool = True,
+) -> AsyncIterator[Published]:
+    configuration = client.Configuration(host=server.url)
+    api_client = client.ApiClient(configuration)
+    metrics = PublishMetrics()
+    dry_runs: list[tuple[Write, ...]] = []
+    controller = ResourceSliceController(
+        SliceApi(api_client, DRIVER, NODE_NAME),
+        DRIVER,
+        NODE_NAME,
+        inventory,
+        sync_delay=sync_delay,
+        fall_back=falling_back(inventory) if with_fall_back else None,
+        metrics=metrics,
+        dry_run=dry_runs.append if dry_run else None,
+    )
+    task = asyncio.create_task(controller.run())
+    try:
+        yield Published(controller, metrics, dry_runs)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await api_client.close()
