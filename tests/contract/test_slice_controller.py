@@ -399,3 +399,24 @@ def stored_pool_inventory(stored: list[dict[str, Any]]) -> Inventory:
         for device in s["spec"].get("devices", [])
     )
     return with_product_name(MIG_NODE, 1, "changed") if renamed else MIG_NODE
+
+
+def test_a_default_1_34_server_gets_static_mig_in_the_1_34_layout() -> None:
+    """Partitionable devices and consumable capacity are alpha (off) in 1.34: dynamic MIG falls
+    back to the instances that exist."""
+    server = ApiServer(version="1.34").start()
+    add_node(server)
+    static = falling_back(MIG_NODE)(frozenset({"DRAPartitionableDevices"}))
+    assert static is not None and not static.counter_sets
+
+    async def scenario() -> None:
+        async with publishing(server, MIG_NODE, sync_delay=0.05) as published:
+            await published.converged(server, static)
+            assert published.controller.status.layout == "1.34"
+            assert published.controller.status.unsupported == {"DRAPartitionableDevices"}
+            assert await quiet(server, 0.5) == 0
+
+    try:
+        run(scenario)
+    finally:
+        server.stop()
