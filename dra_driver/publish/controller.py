@@ -104,6 +104,9 @@ class ResourceSliceController:
         self._listed_at = 0
         self._stale = True
         self._adopted: dict[str, Adopted] = {}
+        # Slices we deleted whose DELETED event has not come yet: their older events, still on
+        # the way, must not bring them back into the copy.
+        self._deleted_by_us: set[str] = set()
         self._reported_unexplained = False
         self._last_dry_run: tuple[str, ...] | None = None
         self._sync_lock = asyncio.Lock()
@@ -187,6 +190,7 @@ class ResourceSliceController:
         items, resource_version = await self._api.list_slices()
         before = self._stored
         self._stored = {str(item["metadata"]["name"]): item for item in items}
+        self._deleted_by_us.clear()
         self._listed_at = _version_number(resource_version)
         self._watch_from = resource_version
         self._stale = False
@@ -202,6 +206,10 @@ class ResourceSliceController:
         name = str(obj.get("metadata", {}).get("name", ""))
         version = _resource_version(obj)
         if version <= self._listed_at:
+            return
+        if name in self._deleted_by_us:
+            if event.kind == "DELETED":
+                self._deleted_by_us.discard(name)
             return
         held = self._stored.get(name)
         if held is not None and _resource_version(held) >= version:
@@ -237,18 +245,28 @@ class ResourceSliceController:
             if self._dry_run is not None:
                 self._show_dry_run(plan)
                 return
-            for write in plan.writes:
-                await self._apply(write)
-            if plan.writes:
+            planned_for = self._inventory
+            made = [write for write in plan.writes if await self._apply_unless_replanned(write, planned_for)]
+            if made:
                 log.info(
                     "resourceslices published",
                     pool=self._node_name,
                     generation=plan.generation,
-                    deleted=len(plan.deletes),
-                    updated=len(plan.updates),
-                    created=len(plan.creates),
+                    deleted=sum(isinstance(write, Delete) for write in made),
+                    updated=sum(isinstance(write, Update) for write in made),
+                    created=sum(isinstance(write, Create) for write in made),
+                    left_for_next_sync=len(plan.writes) - len(made),
                 )
-            self.status.converged.set()
+            if self._inventory is planned_for:
+                self.status.converged.set()
+
+    async def _apply_unless_replanned(self, write: Write, planned_for: Inventory) -> bool:
+        """A fallback in the middle of a sync replaces the inventory and queues a new sync; the
+        rest of this plan would only be undone by it."""
+        if self._inventory is not planned_for:
+            return False
+        await self._apply(write)
+        return True
 
     async def _layout(self) -> SliceLayout:
         if self.status.layout is None:
@@ -277,6 +295,7 @@ class ResourceSliceController:
             match write:
                 case Delete(name=name, uid=uid, resource_version=version):
                     await self._api.delete_slice(name, uid, version)
+                    self._deleted_by_us.add(name)
                     self._stored.pop(name, None)
                     self._adopted.pop(name, None)
                 case Update(name=name, body=body):

@@ -53,7 +53,9 @@ def with_product_name(inventory: Inventory, device_index: int, name: str) -> Inv
 
 
 async def quiet(server: ApiServer, seconds: float) -> int:
-    """Writes the server receives while nothing changes."""
+    """Writes the server receives while nothing changes. Starts counting a moment after the
+    pool looked right, so the answer to the last write of the sync is not counted as quiet."""
+    await asyncio.sleep(0.2)
     server.reset_counts()
     await asyncio.sleep(seconds)
     return server.writes(SLICES)
@@ -109,7 +111,7 @@ def test_an_external_delete_is_repaired_within_the_sync_delay(server: ApiServer)
             started = loop.time()
             await published.converged(server, MIG_NODE, within=5)
             took = loop.time() - started
-            assert 0.25 <= took < 2.0, took
+            assert 0.25 <= took < 3.0, took
             # A new slice means a new generation: one create and every other slice rewritten.
             assert server.request_count("POST", SLICES) == 1
             assert server.request_count("PUT", SLICES) == 4
