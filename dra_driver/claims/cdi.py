@@ -1,24 +1,34 @@
-"""CDI specs for prepared claims: one transient spec file per claim.
+"""CDI specs: one transient spec file per prepared claim, and one node-wide spec per node.
 
 Container runtimes resolve the IDs we hand to kubelet against these files. Each spec states the
 *minimum* CDI version its content needs, because a runtime rejects a spec whose version it does
 not know (podman 4.3.1 stops at 0.5.0) even when nothing in it needs the newer version.
+
+What every GPU container needs whatever it was allocated (control device nodes, the driver's
+libraries and tools) lives in the node spec, written once when the agent starts, so claim specs
+stay small and a driver upgrade rewrites one file instead of every claim's. Prepare hands out the
+node spec's single device next to the claim's own devices.
 """
 
 import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
 
 from dra_driver import durable_files
 
 CLAIM_CLASS = "claim"
+NODE_CLASS = "node"
+COMMON_DEVICE = "common"
 _SPEC_SUFFIX = ".json"
 
 _VENDOR_OR_CLASS = re.compile(r"[A-Za-z]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _STARTS_WITH_LETTER = re.compile(r"[A-Za-z]")
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._:-]*[A-Za-z0-9])?")
+
+# The OCI hook points the CDI library accepts; any other name makes it refuse the whole spec.
+HookName = Literal["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"]
 
 
 class InvalidCdiName(ValueError):
@@ -26,16 +36,85 @@ class InvalidCdiName(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class ContainerEdits:
+class DeviceNode:
+    """A device node at `path` in the container; `host_path` only when the host's node lives
+    elsewhere (a driver container's /dev), because that field needs CDI 0.5.0."""
+
+    path: str
+    host_path: str = ""
+
+    @classmethod
+    def under(cls, dev_root: Path, path: str) -> "DeviceNode":
+        """The node `path` (e.g. /dev/nvidiactl) as it exists below `dev_root` on the host."""
+        host = dev_root.joinpath(PurePosixPath(path).relative_to("/"))
+        return cls(path=path, host_path="" if str(host) == path else str(host))
+
+    def to_json(self) -> dict[str, Any]:
+        rendered = {"path": self.path}
+        if self.host_path:
+            rendered["hostPath"] = self.host_path
+        return rendered
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A mount of `host_path` at `container_path`. The mount `type` field is left out on purpose:
+    it needs CDI 0.4.0, and runc already makes a bind mount of anything whose options say "bind"."""
+
+    host_path: str
+    container_path: str
+    options: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        rendered: dict[str, Any] = {"hostPath": self.host_path, "containerPath": self.container_path}
+        if self.options:
+            rendered["options"] = list(self.options)
+        return rendered
+
+
+@dataclass(frozen=True, slots=True)
+class Hook:
+    """An OCI hook; like execv, `args` starts with the program's own name."""
+
+    hook_name: HookName
+    path: str
+    args: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
-    device_nodes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        rendered: dict[str, Any] = {"hookName": self.hook_name, "path": self.path}
+        if self.args:
+            rendered["args"] = list(self.args)
+        if self.env:
+            rendered["env"] = list(self.env)
+        return rendered
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEdits:
+    """What a runtime changes in a container for one CDI device.
+
+    A device node given as a plain string is at the same path on the host and in the container.
+    """
+
+    env: tuple[str, ...] = ()
+    device_nodes: tuple[str | DeviceNode, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    hooks: tuple[Hook, ...] = ()
+
+    def nodes(self) -> tuple[DeviceNode, ...]:
+        return tuple(DeviceNode(node) if isinstance(node, str) else node for node in self.device_nodes)
 
     def to_json(self) -> dict[str, Any]:
         rendered: dict[str, Any] = {}
         if self.env:
             rendered["env"] = list(self.env)
         if self.device_nodes:
-            rendered["deviceNodes"] = [{"path": path} for path in self.device_nodes]
+            rendered["deviceNodes"] = [node.to_json() for node in self.nodes()]
+        if self.mounts:
+            rendered["mounts"] = [mount.to_json() for mount in self.mounts]
+        if self.hooks:
+            rendered["hooks"] = [hook.to_json() for hook in self.hooks]
         return rendered
 
 
@@ -64,11 +143,31 @@ class CdiSpec:
 def minimum_cdi_version(spec: CdiSpec) -> str:
     """The oldest CDI version that allows everything in `spec` (0.3.0 is the oldest still accepted).
 
-    Device names starting with something other than a letter (a claim UID does) arrived in 0.5.0.
+    Mounts, hooks and device nodes without a host path are 0.3.0. A device name starting with
+    something other than a letter (a claim UID does) or a device node's `hostPath` arrived in
+    0.5.0; a dot in the class in 0.6.0. Nothing else this module can express needs more.
     """
+    if "." in spec.kind.partition("/")[2]:
+        return "0.6.0"
     if any(not _STARTS_WITH_LETTER.match(device.name) for device in spec.devices):
         return "0.5.0"
+    if any(node.host_path for device in spec.devices for node in device.edits.nodes()):
+        return "0.5.0"
     return "0.3.0"
+
+
+def _checked_kind(kind: str) -> str:
+    vendor, _, cdi_class = kind.partition("/")
+    for label, value in (("vendor", vendor), ("class", cdi_class)):
+        if not _VENDOR_OR_CLASS.fullmatch(value):
+            raise InvalidCdiName(f"CDI {label} {value!r} breaks the CDI naming rules")
+    return kind
+
+
+def _checked_device(name: str, edits: ContainerEdits) -> CdiDevice:
+    if not _DEVICE_NAME.fullmatch(name):
+        raise InvalidCdiName(f"CDI device name {name!r} breaks the CDI naming rules")
+    return CdiDevice(name=name, edits=edits)
 
 
 def claim_kind(driver_name: str) -> str:
@@ -86,18 +185,35 @@ def claim_spec_file_name(driver_name: str, claim_uid: str) -> str:
 def claim_spec(driver_name: str, claim_uid: str, devices: list[tuple[str, ContainerEdits]]) -> CdiSpec:
     """The spec of one claim, one CDI device per entry of `devices` and in the same order, its
     names checked against the CDI rules before anything is written."""
-    kind = claim_kind(driver_name)
-    vendor, _, cdi_class = kind.partition("/")
-    for label, value in (("vendor", vendor), ("class", cdi_class)):
-        if not _VENDOR_OR_CLASS.fullmatch(value):
-            raise InvalidCdiName(f"CDI {label} {value!r} breaks the CDI naming rules")
-    cdi_devices = []
-    for device_name, edits in devices:
-        name = claim_device_name(claim_uid, device_name)
-        if not _DEVICE_NAME.fullmatch(name):
-            raise InvalidCdiName(f"CDI device name {name!r} breaks the CDI naming rules")
-        cdi_devices.append(CdiDevice(name=name, edits=edits))
-    return CdiSpec(kind=kind, devices=tuple(cdi_devices))
+    return CdiSpec(
+        kind=_checked_kind(claim_kind(driver_name)),
+        devices=tuple(
+            _checked_device(claim_device_name(claim_uid, device_name), edits)
+            for device_name, edits in devices
+        ),
+    )
+
+
+def node_kind(driver_name: str) -> str:
+    return f"k8s.{driver_name}/{NODE_CLASS}"
+
+
+def node_spec_file_name(driver_name: str) -> str:
+    """Checked like a claim spec's names, since the driver name becomes part of a path."""
+    _checked_kind(node_kind(driver_name))
+    return f"k8s.{driver_name}-{NODE_CLASS}{_SPEC_SUFFIX}"
+
+
+def node_spec(driver_name: str, common: ContainerEdits) -> CdiSpec:
+    """The node-wide spec: one device, `common`, with the edits every GPU container needs."""
+    return CdiSpec(
+        kind=_checked_kind(node_kind(driver_name)), devices=(_checked_device(COMMON_DEVICE, common),)
+    )
+
+
+def common_device_id(driver_name: str) -> str:
+    """The CDI ID prepare returns next to a claim's own devices: k8s.<driver>/node=common."""
+    return f"{_checked_kind(node_kind(driver_name))}={COMMON_DEVICE}"
 
 
 class CdiSpecDirectory:
@@ -113,6 +229,10 @@ class CdiSpecDirectory:
     def path_for(self, claim_uid: str) -> Path:
         return self.directory / claim_spec_file_name(self._driver_name, claim_uid)
 
+    @property
+    def node_spec_path(self) -> Path:
+        return self.directory / node_spec_file_name(self._driver_name)
+
     def claim_uids(self) -> set[str]:
         """The claims that have a spec file of this driver here."""
         prefix = claim_spec_file_name(self._driver_name, "").removesuffix(_SPEC_SUFFIX)
@@ -123,12 +243,18 @@ class CdiSpecDirectory:
             for path in self.directory.glob(f"{prefix}*{_SPEC_SUFFIX}")
         }
 
-    def write(self, claim_uid: str, spec: CdiSpec) -> Path:
+    def _write(self, path: Path, spec: CdiSpec) -> Path:
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.path_for(claim_uid)
         data = json.dumps(spec.to_json(), indent=2).encode() + b"\n"
         durable_files.atomic_write(path, data, durable=False)
         return path
+
+    def write(self, claim_uid: str, spec: CdiSpec) -> Path:
+        return self._write(self.path_for(claim_uid), spec)
+
+    def write_node_spec(self, common: ContainerEdits) -> Path:
+        """Replaces the node spec whole, so a container starting meanwhile sees old or new edits."""
+        return self._write(self.node_spec_path, node_spec(self._driver_name, common))
 
     def remove(self, claim_uid: str) -> None:
         durable_files.remove(self.path_for(claim_uid), durable=False)

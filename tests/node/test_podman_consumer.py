@@ -6,6 +6,8 @@ into /var/run/cdi, so this proves the files, their version and the IDs are what 
 
 import asyncio
 import os
+import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +15,8 @@ import pytest
 from kubernetes import client
 
 from dra_driver import kubelet_client, podman
+from dra_driver.claims.cdi import CdiSpecDirectory, common_device_id
+from dra_driver.claims.driver_root import common_edits, control_device_nodes, discover_driver
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
 from dra_driver.kubelet_client import ClaimArg
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
@@ -78,3 +82,39 @@ def test_an_unprepared_claim_can_no_longer_be_used_by_a_container(
 
     with pytest.raises(podman.PodmanError, match="unresolvable CDI devices"):
         podman.run_with_cdi_devices(cdi_ids, "true")
+
+
+def test_the_node_spec_gives_a_container_the_driver_files_and_control_nodes(
+    require_podman: None, tmp_path: Path
+) -> None:
+    """A driver root of fake files and a dev root whose control nodes are copies of /dev/null:
+    podman must accept the spec (CDI 0.5.0 for the nodes' hostPath) and the container must see
+    the library at its SONAME path, read-only, and the nodes as character devices."""
+    root = tmp_path / "driver"
+    library = root / "usr/lib64/libnvidia-ml.so.580.95.05"
+    library.parent.mkdir(parents=True)
+    library.write_text("fake NVML 580.95.05\n")
+    (root / "usr/lib64/libnvidia-ml.so.1").symlink_to(library.name)
+    (root / "dev").mkdir()
+    for node in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"):
+        os.mknod(root / "dev" / node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    # A driver name of this test run's own: the spec lands in the runtime's real CDI directory.
+    driver = f"n{secrets.token_hex(4)}.podman-test.dra-driver.dev"
+    edits = common_edits(discover_driver(root, "580.95.05"), control_device_nodes(root))
+    spec_path = CdiSpecDirectory(podman.CDI_DIRS[1], driver).write_node_spec(edits)
+    try:
+        seen = podman.run_with_cdi_devices(
+            [common_device_id(driver)],
+            "cat /usr/lib64/libnvidia-ml.so.1; for n in /dev/nvidia*; do [ -c $n ] && echo $n; done; "
+            "(echo changed > /usr/lib64/libnvidia-ml.so.1) 2>/dev/null || echo read-only",
+        )
+    finally:
+        spec_path.unlink()
+
+    assert seen.splitlines() == [
+        "fake NVML 580.95.05",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidiactl",
+        "read-only",
+    ]

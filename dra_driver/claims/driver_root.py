@@ -1,0 +1,308 @@
+"""The NVIDIA user-space driver under a driver root, and the CDI edits that hand it to containers.
+
+The driver root is `/` on a plain host, `/run/nvidia/driver` where the GPU operator's driver
+container holds the driver, or a test tree. It is another system's `/`: its absolute symlinks
+mean paths inside it, so every path is resolved within the root, and a symlink whose `..` climbs
+out of it is refused. Following it would bind-mount some host file that is not the driver's into
+every GPU container. Discovery reads the file system; turning what it found into edits is pure.
+"""
+
+import re
+import stat
+from dataclasses import dataclass, replace
+from pathlib import Path, PurePosixPath
+
+from dra_driver.claims.cdi import ContainerEdits, DeviceNode, Mount
+
+UNKNOWN_VERSION = "unknown"
+
+# In search order: the first directory that holds a library wins, so 32-bit copies that some
+# distributions keep in /usr/lib are never chosen over the 64-bit ones.
+LIBRARY_DIRS = (
+    "/usr/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib",
+)
+BINARY_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin")
+FIRMWARE_DIR = "/lib/firmware/nvidia"
+BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
+CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
+# Only present where the display driver's modeset module is loaded.
+OPTIONAL_DEVICE_NODES = ("/dev/nvidia-modeset",)
+READ_ONLY_BIND = ("ro", "nosuid", "nodev", "bind")
+
+_VERSION = r"\d+\.\d+(?:\.\d+)?"
+_MAX_SYMLINKS = 40  # what Linux allows in one path lookup before ELOOP
+
+
+@dataclass(frozen=True, slots=True)
+class DriverLibrary:
+    """One library of the driver, shipped as lib<name>.so.<driver version>.
+
+    `soname_suffix` is what follows `.so.` in its SONAME (libcuda.so.1), or None where the
+    SONAME is the versioned file name itself. `expected` libraries are reported when missing;
+    the others exist only in some driver builds.
+    """
+
+    name: str
+    soname_suffix: str | None
+    expected: bool = True
+
+    def file_name(self, version: str) -> str:
+        return f"lib{self.name}.so.{version}"
+
+
+LIBRARIES = (
+    DriverLibrary("nvidia-ml", "1"),
+    DriverLibrary("cuda", "1"),
+    DriverLibrary("cudadebugger", "1"),
+    DriverLibrary("nvidia-ptxjitcompiler", "1"),
+    DriverLibrary("nvidia-nvvm", "4"),
+    DriverLibrary("nvidia-gpucomp", None),
+    DriverLibrary("nvidia-allocator", "1"),
+    DriverLibrary("nvidia-cfg", "1"),
+    DriverLibrary("nvidia-opencl", "1"),
+    DriverLibrary("nvidia-pkcs11", None, expected=False),
+    DriverLibrary("nvidia-pkcs11-openssl3", None, expected=False),
+)
+_VERSIONED_LIBRARY = re.compile(
+    rf"lib(?:{'|'.join(re.escape(library.name) for library in LIBRARIES)})\.so\.(?P<version>{_VERSION})"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverFile:
+    """A file of the driver. `path` is where it was found in the driver root, one of the usual
+    directories, and where containers see it; `resolved` is where it really lies in the root,
+    every symlink followed. `soname_path` (libraries whose SONAME is not their file name) is a
+    second place containers see it."""
+
+    path: str
+    resolved: str
+    soname_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UnusablePath:
+    """A path in the driver root that was not followed, and why (for the node's log)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DriverDiscovery:
+    root: Path
+    version: str  # as asked for, or the version found when asked for "unknown"
+    libraries: tuple[DriverFile, ...]
+    binaries: tuple[DriverFile, ...]
+    firmware: tuple[DriverFile, ...]
+    missing: tuple[str, ...]  # expected files not found (or found but unusable)
+    unusable: tuple[UnusablePath, ...]
+
+
+class UnusablePathError(Exception):
+    def __init__(self, problem: UnusablePath) -> None:
+        super().__init__(f"{problem.path}: {problem.reason}")
+        self.problem = problem
+
+
+def resolve_in_root(root: Path, path: str) -> PurePosixPath | None:
+    """Where `path` (absolute, as seen inside the root) really lies in the root, or None if
+    nothing is there.
+
+    Symlinks are followed the way the kernel would follow them with `root` as `/`, except that
+    `..` above the root is refused rather than clamped. Raises UnusablePathError, naming the
+    offending symlink, for a symlink that escapes the root, one whose target does not exist in
+    the root, and a symlink loop.
+    """
+    # Each pending component remembers the symlink whose target it came from (None: from `path`),
+    # so a dead end is blamed on that link rather than reported as a plain absence.
+    pending: list[tuple[str, str | None]] = [(part, None) for part in PurePosixPath(path).parts[1:]]
+    resolved: list[str] = []
+    followed = 0
+    while pending:
+        part, origin = pending.pop(0)
+        if part == "..":
+            if not resolved:
+                raise UnusablePathError(UnusablePath(origin or path, "symlink climbs out of the driver root"))
+            resolved.pop()
+            continue
+        if part == ".":
+            continue
+        here = root.joinpath(*resolved, part)
+        try:
+            mode = here.lstat().st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            if origin is None:
+                return None
+            raise UnusablePathError(
+                UnusablePath(origin, "symlink target does not exist inside the driver root")
+            ) from None
+        if not stat.S_ISLNK(mode):
+            resolved.append(part)
+            continue
+        followed += 1
+        if followed > _MAX_SYMLINKS:
+            raise UnusablePathError(UnusablePath(path, "too many levels of symlinks"))
+        link = str(PurePosixPath("/", *resolved, part))
+        target = PurePosixPath(here.readlink())
+        if target.is_absolute():
+            resolved = []
+        target_parts = target.parts[1:] if target.is_absolute() else target.parts
+        pending[:0] = [(target_part, link) for target_part in target_parts]
+    return PurePosixPath("/", *resolved)
+
+
+class _Finder:
+    """Collects what a discovery found and what it could not use, without repeating a report."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.unusable: dict[UnusablePath, None] = {}
+
+    def find_file(self, path: str) -> DriverFile | None:
+        try:
+            resolved = resolve_in_root(self.root, path)
+        except UnusablePathError as error:
+            self.unusable[error.problem] = None
+            return None
+        if resolved is None:
+            return None
+        if not self.root.joinpath(resolved.relative_to("/")).is_file():
+            self.unusable[UnusablePath(path, "not a regular file")] = None
+            return None
+        return DriverFile(path=path, resolved=str(resolved))
+
+    def first_file(self, directories: tuple[str, ...], name: str) -> DriverFile | None:
+        for directory in directories:
+            if (found := self.find_file(f"{directory}/{name}")) is not None:
+                return found
+        return None
+
+    def names_in(self, directory: str) -> list[str]:
+        """The entry names of a directory of the root; none where it is missing or unusable."""
+        try:
+            resolved = resolve_in_root(self.root, directory)
+        except UnusablePathError as error:
+            self.unusable[error.problem] = None
+            return []
+        host = None if resolved is None else self.root.joinpath(resolved.relative_to("/"))
+        if host is None or not host.is_dir():
+            return []
+        return sorted(entry.name for entry in host.iterdir())
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(number) for number in version.split("."))
+
+
+def _found_version(finder: _Finder) -> str | None:
+    """The newest driver version any known library is shipped with; files of an older driver
+    left behind by an upgrade are then ignored like any other version mismatch."""
+    versions = {
+        match["version"]
+        for directory in LIBRARY_DIRS
+        for name in finder.names_in(directory)
+        if (match := _VERSIONED_LIBRARY.fullmatch(name))
+    }
+    return max(versions, key=_version_key, default=None)
+
+
+def _libraries(finder: _Finder, version: str) -> tuple[list[DriverFile], list[str]]:
+    found, missing = [], []
+    for library in LIBRARIES:
+        file_name = library.file_name(version)
+        file = finder.first_file(LIBRARY_DIRS, file_name)
+        if file is None:
+            if library.expected:
+                missing.append(file_name)
+        elif library.soname_suffix is None:
+            found.append(file)
+        else:
+            soname = f"lib{library.name}.so.{library.soname_suffix}"
+            found.append(replace(file, soname_path=str(PurePosixPath(file.path).with_name(soname))))
+    return found, missing
+
+
+def _firmware(finder: _Finder, version: str) -> list[DriverFile]:
+    directory = f"{FIRMWARE_DIR}/{version}"
+    files = [
+        finder.find_file(f"{directory}/{name}")
+        for name in finder.names_in(directory)
+        if name.startswith("gsp") and name.endswith(".bin")
+    ]
+    return [file for file in files if file is not None]
+
+
+def discover_driver(root: Path, version: str) -> DriverDiscovery:
+    """The files of driver `version` (e.g. "580.95.05") under `root`.
+
+    With version "unknown" the newest version any known library is found with is used. Files of
+    other versions are ignored: mixing libraries of two drivers breaks CUDA in subtle ways.
+    """
+    root = root.absolute()
+    finder = _Finder(root)
+    wanted = _found_version(finder) if version == UNKNOWN_VERSION else version
+    libraries: list[DriverFile] = []
+    firmware: list[DriverFile] = []
+    if wanted is None:
+        missing = [library.file_name("*") for library in LIBRARIES if library.expected]
+        missing.append(f"{FIRMWARE_DIR}/*/gsp*.bin")
+    else:
+        libraries, missing = _libraries(finder, wanted)
+        firmware = _firmware(finder, wanted)
+        if not firmware:
+            missing.append(f"{FIRMWARE_DIR}/{wanted}/gsp*.bin")
+    binaries = []
+    for name in BINARIES:
+        file = finder.first_file(BINARY_DIRS, name)
+        if file is None:
+            missing.append(name)
+        else:
+            binaries.append(file)
+    return DriverDiscovery(
+        root=root,
+        version=wanted or UNKNOWN_VERSION,
+        libraries=tuple(libraries),
+        binaries=tuple(binaries),
+        firmware=tuple(firmware),
+        missing=tuple(missing),
+        unusable=tuple(finder.unusable),
+    )
+
+
+def control_device_nodes(dev_root: Path) -> tuple[DeviceNode, ...]:
+    """The device nodes every GPU container opens, as they exist below `dev_root` (`/`, or the
+    driver container's root where it made the nodes), the optional ones only where present."""
+    optional = [path for path in OPTIONAL_DEVICE_NODES if dev_root.joinpath(path[1:]).exists()]
+    return tuple(DeviceNode.under(dev_root, path) for path in (*CONTROL_DEVICE_NODES, *optional))
+
+
+def common_edits(discovery: DriverDiscovery, device_nodes: tuple[DeviceNode, ...]) -> ContainerEdits:
+    """The node-wide edits: `device_nodes` and read-only bind mounts of every file found.
+
+    Each file is mounted where it was found, one of the usual directories, and each library a
+    second time at its SONAME path (libcuda.so.1), the name programs and the dynamic loader ask
+    for. So no hook has to run ldconfig in the container: when the loader's cache does not know a
+    library it looks in its built-in directories, which are the usual ones (a container whose
+    distribution uses other directories than the driver root needs them in LD_LIBRARY_PATH).
+    The host side of a mount is the resolved file, never a symlink the runtime would follow on
+    the host, outside the driver root.
+    """
+    mounts = []
+    for file in (*discovery.libraries, *discovery.binaries, *discovery.firmware):
+        host_path = str(discovery.root.joinpath(file.resolved[1:]))
+        mounts.append(Mount(host_path, file.path, READ_ONLY_BIND))
+        if file.soname_path:
+            mounts.append(Mount(host_path, file.soname_path, READ_ONLY_BIND))
+    return ContainerEdits(device_nodes=device_nodes, mounts=tuple(mounts))

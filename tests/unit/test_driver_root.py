@@ -1,0 +1,261 @@
+"""Driver discovery on real directory trees: real files and real symlinks, as an installer leaves them."""
+
+from pathlib import Path
+
+import pytest
+
+from dra_driver.claims.cdi import DeviceNode, Mount
+from dra_driver.claims.driver_root import (
+    BINARIES,
+    READ_ONLY_BIND,
+    DriverFile,
+    UnusablePath,
+    UnusablePathError,
+    common_edits,
+    control_device_nodes,
+    discover_driver,
+    resolve_in_root,
+)
+
+VERSION = "580.95.05"
+OLD_VERSION = "570.124.06"
+# Every library the driver ships, with the suffix of its SONAME (None: the versioned name itself).
+SONAMES = {
+    "nvidia-ml": "1",
+    "cuda": "1",
+    "cudadebugger": "1",
+    "nvidia-ptxjitcompiler": "1",
+    "nvidia-nvvm": "4",
+    "nvidia-gpucomp": None,
+    "nvidia-allocator": "1",
+    "nvidia-cfg": "1",
+    "nvidia-opencl": "1",
+    "nvidia-pkcs11-openssl3": None,
+}
+
+
+def put(root: Path, path: str, content: str = "") -> Path:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(content or path)
+    return target
+
+
+def link(root: Path, path: str, points_to: str) -> Path:
+    target = root / path.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(points_to)
+    return target
+
+
+def install_driver(
+    root: Path, library_dir: str, version: str = VERSION, binary_dir: str = "/usr/bin"
+) -> None:
+    """What the installer leaves: versioned libraries with their SONAME symlinks, tools, firmware."""
+    for name, soname in SONAMES.items():
+        put(root, f"{library_dir}/lib{name}.so.{version}")
+        if soname:
+            link(root, f"{library_dir}/lib{name}.so.{soname}", f"lib{name}.so.{version}")
+    for binary in BINARIES:
+        put(root, f"{binary_dir}/{binary}")
+    put(root, f"/lib/firmware/nvidia/{version}/gsp_ga10x.bin")
+    put(root, f"/lib/firmware/nvidia/{version}/gsp_tu10x.bin")
+
+
+def expected_libraries(library_dir: str, version: str = VERSION) -> tuple[DriverFile, ...]:
+    return tuple(
+        DriverFile(
+            path=f"{library_dir}/lib{name}.so.{version}",
+            resolved=f"{library_dir}/lib{name}.so.{version}",
+            soname_path=f"{library_dir}/lib{name}.so.{soname}" if soname else "",
+        )
+        for name, soname in SONAMES.items()
+    )
+
+
+def test_a_plain_x86_64_install_is_found_whole(tmp_path: Path) -> None:
+    install_driver(tmp_path, "/usr/lib64")
+
+    found = discover_driver(tmp_path, VERSION)
+
+    assert found.version == VERSION
+    assert found.libraries == expected_libraries("/usr/lib64")
+    assert found.binaries == tuple(DriverFile(f"/usr/bin/{name}", f"/usr/bin/{name}") for name in BINARIES)
+    assert [file.path for file in found.firmware] == [
+        f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin",
+        f"/lib/firmware/nvidia/{VERSION}/gsp_tu10x.bin",
+    ]
+    assert found.missing == ()
+    assert found.unusable == ()
+
+
+def test_each_library_is_mounted_read_only_where_found_and_at_its_soname(tmp_path: Path) -> None:
+    install_driver(tmp_path, "/usr/lib64")
+
+    edits = common_edits(discover_driver(tmp_path, VERSION), device_nodes=())
+    mounts = {mount.container_path: mount for mount in edits.mounts}
+
+    versioned = f"{tmp_path}/usr/lib64/libcuda.so.{VERSION}"
+    assert mounts[f"/usr/lib64/libcuda.so.{VERSION}"] == Mount(
+        versioned, f"/usr/lib64/libcuda.so.{VERSION}", ("ro", "nosuid", "nodev", "bind")
+    )
+    # The SONAME mount shows the versioned file, not the installer's symlink.
+    assert mounts["/usr/lib64/libcuda.so.1"] == Mount(versioned, "/usr/lib64/libcuda.so.1", READ_ONLY_BIND)
+    assert mounts["/usr/lib64/libnvidia-nvvm.so.4"].host_path.endswith(f"libnvidia-nvvm.so.{VERSION}")
+    assert mounts["/usr/bin/nvidia-smi"].host_path == f"{tmp_path}/usr/bin/nvidia-smi"
+    assert all(mount.options == READ_ONLY_BIND for mount in edits.mounts)
+    assert not [path for path in mounts if "gpucomp" in path and not path.endswith(VERSION)]
+    # versioned + SONAME per library (two have no separate SONAME), the tools, two firmware files
+    assert len(edits.mounts) == 2 * len(SONAMES) - 2 + len(BINARIES) + 2
+    assert edits.device_nodes == ()
+
+
+def test_aarch64_merged_usr_layout(tmp_path: Path) -> None:
+    install_driver(tmp_path, "/usr/lib/aarch64-linux-gnu", binary_dir="/usr/bin")
+    (tmp_path / "lib" / "firmware").rename(tmp_path / "usr" / "lib" / "firmware")
+    (tmp_path / "lib").rmdir()
+    link(tmp_path, "/lib", "usr/lib")  # merged /usr: /lib and /bin are symlinks into /usr
+    link(tmp_path, "/bin", "usr/bin")
+
+    found = discover_driver(tmp_path, VERSION)
+
+    assert found.libraries == expected_libraries("/usr/lib/aarch64-linux-gnu")
+    assert found.firmware[0] == DriverFile(
+        f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin", f"/usr/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
+    )
+    assert [file.path for file in found.binaries] == [f"/usr/bin/{name}" for name in BINARIES]
+    assert found.missing == ()
+    mounts = {m.container_path: m.host_path for m in common_edits(found, ()).mounts}
+    assert mounts[f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"] == (
+        f"{tmp_path}/usr/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
+    )
+
+
+def test_absolute_symlinks_mean_paths_inside_the_driver_root(tmp_path: Path) -> None:
+    root = tmp_path / "driver"
+    install_driver(root, "/opt/nvidia/lib")
+    link(root, "/usr/lib64", "/opt/nvidia/lib")
+
+    found = discover_driver(root, VERSION)
+
+    cuda = next(file for file in found.libraries if "libcuda." in file.path)
+    assert cuda == DriverFile(
+        f"/usr/lib64/libcuda.so.{VERSION}", f"/opt/nvidia/lib/libcuda.so.{VERSION}", "/usr/lib64/libcuda.so.1"
+    )
+    assert (
+        Mount(f"{root}/opt/nvidia/lib/libcuda.so.{VERSION}", "/usr/lib64/libcuda.so.1", READ_ONLY_BIND)
+        in common_edits(found, ()).mounts
+    )
+
+
+def test_dangling_and_escaping_symlinks_are_refused_and_reported(tmp_path: Path) -> None:
+    root = tmp_path / "driver"
+    install_driver(root, "/usr/lib64")
+    outside = put(tmp_path, f"/outside/libnvidia-opencl.so.{VERSION}", "not the driver's")
+    for name in ("nvidia-cfg", "nvidia-opencl", "nvidia-allocator"):
+        (root / f"usr/lib64/lib{name}.so.{VERSION}").unlink()
+    link(root, f"/usr/lib64/libnvidia-cfg.so.{VERSION}", f"libnvidia-cfg.so.{VERSION}.real")
+    link(root, f"/usr/lib64/libnvidia-opencl.so.{VERSION}", f"../../../outside/libnvidia-opencl.so.{VERSION}")
+    # An absolute target names a path inside the root, never the host file of that name.
+    link(root, f"/usr/lib64/libnvidia-allocator.so.{VERSION}", str(outside))
+
+    found = discover_driver(root, VERSION)
+
+    assert found.unusable == (
+        UnusablePath(
+            f"/usr/lib64/libnvidia-allocator.so.{VERSION}",
+            "symlink target does not exist inside the driver root",
+        ),
+        UnusablePath(
+            f"/usr/lib64/libnvidia-cfg.so.{VERSION}", "symlink target does not exist inside the driver root"
+        ),
+        UnusablePath(f"/usr/lib64/libnvidia-opencl.so.{VERSION}", "symlink climbs out of the driver root"),
+    )
+    assert found.missing == tuple(
+        f"lib{name}.so.{VERSION}" for name in ("nvidia-allocator", "nvidia-cfg", "nvidia-opencl")
+    )
+    mounts = common_edits(found, ()).mounts
+    assert all(mount.host_path.startswith(f"{root}/") for mount in mounts)
+    assert not [
+        mount for mount in mounts if "opencl" in mount.container_path or "cfg" in mount.container_path
+    ]
+
+
+def test_a_broken_directory_symlink_is_reported_once(tmp_path: Path) -> None:
+    install_driver(tmp_path, "/usr/lib/x86_64-linux-gnu")
+    link(tmp_path, "/usr/lib64", "/nowhere")
+
+    found = discover_driver(tmp_path, VERSION)
+
+    assert found.unusable == (
+        UnusablePath("/usr/lib64", "symlink target does not exist inside the driver root"),
+    )
+    assert found.libraries == expected_libraries("/usr/lib/x86_64-linux-gnu")
+
+
+def test_files_of_another_driver_version_are_ignored(tmp_path: Path) -> None:
+    install_driver(tmp_path, "/usr/lib64", version=OLD_VERSION)
+    put(tmp_path, f"/usr/lib64/libcuda.so.{VERSION}")
+
+    found = discover_driver(tmp_path, VERSION)
+
+    assert [file.path for file in found.libraries] == [f"/usr/lib64/libcuda.so.{VERSION}"]
+    assert f"libnvidia-ml.so.{VERSION}" in found.missing
+    assert f"/lib/firmware/nvidia/{VERSION}/gsp*.bin" in found.missing
+    assert len(found.binaries) == len(BINARIES)  # tools carry no version in their names
+    assert not [m for m in common_edits(found, ()).mounts if OLD_VERSION in m.host_path]
+
+
+def test_unknown_version_takes_the_newest_driver_found(tmp_path: Path) -> None:
+    install_driver(tmp_path, "/usr/lib/x86_64-linux-gnu", version=OLD_VERSION)
+    install_driver(tmp_path, "/usr/lib64", version=VERSION)
+
+    found = discover_driver(tmp_path, "unknown")
+
+    assert found.version == VERSION
+    assert found.libraries == expected_libraries("/usr/lib64")
+    assert found.missing == ()
+
+
+def test_unknown_version_without_any_library_reports_everything_versioned_missing(tmp_path: Path) -> None:
+    put(tmp_path, "/usr/bin/nvidia-smi")
+
+    found = discover_driver(tmp_path, "unknown")
+
+    assert found.version == "unknown"
+    assert found.libraries == found.firmware == ()
+    assert [file.path for file in found.binaries] == ["/usr/bin/nvidia-smi"]
+    assert "libcuda.so.*" in found.missing
+    assert "libnvidia-pkcs11-openssl3.so.*" not in found.missing  # only some builds ship it
+    assert "nvidia-persistenced" in found.missing
+
+
+def test_resolution_follows_relative_links_and_refuses_loops(tmp_path: Path) -> None:
+    put(tmp_path, "/usr/lib/real/file")
+    link(tmp_path, "/usr/lib/alias", "./real/../real")
+    link(tmp_path, "/loop-a", "loop-b")
+    link(tmp_path, "/loop-b", "loop-a")
+
+    assert str(resolve_in_root(tmp_path, "/usr/lib/alias/file")) == "/usr/lib/real/file"
+    assert resolve_in_root(tmp_path, "/usr/lib/none") is None
+    with pytest.raises(UnusablePathError, match="too many levels of symlinks"):
+        resolve_in_root(tmp_path, "/loop-a")
+
+
+def test_control_device_nodes_below_a_dev_root(tmp_path: Path) -> None:
+    assert control_device_nodes(tmp_path) == (
+        DeviceNode("/dev/nvidiactl", f"{tmp_path}/dev/nvidiactl"),
+        DeviceNode("/dev/nvidia-uvm", f"{tmp_path}/dev/nvidia-uvm"),
+        DeviceNode("/dev/nvidia-uvm-tools", f"{tmp_path}/dev/nvidia-uvm-tools"),
+    )
+    put(tmp_path, "/dev/nvidia-modeset")
+    assert control_device_nodes(tmp_path)[-1] == DeviceNode(
+        "/dev/nvidia-modeset", f"{tmp_path}/dev/nvidia-modeset"
+    )
+
+
+def test_on_a_plain_host_device_nodes_need_no_host_path() -> None:
+    nodes = control_device_nodes(Path("/"))
+    assert [node.path for node in nodes][:3] == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+    assert all(node.host_path == "" for node in nodes)
+    assert ("/dev/nvidia-modeset" in [node.path for node in nodes]) == Path("/dev/nvidia-modeset").exists()
