@@ -14,9 +14,12 @@ from pathlib import Path
 import structlog
 from kubernetes.aio import client, config
 
+from dra_driver.claims import cdi
 from dra_driver.claims.cdi import CdiSpecDirectory
-from dra_driver.claims.engine import ClaimEngine, EditsForGpu
-from dra_driver.claims.gpu_edits import nvml_gpu_edits, simulated_gpu_edits
+from dra_driver.boot_id import current_boot_id
+from dra_driver.claims.driver_root import common_edits, control_device_nodes, discover_driver
+from dra_driver.claims.engine import ClaimEngine
+from dra_driver.claims.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
 from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
@@ -43,7 +46,12 @@ class StartupError(RuntimeError):
     """The agent cannot start; the message is the one line an operator needs."""
 
 
-def open_hardware(spec: HardwareSpec, node_name: str) -> HardwareBackend:
+# Where the simulated backend keeps its MIG instances, so they outlive a restart of the agent
+# as they would on a real GPU.
+SIMULATED_HARDWARE_STATE = "simulated-hardware.json"
+
+
+def open_hardware(spec: HardwareSpec, node_name: str, state_dir: Path | None = None) -> HardwareBackend:
     if spec.kind == "nvml":
         from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
 
@@ -51,11 +59,30 @@ def open_hardware(spec: HardwareSpec, node_name: str) -> HardwareBackend:
     from dra_driver.hardware.simulated import SimulatedBackend  # noqa: PLC0415
     from dra_driver.hardware.simulated_nodes import resolve_node_spec  # noqa: PLC0415
 
-    return SimulatedBackend(node_name, resolve_node_spec(spec.source))
+    state_file = state_dir / SIMULATED_HARDWARE_STATE if state_dir is not None else None
+    return SimulatedBackend(node_name, resolve_node_spec(spec.source), state_file)
 
 
-def edits_for(spec: HardwareSpec) -> EditsForGpu:
-    return nvml_gpu_edits if spec.kind == "nvml" else simulated_gpu_edits
+def edits_for(spec: HardwareSpec) -> DeviceEdits:
+    return NvmlEdits() if spec.kind == "nvml" else SimulatedEdits()
+
+
+def write_common_spec(
+    settings: NodeSettings, inventory: Inventory, cdi_specs: CdiSpecDirectory
+) -> tuple[str, ...]:
+    """On real GPUs, the node-wide CDI spec (control device nodes, driver libraries and tools
+    found under the driver root); its device ID goes with every prepared device. Simulated GPUs
+    need none."""
+    if settings.hardware.kind != "nvml" or not inventory.gpu_of_device:
+        return ()
+    version = next(iter(inventory.gpu_of_device.values())).driver_version or "unknown"
+    discovery = discover_driver(settings.driver_root, version)
+    for missing in discovery.missing:
+        log.warning(
+            "driver file not found under the driver root", file=missing, root=str(settings.driver_root)
+        )
+    cdi_specs.write_node_spec(common_edits(discovery, control_device_nodes(settings.driver_root)))
+    return (cdi.common_device_id(settings.driver_name),)
 
 
 async def kubernetes_api_client(kubeconfig: Path | None) -> client.ApiClient:
@@ -72,14 +99,16 @@ async def kubernetes_api_client(kubeconfig: Path | None) -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
-async def discover_inventory(settings: InventorySettings) -> tuple[HardwareBackend, Inventory]:
+async def discover_inventory(
+    settings: InventorySettings, state_dir: Path | None = None
+) -> tuple[HardwareBackend, Inventory]:
     """The hardware, opened, and what it offers under the node configuration."""
     try:
         node_config = load_node_config(settings.node_config)
     except NodeConfigError as error:
         raise StartupError(str(error)) from error
     try:
-        hardware = open_hardware(settings.hardware, settings.node_name)
+        hardware = open_hardware(settings.hardware, settings.node_name, state_dir)
         gpus = await hardware.discover()
     except HardwareError as error:
         raise StartupError(f"--hardware {settings.hardware}: {error}") from error
@@ -107,7 +136,7 @@ class NodeAgent:
         cls, settings: NodeSettings, claim_source: ClaimSource, slice_api: SliceApi | None = None
     ) -> "NodeAgent":
         """`slice_api` None: no cluster (the demo), so nothing is published."""
-        hardware, inventory = await discover_inventory(settings.inventory)
+        hardware, inventory = await discover_inventory(settings.inventory, settings.state_dir)
         log.info(
             "hardware discovered",
             hardware=hardware.description,
@@ -115,17 +144,25 @@ class NodeAgent:
         )
         for note in inventory.notes:
             log.warning("device left out", note=note)
+        cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
+        try:
+            common_cdi_ids = await asyncio.to_thread(write_common_spec, settings, inventory, cdi_specs)
+        except OSError as error:
+            await hardware.close()
+            raise StartupError(f"cannot write the node's CDI spec in {settings.cdi_dir}: {error}") from error
         engine = ClaimEngine(
             driver_name=settings.driver_name,
             pool_name=settings.node_name,
             inventory=inventory,
-            edits_for_gpu=edits_for(settings.hardware),
+            edits=edits_for(settings.hardware),
             claim_source=claim_source,
             records=ClaimRecordStore(settings.state_dir),
-            cdi_specs=CdiSpecDirectory(settings.cdi_dir, settings.driver_name),
+            cdi_specs=cdi_specs,
+            hardware=hardware,
+            common_cdi_ids=common_cdi_ids,
         )
         try:
-            for quarantined in await engine.load_state():
+            for quarantined in await engine.load_state(current_boot_id()):
                 log.error(
                     "unreadable claim record set aside",
                     path=str(quarantined.path),

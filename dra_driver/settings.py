@@ -62,6 +62,9 @@ class NodeSettings:
     sync_delay: float = 5.0
     # Print the ResourceSlice writes instead of making them.
     dry_run: bool = False
+    # Where the NVIDIA driver's user-space files are: / on a plain host, /run/nvidia/driver
+    # with the GPU operator's driver container.
+    driver_root: Path = Path("/")
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -116,6 +119,12 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "DRA_DRIVER_LOG_FORMAT",
         None,
         "json or console (default: console on a terminal, else json)",
+    ),
+    (
+        "--driver-root",
+        "DRA_DRIVER_ROOT",
+        "/",
+        "where the NVIDIA driver's libraries and tools are (/run/nvidia/driver with the GPU operator)",
     ),
     (
         "--sync-delay",
@@ -283,6 +292,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         log_format=_log_format(args.log_format, stderr_is_terminal),
         verbosity=_verbosity(args.verbosity),
         sync_delay=_sync_delay(args.sync_delay),
+        driver_root=_directory("--driver-root", "DRA_DRIVER_ROOT", args.driver_root),
         dry_run=args.dry_run,
     )
     for flag, socket in (

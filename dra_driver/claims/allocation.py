@@ -5,8 +5,9 @@ problem is reported with the JSON path of the field, so the kubelet event tells 
 exactly what is wrong.
 """
 
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.claims.identity import ClaimRef
@@ -17,6 +18,10 @@ class ClaimRejected(Exception):
     """This claim cannot be prepared; the message goes back to kubelet as the claim's error."""
 
 
+# What the API server writes in results[].shareID: a UUID in its canonical lowercase form.
+_SHARE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 @dataclass(frozen=True, slots=True)
 class AllocatedDevice:
     """One allocation result that names this driver."""
@@ -24,6 +29,18 @@ class AllocatedDevice:
     request: str
     pool: str
     device: str
+    # Monitoring access (KEP-5018): no exclusivity and no side effects.
+    admin_access: bool = False
+    # Set for devices that allow multiple allocations: which share of the device this is.
+    share_id: str | None = None
+    # Capacity taken from a shareable device, as quantities (consumable capacity).
+    consumed_capacity: Mapping[str, str] = field(default_factory=dict)
+    # Where the result sits in status.allocation.devices.results, for error messages.
+    position: int = 0
+
+    @property
+    def path(self) -> str:
+        return f"status.allocation.devices.results[{self.position}]"
 
     @property
     def main_request(self) -> str:
@@ -66,11 +83,28 @@ def allocated_devices(claim: object, ref: ClaimRef, driver_name: str) -> tuple[A
             raise ClaimRejected(f"{path}: expected an object, got {type(result).__name__}")
         if _field(result, "driver", path, str) != driver_name:
             continue
+        share_id = _field(result, "shareID", path, str, required=False)
+        if share_id is not None and not _SHARE_ID.fullmatch(share_id):
+            raise ClaimRejected(f"{path}.shareID: expected a lowercase UUID, got {shown(share_id)}")
         ours.append(
             AllocatedDevice(
                 request=_field(result, "request", path, str),
                 pool=_field(result, "pool", path, str),
                 device=_field(result, "device", path, str),
+                admin_access=bool(_field(result, "adminAccess", path, bool, required=False)),
+                share_id=share_id,
+                consumed_capacity=_consumed_capacity(result, path),
+                position=position,
             )
         )
     return tuple(ours)
+
+
+def _consumed_capacity(result: Mapping[str, Any], path: str) -> dict[str, str]:
+    consumed = _field(result, "consumedCapacity", path, Mapping, required=False) or {}
+    for name, quantity in consumed.items():
+        if not isinstance(quantity, str):
+            raise ClaimRejected(
+                f"{path}.consumedCapacity.{name}: expected a quantity string, got {type(quantity).__name__}"
+            )
+    return dict(consumed)

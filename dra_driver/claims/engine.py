@@ -4,28 +4,41 @@ Every claim of a call is handled concurrently and answered on its own: a bad cla
 error for that claim only, never a failed call. Device ownership is checked and taken without
 yielding to the event loop, so two overlapping calls can never both get the same GPU, and
 kubelet is answered only once the claim's record is on disk.
+
+A claim with side effects (a MIG instance to create) is prepared in two phases: a "preparing"
+record naming the side effects is durable before the first of them, and the "prepared" record
+before kubelet is answered. A crash in between leaves the "preparing" record, and the next start
+undoes what it names.
 """
 
 import asyncio
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
 
 from dra_driver.claims import cdi
-from dra_driver.claims.allocation import AllocatedDevice, ClaimRejected, allocated_devices
+from dra_driver.claims.allocation import ClaimRejected, allocated_devices
 from dra_driver.claims.cdi import CdiSpec, CdiSpecDirectory, ContainerEdits, InvalidCdiName
+from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
+from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 from dra_driver.claims.keyed_locks import KeyedLocks
-from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, PreparedDevice, QuarantinedRecord
+from dra_driver.claims.opaque_config import config_entries
+from dra_driver.claims.records import (
+    ClaimRecord,
+    ClaimRecordStore,
+    MigInstanceRecord,
+    PreparedDevice,
+    QuarantinedRecord,
+)
 from dra_driver.claims.source import ClaimSource
 from dra_driver.devices.inventory import Inventory
-from dra_driver.hardware.model import Gpu
+from dra_driver.hardware.backend import HardwareBackend
+from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
 
 log = structlog.get_logger("dra_driver.claims")
-
-EditsForGpu = Callable[[str, Gpu], ContainerEdits]
 # (namespace, name, uid) exactly as kubelet sent them: untrusted until checked.
 RawClaim = tuple[str, str, str]
 
@@ -56,15 +69,21 @@ class ClaimEngine:
         driver_name: str,
         pool_name: str,
         inventory: Inventory,
-        edits_for_gpu: EditsForGpu,
+        edits: DeviceEdits,
         claim_source: ClaimSource,
         records: ClaimRecordStore,
         cdi_specs: CdiSpecDirectory,
+        hardware: HardwareBackend | None = None,
+        common_cdi_ids: tuple[str, ...] = (),
     ) -> None:
+        """`hardware`: where MIG instances are created (None: a node without dynamic MIG).
+        `common_cdi_ids`: CDI devices every prepared device also needs (the node-wide spec)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._inventory = inventory
-        self._edits_for_gpu = edits_for_gpu
+        self._edits = edits
+        self._hardware = hardware
+        self._common_cdi_ids = common_cdi_ids
         self._source = claim_source
         self._records = records
         self._cdi_specs = cdi_specs
@@ -79,9 +98,24 @@ class ClaimEngine:
 
     # -- state ---------------------------------------------------------------------------------
 
-    async def load_state(self) -> list[QuarantinedRecord]:
-        """Reads the records left by earlier runs; removes CDI specs that no record owns."""
+    async def load_state(self, boot_id: str | None = None) -> list[QuarantinedRecord]:
+        """Reads the records left by earlier runs. After a reboot (`boot_id` changed) they
+        describe MIG instances and CDI files that no longer exist, so they are dropped: kubelet
+        prepares its pods' claims again. Prepares cut short by a crash are rolled back, and CDI
+        specs no record owns are removed."""
         records, quarantined = await asyncio.to_thread(self._records.load_all)
+        if boot_id is not None and await asyncio.to_thread(self._records.boot_changed, boot_id):
+            log.warning(
+                "the node rebooted since the last run; prepared claims are forgotten", claims=len(records)
+            )
+            for uid in records:
+                await asyncio.to_thread(self._records.delete, uid)
+            records = {}
+        for uid, record in list(records.items()):
+            if record.state == "preparing":
+                log.warning("rolling back a prepare cut short", claim=str(record.claim))
+                await self._undo(record)
+                del records[uid]
         for record in records.values():
             self._take_devices(record)
         self._prepared.update(records)
@@ -95,11 +129,13 @@ class ClaimEngine:
 
     def _take_devices(self, record: ClaimRecord) -> None:
         for device in record.devices:
-            holder = self._owner_of_device.setdefault(device.device, record.claim)
+            if device.exclusive_key is None:
+                continue
+            holder = self._owner_of_device.setdefault(device.exclusive_key, record.claim)
             if holder != record.claim:
                 log.error(
                     "two prepared claims hold one device",
-                    device=device.device,
+                    device=device.exclusive_key,
                     claim=str(record.claim),
                     other_claim=str(holder),
                 )
@@ -128,73 +164,48 @@ class ClaimEngine:
             ref = claim_ref(*raw)
             claim = await self._source.get(ref.namespace, ref.name)
             allocated = allocated_devices(claim, ref, self._driver_name)
+            entries = config_entries(claim)
             async with self._claim_locks.hold(ref.uid):
-                record = self._prepared.get(ref.uid) or await self._prepare_new(ref, allocated)
+                record = self._prepared.get(ref.uid)
+                if record is None:
+                    planned = plan_claim(
+                        ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
+                    )
+                    record = await self._prepare_new(ref, planned)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:
             return PrepareOutcome(error=_log_failure("prepare", raw, error))
 
-    def _gpus_for(self, ref: ClaimRef, allocated: tuple[AllocatedDevice, ...]) -> dict[str, Gpu]:
-        gpus = {}
-        for result in allocated:
-            if result.pool != self._pool_name:
-                raise ClaimRejected(
-                    f"claim {ref}: device {result.device} was allocated from pool {result.pool!r}, "
-                    f"but this node serves pool {self._pool_name!r}"
-                )
-            device = self._inventory.device_by_name.get(result.device)
-            if device is None:
-                raise ClaimRejected(f"claim {ref}: device {result.device!r} does not exist on this node")
-            if device.type != "gpu":
-                raise ClaimRejected(
-                    f"claim {ref}: device {result.device!r} is a {device.type} device; this version of "
-                    "the driver prepares whole GPUs only"
-                )
-            gpus[result.device] = self._inventory.gpu_of_device[result.device]
-        return gpus
-
-    def _reserve(self, ref: ClaimRef, device_names: list[str]) -> None:
+    def _reserve(self, ref: ClaimRef, keys: list[str]) -> None:
         """Checks and takes ownership in one step: no await, so no other call can interleave."""
-        for name in device_names:
-            holder = self._owner_of_device.get(name)
+        for key in keys:
+            holder = self._owner_of_device.get(key)
             if holder is not None and holder != ref:
                 raise ClaimRejected(
-                    f"claim {ref}: device {name} is already prepared for claim {holder}; "
+                    f"claim {ref}: device {key} is already prepared for claim {holder}; "
                     "it is exclusive and can serve one claim at a time"
                 )
-        for name in device_names:
-            self._owner_of_device[name] = ref
+        for key in keys:
+            self._owner_of_device[key] = ref
 
-    async def _prepare_new(self, ref: ClaimRef, allocated: tuple[AllocatedDevice, ...]) -> ClaimRecord:
-        gpus = self._gpus_for(ref, allocated)
-        names = sorted(gpus)
-        spec = cdi.claim_spec(
-            self._driver_name, ref.uid, [(name, self._edits_for_gpu(name, gpus[name])) for name in names]
-        )
-        # claim_spec keeps the order of its input: one CDI device per name.
-        cdi_id_of = {
-            name: spec.qualified_name(device) for name, device in zip(names, spec.devices, strict=True)
-        }
-        record = ClaimRecord(
-            claim=ref,
-            devices=tuple(
-                PreparedDevice(
-                    request_names=(result.main_request,),
-                    pool=result.pool,
-                    device=result.device,
-                    cdi_device_ids=(cdi_id_of[result.device],),
-                )
-                for result in allocated
-            ),
-        )
-        if not record.devices:
-            return record  # nothing of ours in this claim: nothing to do or to remember
-        self._reserve(ref, names)
+    async def _prepare_new(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ClaimRecord:
+        if not planned:
+            return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
+        self._reserve(ref, [key for device in planned if (key := device.exclusive_key)])
+        to_create = tuple(device.create_mig for device in planned if device.create_mig)
+        preparing = ClaimRecord(claim=ref, devices=(), state="preparing", mig_instances=to_create)
         try:
+            if to_create:
+                await asyncio.to_thread(self._records.save, preparing)
+            created = await self._create_mig_instances(ref, to_create)
+            spec = cdi.claim_spec(
+                self._driver_name, ref.uid, [(d.cdi_name, self._edits_for(d, created)) for d in planned]
+            )
+            record = self._prepared_record(ref, planned, spec, to_create)
             await asyncio.to_thread(self._write_prepared, ref, spec, record)
         except BaseException:
             self._release_devices(ref)
-            await asyncio.to_thread(self._cdi_specs.remove, ref.uid)
+            await self._undo(preparing)
             raise
         self._prepared[ref.uid] = record
         log.info(
@@ -203,12 +214,92 @@ class ClaimEngine:
             claim_name=ref.name,
             claim_uid=ref.uid,
             devices=[d.device for d in record.devices],
+            mig_instances_created=len(to_create),
         )
         return record
+
+    async def _create_mig_instances(
+        self, ref: ClaimRef, wanted: tuple[MigInstanceRecord, ...]
+    ) -> dict[MigInstanceRecord, MigInstance]:
+        created: dict[MigInstanceRecord, MigInstance] = {}
+        for instance in wanted:
+            if self._hardware is None:
+                raise ClaimRejected(f"claim {ref}: this node cannot create MIG instances")
+            try:
+                created[instance] = await self._hardware.create_mig_instance(
+                    instance.gpu_uuid,
+                    instance.profile_id,
+                    _placement(instance),
+                )
+            except HardwareError as error:
+                raise ClaimRejected(f"claim {ref}: cannot create its MIG instance: {error}") from error
+        return created
+
+    def _edits_for(
+        self, device: PlannedDevice, created: dict[MigInstanceRecord, MigInstance]
+    ) -> ContainerEdits:
+        instance = created[device.create_mig] if device.create_mig else device.existing_mig
+        if device.device.type == "mig" and instance is not None:
+            return self._edits.mig(device.name, device.gpu, instance)
+        return self._edits.gpu(device.name, device.gpu)
+
+    def _prepared_record(
+        self,
+        ref: ClaimRef,
+        planned: tuple[PlannedDevice, ...],
+        spec: CdiSpec,
+        mig_instances: tuple[MigInstanceRecord, ...],
+    ) -> ClaimRecord:
+        # claim_spec keeps the order of its input: one CDI device per planned device.
+        return ClaimRecord(
+            claim=ref,
+            devices=tuple(
+                PreparedDevice(
+                    request_names=(device.result.main_request,),
+                    pool=device.result.pool,
+                    device=device.result.device,
+                    cdi_device_ids=(spec.qualified_name(cdi_device), *self._common_cdi_ids),
+                    exclusive_key=device.exclusive_key,
+                )
+                for device, cdi_device in zip(planned, spec.devices, strict=True)
+            ),
+            mig_instances=mig_instances,
+        )
 
     def _write_prepared(self, ref: ClaimRef, spec: CdiSpec, record: ClaimRecord) -> None:
         self._cdi_specs.write(ref.uid, spec)
         self._records.save(record)
+
+    async def _undo(self, record: ClaimRecord) -> None:
+        """Removes every side effect `record` names, then the record: each step is safe to repeat,
+        so a crash in the middle of undoing is finished by the next start."""
+        await self._destroy_mig_instances(record.mig_instances)
+        await asyncio.to_thread(self._cdi_specs.remove, record.claim.uid)
+        await asyncio.to_thread(self._records.delete, record.claim.uid)
+
+    async def _destroy_mig_instances(self, wanted: tuple[MigInstanceRecord, ...]) -> None:
+        if not wanted or self._hardware is None:
+            return
+        gpus = {gpu.uuid: gpu for gpu in await self._hardware.discover()}
+        for record in wanted:
+            gpu = gpus.get(record.gpu_uuid)
+            existing = [
+                instance
+                for instance in (gpu.mig_instances if gpu else ())
+                if instance.profile_id == record.profile_id and instance.placement == _placement(record)
+            ]
+            for instance in existing:
+                try:
+                    await self._hardware.destroy_mig_instance(record.gpu_uuid, instance.gpu_instance_id)
+                except HardwareError as error:
+                    if error.reason is not HardwareErrorReason.NOT_FOUND:
+                        raise
+                log.info(
+                    "MIG instance destroyed",
+                    gpu=record.gpu_uuid,
+                    gpu_instance=instance.gpu_instance_id,
+                    placement=record.placement_start,
+                )
 
     # -- unprepare -----------------------------------------------------------------------------
 
@@ -226,6 +317,7 @@ class ClaimEngine:
                     # A crash between writing the spec and the record leaves a spec nobody owns.
                     await asyncio.to_thread(self._cdi_specs.remove, ref.uid)
                     return ""
+                await self._destroy_mig_instances(record.mig_instances)
                 await asyncio.to_thread(self._remove_prepared, ref.uid)
                 del self._prepared[ref.uid]
                 self._release_devices(record.claim)
@@ -240,3 +332,7 @@ class ClaimEngine:
         # The spec goes first: a crash in between leaves a record, and the next unprepare finishes.
         self._cdi_specs.remove(claim_uid)
         self._records.delete(claim_uid)
+
+
+def _placement(instance: MigInstanceRecord) -> Placement:
+    return Placement(instance.placement_start, instance.placement_size)

@@ -9,12 +9,18 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from dra_driver import durable_files
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 
-RECORD_VERSION = 1
+# Version 2 added the prepare phase and the MIG instances a claim owns; version 1 records
+# (whole GPUs only, written once prepared) are still read.
+RECORD_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+BOOT_ID_FILE = "boot_id"
+
+RecordState = Literal["preparing", "prepared"]
 _SUFFIX = ".json"
 
 
@@ -28,16 +34,44 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_device_ids: tuple[str, ...]
+    # What no other claim may hold meanwhile (None: admin access or an unnamed share).
+    exclusive_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstanceRecord:
+    """A MIG instance a claim creates: written before it is created, so a crash at any point
+    leaves enough to find and destroy it (GPU, profile and placement identify it on the GPU)."""
+
+    gpu_uuid: str
+    profile_id: int
+    placement_start: int
+    placement_size: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpuUUID": self.gpu_uuid,
+            "profileId": self.profile_id,
+            "placementStart": self.placement_start,
+            "placementSize": self.placement_size,
+        }
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimRecord:
+    """Two-phase: "preparing" is on disk before any side effect, "prepared" before kubelet hears
+    of it. A "preparing" record found at start is a prepare cut short, to be rolled back."""
+
     claim: ClaimRef
     devices: tuple[PreparedDevice, ...]
+    state: RecordState = "prepared"
+    mig_instances: tuple[MigInstanceRecord, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": RECORD_VERSION,
+            "state": self.state,
+            "migInstances": [instance.to_json() for instance in self.mig_instances],
             "claim": {"namespace": self.claim.namespace, "name": self.claim.name, "uid": self.claim.uid},
             "devices": [
                 {
@@ -45,6 +79,7 @@ class ClaimRecord:
                     "pool": d.pool,
                     "device": d.device,
                     "cdiDeviceIds": list(d.cdi_device_ids),
+                    "exclusiveKey": d.exclusive_key,
                 }
                 for d in self.devices
             ],
@@ -64,11 +99,57 @@ def _string(obj: Mapping[str, Any], key: str, path: str) -> str:
     return value
 
 
+def _integer(obj: Mapping[str, Any], key: str, path: str) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise CorruptRecord(f"{path}.{key}: expected a non-negative integer")
+    return value
+
+
+def _mig_instances(data: Mapping[str, Any]) -> tuple[MigInstanceRecord, ...]:
+    raw = data.get("migInstances", [])
+    if not isinstance(raw, list):
+        raise CorruptRecord("migInstances: expected a list")
+    instances = []
+    for position, entry in enumerate(raw):
+        path = f"migInstances[{position}]"
+        if not isinstance(entry, Mapping):
+            raise CorruptRecord(f"{path}: expected an object")
+        instances.append(
+            MigInstanceRecord(
+                gpu_uuid=_string(entry, "gpuUUID", path),
+                profile_id=_integer(entry, "profileId", path),
+                placement_start=_integer(entry, "placementStart", path),
+                placement_size=_integer(entry, "placementSize", path),
+            )
+        )
+    return tuple(instances)
+
+
+def _exclusive_key(device: Mapping[str, Any], path: str) -> str | None:
+    """Version 1 records (whole GPUs) held their device exclusively and did not say so."""
+    if "exclusiveKey" not in device:
+        return _string(device, "device", path)
+    key = device["exclusiveKey"]
+    if key is not None and not isinstance(key, str):
+        raise CorruptRecord(f"{path}.exclusiveKey: expected a string or null")
+    return key
+
+
+def _state(data: Mapping[str, Any]) -> RecordState:
+    state = data.get("state", "prepared")
+    if state == "preparing":
+        return "preparing"
+    if state == "prepared":
+        return "prepared"
+    raise CorruptRecord(f"state: expected preparing or prepared, got {state!r}")
+
+
 def record_from_json(data: object) -> ClaimRecord:
     if not isinstance(data, Mapping):
         raise CorruptRecord("expected an object")
-    if data.get("version") != RECORD_VERSION:
-        raise CorruptRecord(f"version: expected {RECORD_VERSION}, got {data.get('version')!r}")
+    if data.get("version") not in READABLE_VERSIONS:
+        raise CorruptRecord(f"version: expected one of {READABLE_VERSIONS}, got {data.get('version')!r}")
     claim = data.get("claim")
     devices = data.get("devices")
     if not isinstance(claim, Mapping):
@@ -94,9 +175,12 @@ def record_from_json(data: object) -> ClaimRecord:
                 pool=_string(device, "pool", path),
                 device=_string(device, "device", path),
                 cdi_device_ids=_strings(device.get("cdiDeviceIds"), f"{path}.cdiDeviceIds"),
+                exclusive_key=_exclusive_key(device, path),
             )
         )
-    return ClaimRecord(claim=ref, devices=tuple(prepared))
+    return ClaimRecord(
+        claim=ref, devices=tuple(prepared), state=_state(data), mig_instances=_mig_instances(data)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,3 +225,18 @@ class ClaimRecordStore:
 
     def delete(self, claim_uid: str) -> None:
         durable_files.remove(self._path(claim_uid), durable=True)
+
+    def boot_changed(self, boot_id: str) -> bool:
+        """Whether the node rebooted since the state was written (and remember this boot).
+
+        MIG instances and the CDI directory (a tmpfs) do not survive a reboot, so records of an
+        earlier boot describe side effects that no longer exist."""
+        path = self.directory.parent / BOOT_ID_FILE
+        try:
+            previous = path.read_text().strip()
+        except FileNotFoundError:
+            previous = None
+        if previous != boot_id:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            durable_files.atomic_write(path, f"{boot_id}\n".encode(), durable=True, mode=0o600)
+        return previous is not None and previous != boot_id

@@ -7,9 +7,13 @@ under the rules NVML enforces (placements, overlap, per-profile and per-GPU limi
 budgets), so the device planning that runs here fails here where it would fail on a real GPU.
 """
 
+import json
 from collections import deque
 from dataclasses import dataclass, replace
+from pathlib import Path
 
+from dra_driver import durable_files
+from dra_driver.boot_id import current_boot_id
 from dra_driver.hardware.catalog import MigGeometry
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
 from dra_driver.hardware.model import (
@@ -48,7 +52,9 @@ class SimulatedBackend:
     cannot interleave between a check and the change it allows.
     """
 
-    def __init__(self, node_name: str, spec: SimulatedNodeSpec) -> None:
+    def __init__(self, node_name: str, spec: SimulatedNodeSpec, state_file: Path | None = None) -> None:
+        """`state_file`: where MIG instances are kept across restarts of the agent, as a real GPU
+        keeps them; they are forgotten when the boot ID changes, as a reboot clears them."""
         gpus = simulated_gpus(node_name, spec)
         self._description = describe_node(spec)
         self._gpus = {gpu.uuid: replace(gpu, mig_instances=()) for gpu in gpus}
@@ -67,6 +73,54 @@ class SimulatedBackend:
             operation: deque() for operation in FAULT_OPERATIONS
         }
         self._events: list[SimulatedEvent] = []
+        self._state_file = state_file
+        if state_file is not None:
+            self._restore(state_file)
+
+    def _restore(self, state_file: Path) -> None:
+        try:
+            saved = json.loads(state_file.read_text())
+        except FileNotFoundError:
+            return
+        except ValueError as error:
+            raise HardwareError(
+                f"simulated hardware state {state_file} is unreadable: {error}", HardwareErrorReason.OTHER
+            ) from error
+        if saved.get("bootId") != current_boot_id():
+            return
+        for gpu_uuid, entries in saved.get("instances", {}).items():
+            geometry = self._geometry.get(gpu_uuid)
+            if geometry is None:
+                continue
+            restored = {}
+            for entry in entries:
+                profile = geometry.profile(entry["profileId"])
+                if profile is None:
+                    continue
+                placement = Placement(entry["start"], entry["size"])
+                restored[entry["gi"]] = (profile, new_mig_instance(gpu_uuid, entry["gi"], profile, placement))
+            self._instances[gpu_uuid] = restored
+
+    def _save(self) -> None:
+        if self._state_file is None:
+            return
+        state = {
+            "bootId": current_boot_id(),
+            "instances": {
+                gpu_uuid: [
+                    {
+                        "gi": gi_id,
+                        "profileId": profile.profile_id,
+                        "start": instance.placement.start,
+                        "size": instance.placement.size,
+                    }
+                    for gi_id, (profile, instance) in sorted(instances.items())
+                ]
+                for gpu_uuid, instances in self._instances.items()
+            },
+        }
+        self._state_file.parent.mkdir(parents=True, exist_ok=True)
+        durable_files.atomic_write(self._state_file, json.dumps(state).encode(), durable=True)
 
     @property
     def description(self) -> str:
@@ -102,6 +156,7 @@ class SimulatedBackend:
         gi_id = min(set(range(1, len(instances) + 2)) - set(instances))
         instance = new_mig_instance(gpu_uuid, gi_id, profile, placement)
         instances[gi_id] = (profile, instance)
+        self._save()
         return instance
 
     async def destroy_mig_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None:
@@ -117,6 +172,7 @@ class SimulatedBackend:
                 HardwareErrorReason.NOT_FOUND,
             )
         del instances[gpu_instance_id]
+        self._save()
 
     async def close(self) -> None:
         return None

@@ -31,7 +31,7 @@ def test_only_our_results_are_kept_with_their_main_request() -> None:
         DRIVER,
     )
 
-    assert devices == (AllocatedDevice(request="gpu/big", pool="n", device="gpu-0"),)
+    assert devices == (AllocatedDevice(request="gpu/big", pool="n", device="gpu-0", position=0),)
     assert devices[0].main_request == "gpu"
 
 

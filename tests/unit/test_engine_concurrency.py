@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dra_driver.claims.cdi import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, RawClaim
-from dra_driver.claims.gpu_edits import simulated_gpu_edits
+from dra_driver.claims.gpu_edits import SimulatedEdits
 from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import NodeConfig
@@ -50,7 +50,7 @@ def engine_for(tmp: Path, source: SlowClaims, profile: str = "t4x4") -> ClaimEng
         driver_name=DRIVER,
         pool_name="node-a",
         inventory=node_inventory(simulated_node(profile), NodeConfig()),
-        edits_for_gpu=simulated_gpu_edits,
+        edits=SimulatedEdits(),
         claim_source=source,
         records=ClaimRecordStore(tmp / "state"),
         cdi_specs=CdiSpecDirectory(tmp / "cdi", DRIVER),
@@ -106,18 +106,3 @@ def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path
     assert asyncio.run(scenario()) == {}
     assert list((tmp_path / "state" / "claims").iterdir()) == []
     assert list((tmp_path / "cdi").iterdir()) == []
-
-
-def test_devices_other_than_whole_gpus_are_refused_until_their_prepare_exists(tmp_path: Path) -> None:
-    source = SlowClaims(3)
-    mig_claim = source.add("mig", "gpu-0-mig-1g10gb-2")
-    engine = engine_for(tmp_path, source, "mixed")
-
-    async def scenario() -> str:
-        await engine.load_state()
-        return (await engine.prepare([mig_claim]))[mig_claim[2]].error
-
-    assert "device 'gpu-0-mig-1g10gb-2' is a mig device; this version of the driver prepares whole GPUs" in (
-        asyncio.run(scenario())
-    )
-    assert not (tmp_path / "cdi").exists() or not any((tmp_path / "cdi").iterdir())

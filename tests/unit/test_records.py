@@ -1,8 +1,18 @@
+import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, PreparedDevice
+from dra_driver.claims.records import (
+    ClaimRecord,
+    ClaimRecordStore,
+    CorruptRecord,
+    MigInstanceRecord,
+    PreparedDevice,
+    record_from_json,
+)
 
 UID = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"
 RECORD = ClaimRecord(
@@ -53,7 +63,10 @@ def test_unreadable_records_are_set_aside_and_named(tmp_path: Path) -> None:
         "0e5a4b1c-0000-4f50-8a6b-7c8d9e0f1a2b.json.corrupt",
         "11111111-2222-4333-8444-555555555555.json.corrupt",
     }
-    assert problems["11111111-2222-4333-8444-555555555555.json.corrupt"] == "version: expected 1, got 99"
+    assert (
+        problems["11111111-2222-4333-8444-555555555555.json.corrupt"]
+        == "version: expected one of (1, 2), got 99"
+    )
     assert "does not match claim UID" in problems["0e5a4b1c-0000-4f50-8a6b-7c8d9e0f1a2b.json.corrupt"]
     assert store.load_all() == ({UID: RECORD}, [])  # set aside once, not reported forever
 
@@ -76,3 +89,37 @@ def test_a_save_replaces_the_whole_file(tmp_path: Path) -> None:
     # Renamed over, never rewritten in place.
     assert (store.directory / f"{UID}.json").stat().st_ino != inode_before
     assert sorted(p.name for p in store.directory.iterdir()) == [f"{UID}.json"]
+
+
+def test_two_phase_records_round_trip_with_their_mig_instances_and_version_1_still_reads(
+    tmp_path: Path,
+) -> None:
+    store = ClaimRecordStore(tmp_path)
+    preparing = dataclasses.replace(
+        RECORD,
+        state="preparing",
+        mig_instances=(MigInstanceRecord("GPU-1", profile_id=19, placement_start=3, placement_size=1),),
+    )
+    store.save(preparing)
+    assert store.load_all() == ({RECORD.claim.uid: preparing}, [])
+
+    old = {key: value for key, value in RECORD.to_json().items() if key not in ("state", "migInstances")}
+    assert record_from_json({**old, "version": 1}) == RECORD
+    with pytest.raises(CorruptRecord, match=r"state: expected preparing or prepared, got 'half'"):
+        record_from_json({**RECORD.to_json(), "state": "half"})
+    with pytest.raises(CorruptRecord, match=r"migInstances\[0\].profileId: expected a non-negative integer"):
+        record_from_json(
+            {
+                **preparing.to_json(),
+                "migInstances": [{**preparing.mig_instances[0].to_json(), "profileId": True}],
+            }
+        )
+
+
+def test_a_new_boot_id_is_noticed_once(tmp_path: Path) -> None:
+    store = ClaimRecordStore(tmp_path)
+
+    assert store.boot_changed("boot-a") is False  # first start: nothing to compare with
+    assert store.boot_changed("boot-a") is False
+    assert store.boot_changed("boot-b") is True
+    assert store.boot_changed("boot-b") is False

@@ -1,0 +1,235 @@
+"""The claim engine on every kind of device: static and dynamic MIG (through the simulated
+backend), shared and admin access, opaque configs, two-phase records and recovery."""
+
+import asyncio
+import json
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dra_driver.claims.cdi import CdiSpecDirectory
+from dra_driver.claims.engine import ClaimEngine, RawClaim
+from dra_driver.claims.gpu_edits import SimulatedEdits
+from dra_driver.claims.identity import claim_ref
+from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, MigInstanceRecord
+from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.node_config import GpuSettings, NodeConfig
+from dra_driver.hardware.model import HardwareErrorReason, Placement
+from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.hardware.simulated_nodes import resolve_node_spec
+from tests.support.nodes import simulated_node
+
+DRIVER = "gpu.dra-driver.dev"
+DYNAMIC = NodeConfig(default=GpuSettings(mode="mig-dynamic"))
+CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity"))
+
+
+class Claims:
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(
+        self, name: str, *results: Mapping[str, Any], config: list[dict[str, Any]] | None = None
+    ) -> RawClaim:
+        uid = str(uuid.uuid4())
+        allocation: dict[str, Any] = {
+            "devices": {
+                "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", **r} for r in results],
+                "config": config or [],
+            }
+        }
+        self.claims[("default", name)] = {
+            "metadata": {"namespace": "default", "name": name, "uid": uid},
+            "status": {"allocation": allocation},
+        }
+        return ("default", name, uid)
+
+    async def get(self, namespace: str, name: str) -> object:
+        return self.claims[(namespace, name)]
+
+
+def node(tmp: Path, profile: str, config: NodeConfig, claims: Claims) -> tuple[ClaimEngine, SimulatedBackend]:
+    hardware = SimulatedBackend("node-a", resolve_node_spec(profile), tmp / "hardware.json")
+    engine = ClaimEngine(
+        driver_name=DRIVER,
+        pool_name="node-a",
+        inventory=node_inventory(simulated_node(profile), config),
+        edits=SimulatedEdits(),
+        claim_source=claims,
+        records=ClaimRecordStore(tmp / "state"),
+        cdi_specs=CdiSpecDirectory(tmp / "cdi", DRIVER),
+        hardware=hardware,
+    )
+    return engine, hardware
+
+
+def spec_env(tmp: Path, uid: str) -> list[str]:
+    (spec,) = (tmp / "cdi").glob(f"*{uid}*")
+    return [
+        env for device in json.loads(spec.read_text())["devices"] for env in device["containerEdits"]["env"]
+    ]
+
+
+async def instances(hardware: SimulatedBackend) -> list[tuple[str, int, Placement]]:
+    return [
+        (gpu.uuid, instance.profile_id, instance.placement)
+        for gpu in await hardware.discover()
+        for instance in gpu.mig_instances
+    ]
+
+
+def test_dynamic_mig_creates_the_instance_at_the_placement_and_unprepare_destroys_it(tmp_path: Path) -> None:
+    claims = Claims()
+    claim = claims.add("mig", {"device": "gpu-1-mig-1g10gb-3"})
+
+    async def scenario() -> None:
+        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+        await engine.load_state()
+        outcome = (await engine.prepare([claim]))[claim[2]]
+        assert outcome.error == ""
+        gpu_1 = simulated_node("dgx-h100-mig")[1]
+        ((gpu, profile_id, placement),) = await instances(hardware)
+        assert (gpu, profile_id, placement) == (gpu_1.uuid, 19, Placement(3, 1))
+        env = spec_env(tmp_path, claim[2])
+        assert f"DRA_DEVICE_GPU_1_MIG_1G10GB_3_PARENT={gpu_1.uuid}" in env
+        assert "DRA_DEVICE_GPU_1_MIG_1G10GB_3_PROFILE=1g.10gb" in env
+        assert await engine.unprepare([claim]) == {claim[2]: ""}
+        assert await instances(hardware) == []
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_creation_leaves_no_instance_record_or_spec_and_frees_the_device(tmp_path: Path) -> None:
+    claims = Claims()
+    # Overlapping placements (the scheduler's counters never allow this): the second creation fails
+    # after the first succeeded, and the first must be destroyed again.
+    overlapping = claims.add(
+        "overlap", {"device": "gpu-0-mig-3g40gb-4"}, {"request": "other", "device": "gpu-0-mig-1g10gb-5"}
+    )
+    flaky = claims.add("flaky", {"device": "gpu-1-mig-7g80gb-0"})
+
+    async def scenario() -> None:
+        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+        await engine.load_state()
+        error = (await engine.prepare([overlapping]))[overlapping[2]].error
+        assert "cannot create its MIG instance" in error and "overlap the existing 3g.40gb instance" in error
+        assert await instances(hardware) == []
+        hardware.fail_next("create_mig_instance", HardwareErrorReason.INSUFFICIENT_RESOURCES)
+        assert "cannot create its MIG instance" in (await engine.prepare([flaky]))[flaky[2]].error
+        assert not list((tmp_path / "state" / "claims").iterdir())
+        assert not (tmp_path / "cdi").exists() or not list((tmp_path / "cdi").iterdir())
+        assert (await engine.prepare([flaky]))[flaky[2]].error == "", "the device was freed"
+        assert len(await instances(hardware)) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_prepare_cut_short_is_rolled_back_at_the_next_start(tmp_path: Path) -> None:
+    claims = Claims()
+    claim = claims.add("mig", {"device": "gpu-2-mig-2g20gb-4"})
+    gpu_2 = simulated_node("dgx-h100-mig")[2]
+
+    async def crash_after_creation() -> None:
+        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+        await engine.load_state()
+        wanted = MigInstanceRecord(gpu_2.uuid, 14, 4, 2)
+        ClaimRecordStore(tmp_path / "state").save(
+            ClaimRecord(claim=claim_ref(*claim), devices=(), state="preparing", mig_instances=(wanted,))
+        )
+        await hardware.create_mig_instance(gpu_2.uuid, 14, Placement(4, 2))
+
+    async def restart() -> None:
+        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+        assert len(await instances(hardware)) == 1, "the simulated GPU kept its instance"
+        await engine.load_state()
+        assert await instances(hardware) == []
+        assert engine.prepared_claims == {}
+        assert (await engine.prepare([claim]))[claim[2]].error == ""
+        assert len(await instances(hardware)) == 1
+
+    asyncio.run(crash_after_creation())
+    asyncio.run(restart())
+
+
+def test_records_of_an_earlier_boot_are_forgotten(tmp_path: Path) -> None:
+    claims = Claims()
+    claim = claims.add("whole", {"device": "gpu-0"})
+
+    async def boot(boot_id: str) -> dict[str, ClaimRecord]:
+        engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
+        await engine.load_state(boot_id)
+        if not engine.prepared_claims:
+            await engine.prepare([claim])
+        return engine.prepared_claims
+
+    assert list(asyncio.run(boot("boot-1"))) == [claim[2]]
+    assert list(asyncio.run(boot("boot-1"))) == [claim[2]]
+    engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
+    asyncio.run(engine.load_state("boot-2"))
+    assert engine.prepared_claims == {}
+    assert not list((tmp_path / "cdi").iterdir())
+
+
+def test_static_mig_uses_the_existing_instance(tmp_path: Path) -> None:
+    claims = Claims()
+    claim = claims.add("static", {"device": "gpu-0-mig-1g10gb-2"})
+    existing = next(i for i in simulated_node("mixed")[0].mig_instances if i.placement.start == 2)
+
+    async def scenario() -> list[str]:
+        engine, hardware = node(tmp_path, "mixed", NodeConfig(), claims)
+        await engine.load_state()
+        assert (await engine.prepare([claim]))[claim[2]].error == ""
+        assert len(await instances(hardware)) == 8, "the two static GPUs' instances, nothing created"
+        return spec_env(tmp_path, claim[2])
+
+    assert f"DRA_DEVICE_GPU_0_MIG_1G10GB_2={existing.uuid}" in asyncio.run(scenario())
+
+
+def test_admin_access_and_shares_are_not_exclusive_but_plain_devices_are(tmp_path: Path) -> None:
+    claims = Claims()
+    share = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
+    other_share = "6b0d3c1e-1f2a-4b3c-8d4e-5f6a7b8c9d0e"
+    first = claims.add("a", {"device": "gpu-0", "shareID": share, "consumedCapacity": {"memory": "8Gi"}})
+    second = claims.add("b", {"device": "gpu-0", "shareID": other_share})
+    no_share = claims.add("c", {"device": "gpu-0"})
+    admin = claims.add("d", {"device": "gpu-0", "adminAccess": True})
+
+    async def scenario() -> dict[str, str]:
+        engine, _ = node(tmp_path, "t4x4", CAPACITY, claims)
+        await engine.load_state()
+        outcomes = await engine.prepare([first, second, no_share, admin])
+        return {uid: outcome.error for uid, outcome in outcomes.items()}
+
+    errors = asyncio.run(scenario())
+    assert errors[first[2]] == errors[second[2]] == errors[admin[2]] == ""
+    assert "shareID is missing: device gpu-0 allows multiple allocations" in errors[no_share[2]]
+
+
+def test_a_bad_opaque_config_is_that_claims_error_naming_the_field(tmp_path: Path) -> None:
+    claims = Claims()
+    config = [
+        {
+            "source": "FromClaim",
+            "requests": [],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.dra-driver.dev/v1alpha1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "Timeslicing"},
+                },
+            },
+        }
+    ]
+    bad = claims.add("bad", {"device": "gpu-0"}, config=config)
+    good = claims.add("good", {"device": "gpu-1"})
+
+    async def scenario() -> dict[str, str]:
+        engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
+        await engine.load_state()
+        return {uid: outcome.error for uid, outcome in (await engine.prepare([bad, good])).items()}
+
+    errors = asyncio.run(scenario())
+    assert errors[good[2]] == ""
+    assert 'sharing.strategy: "Timeslicing" is not one of TimeSlicing, MPS' in errors[bad[2]]
