@@ -14,9 +14,9 @@ from pathlib import Path
 import structlog
 from kubernetes.aio import client, config
 
+from dra_driver.boot_id import current_boot_id
 from dra_driver.claims import cdi
 from dra_driver.claims.cdi import CdiSpecDirectory
-from dra_driver.boot_id import current_boot_id
 from dra_driver.claims.driver_root import common_edits, control_device_nodes, discover_driver
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits

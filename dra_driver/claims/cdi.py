@@ -105,6 +105,15 @@ class ContainerEdits:
     def nodes(self) -> tuple[DeviceNode, ...]:
         return tuple(DeviceNode(node) if isinstance(node, str) else node for node in self.device_nodes)
 
+    def plus(self, other: "ContainerEdits") -> "ContainerEdits":
+        """Both edits, for a device that needs what two parts of the driver give it."""
+        return ContainerEdits(
+            env=(*self.env, *other.env),
+            device_nodes=(*self.device_nodes, *other.device_nodes),
+            mounts=(*self.mounts, *other.mounts),
+            hooks=(*self.hooks, *other.hooks),
+        )
+
     def to_json(self) -> dict[str, Any]:
         rendered: dict[str, Any] = {}
         if self.env:

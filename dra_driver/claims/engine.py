@@ -13,7 +13,7 @@ undoes what it names.
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -25,7 +25,7 @@ from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 from dra_driver.claims.keyed_locks import KeyedLocks
-from dra_driver.claims.opaque_config import config_entries
+from dra_driver.claims.opaque_config import VgpuConfig, config_entries
 from dra_driver.claims.records import (
     ClaimRecord,
     ClaimRecordStore,
@@ -34,6 +34,7 @@ from dra_driver.claims.records import (
     QuarantinedRecord,
 )
 from dra_driver.claims.source import ClaimSource
+from dra_driver.claims.vgpu_edits import vgpu_claim_edits, vgpu_share
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
@@ -198,8 +199,11 @@ class ClaimEngine:
             if to_create:
                 await asyncio.to_thread(self._records.save, preparing)
             created = await self._create_mig_instances(ref, to_create)
+            vgpu = self._vgpu_edits(ref, planned)
             spec = cdi.claim_spec(
-                self._driver_name, ref.uid, [(d.cdi_name, self._edits_for(d, created)) for d in planned]
+                self._driver_name,
+                ref.uid,
+                [(d.cdi_name, self._edits_for(d, created, vgpu)) for d in planned],
             )
             record = self._prepared_record(ref, planned, spec, to_create)
             await asyncio.to_thread(self._write_prepared, ref, spec, record)
@@ -235,13 +239,31 @@ class ClaimEngine:
                 raise ClaimRejected(f"claim {ref}: cannot create its MIG instance: {error}") from error
         return created
 
+    def _vgpu_edits(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ContainerEdits:
+        """The HAMi-core limits every container of the claim gets with its vGPU devices, in the
+        order CUDA enumerates them (advisory env: enforcement needs the HAMi-core library)."""
+        shares = [
+            vgpu_share(
+                {"consumedCapacity": dict(d.result.consumed_capacity), "shareID": d.result.share_id},
+                d.result.position,
+                d.device,
+                d.gpu,
+                d.config if isinstance(d.config, VgpuConfig) else VgpuConfig(),
+            )
+            for d in planned
+            if d.device.type == "vgpu" and not d.result.admin_access
+        ]
+        return vgpu_claim_edits(ref.uid, shares, None).edits if shares else ContainerEdits()
+
     def _edits_for(
-        self, device: PlannedDevice, created: dict[MigInstanceRecord, MigInstance]
+        self, device: PlannedDevice, created: dict[MigInstanceRecord, MigInstance], vgpu: ContainerEdits
     ) -> ContainerEdits:
         instance = created[device.create_mig] if device.create_mig else device.existing_mig
         if device.device.type == "mig" and instance is not None:
             return self._edits.mig(device.name, device.gpu, instance)
-        return self._edits.gpu(device.name, device.gpu)
+        edits = self._edits.gpu(device.name, device.gpu)
+        shared = device.device.type == "vgpu" and not device.result.admin_access
+        return edits.plus(vgpu) if shared else edits
 
     def _prepared_record(
         self,

@@ -233,3 +233,48 @@ def test_a_bad_opaque_config_is_that_claims_error_naming_the_field(tmp_path: Pat
     errors = asyncio.run(scenario())
     assert errors[good[2]] == ""
     assert 'sharing.strategy: "Timeslicing" is not one of TimeSlicing, MPS' in errors[bad[2]]
+
+
+def test_a_vgpu_share_gets_its_limits_in_cuda_order_and_the_config_knobs(tmp_path: Path) -> None:
+    claims = Claims()
+    config = [
+        {
+            "source": "FromClass",
+            "requests": ["gpu"],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.dra-driver.dev/v1alpha1",
+                    "kind": "VgpuConfig",
+                    "memoryOversubscription": True,
+                    "coreLimitPolicy": "Force",
+                },
+            },
+        }
+    ]
+    share = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
+    claim = claims.add(
+        "vgpu",
+        {"device": "gpu-2", "shareID": share, "consumedCapacity": {"memory": "8Gi", "cores": "30"}},
+        {"request": "gpu", "device": "gpu-1", "shareID": share, "consumedCapacity": {"memory": "1Gi"}},
+        config=config,
+    )
+
+    async def scenario() -> list[str]:
+        engine, _ = node(tmp_path, "t4x4", CAPACITY, claims)
+        await engine.load_state()
+        assert (await engine.prepare([claim]))[claim[2]].error == ""
+        return spec_env(tmp_path, claim[2])
+
+    env = asyncio.run(scenario())
+    # gpu-1 comes before gpu-2 on the PCI bus, whatever order the results list them in.
+    for expected in (
+        "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        "CUDA_DEVICE_MEMORY_LIMIT_0=1024m",
+        "CUDA_DEVICE_SM_LIMIT_0=100",
+        "CUDA_DEVICE_MEMORY_LIMIT_1=8192m",
+        "CUDA_DEVICE_SM_LIMIT_1=30",
+        "CUDA_OVERSUBSCRIBE=true",
+        "GPU_CORE_UTILIZATION_POLICY=force",
+    ):
+        assert expected in env

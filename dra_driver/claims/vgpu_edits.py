@@ -1,0 +1,310 @@
+"""The container edits that make HAMi-core enforce one claim's vGPU shares (pure).
+
+HAMi-core (`libvgpu.so`) sits between CUDA programs and the driver and refuses allocations past
+a memory limit and throttles kernels past an SM share. It reads its limits from the environment,
+one pair per device the process sees, indexed by CUDA device ordinal; it is loaded into every
+process through `/etc/ld.so.preload`, so no image has to know about it. It is not a security
+boundary (a program can talk to the driver directly), it keeps cooperative workloads to their
+share.
+
+Everything here is data in, data out: the claim engine turns allocation results into
+`VgpuShare`s with `vgpu_share`, hands them to `vgpu_claim_edits`, creates the host files and
+directories that come back, and puts the edits in the claim's CDI spec.
+
+The index of a share is the position of its GPU in the order the container's CUDA enumerates
+devices. That order is made deterministic, and equal to ours, by sorting shares by PCI bus id
+and setting CUDA_DEVICE_ORDER=PCI_BUS_ID (CUDA's default, fastest first, depends on the GPU
+models present). NVML, which HAMi-core and nvidia-smi use for accounting, always enumerates in
+bus order, so all three agree. The indices are right for a container that sees exactly the
+claim's vGPUs; a container that also sees other GPUs (another claim's, or a whole GPU from
+another request) enumerates those in between.
+
+Host side, below the operator's `HamiCore.state_dir`:
+- `claims/<claim UID>/ld.so.preload`: the preload list, bind-mounted read-only over the
+  container's /etc/ld.so.preload. It sits outside the writable `cache` directory so that no
+  container can rewrite what every other container of the claim preloads.
+- `claims/<claim UID>/cache/`: the shared cache file, HAMi-core's record of what each process
+  of the claim has allocated. Shared by all containers of the claim, because the share is the
+  claim's: two containers together may not use more than the claim was granted.
+- `vgpulock/`: HAMi-core's lock directory, mounted at /tmp/vgpulock. It is node-wide, not per
+  claim, as in HAMi: HAMi-core serialises finding a process's host PID (it compares NVML's
+  process lists of the GPU before and after creating a context) across every container that
+  uses the GPU, and a lock per claim would let two claims on one GPU mistake each other's
+  processes.
+"""
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.cdi import ContainerEdits, Mount
+from dra_driver.claims.driver_root import READ_ONLY_BIND
+from dra_driver.claims.opaque_config import VgpuConfig, _memory_bytes, hami_core_environment
+from dra_driver.devices.model import Device, quantity
+from dra_driver.devices.node_config import MIB
+from dra_driver.devices.vgpu import ALL_CORES
+from dra_driver.hardware.model import Gpu
+from dra_driver.k8s_names import shown, uid_problem
+
+LIBRARY_IN_CONTAINER = "/usr/local/vgpu/libvgpu.so"
+PRELOAD_IN_CONTAINER = "/etc/ld.so.preload"
+CACHE_DIR_IN_CONTAINER = "/usr/local/vgpu/cache"
+LOCK_DIR_IN_CONTAINER = "/tmp/vgpulock"
+
+# Writable, but nothing in them is ever run or a device node.
+READ_WRITE_BIND = ("rw", "nosuid", "nodev", "noexec", "bind")
+
+# Processes of any user in any container of the claim create the cache file and lock files;
+# the sticky bit keeps one user from deleting another's lock in the node-wide directory.
+CACHE_DIR_MODE = 0o777
+LOCK_DIR_MODE = 0o1777
+CLAIM_DIR_MODE = 0o755
+PRELOAD_FILE_MODE = 0o644
+
+_PCI_BUS_ID = re.compile(r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])")
+_WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
+
+
+@dataclass(frozen=True, slots=True)
+class HamiCore:
+    """Where the node operator installed HAMi-core; without it, limits are advisory only."""
+
+    # Host path of libvgpu.so.
+    library: PurePosixPath
+    # Host directory for the per-claim directories and the node-wide lock directory.
+    state_dir: PurePosixPath
+
+    def __post_init__(self) -> None:
+        # CDI host paths are absolute; a relative one would resolve against the runtime's cwd.
+        for name, path in (("library", self.library), ("state_dir", self.state_dir)):
+            if not path.is_absolute():
+                raise ValueError(f"HAMi-core {name} {str(path)!r} is not an absolute path")
+
+    @property
+    def lock_dir(self) -> PurePosixPath:
+        return self.state_dir / "vgpulock"
+
+    def claim_dir(self, claim_uid: str) -> PurePosixPath:
+        return self.state_dir / "claims" / claim_uid
+
+
+@dataclass(frozen=True, slots=True)
+class VgpuShare:
+    """What one allocation result grants of one GPU."""
+
+    device: str
+    gpu: Gpu
+    memory_bytes: int
+    cores: int
+    share_id: str | None
+    config: VgpuConfig
+
+    def __post_init__(self) -> None:
+        # HAMi-core counts whole MiB and reads a limit of 0 as "no limit", so a share under 1 MiB
+        # would become the whole GPU; `vgpu_share` refuses such results before they get here.
+        if not MIB <= self.memory_bytes <= self.gpu.memory_bytes:
+            raise ValueError(
+                f"{self.device}: {self.memory_bytes} bytes is not between 1Mi and the "
+                f"{self.gpu.memory_bytes} bytes of {self.gpu.label}"
+            )
+        if not 1 <= self.cores <= ALL_CORES:
+            raise ValueError(f"{self.device}: {self.cores} cores is not between 1 and {ALL_CORES}")
+
+
+@dataclass(frozen=True, slots=True)
+class HostDirectory:
+    """A directory the engine creates (parents as needed) and gives exactly `mode`."""
+
+    path: PurePosixPath
+    mode: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostFile:
+    """A file the engine writes with `content` and gives exactly `mode`."""
+
+    path: PurePosixPath
+    content: str
+    mode: int
+
+
+HostEntry = HostDirectory | HostFile
+
+
+@dataclass(frozen=True, slots=True)
+class VgpuClaimEdits:
+    """The claim's vGPU edits, and what must exist on the host before a container starts.
+
+    `host_entries` are in creation order and safe to create again. Unprepare removes
+    `claim_dir` and nothing else: the lock directory in `host_entries` is the node's.
+    """
+
+    edits: ContainerEdits
+    host_entries: tuple[HostEntry, ...] = ()
+    claim_dir: PurePosixPath | None = None
+
+
+def _memory(value: object, path: str, device: Device) -> int:
+    granted = _memory_bytes(value, path)
+    limit = device.capacity["memory"].value
+    if granted < MIB:
+        raise ClaimRejected(
+            f"{path}: {json.dumps(value)} is less than 1Mi; HAMi-core limits memory in whole MiB "
+            "and reads a limit of 0 as no limit"
+        )
+    if granted > limit:
+        raise ClaimRejected(
+            f"{path}: {json.dumps(value)} is more than the {quantity(limit)} of device {device.name}"
+        )
+    return granted
+
+
+def _cores(value: object, path: str, device: Device) -> int:
+    limit = device.capacity["cores"].value
+    if not isinstance(value, str):
+        raise ClaimRejected(f'{path}: expected a quantity string such as "50", got {type(value).__name__}')
+    if not _WHOLE_NUMBER.fullmatch(value):
+        raise ClaimRejected(f'{path}: {json.dumps(value)} is not a whole percentage such as "50"')
+    if not 1 <= int(value) <= limit:
+        raise ClaimRejected(
+            f"{path}: {json.dumps(value)} is out of range; expected a percentage from 1 to {limit} "
+            f"(the cores of device {device.name})"
+        )
+    return int(value)
+
+
+def vgpu_share(
+    result: Mapping[str, object], position: int, device: Device, gpu: Gpu, config: VgpuConfig
+) -> VgpuShare:
+    """The share that `result`, entry `position` of `status.allocation.devices.results`, grants.
+
+    `device` is the published vGPU device the result names and `gpu` its GPU. A capacity-mode
+    result says what it consumed in `consumedCapacity`; a capacity it leaves out was consumed
+    whole, as when the cluster lacks consumable capacity and the device went to one claim. A
+    partition is always consumed whole. Either way the grant must fit the device: a result
+    asking for more is refused rather than trimmed, since it means the scheduler and this node
+    disagree about the device.
+    """
+    if device.type != "vgpu":
+        raise ValueError(f"device {device.name} is a {device.type} device, not a vGPU")
+    path = f"status.allocation.devices.results[{position}]"
+    consumed = result.get("consumedCapacity", {})
+    if not isinstance(consumed, Mapping):
+        raise ClaimRejected(f"{path}.consumedCapacity: expected an object, got {type(consumed).__name__}")
+    for name in consumed:
+        if name not in device.capacity:
+            raise ClaimRejected(
+                f"{path}.consumedCapacity: {shown(str(name))} is not a capacity of device {device.name} "
+                f"(it has {', '.join(sorted(device.capacity))})"
+            )
+    share_id = result.get("shareID")
+    if share_id is not None and not isinstance(share_id, str):
+        raise ClaimRejected(f"{path}.shareID: expected a string, got {type(share_id).__name__}")
+    return VgpuShare(
+        device=device.name,
+        gpu=gpu,
+        memory_bytes=(
+            _memory(consumed["memory"], f"{path}.consumedCapacity.memory", device)
+            if "memory" in consumed
+            else device.capacity["memory"].value
+        ),
+        cores=(
+            _cores(consumed["cores"], f"{path}.consumedCapacity.cores", device)
+            if "cores" in consumed
+            else device.capacity["cores"].value
+        ),
+        share_id=share_id,
+        config=config,
+    )
+
+
+def _cuda_position(gpu: Gpu) -> tuple[int, ...]:
+    """Where CUDA_DEVICE_ORDER=PCI_BUS_ID puts the GPU: by domain, bus, device and function.
+
+    Without a bus id the minor number is the best guess left; it follows the driver's probe
+    order, which is bus order on the systems we know.
+    """
+    match = _PCI_BUS_ID.fullmatch(gpu.pci_bus_id)
+    if match is None:
+        return (1, gpu.minor)
+    return (0, *(int(part, 16) for part in match.groups()))
+
+
+def _checked_shares(shares: Sequence[VgpuShare]) -> dict[str, str]:
+    """The HAMi-core settings common to all shares; refuses shares HAMi-core cannot express."""
+    if not shares:
+        raise ValueError("a claim without vGPU shares needs no vGPU edits")
+    first_of_gpu: dict[str, VgpuShare] = {}
+    for share in shares:
+        if (earlier := first_of_gpu.setdefault(share.gpu.uuid, share)) is not share:
+            raise ClaimRejected(
+                f"devices {earlier.device} and {share.device} are both shares of {share.gpu.label}; "
+                "a claim takes at most one share of a GPU, because HAMi-core sets one limit per GPU "
+                "a container sees and the container sees that GPU once; ask for one larger share"
+            )
+    for share in shares[1:]:
+        if share.config != shares[0].config:
+            raise ClaimRejected(
+                f"devices {shares[0].device} and {share.device} have different VgpuConfigs; "
+                "HAMi-core applies one setting to every GPU of a process, so all vGPUs of a claim "
+                "need the same VgpuConfig"
+            )
+    return hami_core_environment(shares[0].config)
+
+
+def vgpu_claim_edits(
+    claim_uid: str, shares: Sequence[VgpuShare], hami_core: HamiCore | None
+) -> VgpuClaimEdits:
+    """The edits that limit a container of the claim to `shares`, enforced where `hami_core` is set.
+
+    Limits are `CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m`, the grant rounded down so a container is
+    never allowed more than was allocated, and `CUDA_DEVICE_SM_LIMIT_<i>=<percent>`. Without
+    HAMi-core they are advisory only (an image that brings its own HAMi-core still obeys them),
+    and the shared cache is left out because no mount would share it between containers.
+    """
+    if problem := uid_problem(claim_uid):
+        raise ClaimRejected(f"claim UID: {problem}; refusing to name a host directory after it")
+    settings = _checked_shares(shares)
+    ordered = sorted(shares, key=lambda share: _cuda_position(share.gpu))
+    env = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    for index, share in enumerate(ordered):
+        env.append(f"CUDA_DEVICE_MEMORY_LIMIT_{index}={share.memory_bytes // MIB}m")
+        env.append(f"CUDA_DEVICE_SM_LIMIT_{index}={share.cores}")
+    env.extend(f"{name}={value}" for name, value in settings.items())
+    if hami_core is None:
+        return VgpuClaimEdits(edits=ContainerEdits(env=tuple(env)))
+
+    claim_dir = hami_core.claim_dir(claim_uid)
+    cache_dir = claim_dir / "cache"
+    preload = claim_dir / "ld.so.preload"
+    env.append(f"CUDA_DEVICE_MEMORY_SHARED_CACHE={CACHE_DIR_IN_CONTAINER}/{claim_uid}.cache")
+    return VgpuClaimEdits(
+        edits=ContainerEdits(
+            env=tuple(env),
+            mounts=(
+                Mount(str(hami_core.library), LIBRARY_IN_CONTAINER, READ_ONLY_BIND),
+                Mount(str(preload), PRELOAD_IN_CONTAINER, READ_ONLY_BIND),
+                Mount(str(cache_dir), CACHE_DIR_IN_CONTAINER, READ_WRITE_BIND),
+                Mount(str(hami_core.lock_dir), LOCK_DIR_IN_CONTAINER, READ_WRITE_BIND),
+            ),
+        ),
+        host_entries=(
+            HostDirectory(claim_dir, CLAIM_DIR_MODE),
+            HostFile(preload, LIBRARY_IN_CONTAINER + "\n", PRELOAD_FILE_MODE),
+            HostDirectory(cache_dir, CACHE_DIR_MODE),
+            HostDirectory(hami_core.lock_dir, LOCK_DIR_MODE),
+        ),
+        claim_dir=claim_dir,
+    )
+
+
+def enforcement_off_message(gpus: Sequence[Gpu]) -> str:
+    """What the node logs at start when it offers vGPUs on `gpus` without HAMi-core configured."""
+    return (
+        f"vGPU enforcement is off for {', '.join(gpu.label for gpu in gpus)}: no HAMi-core library "
+        "is configured, so a container gets its memory and SM limits only as advisory environment "
+        "variables and nothing stops it from using the whole GPU"
+    )
