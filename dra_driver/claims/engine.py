@@ -13,11 +13,12 @@ undoes what it names.
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import structlog
 
+from dra_driver import failpoints
 from dra_driver.claims import cdi
 from dra_driver.claims.allocation import ClaimRejected, allocated_devices
 from dra_driver.claims.cdi import CdiSpec, CdiSpecDirectory, ContainerEdits, InvalidCdiName
@@ -198,6 +199,7 @@ class ClaimEngine:
         try:
             if to_create:
                 await asyncio.to_thread(self._records.save, preparing)
+                failpoints.reached("prepare.preparing-recorded")
             created = await self._create_mig_instances(ref, to_create)
             vgpu = self._vgpu_edits(ref, planned)
             spec = cdi.claim_spec(
@@ -235,6 +237,7 @@ class ClaimEngine:
                     instance.profile_id,
                     _placement(instance),
                 )
+                failpoints.reached("prepare.mig-created")
             except HardwareError as error:
                 raise ClaimRejected(f"claim {ref}: cannot create its MIG instance: {error}") from error
         return created
@@ -290,7 +293,9 @@ class ClaimEngine:
 
     def _write_prepared(self, ref: ClaimRef, spec: CdiSpec, record: ClaimRecord) -> None:
         self._cdi_specs.write(ref.uid, spec)
+        failpoints.reached("prepare.cdi-written")
         self._records.save(record)
+        failpoints.reached("prepare.prepared-recorded")
 
     async def _undo(self, record: ClaimRecord) -> None:
         """Removes every side effect `record` names, then the record: each step is safe to repeat,
@@ -316,6 +321,7 @@ class ClaimEngine:
                 except HardwareError as error:
                     if error.reason is not HardwareErrorReason.NOT_FOUND:
                         raise
+                failpoints.reached("unprepare.mig-destroyed")
                 log.info(
                     "MIG instance destroyed",
                     gpu=record.gpu_uuid,
@@ -339,6 +345,10 @@ class ClaimEngine:
                     # A crash between writing the spec and the record leaves a spec nobody owns.
                     await asyncio.to_thread(self._cdi_specs.remove, ref.uid)
                     return ""
+                if record.mig_instances:
+                    # From here on the claim's side effects are in doubt: a crash before the end
+                    # leaves a record the next start rolls back, never one that looks prepared.
+                    await asyncio.to_thread(self._records.save, replace(record, state="preparing"))
                 await self._destroy_mig_instances(record.mig_instances)
                 await asyncio.to_thread(self._remove_prepared, ref.uid)
                 del self._prepared[ref.uid]
@@ -353,7 +363,9 @@ class ClaimEngine:
     def _remove_prepared(self, claim_uid: str) -> None:
         # The spec goes first: a crash in between leaves a record, and the next unprepare finishes.
         self._cdi_specs.remove(claim_uid)
+        failpoints.reached("unprepare.cdi-removed")
         self._records.delete(claim_uid)
+        failpoints.reached("unprepare.record-deleted")
 
 
 def _placement(instance: MigInstanceRecord) -> Placement:

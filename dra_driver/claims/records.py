@@ -60,7 +60,8 @@ class MigInstanceRecord:
 @dataclass(frozen=True, slots=True)
 class ClaimRecord:
     """Two-phase: "preparing" is on disk before any side effect, "prepared" before kubelet hears
-    of it. A "preparing" record found at start is a prepare cut short, to be rolled back."""
+    of it, and "preparing" again before unprepare undoes side effects. A "preparing" record found
+    at start is a prepare or unprepare cut short; its side effects are rolled back."""
 
     claim: ClaimRef
     devices: tuple[PreparedDevice, ...]
