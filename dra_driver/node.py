@@ -24,6 +24,7 @@ from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfigError, load_node_config
+from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError
 from dra_driver.metrics import PublishMetrics
@@ -145,6 +146,8 @@ class NodeAgent:
         for note in inventory.notes:
             log.warning("device left out", note=note)
         cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
+        # Durable record writes of concurrent claims share one flush.
+        committer = GroupCommitter()
         try:
             common_cdi_ids = await asyncio.to_thread(write_common_spec, settings, inventory, cdi_specs)
         except OSError as error:
@@ -156,7 +159,7 @@ class NodeAgent:
             inventory=inventory,
             edits=edits_for(settings.hardware),
             claim_source=claim_source,
-            records=ClaimRecordStore(settings.state_dir),
+            records=ClaimRecordStore(settings.state_dir, committer),
             cdi_specs=cdi_specs,
             hardware=hardware,
             common_cdi_ids=common_cdi_ids,

@@ -111,7 +111,7 @@ class ClaimEngine:
                 "the node rebooted since the last run; prepared claims are forgotten", claims=len(records)
             )
             for uid in records:
-                await asyncio.to_thread(self._records.delete, uid)
+                await self._records.erase(uid)
             records = {}
         for uid, record in list(records.items()):
             if record.state == "preparing":
@@ -198,7 +198,7 @@ class ClaimEngine:
         preparing = ClaimRecord(claim=ref, devices=(), state="preparing", mig_instances=to_create)
         try:
             if to_create:
-                await asyncio.to_thread(self._records.save, preparing)
+                await self._records.write(preparing)
                 failpoints.reached("prepare.preparing-recorded")
             created = await self._create_mig_instances(ref, to_create)
             vgpu = self._vgpu_edits(ref, planned)
@@ -208,7 +208,7 @@ class ClaimEngine:
                 [(d.cdi_name, self._edits_for(d, created, vgpu)) for d in planned],
             )
             record = self._prepared_record(ref, planned, spec, to_create)
-            await asyncio.to_thread(self._write_prepared, ref, spec, record)
+            await self._write_prepared(ref, spec, record)
         except BaseException:
             self._release_devices(ref)
             await self._undo(preparing)
@@ -291,10 +291,10 @@ class ClaimEngine:
             mig_instances=mig_instances,
         )
 
-    def _write_prepared(self, ref: ClaimRef, spec: CdiSpec, record: ClaimRecord) -> None:
-        self._cdi_specs.write(ref.uid, spec)
+    async def _write_prepared(self, ref: ClaimRef, spec: CdiSpec, record: ClaimRecord) -> None:
+        await asyncio.to_thread(self._cdi_specs.write, ref.uid, spec)
         failpoints.reached("prepare.cdi-written")
-        self._records.save(record)
+        await self._records.write(record)
         failpoints.reached("prepare.prepared-recorded")
 
     async def _undo(self, record: ClaimRecord) -> None:
@@ -302,7 +302,7 @@ class ClaimEngine:
         so a crash in the middle of undoing is finished by the next start."""
         await self._destroy_mig_instances(record.mig_instances)
         await asyncio.to_thread(self._cdi_specs.remove, record.claim.uid)
-        await asyncio.to_thread(self._records.delete, record.claim.uid)
+        await self._records.erase(record.claim.uid)
 
     async def _destroy_mig_instances(self, wanted: tuple[MigInstanceRecord, ...]) -> None:
         if not wanted or self._hardware is None:
@@ -348,9 +348,9 @@ class ClaimEngine:
                 if record.mig_instances:
                     # From here on the claim's side effects are in doubt: a crash before the end
                     # leaves a record the next start rolls back, never one that looks prepared.
-                    await asyncio.to_thread(self._records.save, replace(record, state="preparing"))
+                    await self._records.write(replace(record, state="preparing"))
                 await self._destroy_mig_instances(record.mig_instances)
-                await asyncio.to_thread(self._remove_prepared, ref.uid)
+                await self._remove_prepared(ref.uid)
                 del self._prepared[ref.uid]
                 self._release_devices(record.claim)
             log.info(
@@ -360,11 +360,11 @@ class ClaimEngine:
         except Exception as error:
             return _log_failure("unprepare", raw, error)
 
-    def _remove_prepared(self, claim_uid: str) -> None:
+    async def _remove_prepared(self, claim_uid: str) -> None:
         # The spec goes first: a crash in between leaves a record, and the next unprepare finishes.
-        self._cdi_specs.remove(claim_uid)
+        await asyncio.to_thread(self._cdi_specs.remove, claim_uid)
         failpoints.reached("unprepare.cdi-removed")
-        self._records.delete(claim_uid)
+        await self._records.erase(claim_uid)
         failpoints.reached("unprepare.record-deleted")
 
 

@@ -5,6 +5,7 @@ server, so everything needed to undo a prepare is written here, durably, before 
 the claim is ready. One file per claim keeps writes small and independent.
 """
 
+import asyncio
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any, Literal
 
 from dra_driver import durable_files
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
+from dra_driver.group_commit import GroupCommitter
 
 # Version 2 added the prepare phase and the MIG instances a claim owns; version 1 records
 # (whole GPUs only, written once prepared) are still read.
@@ -190,11 +192,18 @@ class QuarantinedRecord:
     problem: str
 
 
+def _encoded(record: ClaimRecord) -> bytes:
+    return json.dumps(record.to_json(), separators=(",", ":")).encode()
+
+
 class ClaimRecordStore:
     """Record files under <state-dir>/claims, named by claim UID (checked before it gets here)."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, committer: GroupCommitter | None = None) -> None:
+        """`committer`: where concurrent writes are grouped, so one flush serves many claims;
+        without one each write flushes on its own."""
         self.directory = state_dir / "claims"
+        self._committer = committer
 
     def _path(self, claim_uid: str) -> Path:
         return self.directory / f"{claim_uid}{_SUFFIX}"
@@ -221,11 +230,25 @@ class ClaimRecordStore:
 
     def save(self, record: ClaimRecord) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        data = json.dumps(record.to_json(), separators=(",", ":")).encode()
-        durable_files.atomic_write(self._path(record.claim.uid), data, durable=True, mode=0o600)
+        durable_files.atomic_write(self._path(record.claim.uid), _encoded(record), durable=True, mode=0o600)
 
     def delete(self, claim_uid: str) -> None:
         durable_files.remove(self._path(claim_uid), durable=True)
+
+    async def write(self, record: ClaimRecord) -> None:
+        """`save`, grouped with other claims' writes when a committer is set; durable on return."""
+        if self._committer is None:
+            await asyncio.to_thread(self.save, record)
+            return
+        # The directory exists: load_all, which every start runs first, made it.
+        await self._committer.replace(self._path(record.claim.uid), _encoded(record), mode=0o600)
+
+    async def erase(self, claim_uid: str) -> None:
+        """`delete`, grouped like `write`."""
+        if self._committer is None:
+            await asyncio.to_thread(self.delete, claim_uid)
+        else:
+            await self._committer.remove(self._path(claim_uid))
 
     def boot_changed(self, boot_id: str) -> bool:
         """Whether the node rebooted since the state was written (and remember this boot).
