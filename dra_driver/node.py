@@ -7,7 +7,7 @@ a file), so the demo exercises exactly the code kubelet talks to.
 import asyncio
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,16 +17,23 @@ from kubernetes.aio import client, config
 from dra_driver.boot_id import current_boot_id
 from dra_driver.claims import cdi
 from dra_driver.claims.cdi import CdiSpecDirectory
-from dra_driver.claims.driver_root import common_edits, control_device_nodes, discover_driver
-from dra_driver.claims.engine import ClaimEngine
+from dra_driver.claims.driver_root import (
+    DriverDiscovery,
+    common_edits,
+    control_device_nodes,
+    discover_driver,
+)
+from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
+from dra_driver.claims.mps import NvidiaMps, SimulatedMps
 from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfigError, load_node_config
 from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
-from dra_driver.hardware.model import HardwareError
+from dra_driver.hardware.model import Gpu, HardwareError
+from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
 from dra_driver.metrics import PublishMetrics
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
@@ -68,22 +75,34 @@ def edits_for(spec: HardwareSpec) -> DeviceEdits:
     return NvmlEdits() if spec.kind == "nvml" else SimulatedEdits()
 
 
-def write_common_spec(
-    settings: NodeSettings, inventory: Inventory, cdi_specs: CdiSpecDirectory
-) -> tuple[str, ...]:
-    """On real GPUs, the node-wide CDI spec (control device nodes, driver libraries and tools
-    found under the driver root); its device ID goes with every prepared device. Simulated GPUs
-    need none."""
-    if settings.hardware.kind != "nvml" or not inventory.gpu_of_device:
-        return ()
-    version = next(iter(inventory.gpu_of_device.values())).driver_version or "unknown"
+def driver_files(settings: NodeSettings, gpus: Sequence[Gpu]) -> DriverDiscovery:
+    version = gpus[0].driver_version if gpus and gpus[0].driver_version else "unknown"
     discovery = discover_driver(settings.driver_root, version)
     for missing in discovery.missing:
         log.warning(
             "driver file not found under the driver root", file=missing, root=str(settings.driver_root)
         )
+    return discovery
+
+
+def write_common_spec(
+    settings: NodeSettings, discovery: DriverDiscovery | None, cdi_specs: CdiSpecDirectory
+) -> tuple[str, ...]:
+    """On real GPUs, the node-wide CDI spec (control device nodes, driver libraries and tools
+    found under the driver root); its device ID goes with every prepared device. Simulated GPUs
+    need none."""
+    if discovery is None:
+        return ()
     cdi_specs.write_node_spec(common_edits(discovery, control_device_nodes(settings.driver_root)))
     return (cdi.common_device_id(settings.driver_name),)
+
+
+def sharing_controls(
+    settings: NodeSettings, gpus: Sequence[Gpu], discovery: DriverDiscovery | None
+) -> SharingControls:
+    if discovery is None:
+        return SharingControls(SimulatedTimeSlicer(gpu.uuid for gpu in gpus), SimulatedMps(settings.mps_dir))
+    return SharingControls(NvidiaSmiTimeSlicer(discovery), NvidiaMps(discovery, settings.mps_dir))
 
 
 async def kubernetes_api_client(kubeconfig: Path | None) -> client.ApiClient:
@@ -148,9 +167,16 @@ class NodeAgent:
         cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
         # Durable record writes of concurrent claims share one flush.
         committer = GroupCommitter()
+        gpus = tuple(plan.gpu for plan in inventory.plans)
         try:
-            common_cdi_ids = await asyncio.to_thread(write_common_spec, settings, inventory, cdi_specs)
-        except OSError as error:
+            discovery = (
+                await asyncio.to_thread(driver_files, settings, gpus)
+                if settings.hardware.kind == "nvml"
+                else None
+            )
+            common_cdi_ids = await asyncio.to_thread(write_common_spec, settings, discovery, cdi_specs)
+            sharing = sharing_controls(settings, gpus, discovery)
+        except (OSError, ValueError) as error:
             await hardware.close()
             raise StartupError(f"cannot write the node's CDI spec in {settings.cdi_dir}: {error}") from error
         engine = ClaimEngine(
@@ -163,6 +189,7 @@ class NodeAgent:
             cdi_specs=cdi_specs,
             hardware=hardware,
             common_cdi_ids=common_cdi_ids,
+            sharing=sharing,
         )
         try:
             for quarantined in await engine.load_state(current_boot_id()):

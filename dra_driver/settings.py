@@ -65,6 +65,8 @@ class NodeSettings:
     # Where the NVIDIA driver's user-space files are: / on a plain host, /run/nvidia/driver
     # with the GPU operator's driver container.
     driver_root: Path = Path("/")
+    # Per-claim MPS daemon directories (a tmpfs, mounted at the same path in the agent's pod).
+    mps_dir: Path = Path("/run/dra-driver/mps")
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -125,6 +127,12 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "DRA_DRIVER_ROOT",
         "/",
         "where the NVIDIA driver's libraries and tools are (/run/nvidia/driver with the GPU operator)",
+    ),
+    (
+        "--mps-dir",
+        "DRA_DRIVER_MPS_DIR",
+        "/run/dra-driver/mps",
+        "where per-claim MPS control daemons keep their pipes and logs (a tmpfs)",
     ),
     (
         "--sync-delay",
@@ -293,6 +301,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         verbosity=_verbosity(args.verbosity),
         sync_delay=_sync_delay(args.sync_delay),
         driver_root=_directory("--driver-root", "DRA_DRIVER_ROOT", args.driver_root),
+        mps_dir=_directory("--mps-dir", "DRA_DRIVER_MPS_DIR", args.mps_dir),
         dry_run=args.dry_run,
     )
     for flag, socket in (

@@ -26,6 +26,7 @@ from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 from dra_driver.claims.keyed_locks import KeyedLocks
+from dra_driver.claims.mps import MpsControlDaemons
 from dra_driver.claims.opaque_config import VgpuConfig, config_entries
 from dra_driver.claims.records import (
     ClaimRecord,
@@ -34,15 +35,29 @@ from dra_driver.claims.records import (
     PreparedDevice,
     QuarantinedRecord,
 )
+from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.vgpu_edits import vgpu_claim_edits, vgpu_share
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
+from dra_driver.hardware.time_slicing import TimeSlicer
 
 log = structlog.get_logger("dra_driver.claims")
+
+# The claim-wide CDI device that connects every container of a claim to its MPS daemon.
+MPS_CDI_DEVICE = "mps"
 # (namespace, name, uid) exactly as kubelet sent them: untrusted until checked.
 RawClaim = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class SharingControls:
+    """Where time slices are set and MPS daemons run (per backend: nvidia-smi and the driver's
+    MPS control program, or their simulated stand-ins)."""
+
+    time_slicer: TimeSlicer
+    mps: MpsControlDaemons
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +92,7 @@ class ClaimEngine:
         cdi_specs: CdiSpecDirectory,
         hardware: HardwareBackend | None = None,
         common_cdi_ids: tuple[str, ...] = (),
+        sharing: SharingControls | None = None,
     ) -> None:
         """`hardware`: where MIG instances are created (None: a node without dynamic MIG).
         `common_cdi_ids`: CDI devices every prepared device also needs (the node-wide spec)."""
@@ -86,6 +102,7 @@ class ClaimEngine:
         self._edits = edits
         self._hardware = hardware
         self._common_cdi_ids = common_cdi_ids
+        self._sharing = sharing
         self._source = claim_source
         self._records = records
         self._cdi_specs = cdi_specs
@@ -122,7 +139,25 @@ class ClaimEngine:
             self._take_devices(record)
         self._prepared.update(records)
         await asyncio.to_thread(self._remove_unowned_specs, set(records))
+        await self._check_mps_daemons(records)
         return quarantined
+
+    async def _check_mps_daemons(self, records: dict[str, ClaimRecord]) -> None:
+        """Daemons no prepared claim owns are stopped; a prepared claim whose daemon died (the
+        agent's container was restarted with it) is reported: its pods must be restarted."""
+        if self._sharing is None:
+            return
+        for uid in self._sharing.mps.claim_uids() - {uid for uid, r in records.items() if r.mps}:
+            log.info("stopping an MPS daemon no prepared claim owns", claim_uid=uid)
+            await self._sharing.mps.stop(uid)
+        for record in records.values():
+            if record.mps and not await self._sharing.mps.is_running(record.claim.uid):
+                log.error(
+                    "the MPS daemon of a prepared claim is gone; restart the claim's pods",
+                    claim_namespace=record.claim.namespace,
+                    claim_name=record.claim.name,
+                    claim_uid=record.claim.uid,
+                )
 
     def _remove_unowned_specs(self, owned_uids: set[str]) -> None:
         for uid in self._cdi_specs.claim_uids() - owned_uids:
@@ -201,13 +236,25 @@ class ClaimEngine:
                 await self._records.write(preparing)
                 failpoints.reached("prepare.preparing-recorded")
             created = await self._create_mig_instances(ref, to_create)
+            sharing = self._sharing_plan(ref, planned, created)
+            if sharing.time_slices or sharing.mps:
+                preparing = replace(
+                    preparing,
+                    time_sliced_gpus=tuple(change.gpu_uuid for change in sharing.time_slices),
+                    mps=sharing.mps is not None,
+                )
+                await self._records.write(preparing)
+                await self._apply_sharing(ref, sharing)
             vgpu = self._vgpu_edits(ref, planned)
-            spec = cdi.claim_spec(
-                self._driver_name,
-                ref.uid,
-                [(d.cdi_name, self._edits_for(d, created, vgpu)) for d in planned],
+            claim_devices = [(d.cdi_name, self._edits_for(d, created, vgpu)) for d in planned]
+            if sharing.mps:
+                claim_devices.append((MPS_CDI_DEVICE, sharing.container_edits))
+            spec = cdi.claim_spec(self._driver_name, ref.uid, claim_devices)
+            record = replace(
+                self._prepared_record(ref, planned, spec, to_create),
+                time_sliced_gpus=preparing.time_sliced_gpus,
+                mps=preparing.mps,
             )
-            record = self._prepared_record(ref, planned, spec, to_create)
             await self._write_prepared(ref, spec, record)
         except BaseException:
             self._release_devices(ref)
@@ -275,7 +322,9 @@ class ClaimEngine:
         spec: CdiSpec,
         mig_instances: tuple[MigInstanceRecord, ...],
     ) -> ClaimRecord:
-        # claim_spec keeps the order of its input: one CDI device per planned device.
+        # claim_spec keeps the order of its input: one CDI device per planned device, then the
+        # claim-wide ones (MPS) that every device of the claim needs.
+        claim_wide = tuple(spec.qualified_name(extra) for extra in spec.devices[len(planned) :])
         return ClaimRecord(
             claim=ref,
             devices=tuple(
@@ -283,10 +332,11 @@ class ClaimEngine:
                     request_names=(device.result.main_request,),
                     pool=device.result.pool,
                     device=device.result.device,
-                    cdi_device_ids=(spec.qualified_name(cdi_device), *self._common_cdi_ids),
+                    cdi_device_ids=(spec.qualified_name(cdi_device), *claim_wide, *self._common_cdi_ids),
                     exclusive_key=device.exclusive_key,
+                    share_id=device.result.share_id,
                 )
-                for device, cdi_device in zip(planned, spec.devices, strict=True)
+                for device, cdi_device in zip(planned, spec.devices[: len(planned)], strict=True)
             ),
             mig_instances=mig_instances,
         )
@@ -300,9 +350,50 @@ class ClaimEngine:
     async def _undo(self, record: ClaimRecord) -> None:
         """Removes every side effect `record` names, then the record: each step is safe to repeat,
         so a crash in the middle of undoing is finished by the next start."""
-        await self._destroy_mig_instances(record.mig_instances)
+        await self._undo_side_effects(record)
         await asyncio.to_thread(self._cdi_specs.remove, record.claim.uid)
         await self._records.erase(record.claim.uid)
+
+    def _sharing_plan(
+        self, ref: ClaimRef, planned: tuple[PlannedDevice, ...], created: dict[MigInstanceRecord, MigInstance]
+    ) -> SharingPlan:
+        if self._sharing is None:
+            return SharingPlan()
+        shared = []
+        for device in planned:
+            if device.result.admin_access:
+                continue
+            instance = created[device.create_mig] if device.create_mig else device.existing_mig
+            shared.append(
+                SharedDevice(
+                    name=device.name,
+                    type=device.device.type,
+                    gpu_uuid=device.gpu.uuid,
+                    sharing=device.config.sharing,
+                    mig_uuid=instance.uuid if device.device.type == "mig" and instance else None,
+                )
+            )
+        return plan_sharing(ref.uid, shared, self._sharing.mps.runtime_dir)
+
+    async def _apply_sharing(self, ref: ClaimRef, plan: SharingPlan) -> None:
+        if self._sharing is None:
+            return
+        try:
+            for change in plan.time_slices:
+                await self._sharing.time_slicer.set_time_slice(change.gpu_uuid, change.interval)
+            if plan.mps:
+                await self._sharing.mps.start(plan.mps)
+        except HardwareError as error:
+            raise ClaimRejected(f"claim {ref}: cannot set up GPU sharing: {error}") from error
+
+    async def _undo_side_effects(self, record: ClaimRecord) -> None:
+        """MPS daemon first (its clients lose the GPU either way), then time slices, then MIG."""
+        if self._sharing is not None:
+            if record.mps:
+                await self._sharing.mps.stop(record.claim.uid)
+            for gpu_uuid in record.time_sliced_gpus:
+                await self._sharing.time_slicer.set_time_slice(gpu_uuid, "Default")
+        await self._destroy_mig_instances(record.mig_instances)
 
     async def _destroy_mig_instances(self, wanted: tuple[MigInstanceRecord, ...]) -> None:
         if not wanted or self._hardware is None:
@@ -345,11 +436,11 @@ class ClaimEngine:
                     # A crash between writing the spec and the record leaves a spec nobody owns.
                     await asyncio.to_thread(self._cdi_specs.remove, ref.uid)
                     return ""
-                if record.mig_instances:
+                if record.has_side_effects:
                     # From here on the claim's side effects are in doubt: a crash before the end
                     # leaves a record the next start rolls back, never one that looks prepared.
                     await self._records.write(replace(record, state="preparing"))
-                await self._destroy_mig_instances(record.mig_instances)
+                await self._undo_side_effects(record)
                 await self._remove_prepared(ref.uid)
                 del self._prepared[ref.uid]
                 self._release_devices(record.claim)

@@ -38,6 +38,8 @@ class PreparedDevice:
     cdi_device_ids: tuple[str, ...]
     # What no other claim may hold meanwhile (None: admin access or an unnamed share).
     exclusive_key: str | None = None
+    # The allocation result's shareID, for a share of a device that allows multiple allocations.
+    share_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +71,22 @@ class ClaimRecord:
     devices: tuple[PreparedDevice, ...]
     state: RecordState = "prepared"
     mig_instances: tuple[MigInstanceRecord, ...] = ()
+    # GPUs whose time slice the claim changed (set back to Default when it goes).
+    time_sliced_gpus: tuple[str, ...] = ()
+    # Whether the claim has an MPS control daemon (found by claim UID under the MPS directory).
+    mps: bool = False
+
+    @property
+    def has_side_effects(self) -> bool:
+        return bool(self.mig_instances or self.time_sliced_gpus or self.mps)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": RECORD_VERSION,
             "state": self.state,
             "migInstances": [instance.to_json() for instance in self.mig_instances],
+            "timeSlicedGPUs": list(self.time_sliced_gpus),
+            "mps": self.mps,
             "claim": {"namespace": self.claim.namespace, "name": self.claim.name, "uid": self.claim.uid},
             "devices": [
                 {
@@ -83,6 +95,7 @@ class ClaimRecord:
                     "device": d.device,
                     "cdiDeviceIds": list(d.cdi_device_ids),
                     "exclusiveKey": d.exclusive_key,
+                    "shareID": d.share_id,
                 }
                 for d in self.devices
             ],
@@ -127,6 +140,13 @@ def _mig_instances(data: Mapping[str, Any]) -> tuple[MigInstanceRecord, ...]:
             )
         )
     return tuple(instances)
+
+
+def _optional_string(obj: Mapping[str, Any], key: str, path: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise CorruptRecord(f"{path}.{key}: expected a string or null")
+    return value
 
 
 def _exclusive_key(device: Mapping[str, Any], path: str) -> str | None:
@@ -179,10 +199,19 @@ def record_from_json(data: object) -> ClaimRecord:
                 device=_string(device, "device", path),
                 cdi_device_ids=_strings(device.get("cdiDeviceIds"), f"{path}.cdiDeviceIds"),
                 exclusive_key=_exclusive_key(device, path),
+                share_id=_optional_string(device, "shareID", path),
             )
         )
+    mps = data.get("mps", False)
+    if not isinstance(mps, bool):
+        raise CorruptRecord("mps: expected true or false")
     return ClaimRecord(
-        claim=ref, devices=tuple(prepared), state=_state(data), mig_instances=_mig_instances(data)
+        claim=ref,
+        devices=tuple(prepared),
+        state=_state(data),
+        mig_instances=_mig_instances(data),
+        time_sliced_gpus=_strings(data.get("timeSlicedGPUs", []), "timeSlicedGPUs"),
+        mps=mps,
     )
 
 

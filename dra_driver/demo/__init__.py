@@ -56,6 +56,7 @@ async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: Te
             plugins_dir=work_dir / "plugins",
             cdi_dir=_cdi_dir_for_demo(work_dir, podman_problem is None),
             state_dir=work_dir / "state",
+            mps_dir=work_dir / "mps",
             kubeconfig=None,
             log_format="console",
             verbosity=0,

@@ -23,6 +23,8 @@ def _raw_claims(request: Any) -> list[RawClaim]:
 class _DraPluginAdapter:
     pb2: ModuleType
 
+    has_share_id = False
+
     def __init__(self, engine: ClaimEngine) -> None:
         self._engine = engine
 
@@ -35,12 +37,14 @@ class _DraPluginAdapter:
                 entry.error = outcome.error
                 continue
             for device in outcome.devices:
-                entry.devices.add(
+                added = entry.devices.add(
                     request_names=device.request_names,
                     pool_name=device.pool,
                     device_name=device.device,
                     cdi_device_ids=device.cdi_device_ids,
                 )
+                if device.share_id and self.has_share_id:
+                    added.share_id = device.share_id
         return response
 
     async def NodeUnprepareResources(self, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
@@ -53,6 +57,8 @@ class _DraPluginAdapter:
 
 class DraPluginV1(_DraPluginAdapter):
     pb2 = v1_pb2
+    # v1 Device.share_id (field 5, Kubernetes 1.35): which share of a shareable device this is.
+    has_share_id = True
 
 
 class DraPluginV1beta1(_DraPluginAdapter):

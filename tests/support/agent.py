@@ -102,6 +102,8 @@ def node_command(
         str(dirs.plugins_dir),
         "--cdi-dir",
         str(dirs.cdi_dir),
+        "--mps-dir",
+        str(dirs.root / "mps"),
         "--kubeconfig",
         str(kubeconfig),
         "--log-format",

@@ -3,21 +3,25 @@ backend), shared and admin access, opaque configs, two-phase records and recover
 
 import asyncio
 import json
+import shutil
+import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from dra_driver.claims.cdi import CdiSpecDirectory
-from dra_driver.claims.engine import ClaimEngine, RawClaim
+from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls
 from dra_driver.claims.gpu_edits import SimulatedEdits
 from dra_driver.claims.identity import claim_ref
+from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, MigInstanceRecord
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.model import HardwareErrorReason, Placement
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
+from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from tests.support.nodes import simulated_node
 
 DRIVER = "gpu.dra-driver.dev"
@@ -49,7 +53,9 @@ class Claims:
         return self.claims[(namespace, name)]
 
 
-def node(tmp: Path, profile: str, config: NodeConfig, claims: Claims) -> tuple[ClaimEngine, SimulatedBackend]:
+def node(
+    tmp: Path, profile: str, config: NodeConfig, claims: Claims, sharing: SharingControls | None = None
+) -> tuple[ClaimEngine, SimulatedBackend]:
     hardware = SimulatedBackend("node-a", resolve_node_spec(profile), tmp / "hardware.json")
     engine = ClaimEngine(
         driver_name=DRIVER,
@@ -60,6 +66,7 @@ def node(tmp: Path, profile: str, config: NodeConfig, claims: Claims) -> tuple[C
         records=ClaimRecordStore(tmp / "state"),
         cdi_specs=CdiSpecDirectory(tmp / "cdi", DRIVER),
         hardware=hardware,
+        sharing=sharing,
     )
     return engine, hardware
 
@@ -278,3 +285,80 @@ def test_a_vgpu_share_gets_its_limits_in_cuda_order_and_the_config_knobs(tmp_pat
         "GPU_CORE_UTILIZATION_POLICY=force",
     ):
         assert expected in env
+
+
+def sharing_config(sharing: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "source": "FromClaim",
+            "requests": [],
+            "opaque": {
+                "driver": DRIVER,
+                "parameters": {
+                    "apiVersion": "resource.dra-driver.dev/v1alpha1",
+                    "kind": "GpuConfig",
+                    "sharing": sharing,
+                },
+            },
+        }
+    ]
+
+
+def test_time_slicing_is_set_for_the_claim_and_restored_when_it_goes(tmp_path: Path) -> None:
+    claims = Claims()
+    claim = claims.add(
+        "ts",
+        {"device": "gpu-1"},
+        config=sharing_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}),
+    )
+    gpu_1 = simulated_node("t4x4")[1].uuid
+    slicer = SimulatedTimeSlicer(gpu.uuid for gpu in simulated_node("t4x4"))
+    runtime = Path(tempfile.mkdtemp(prefix="mps-"))
+
+    async def scenario() -> None:
+        engine, _ = node(
+            tmp_path, "t4x4", NodeConfig(), claims, SharingControls(slicer, SimulatedMps(runtime))
+        )
+        await engine.load_state()
+        assert (await engine.prepare([claim]))[claim[2]].error == ""
+        assert await slicer.current(gpu_1) == "Long"
+        assert engine.prepared_claims[claim[2]].time_sliced_gpus == (gpu_1,)
+        assert await engine.unprepare([claim]) == {claim[2]: ""}
+        assert await slicer.current(gpu_1) == "Default"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+    assert [(s.gpu_uuid, s.interval) for s in slicer.history] == [(gpu_1, "Long"), (gpu_1, "Default")]
+
+
+def test_an_mps_claim_runs_its_own_control_daemon_while_prepared(tmp_path: Path) -> None:
+    claims = Claims()
+    claim = claims.add(
+        "mps",
+        {"device": "gpu-0"},
+        {"request": "gpu", "device": "gpu-2"},
+        config=sharing_config({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 40}}),
+    )
+    runtime = Path(tempfile.mkdtemp(prefix="mps-"))
+    mps = SimulatedMps(runtime)
+    slicer = SimulatedTimeSlicer(gpu.uuid for gpu in simulated_node("t4x4"))
+
+    async def scenario() -> None:
+        engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims, SharingControls(slicer, mps))
+        await engine.load_state()
+        outcome = (await engine.prepare([claim]))[claim[2]]
+        assert outcome.error == ""
+        assert await mps.is_running(claim[2])
+        mps_id = f"k8s.{DRIVER}/claim={claim[2]}-mps"
+        assert all(mps_id in device.cdi_device_ids for device in outcome.devices)
+        env = spec_env(tmp_path, claim[2])
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40" in env
+        assert await engine.unprepare([claim]) == {claim[2]: ""}
+        assert not await mps.is_running(claim[2])
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
