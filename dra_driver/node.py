@@ -9,7 +9,7 @@ import os
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import structlog
 from kubernetes.aio import client, config
@@ -28,6 +28,7 @@ from dra_driver.claims.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
 from dra_driver.claims.mps import NvidiaMps, SimulatedMps
 from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
+from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfigError, load_node_config
 from dra_driver.group_commit import GroupCommitter
@@ -95,6 +96,15 @@ def write_common_spec(
         return ()
     cdi_specs.write_node_spec(common_edits(discovery, control_device_nodes(settings.driver_root)))
     return (cdi.common_device_id(settings.driver_name),)
+
+
+def hami_core(settings: NodeSettings, inventory: Inventory) -> HamiCore | None:
+    if settings.hami_core_library is not None:
+        return HamiCore(PurePosixPath(settings.hami_core_library), PurePosixPath(settings.hami_core_dir))
+    vgpu_gpus = [plan.gpu for plan in inventory.plans if plan.mode.startswith("vgpu-")]
+    if vgpu_gpus:
+        log.warning(enforcement_off_message(vgpu_gpus))
+    return None
 
 
 def sharing_controls(
@@ -190,6 +200,7 @@ class NodeAgent:
             hardware=hardware,
             common_cdi_ids=common_cdi_ids,
             sharing=sharing,
+            hami_core=hami_core(settings, inventory),
         )
         try:
             for quarantined in await engine.load_state(current_boot_id()):

@@ -67,6 +67,10 @@ class NodeSettings:
     driver_root: Path = Path("/")
     # Per-claim MPS daemon directories (a tmpfs, mounted at the same path in the agent's pod).
     mps_dir: Path = Path("/run/dra-driver/mps")
+    # HAMi-core's libvgpu.so on the host; None: vGPU limits are advisory env only.
+    hami_core_library: Path | None = None
+    # Per-claim HAMi-core directories and the node-wide lock directory.
+    hami_core_dir: Path = Path("/var/lib/dra-driver/vgpu")
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -133,6 +137,18 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "DRA_DRIVER_MPS_DIR",
         "/run/dra-driver/mps",
         "where per-claim MPS control daemons keep their pipes and logs (a tmpfs)",
+    ),
+    (
+        "--hami-core-library",
+        "DRA_DRIVER_HAMI_CORE_LIBRARY",
+        None,
+        "HAMi-core's libvgpu.so on the host, which enforces vGPU limits (unset: limits are advisory)",
+    ),
+    (
+        "--hami-core-dir",
+        "DRA_DRIVER_HAMI_CORE_DIR",
+        "/var/lib/dra-driver/vgpu",
+        "host directory for HAMi-core's per-claim shared caches and its lock directory",
     ),
     (
         "--sync-delay",
@@ -238,6 +254,15 @@ def _sync_delay(value: str) -> float:
     return seconds
 
 
+def _hami_core_library(value: str | None) -> Path | None:
+    if not value:
+        return None
+    path = _directory("--hami-core-library", "DRA_DRIVER_HAMI_CORE_LIBRARY", value)
+    if not path.is_file():
+        raise SettingsError(f"--hami-core-library (DRA_DRIVER_HAMI_CORE_LIBRARY): {value} is not a file")
+    return path
+
+
 def _verbosity(from_flags: int | None) -> int:
     if from_flags is not None:
         return from_flags
@@ -302,6 +327,8 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         sync_delay=_sync_delay(args.sync_delay),
         driver_root=_directory("--driver-root", "DRA_DRIVER_ROOT", args.driver_root),
         mps_dir=_directory("--mps-dir", "DRA_DRIVER_MPS_DIR", args.mps_dir),
+        hami_core_library=_hami_core_library(args.hami_core_library),
+        hami_core_dir=_directory("--hami-core-dir", "DRA_DRIVER_HAMI_CORE_DIR", args.hami_core_dir),
         dry_run=args.dry_run,
     )
     for flag, socket in (

@@ -37,7 +37,12 @@ from dra_driver.claims.records import (
 )
 from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
 from dra_driver.claims.source import ClaimSource
-from dra_driver.claims.vgpu_edits import vgpu_claim_edits, vgpu_share
+from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits, vgpu_share
+from dra_driver.claims.vgpu_host import (
+    create_host_entries,
+    remove_claim_directory,
+    remove_unowned_claim_directories,
+)
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
@@ -93,6 +98,7 @@ class ClaimEngine:
         hardware: HardwareBackend | None = None,
         common_cdi_ids: tuple[str, ...] = (),
         sharing: SharingControls | None = None,
+        hami_core: HamiCore | None = None,
     ) -> None:
         """`hardware`: where MIG instances are created (None: a node without dynamic MIG).
         `common_cdi_ids`: CDI devices every prepared device also needs (the node-wide spec)."""
@@ -103,6 +109,7 @@ class ClaimEngine:
         self._hardware = hardware
         self._common_cdi_ids = common_cdi_ids
         self._sharing = sharing
+        self._hami_core = hami_core
         self._source = claim_source
         self._records = records
         self._cdi_specs = cdi_specs
@@ -139,6 +146,8 @@ class ClaimEngine:
             self._take_devices(record)
         self._prepared.update(records)
         await asyncio.to_thread(self._remove_unowned_specs, set(records))
+        if self._hami_core is not None:
+            await asyncio.to_thread(remove_unowned_claim_directories, self._hami_core, set(records))
         await self._check_mps_daemons(records)
         return quarantined
 
@@ -245,7 +254,7 @@ class ClaimEngine:
                 )
                 await self._records.write(preparing)
                 await self._apply_sharing(ref, sharing)
-            vgpu = self._vgpu_edits(ref, planned)
+            vgpu = await self._vgpu_edits(ref, planned)
             claim_devices = [(d.cdi_name, self._edits_for(d, created, vgpu)) for d in planned]
             if sharing.mps:
                 claim_devices.append((MPS_CDI_DEVICE, sharing.container_edits))
@@ -289,9 +298,10 @@ class ClaimEngine:
                 raise ClaimRejected(f"claim {ref}: cannot create its MIG instance: {error}") from error
         return created
 
-    def _vgpu_edits(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ContainerEdits:
+    async def _vgpu_edits(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ContainerEdits:
         """The HAMi-core limits every container of the claim gets with its vGPU devices, in the
-        order CUDA enumerates them (advisory env: enforcement needs the HAMi-core library)."""
+        order CUDA enumerates them; with HAMi-core configured, also the library, the preload file
+        and the claim's shared directory, created on the host here."""
         shares = [
             vgpu_share(
                 {"consumedCapacity": dict(d.result.consumed_capacity), "shareID": d.result.share_id},
@@ -303,7 +313,11 @@ class ClaimEngine:
             for d in planned
             if d.device.type == "vgpu" and not d.result.admin_access
         ]
-        return vgpu_claim_edits(ref.uid, shares, None).edits if shares else ContainerEdits()
+        if not shares:
+            return ContainerEdits()
+        claim_edits = vgpu_claim_edits(ref.uid, shares, self._hami_core)
+        await asyncio.to_thread(create_host_entries, claim_edits.host_entries)
+        return claim_edits.edits
 
     def _edits_for(
         self, device: PlannedDevice, created: dict[MigInstanceRecord, MigInstance], vgpu: ContainerEdits
@@ -387,13 +401,16 @@ class ClaimEngine:
             raise ClaimRejected(f"claim {ref}: cannot set up GPU sharing: {error}") from error
 
     async def _undo_side_effects(self, record: ClaimRecord) -> None:
-        """MPS daemon first (its clients lose the GPU either way), then time slices, then MIG."""
+        """MPS daemon first (its clients lose the GPU either way), then time slices, then MIG,
+        then the claim's HAMi-core directory."""
         if self._sharing is not None:
             if record.mps:
                 await self._sharing.mps.stop(record.claim.uid)
             for gpu_uuid in record.time_sliced_gpus:
                 await self._sharing.time_slicer.set_time_slice(gpu_uuid, "Default")
         await self._destroy_mig_instances(record.mig_instances)
+        if self._hami_core is not None:
+            await asyncio.to_thread(remove_claim_directory, self._hami_core, record.claim.uid)
 
     async def _destroy_mig_instances(self, wanted: tuple[MigInstanceRecord, ...]) -> None:
         if not wanted or self._hardware is None:

@@ -7,7 +7,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from dra_driver.claims.cdi import CdiSpecDirectory
@@ -16,6 +16,7 @@ from dra_driver.claims.gpu_edits import SimulatedEdits
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, MigInstanceRecord
+from dra_driver.claims.vgpu_edits import HamiCore
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.model import HardwareErrorReason, Placement
@@ -54,7 +55,12 @@ class Claims:
 
 
 def node(
-    tmp: Path, profile: str, config: NodeConfig, claims: Claims, sharing: SharingControls | None = None
+    tmp: Path,
+    profile: str,
+    config: NodeConfig,
+    claims: Claims,
+    sharing: SharingControls | None = None,
+    hami_core: HamiCore | None = None,
 ) -> tuple[ClaimEngine, SimulatedBackend]:
     hardware = SimulatedBackend("node-a", resolve_node_spec(profile), tmp / "hardware.json")
     engine = ClaimEngine(
@@ -67,6 +73,7 @@ def node(
         cdi_specs=CdiSpecDirectory(tmp / "cdi", DRIVER),
         hardware=hardware,
         sharing=sharing,
+        hami_core=hami_core,
     )
     return engine, hardware
 
@@ -76,6 +83,10 @@ def spec_env(tmp: Path, uid: str) -> list[str]:
     return [
         env for device in json.loads(spec.read_text())["devices"] for env in device["containerEdits"]["env"]
     ]
+
+
+def file_text(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
 
 
 async def instances(hardware: SimulatedBackend) -> list[tuple[str, int, Placement]]:
@@ -362,3 +373,32 @@ def test_an_mps_claim_runs_its_own_control_daemon_while_prepared(tmp_path: Path)
         asyncio.run(scenario())
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_that_goes_with_the_claim(
+    tmp_path: Path,
+) -> None:
+    claims = Claims()
+    share = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
+    claim = claims.add("vgpu", {"device": "gpu-0", "shareID": share, "consumedCapacity": {"memory": "2Gi"}})
+    library = tmp_path / "libvgpu.so"
+    library.write_bytes(b"\x7fELF")
+    hami = HamiCore(PurePosixPath(library), PurePosixPath(tmp_path / "vgpu"))
+    stale = tmp_path / "vgpu" / "claims" / "11111111-2222-4333-8444-555555555555"
+    stale.mkdir(parents=True)
+
+    async def scenario() -> None:
+        engine, _ = node(tmp_path, "t4x4", CAPACITY, claims, hami_core=hami)
+        await engine.load_state()
+        assert not stale.exists(), "a directory no prepared claim owns is swept at start"
+        assert (await engine.prepare([claim]))[claim[2]].error == ""
+        (spec_file,) = (tmp_path / "cdi").glob(f"*{claim[2]}*")
+        mounts = json.loads(spec_file.read_text())["devices"][0]["containerEdits"]["mounts"]
+        targets = {mount["containerPath"]: mount["hostPath"] for mount in mounts}
+        assert targets["/usr/local/vgpu/libvgpu.so"] == str(library)
+        preload = Path(targets["/etc/ld.so.preload"])
+        assert file_text(preload) == "/usr/local/vgpu/libvgpu.so\n"
+        assert await engine.unprepare([claim]) == {claim[2]: ""}
+        assert file_text(preload) is None
+
+    asyncio.run(scenario())
