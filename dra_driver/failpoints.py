@@ -18,8 +18,8 @@ POINTS = (
     "prepare.cdi-written",
     "prepare.prepared-recorded",
     "unprepare.mig-destroyed",
-    "unprepare.cdi-removed",
     "unprepare.record-deleted",
+    "unprepare.cdi-removed",
 )
 
 

@@ -469,11 +469,13 @@ class ClaimEngine:
             return _log_failure("unprepare", raw, error)
 
     async def _remove_prepared(self, claim_uid: str) -> None:
-        # The spec goes first: a crash in between leaves a record, and the next unprepare finishes.
-        await asyncio.to_thread(self._cdi_specs.remove, claim_uid)
-        failpoints.reached("unprepare.cdi-removed")
+        # The record goes first: a crash in between leaves a spec no record owns, which the next
+        # start (or an unprepare of the unknown claim) removes. The other way round would leave a
+        # record that answers a re-prepare with CDI IDs whose spec is gone.
         await self._records.erase(claim_uid)
         failpoints.reached("unprepare.record-deleted")
+        await asyncio.to_thread(self._cdi_specs.remove, claim_uid)
+        failpoints.reached("unprepare.cdi-removed")
 
 
 def _placement(instance: MigInstanceRecord) -> Placement:

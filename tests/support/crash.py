@@ -1,0 +1,93 @@
+"""What a node holds after its agent died: the MIG instances on the (simulated) GPUs, the claim
+records and the CDI specs, read straight from disk.
+
+Crash tests must judge the node without the agent's help: right after a SIGKILL there is no
+agent to ask, and once one is restarted it has already rolled back whatever the crash left, so
+only the files tell what the crash left and whether the restart cleaned it up.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dra_driver.claims.cdi import claim_spec_file_name
+from dra_driver.node import SIMULATED_HARDWARE_STATE
+from tests.support.agent import AgentDirs
+
+# A MIG instance as both sides name it: GPU UUID, profile id, placement start and size. The GPU
+# instance id is left out: it is whatever the GPU hands out, and no record keeps it.
+MigKey = tuple[str, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    mig_instances: frozenset[MigKey]
+    # Claim UID -> the record file's JSON.
+    records: dict[str, dict[str, Any]]
+    # Claim UIDs that have a CDI spec of this driver.
+    cdi_specs: frozenset[str]
+    # Every file in the CDI directory, by name: what the container runtime would read.
+    cdi_files: frozenset[str]
+
+    def record_state(self, uid: str) -> str | None:
+        """The record's state ("preparing" or "prepared"), or None where the claim has none."""
+        record = self.records.get(uid)
+        return None if record is None else str(record["state"])
+
+    def instances_named_by(self, uid: str) -> frozenset[MigKey]:
+        record = self.records.get(uid)
+        if record is None:
+            return frozenset()
+        return frozenset(
+            (entry["gpuUUID"], entry["profileId"], entry["placementStart"], entry["placementSize"])
+            for entry in record["migInstances"]
+        )
+
+    def prepared_uids(self) -> frozenset[str]:
+        return frozenset(uid for uid in self.records if self.record_state(uid) == "prepared")
+
+    def owned_instances(self) -> frozenset[MigKey]:
+        """The instances the prepared claims own: all a node at rest may have."""
+        owned: frozenset[MigKey] = frozenset()
+        for uid in self.prepared_uids():
+            owned |= self.instances_named_by(uid)
+        return owned
+
+
+def _mig_instances(state_dir: Path) -> frozenset[MigKey]:
+    """The simulated GPUs' instances, as SimulatedBackend keeps them across agent restarts."""
+    path = state_dir / SIMULATED_HARDWARE_STATE
+    if not path.exists():
+        return frozenset()
+    saved = json.loads(path.read_text())
+    keys = [
+        (gpu_uuid, entry["profileId"], entry["start"], entry["size"])
+        for gpu_uuid, entries in saved["instances"].items()
+        for entry in entries
+    ]
+    assert len(keys) == len(set(keys)), f"two instances with one placement in {path}: {keys}"
+    return frozenset(keys)
+
+
+def _records(state_dir: Path) -> dict[str, dict[str, Any]]:
+    records = {}
+    for path in sorted((state_dir / "claims").glob("*.json")):
+        record: dict[str, Any] = json.loads(path.read_text())
+        records[path.name.removesuffix(".json")] = record
+    return records
+
+
+def snapshot(dirs: AgentDirs) -> NodeSnapshot:
+    files = frozenset(path.name for path in dirs.cdi_dir.iterdir()) if dirs.cdi_dir.is_dir() else frozenset()
+    prefix, suffix = claim_spec_file_name(dirs.driver_name, "{uid}").split("{uid}")
+    return NodeSnapshot(
+        mig_instances=_mig_instances(dirs.state_dir),
+        records=_records(dirs.state_dir),
+        cdi_specs=frozenset(
+            name.removeprefix(prefix).removesuffix(suffix)
+            for name in files
+            if name.startswith(prefix) and name.endswith(suffix)
+        ),
+        cdi_files=files,
+    )
