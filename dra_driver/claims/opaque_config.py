@@ -263,7 +263,8 @@ def _memory_bytes(value: object, path: str) -> int:
 
 
 _UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-_DEVICE_KEY = re.compile(rf"0|[1-9][0-9]*|GPU-{_UUID}|MIG-{_UUID}")
+# A device index has at most three digits: no claim has a thousand devices.
+_DEVICE_KEY = re.compile(rf"0|[1-9][0-9]{{0,2}}|GPU-{_UUID}|MIG-{_UUID}")
 
 
 # --- Decoding the three kinds -------------------------------------------------------------------
