@@ -208,10 +208,12 @@ class ClaimEngine:
     async def _prepare_one(self, raw: RawClaim) -> PrepareOutcome:
         try:
             ref = claim_ref(*raw)
-            claim = await self._source.get(ref.namespace, ref.name)
-            allocated = allocated_devices(claim, ref, self._driver_name)
-            entries = config_entries(claim)
+            # The claim's lock is held from the GET on: an unprepare that arrives meanwhile waits,
+            # and so can never be overtaken by a prepare that started before it.
             async with self._claim_locks.hold(ref.uid):
+                claim = await self._source.get(ref.namespace, ref.name)
+                allocated = allocated_devices(claim, ref, self._driver_name)
+                entries = config_entries(claim)
                 record = self._prepared.get(ref.uid)
                 if record is None:
                     planned = plan_claim(

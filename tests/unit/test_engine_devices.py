@@ -402,3 +402,25 @@ def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_that_goe
         assert file_text(preload) is None
 
     asyncio.run(scenario())
+
+
+class SlowClaims(Claims):
+    async def get(self, namespace: str, name: str) -> object:
+        await asyncio.sleep(0.2)
+        return await super().get(namespace, name)
+
+
+def test_an_unprepare_sent_during_a_prepare_is_not_overtaken_by_it(tmp_path: Path) -> None:
+    claims = SlowClaims()
+    claim = claims.add("raced", {"device": "gpu-0"})
+
+    async def scenario() -> dict[str, ClaimRecord]:
+        engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
+        await engine.load_state()
+        preparing = asyncio.create_task(engine.prepare([claim]))
+        await asyncio.sleep(0.05)  # the prepare is waiting for its GET
+        assert await engine.unprepare([claim]) == {claim[2]: ""}
+        assert (await preparing)[claim[2]].error == ""
+        return engine.prepared_claims
+
+    assert asyncio.run(scenario()) == {}, "the unprepare came last, so nothing stays prepared"
