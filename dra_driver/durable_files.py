@@ -11,7 +11,7 @@ import secrets
 from pathlib import Path
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -19,14 +19,26 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool, mode: int = 0o644) -> None:
+def write_temporary(path: Path, data: bytes, mode: int) -> tuple[Path, int]:
+    """Writes data to a new temporary sibling of path (named so a start-up sweep of `.*.tmp`
+    finds leftovers); returns it and its still-open descriptor."""
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        temporary.unlink(missing_ok=True)
+        raise
+    return temporary, fd
+
+
+def atomic_write(path: Path, data: bytes, *, durable: bool, mode: int = 0o644) -> None:
+    temporary, fd = write_temporary(path, data, mode)
+    try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
             if durable:
                 os.fsync(fd)
         finally:
@@ -36,7 +48,7 @@ def atomic_write(path: Path, data: bytes, *, durable: bool, mode: int = 0o644) -
         temporary.unlink(missing_ok=True)
         raise
     if durable:
-        _fsync_directory(path.parent)
+        fsync_directory(path.parent)
 
 
 def remove(path: Path, *, durable: bool) -> bool:
@@ -46,5 +58,5 @@ def remove(path: Path, *, durable: bool) -> bool:
     except FileNotFoundError:
         return False
     if durable:
-        _fsync_directory(path.parent)
+        fsync_directory(path.parent)
     return True

@@ -29,10 +29,11 @@ per-file directory fsyncs and never blocks a writer behind another writer's flus
 import asyncio
 import ctypes
 import os
-import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from dra_driver.durable_files import fsync_directory, write_temporary
 
 SyncFs = Callable[[int], None]
 
@@ -54,21 +55,6 @@ def load_syncfs() -> SyncFs | None:
     return syncfs
 
 
-def _write_temporary(path: Path, data: bytes, mode: int) -> tuple[Path, int]:
-    """Writes data to a new temporary sibling of path; returns it and its still-open descriptor."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except BaseException:
-        os.close(fd)
-        temporary.unlink(missing_ok=True)
-        raise
-    return temporary, fd
-
-
 def _flush(fds: Sequence[int], syncfs: SyncFs | None) -> None:
     """Makes the data behind every descriptor durable: one syncfs per filesystem, else fsync each."""
     if syncfs is None:
@@ -78,14 +64,6 @@ def _flush(fds: Sequence[int], syncfs: SyncFs | None) -> None:
     one_per_filesystem = {os.fstat(fd).st_dev: fd for fd in fds}
     for fd in one_per_filesystem.values():
         syncfs(fd)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(slots=True)
@@ -113,7 +91,7 @@ def _commit(changes: Sequence[_Change], syncfs: SyncFs | None) -> bool:
     for change in changes:
         if change.data is not None:
             try:
-                change.temporary, change.fd = _write_temporary(change.path, change.data, change.mode)
+                change.temporary, change.fd = write_temporary(change.path, change.data, change.mode)
             except Exception as error:  # e.g. ENOSPC, EACCES, a path with a NUL byte: this caller's alone
                 change.error = error
     fds = [change.fd for change in changes if change.fd is not None]
@@ -153,7 +131,7 @@ def _commit(changes: Sequence[_Change], syncfs: SyncFs | None) -> bool:
 
     for directory, in_directory in changed_directories.items():
         try:
-            _fsync_directory(directory)
+            fsync_directory(directory)
         except OSError as error:
             # The renames happened but may not survive a crash: nothing in this directory is durable.
             for change in in_directory:

@@ -44,7 +44,7 @@ from dra_driver.kubelet_client import DraApi
 from dra_driver.node import SIMULATED_HARDWARE_STATE
 from tests.support.agent import NODE_NAME, AgentDirs, start_agent
 from tests.support.apiserver import ApiServer
-from tests.support.claims import claim_body
+from tests.support.claims import allocate_results
 
 CALLS_PER_WAVE = 64
 # Each wave is a fresh random mix; the API server's latency differs per wave, so the claim GETs
@@ -167,8 +167,6 @@ def allocate(api: client.ResourceV1Api, name: str, devices: Sequence[tuple[str, 
     """Creates and allocates a claim with one request per device, with shareID and consumedCapacity
     for vGPU shares (which tests.support.claims.allocate cannot write)."""
     requests = [f"r{i}" for i in range(len(devices))]
-    api.create_namespaced_resource_claim("default", claim_body(name, requests))
-    stored = api.read_namespaced_resource_claim(name, "default")
     results = []
     for request, (device, share_id) in zip(requests, devices, strict=True):
         result: dict[str, Any] = {
@@ -187,19 +185,7 @@ def allocate(api: client.ResourceV1Api, name: str, devices: Sequence[tuple[str, 
         configs.append(
             {"source": "FromClaim", "opaque": {"driver": DEFAULT_DRIVER_NAME, "parameters": parameters}}
         )
-    body = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "resourceVersion": stored.metadata.resource_version,
-        },
-        "spec": client.ApiClient().sanitize_for_serialization(stored.spec),
-        "status": {"allocation": {"devices": {"results": results, "config": configs}}},
-    }
-    api.replace_namespaced_resource_claim_status(name, "default", body)
-    return Claim(name, stored.metadata.uid, tuple(devices))
+    return Claim(name, allocate_results(api, name, results, configs), tuple(devices))
 
 
 def plan_wave(rng: random.Random, claims: Sequence[Claim]) -> list[Call]:

@@ -28,7 +28,7 @@ from dra_driver.kubelet_client import ClaimArg, DraApi
 from dra_driver.node import SIMULATED_HARDWARE_STATE
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
-from tests.support.claims import claim_body
+from tests.support.claims import allocate_results
 from tests.support.publishing import add_node
 
 pytestmark = pytest.mark.podman
@@ -68,31 +68,8 @@ class Node:
         """Creates claim `name` and writes an allocation status with `results` (request, device and
         any shareID/consumedCapacity) and `configs`; tests.support.claims.allocate only knows
         request/driver/pool/device."""
-        requests = sorted({result["request"] for result in results})
-        self.claims.create_namespaced_resource_claim("default", claim_body(name, requests))
-        stored = self.claims.read_namespaced_resource_claim(name, "default")
-        status = {
-            "allocation": {
-                "devices": {
-                    "results": [{"driver": DRIVER, "pool": NODE_NAME, **result} for result in results],
-                    "config": list(configs),
-                }
-            },
-            "reservedFor": [{"resource": "pods", "name": f"pod-{name}", "uid": str(uuid.uuid4())}],
-        }
-        body = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {
-                "name": name,
-                "namespace": "default",
-                "resourceVersion": stored.metadata.resource_version,
-            },
-            "spec": client.ApiClient().sanitize_for_serialization(stored.spec),
-            "status": status,
-        }
-        self.claims.replace_namespaced_resource_claim_status(name, "default", body)
-        return ClaimArg("default", name, stored.metadata.uid)
+        full = [{"driver": DRIVER, "pool": NODE_NAME, **result} for result in results]
+        return ClaimArg("default", name, allocate_results(self.claims, name, full, configs))
 
     def prepare(self, *claims: ClaimArg, api: DraApi = "v1") -> dict[str, Any]:
         answer = asyncio.run(kubelet_client.prepare(self.dirs.dra_socket, api, list(claims)))

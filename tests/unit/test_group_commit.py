@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import group_commit
+from dra_driver import durable_files, group_commit
 from dra_driver.group_commit import GroupCommitter, SyncFs
 
 
@@ -78,10 +78,10 @@ def test_nobody_hears_done_before_data_rename_and_directory_are_durable(
 ) -> None:
     """Events: W(rite temporary) F(lush) R(ename) D(irectory fsync), and each caller's return."""
     events: list[tuple[str, str]] = []
-    real_write = group_commit._write_temporary
+    real_write = durable_files.write_temporary
     real_flush = group_commit._flush
     real_replace = os.replace
-    real_fsync_directory = group_commit._fsync_directory
+    real_fsync_directory = durable_files.fsync_directory
 
     def write_temporary(path: Path, data: bytes, mode: int) -> tuple[Path, int]:
         events.append(("W", str(path)))
@@ -99,10 +99,10 @@ def test_nobody_hears_done_before_data_rename_and_directory_are_durable(
         real_fsync_directory(directory)
         events.append(("D", str(directory)))
 
-    monkeypatch.setattr(group_commit, "_write_temporary", write_temporary)
+    monkeypatch.setattr(group_commit, "write_temporary", write_temporary)
     monkeypatch.setattr(group_commit, "_flush", flush)
     monkeypatch.setattr(os, "replace", replace)
-    monkeypatch.setattr(group_commit, "_fsync_directory", fsync_directory)
+    monkeypatch.setattr(group_commit, "fsync_directory", fsync_directory)
     directories = [tmp_path / "a", tmp_path / "b"]
     for directory in directories:
         directory.mkdir()
@@ -242,14 +242,14 @@ def test_a_failing_directory_fsync_reports_its_directory_not_durable(
     bad, good = tmp_path / "bad", tmp_path / "good"
     bad.mkdir()
     good.mkdir()
-    real_fsync_directory = group_commit._fsync_directory
+    real_fsync_directory = durable_files.fsync_directory
 
     def fsync_directory(directory: Path) -> None:
         if directory == bad:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         real_fsync_directory(directory)
 
-    monkeypatch.setattr(group_commit, "_fsync_directory", fsync_directory)
+    monkeypatch.setattr(group_commit, "fsync_directory", fsync_directory)
     committer = GroupCommitter()
 
     async def scenario() -> list[BaseException | None]:
