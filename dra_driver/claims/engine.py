@@ -325,6 +325,8 @@ class ClaimEngine:
         self, device: PlannedDevice, created: dict[MigInstanceRecord, MigInstance], vgpu: ContainerEdits
     ) -> ContainerEdits:
         instance = created[device.create_mig] if device.create_mig else device.existing_mig
+        if device.device.type == "mig" and device.result.admin_access:
+            return self._edits.mig_monitor(device.name, device.gpu)
         if device.device.type == "mig" and instance is not None:
             return self._edits.mig(device.name, device.gpu, instance)
         edits = self._edits.gpu(device.name, device.gpu)

@@ -14,7 +14,12 @@ from typing import Protocol
 
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits
-from dra_driver.claims.mig_caps import CapabilityFileError, capability_edits, mig_instance_capabilities
+from dra_driver.claims.mig_caps import (
+    CapabilityFileError,
+    capability_edits,
+    mig_admin_capabilities,
+    mig_instance_capabilities,
+)
 from dra_driver.hardware.model import Gpu, MigInstance
 
 
@@ -43,6 +48,11 @@ class DeviceEdits(Protocol):
 
     def mig(self, device_name: str, gpu: Gpu, instance: MigInstance) -> ContainerEdits: ...
 
+    def mig_monitor(self, device_name: str, gpu: Gpu) -> ContainerEdits:
+        """Admin access to a MIG device: its GPU, with the right to see every MIG instance on it
+        (the `monitor` capability) but not to create or destroy any."""
+        ...
+
 
 class SimulatedEdits:
     def gpu(self, device_name: str, gpu: Gpu) -> ContainerEdits:
@@ -50,6 +60,11 @@ class SimulatedEdits:
 
     def mig(self, device_name: str, gpu: Gpu, instance: MigInstance) -> ContainerEdits:
         return ContainerEdits(env=_describing_mig_env(device_name, gpu, instance))
+
+    def mig_monitor(self, device_name: str, gpu: Gpu) -> ContainerEdits:
+        return self.gpu(device_name, gpu).plus(
+            ContainerEdits(env=(f"{device_env_prefix(device_name)}_MIG_MONITOR=true",))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +90,10 @@ class NvmlEdits:
             env=("NVIDIA_VISIBLE_DEVICES=void", *_describing_mig_env(device_name, gpu, instance)),
             device_nodes=(f"/dev/nvidia{gpu.minor}", *caps.device_nodes),
         )
+
+    def mig_monitor(self, device_name: str, gpu: Gpu) -> ContainerEdits:
+        try:
+            _config, monitor = mig_admin_capabilities(self.proc_root)
+        except CapabilityFileError as error:
+            raise ClaimRejected(f"MIG device {device_name}: {error}") from error
+        return self.gpu(device_name, gpu).plus(capability_edits((monitor,), self.dev_root))

@@ -12,7 +12,7 @@ from typing import Any
 
 from dra_driver.claims.cdi import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls
-from dra_driver.claims.gpu_edits import SimulatedEdits
+from dra_driver.claims.gpu_edits import NvmlEdits, SimulatedEdits
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, MigInstanceRecord
@@ -424,3 +424,31 @@ def test_an_unprepare_sent_during_a_prepare_is_not_overtaken_by_it(tmp_path: Pat
         return engine.prepared_claims
 
     assert asyncio.run(scenario()) == {}, "the unprepare came last, so nothing stays prepared"
+
+
+def test_admin_access_to_a_mig_device_monitors_its_gpu_without_creating_an_instance(tmp_path: Path) -> None:
+    claims = Claims()
+    admin = claims.add("admin", {"device": "gpu-3-mig-1g10gb-0", "adminAccess": True})
+
+    async def scenario() -> list[str]:
+        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+        await engine.load_state()
+        assert (await engine.prepare([admin]))[admin[2]].error == ""
+        assert await instances(hardware) == []
+        return spec_env(tmp_path, admin[2])
+
+    env = asyncio.run(scenario())
+    assert "DRA_DEVICE_GPU_3_MIG_1G10GB_0_MIG_MONITOR=true" in env
+    assert f"DRA_DEVICE_GPU_3_MIG_1G10GB_0={simulated_node('dgx-h100-mig')[3].uuid}" in env
+
+
+def test_on_real_gpus_mig_admin_access_gets_only_the_monitor_capability(tmp_path: Path) -> None:
+    mig = tmp_path / "proc" / "driver" / "nvidia" / "capabilities" / "mig"
+    mig.mkdir(parents=True)
+    (mig / "config").write_text("DeviceFileMinor: 1\nDeviceFileMode: 256\n")
+    (mig / "monitor").write_text("DeviceFileMinor: 2\nDeviceFileMode: 292\n")
+    gpu = simulated_node("dgx-h100-mig")[0]
+
+    edits = NvmlEdits(proc_root=tmp_path / "proc").mig_monitor("gpu-0-mig-7g80gb-0", gpu)
+
+    assert [node.path for node in edits.nodes()] == ["/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap2"]
