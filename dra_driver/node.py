@@ -170,6 +170,7 @@ class NodeAgent:
         log.info(
             "hardware discovered",
             hardware=hardware.description,
+            pool=settings.node_name,
             devices=[device.name for device in inventory.devices],
         )
         for note in inventory.notes:

@@ -13,6 +13,7 @@ undoes what it names.
 
 import asyncio
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -74,13 +75,20 @@ class PrepareOutcome:
 _EXPECTED_FAILURES = (InvalidClaimIdentity, ClaimRejected, InvalidCdiName)
 
 
-def _log_failure(action: str, raw: RawClaim, error: Exception) -> str:
+def _claim_context(raw: RawClaim) -> AbstractContextManager[None]:
+    """Every log line written while a claim is handled names it (cut short: the values are
+    untrusted until checked, and may be huge)."""
     namespace, name, uid = raw
-    bound = log.bind(claim_namespace=namespace[:80], claim_name=name[:80], claim_uid=uid[:80])
+    return structlog.contextvars.bound_contextvars(
+        claim_namespace=namespace[:80], claim_name=name[:80], claim_uid=uid[:80]
+    )
+
+
+def _log_failure(action: str, raw: RawClaim, error: Exception) -> str:
     if isinstance(error, _EXPECTED_FAILURES):
-        bound.warning(f"{action} refused", reason=str(error))
+        log.warning(f"{action} refused", reason=str(error))
         return str(error)
-    bound.exception(f"{action} failed unexpectedly")
+    log.exception(f"{action} failed unexpectedly")
     return f"internal error during {action}: {type(error).__name__}: {error}"
 
 
@@ -139,8 +147,10 @@ class ClaimEngine:
             records = {}
         for uid, record in list(records.items()):
             if record.state == "preparing":
-                log.warning("rolling back a prepare cut short", claim=str(record.claim))
-                await self._undo(record)
+                claim = record.claim
+                with _claim_context((claim.namespace, claim.name, claim.uid)):
+                    log.warning("rolling back a prepare or unprepare cut short")
+                    await self._undo(record)
                 del records[uid]
         for record in records.values():
             self._take_devices(record)
@@ -181,8 +191,11 @@ class ClaimEngine:
             if holder != record.claim:
                 log.error(
                     "two prepared claims hold one device",
-                    device=device.exclusive_key,
-                    claim=str(record.claim),
+                    pool=device.pool,
+                    device=device.device,
+                    claim_namespace=record.claim.namespace,
+                    claim_name=record.claim.name,
+                    claim_uid=record.claim.uid,
                     other_claim=str(holder),
                 )
 
@@ -206,6 +219,10 @@ class ClaimEngine:
         return {raw[2]: outcome for raw, outcome in zip(claims, outcomes, strict=True)}
 
     async def _prepare_one(self, raw: RawClaim) -> PrepareOutcome:
+        with _claim_context(raw):
+            return await self._prepare_checked(raw)
+
+    async def _prepare_checked(self, raw: RawClaim) -> PrepareOutcome:
         try:
             ref = claim_ref(*raw)
             # The claim's lock is held from the GET on: an unprepare that arrives meanwhile waits,
@@ -274,9 +291,7 @@ class ClaimEngine:
         self._prepared[ref.uid] = record
         log.info(
             "claim prepared",
-            claim_namespace=ref.namespace,
-            claim_name=ref.name,
-            claim_uid=ref.uid,
+            pool=self._pool_name,
             devices=[d.device for d in record.devices],
             mig_instances_created=len(to_create),
         )
@@ -416,6 +431,18 @@ class ClaimEngine:
         if self._hami_core is not None:
             await asyncio.to_thread(remove_claim_directory, self._hami_core, record.claim.uid)
 
+    def _mig_device_name(self, record: MigInstanceRecord) -> str:
+        """The published device a MIG instance stands for, for log lines."""
+        wanted = {
+            "parentUUID": record.gpu_uuid,
+            "profileId": record.profile_id,
+            "placementStart": record.placement_start,
+        }
+        for device in self._inventory.devices:
+            if device.type == "mig" and all(device.attributes.get(k) == v for k, v in wanted.items()):
+                return device.name
+        return f"{record.gpu_uuid} profile {record.profile_id} at slice {record.placement_start}"
+
     async def _destroy_mig_instances(self, wanted: tuple[MigInstanceRecord, ...]) -> None:
         if not wanted or self._hardware is None:
             return
@@ -436,9 +463,10 @@ class ClaimEngine:
                 failpoints.reached("unprepare.mig-destroyed")
                 log.info(
                     "MIG instance destroyed",
+                    pool=self._pool_name,
+                    device=self._mig_device_name(record),
                     gpu=record.gpu_uuid,
                     gpu_instance=instance.gpu_instance_id,
-                    placement=record.placement_start,
                 )
 
     # -- unprepare -----------------------------------------------------------------------------
@@ -449,6 +477,10 @@ class ClaimEngine:
         return {raw[2]: error for raw, error in zip(claims, errors, strict=True)}
 
     async def _unprepare_one(self, raw: RawClaim) -> str:
+        with _claim_context(raw):
+            return await self._unprepare_checked(raw)
+
+    async def _unprepare_checked(self, raw: RawClaim) -> str:
         try:
             ref = claim_ref(*raw)
             async with self._claim_locks.hold(ref.uid):
@@ -465,9 +497,7 @@ class ClaimEngine:
                 await self._remove_prepared(ref.uid)
                 del self._prepared[ref.uid]
                 self._release_devices(record.claim)
-            log.info(
-                "claim unprepared", claim_namespace=ref.namespace, claim_name=ref.name, claim_uid=ref.uid
-            )
+            log.info("claim unprepared")
             return ""
         except Exception as error:
             return _log_failure("unprepare", raw, error)
