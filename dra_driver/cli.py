@@ -1,4 +1,5 @@
-"""The `dra-driver` command: `node`, `inspect`, `cleanup`, `kubelet-client` and `demo`."""
+"""The `dra-driver` command: `node`, `inspect`, `cleanup`, `simulate-fault`, `kubelet-client` and
+`demo`."""
 
 import argparse
 import asyncio
@@ -95,6 +96,23 @@ def _cleanup(args: argparse.Namespace) -> int:
         return 1
 
 
+def _simulate_fault(args: argparse.Namespace) -> int:
+    from dra_driver.health.simulated_faults import FaultError, SimulatedFault, submit_fault  # noqa: PLC0415
+
+    state_dir = Path(args.state_dir)
+    if not state_dir.is_dir():
+        print(f"dra-driver simulate-fault: --state-dir {state_dir} is not a directory", file=sys.stderr)
+        return 2
+    fault = SimulatedFault(gpu=args.gpu, kind="lost" if args.lost else "xid", xid=args.xid or 0)
+    try:
+        path = submit_fault(state_dir, fault)
+    except (FaultError, OSError) as error:
+        print(f"dra-driver simulate-fault: {error}", file=sys.stderr)
+        return 2
+    print(f"fault queued for the agent: {path}")
+    return 0
+
+
 def _kubernetes_version(text: str) -> tuple[int, int]:
     major, _, minor = text.partition(".")
     if not (major.isdigit() and minor.isdigit()) or (int(major), int(minor)) < (1, 34):
@@ -177,6 +195,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_cleanup_options(cleanup)
     cleanup.add_argument("--dry-run", action="store_true", help="print the deletes instead of making them")
     cleanup.set_defaults(run=_cleanup)
+
+    fault = commands.add_parser(
+        "simulate-fault", help="make a running agent's simulated GPU report an XID or fall off the bus"
+    )
+    fault.add_argument("--state-dir", required=True, help="the agent's --state-dir")
+    fault.add_argument("--gpu", required=True, help="GPU index or UUID")
+    kind = fault.add_mutually_exclusive_group(required=True)
+    kind.add_argument("--xid", type=int, help="the XID to report")
+    kind.add_argument("--lost", action="store_true", help="the GPU falls off the bus (XID 79)")
+    fault.set_defaults(run=_simulate_fault)
 
     client = commands.add_parser("kubelet-client", help="talk to a plugin the way kubelet does")
     actions = client.add_subparsers(dest="action", required=True)
