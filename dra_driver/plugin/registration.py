@@ -12,8 +12,15 @@ from dra_driver._proto.pluginregistration.v1 import api_pb2 as registration_pb2
 log = structlog.get_logger("dra_driver.plugin.registration")
 
 PLUGIN_TYPE = "DRAPlugin"
-# Kubelet >= 1.34 takes the first entry it supports, so the newest API comes first.
-SUPPORTED_VERSIONS = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+# Kubelet >= 1.34 takes the first DRAPlugin entry it supports, so the newest API comes first. The
+# health services follow: kubelet 1.37 picks one of them from this list (v1 before v1alpha1), and
+# earlier kubelets ignore entries they do not know.
+SUPPORTED_VERSIONS = (
+    "v1.DRAPlugin",
+    "v1beta1.DRAPlugin",
+    "v1.DRAResourceHealth",
+    "v1alpha1.DRAResourceHealth",
+)
 
 
 @dataclass(frozen=True, slots=True)

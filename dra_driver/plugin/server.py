@@ -4,6 +4,9 @@ Order matters: the DRA service is listening before the registration socket appea
 connects to the endpoint as soon as it registers us). On shutdown the DRA service refuses new
 calls and lets in-flight ones finish first: removing the registration socket makes kubelet close
 its connection, which would cancel them. Only then do both sockets go.
+
+Besides DRAPlugin, the DRA socket serves the device health stream kubelet watches
+(DRAResourceHealth) and the standard gRPC health service for probes.
 """
 
 from pathlib import Path
@@ -11,9 +14,15 @@ from pathlib import Path
 import grpc
 import structlog
 
+from dra_driver._proto.dra.v1 import api_pb2 as dra_v1_pb2
+from dra_driver._proto.dra.v1beta1 import api_pb2 as dra_v1beta1_pb2
+from dra_driver._proto.dra_health.v1 import api_pb2 as health_v1_pb2
+from dra_driver._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1_pb2
 from dra_driver._proto.pluginregistration.v1 import api_pb2_grpc as registration_grpc
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.plugin.dra import add_dra_services
+from dra_driver.plugin.grpc_health import GrpcHealthService, add_grpc_health_service
+from dra_driver.plugin.health_stream import HealthBroadcaster, add_resource_health_services
 from dra_driver.plugin.registration import RegistrationService
 from dra_driver.plugin.sockets import clear_stale_socket
 
@@ -21,6 +30,14 @@ log = structlog.get_logger("dra_driver.plugin")
 
 # Kubelet's pod termination grace defaults to 30 s; leave room to exit after in-flight calls.
 SHUTDOWN_GRACE_SECONDS = 20.0
+
+# The fully-qualified names of the services on the DRA socket: what health probes may ask about.
+DRA_SOCKET_SERVICES = (
+    dra_v1_pb2.DESCRIPTOR.services_by_name["DRAPlugin"].full_name,
+    dra_v1beta1_pb2.DESCRIPTOR.services_by_name["DRAPlugin"].full_name,
+    health_v1_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"].full_name,
+    health_v1alpha1_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"].full_name,
+)
 
 
 async def _serve_on(socket_path: Path, server: grpc.aio.Server) -> None:
@@ -30,12 +47,26 @@ async def _serve_on(socket_path: Path, server: grpc.aio.Server) -> None:
 
 
 class KubeletPluginServer:
-    def __init__(self, *, driver_name: str, registration_socket: Path, dra_socket: Path, engine: ClaimEngine):
+    def __init__(
+        self,
+        *,
+        driver_name: str,
+        registration_socket: Path,
+        dra_socket: Path,
+        engine: ClaimEngine,
+        health: HealthBroadcaster | None = None,
+    ):
+        """`health`: where device health is published for kubelet; None gives an empty device list
+        until someone calls `self.health.update()`."""
         self.registration_socket = registration_socket
         self.dra_socket = dra_socket
+        self.health = health if health is not None else HealthBroadcaster()
+        self.grpc_health = GrpcHealthService(DRA_SOCKET_SERVICES)
         self.registration = RegistrationService(driver_name, str(dra_socket))
         self._dra_server = grpc.aio.server()
         add_dra_services(self._dra_server, engine)
+        add_resource_health_services(self._dra_server, self.health)
+        add_grpc_health_service(self._dra_server, self.grpc_health)
         self._registration_server = grpc.aio.server()
         registration_grpc.add_RegistrationServicer_to_server(self.registration, self._registration_server)
 
@@ -47,6 +78,7 @@ class KubeletPluginServer:
             await self._dra_server.stop(None)
             self.dra_socket.unlink(missing_ok=True)
             raise
+        self.grpc_health.set_serving(True)
         log.info(
             "serving kubelet",
             registration_socket=str(self.registration_socket),
@@ -54,6 +86,11 @@ class KubeletPluginServer:
         )
 
     async def stop(self, grace: float = SHUTDOWN_GRACE_SECONDS) -> None:
+        # The streaming calls never end on their own and would hold the graceful stop for the
+        # whole grace period: they end first, health watchers having been told NOT_SERVING.
+        self.grpc_health.set_serving(False)
+        self.grpc_health.close()
+        self.health.close()
         await self._dra_server.stop(grace)
         await self._registration_server.stop(None)
         self.registration_socket.unlink(missing_ok=True)

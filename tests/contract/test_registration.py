@@ -28,7 +28,13 @@ def test_handshake_reports_dra_plugin_with_v1_first(agent: AgentProcess) -> None
         "type": "DRAPlugin",
         "name": "gpu.dra-driver.dev",
         "endpoint": str(agent.dirs.dra_socket),
-        "supported_versions": ["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+        # The health services follow the DRAPlugin versions (kubelet 1.37 picks one of them).
+        "supported_versions": [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth",
+        ],
     }
     assert result["selectedService"] == "v1.DRAPlugin"
     assert result["registered"] is True
