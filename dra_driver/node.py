@@ -34,7 +34,12 @@ from dra_driver.devices.node_config import NodeConfigError, load_node_config
 from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import Gpu, HardwareError
+from dra_driver.hardware.nvml_events import HealthEventSource, SimulatedEvents
+from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
+from dra_driver.health.monitor import HealthMonitor
+from dra_driver.health.simulated_faults import apply_pending_faults
+from dra_driver.health.taints import tainted_inventory
 from dra_driver.metrics import PublishMetrics
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
@@ -46,6 +51,9 @@ from dra_driver.publish.slice_api import SliceApi
 from dra_driver.settings import HardwareSpec, InventorySettings, NodeSettings
 
 log = structlog.get_logger("dra_driver.node")
+
+# How often injected faults and simulated XIDs are picked up.
+HEALTH_POLL_SECONDS = 0.5
 
 # Concurrent claim GETs share one connection pool; kubelet may prepare many pods at once.
 API_CONNECTION_POOL_SIZE = 32
@@ -65,7 +73,6 @@ def open_hardware(spec: HardwareSpec, node_name: str, state_dir: Path | None = N
         from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
 
         return NvmlBackend()
-    from dra_driver.hardware.simulated import SimulatedBackend  # noqa: PLC0415
     from dra_driver.hardware.simulated_nodes import resolve_node_spec  # noqa: PLC0415
 
     state_file = state_dir / SIMULATED_HARDWARE_STATE if state_dir is not None else None
@@ -159,7 +166,9 @@ class NodeAgent:
     engine: ClaimEngine
     server: KubeletPluginServer
     publisher: ResourceSliceController | None = None
+    health: HealthMonitor | None = None
     _publishing: "asyncio.Task[None] | None" = None
+    _health_tasks: tuple["asyncio.Task[None]", ...] = ()
 
     @classmethod
     async def start(
@@ -228,7 +237,40 @@ class NodeAgent:
         agent = cls(settings=settings, hardware=hardware, inventory=inventory, engine=engine, server=server)
         if slice_api is not None:
             agent.start_publishing(slice_api)
+        agent.start_health_monitor()
         return agent
+
+    def start_health_monitor(self) -> None:
+        """XIDs and lost GPUs become taints on the published devices and the kubelet health
+        stream; a simulated node also takes faults from `dra-driver simulate-fault`."""
+        tasks = []
+        if isinstance(self.hardware, SimulatedBackend):
+            source: HealthEventSource = SimulatedEvents(self.hardware, HEALTH_POLL_SECONDS)
+            tasks.append(asyncio.create_task(self._take_simulated_faults(self.hardware), name="fault-inbox"))
+        else:
+            from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
+
+            source = NvmlEvents()
+        publisher = self.publisher
+        self.health = HealthMonitor(
+            source,
+            driver_name=self.settings.driver_name,
+            pool=self.settings.node_name,
+            untainted=lambda: self.inventory,
+            publish=publisher.set_inventory if publisher is not None else lambda _inventory: None,
+            on_health=self.server.health.update,
+            layout=lambda: (publisher.status.layout if publisher else None) or "1.35",
+            policy=self.settings.xid_policy,
+            recovery_seconds=self.settings.health_recovery_seconds,
+        )
+        tasks.append(asyncio.create_task(self.health.run(), name="health-monitor"))
+        self._health_tasks = tuple(tasks)
+
+    async def _take_simulated_faults(self, hardware: SimulatedBackend) -> None:
+        gpus = {str(plan.gpu.index): plan.gpu.uuid for plan in self.inventory.plans}
+        while True:
+            await asyncio.to_thread(apply_pending_faults, self.settings.state_dir, hardware, gpus)
+            await asyncio.sleep(HEALTH_POLL_SECONDS)
 
     def start_publishing(self, slice_api: SliceApi) -> None:
         dry_run: Callable[[tuple[Write, ...]], None] | None = print_writes if self.settings.dry_run else None
@@ -253,13 +295,19 @@ class NodeAgent:
             log.warning("GPU offered differently: the API server lacks a feature", note=note)
         self.inventory = build_inventory(plans)
         self.engine.use_inventory(self.inventory)
-        return self.inventory
+        if self.health is None:
+            return self.inventory
+        self.server.health.update(self.health.node_health)
+        return tainted_inventory(self.inventory, self.health.state, self.settings.driver_name, "1.35")
 
     async def stop(self) -> None:
         """Leaves the published slices in place: kubelet removes them once the plugin is gone
         for good, and a restarting agent takes them over without a gap."""
+        for task in (*self._health_tasks, self._publishing):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*self._health_tasks, return_exceptions=True)
         if self._publishing is not None:
-            self._publishing.cancel()
             await asyncio.gather(self._publishing, return_exceptions=True)
         await self.server.stop()
         await self.hardware.close()

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Literal
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy
 from dra_driver.k8s_names import dns_subdomain_problem, driver_name_problem
 from dra_driver.plugin.sockets import socket_path_problem
+from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
 HardwareKind = Literal["nvml", "simulated"]
 LogFormat = Literal["json", "console"]
@@ -71,6 +73,10 @@ class NodeSettings:
     hami_core_library: Path | None = None
     # Per-claim HAMi-core directories and the node-wide lock directory.
     hami_core_dir: Path = Path("/var/lib/dra-driver/vgpu")
+    # Which XIDs taint a GPU, and how hard.
+    xid_policy: XidPolicy = DEFAULT_XID_POLICY
+    # A faulty GPU's taints go after it has been quiet this long.
+    health_recovery_seconds: float = 300.0
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -149,6 +155,18 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "DRA_DRIVER_HAMI_CORE_DIR",
         "/var/lib/dra-driver/vgpu",
         "host directory for HAMi-core's per-claim shared caches and its lock directory",
+    ),
+    (
+        "--xid-policy",
+        "DRA_DRIVER_XID_POLICY",
+        None,
+        "YAML file classing XIDs as ignored, informational, degraded or fatal (default: built in)",
+    ),
+    (
+        "--health-recovery",
+        "DRA_DRIVER_HEALTH_RECOVERY",
+        "300",
+        "seconds a faulty GPU must stay quiet before its taints are removed",
     ),
     (
         "--sync-delay",
@@ -242,16 +260,27 @@ def _node_config(value: str | None) -> Path | None:
     return path
 
 
-def _sync_delay(value: str) -> float:
+def _seconds(flag: str, env: str, value: str, maximum: float = 86400) -> float:
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not 0 <= seconds <= 3600:
-        raise SettingsError(
-            f"--sync-delay (DRA_DRIVER_SYNC_DELAY): {value!r} must be a number of seconds from 0 to 3600"
-        )
+    if not 0 <= seconds <= maximum:
+        raise SettingsError(f"{flag} ({env}): {value!r} must be a number of seconds from 0 to {maximum:g}")
     return seconds
+
+
+def _sync_delay(value: str) -> float:
+    return _seconds("--sync-delay", "DRA_DRIVER_SYNC_DELAY", value, maximum=3600)
+
+
+def _xid_policy(value: str | None) -> XidPolicy:
+    if not value:
+        return DEFAULT_XID_POLICY
+    try:
+        return parse_xid_policy(read_yaml_file(Path(value)), f"--xid-policy {value}")
+    except (YamlFileError, XidPolicyError) as error:
+        raise SettingsError(f"--xid-policy (DRA_DRIVER_XID_POLICY): {error}") from error
 
 
 def _hami_core_library(value: str | None) -> Path | None:
@@ -329,6 +358,10 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         mps_dir=_directory("--mps-dir", "DRA_DRIVER_MPS_DIR", args.mps_dir),
         hami_core_library=_hami_core_library(args.hami_core_library),
         hami_core_dir=_directory("--hami-core-dir", "DRA_DRIVER_HAMI_CORE_DIR", args.hami_core_dir),
+        xid_policy=_xid_policy(args.xid_policy),
+        health_recovery_seconds=_seconds(
+            "--health-recovery", "DRA_DRIVER_HEALTH_RECOVERY", args.health_recovery
+        ),
         dry_run=args.dry_run,
     )
     for flag, socket in (
