@@ -37,10 +37,12 @@ from dra_driver.hardware.model import Gpu, HardwareError
 from dra_driver.hardware.nvml_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
+from dra_driver.health.model import NodeHealth
 from dra_driver.health.monitor import HealthMonitor
 from dra_driver.health.simulated_faults import apply_pending_faults
 from dra_driver.health.taints import tainted_inventory
-from dra_driver.metrics import PublishMetrics
+from dra_driver.metrics import AgentMetrics
+from dra_driver.observability import ObservabilityServer, Readiness, keep_heartbeat
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
 from dra_driver.publish.capabilities import ApiFeature, fall_back
@@ -165,6 +167,8 @@ class NodeAgent:
     inventory: Inventory
     engine: ClaimEngine
     server: KubeletPluginServer
+    metrics: AgentMetrics
+    readiness: Readiness
     publisher: ResourceSliceController | None = None
     health: HealthMonitor | None = None
     _publishing: "asyncio.Task[None] | None" = None
@@ -172,9 +176,16 @@ class NodeAgent:
 
     @classmethod
     async def start(
-        cls, settings: NodeSettings, claim_source: ClaimSource, slice_api: SliceApi | None = None
+        cls,
+        settings: NodeSettings,
+        claim_source: ClaimSource,
+        slice_api: SliceApi | None = None,
+        metrics: AgentMetrics | None = None,
+        readiness: Readiness | None = None,
     ) -> "NodeAgent":
         """`slice_api` None: no cluster (the demo), so nothing is published."""
+        metrics = metrics or AgentMetrics()
+        readiness = readiness or Readiness()
         hardware, inventory = await discover_inventory(settings.inventory, settings.state_dir)
         log.info(
             "hardware discovered",
@@ -211,6 +222,7 @@ class NodeAgent:
             common_cdi_ids=common_cdi_ids,
             sharing=sharing,
             hami_core=hami_core(settings, inventory),
+            metrics=metrics.claims,
         )
         try:
             for quarantined in await engine.load_state(current_boot_id()):
@@ -234,11 +246,42 @@ class NodeAgent:
             prepared_claims=len(engine.prepared_claims),
             state_dir=str(settings.state_dir),
         )
-        agent = cls(settings=settings, hardware=hardware, inventory=inventory, engine=engine, server=server)
+        agent = cls(
+            settings=settings,
+            hardware=hardware,
+            inventory=inventory,
+            engine=engine,
+            server=server,
+            metrics=metrics,
+            readiness=readiness,
+        )
+        metrics.set_devices(inventory, NodeHealth(settings.node_name))
         if slice_api is not None:
             agent.start_publishing(slice_api)
+        else:
+            readiness.published(True)  # no cluster: nothing to publish
         agent.start_health_monitor()
+        agent._health_tasks += (asyncio.create_task(agent._follow_registration(), name="registration"),)
         return agent
+
+    async def _follow_registration(self) -> None:
+        registration = self.server.registration
+        while True:
+            await registration.status_changed.wait()
+            registration.status_changed.clear()
+            registered = registration.status is not None and registration.status.registered
+            self.readiness.registered(registered)
+            self.metrics.kubelet_registered.set(int(registered))
+
+    async def _follow_publishing(self, publisher: ResourceSliceController) -> None:
+        """Ready once the slices were published the first time; later republishing (a fault, a
+        fallback) does not make the node unready."""
+        await publisher.status.converged.wait()
+        self.readiness.published(True)
+
+    def _health_changed(self, health: NodeHealth) -> None:
+        self.server.health.update(health)
+        self.metrics.set_devices(self.inventory, health)
 
     def start_health_monitor(self) -> None:
         """XIDs and lost GPUs become taints on the published devices and the kubelet health
@@ -258,13 +301,13 @@ class NodeAgent:
             pool=self.settings.node_name,
             untainted=lambda: self.inventory,
             publish=publisher.set_inventory if publisher is not None else lambda _inventory: None,
-            on_health=self.server.health.update,
+            on_health=self._health_changed,
             layout=lambda: (publisher.status.layout if publisher else None) or "1.35",
             policy=self.settings.xid_policy,
             recovery_seconds=self.settings.health_recovery_seconds,
         )
         tasks.append(asyncio.create_task(self.health.run(), name="health-monitor"))
-        self._health_tasks = tuple(tasks)
+        self._health_tasks += tuple(tasks)
 
     async def _take_simulated_faults(self, hardware: SimulatedBackend) -> None:
         gpus = {str(plan.gpu.index): plan.gpu.uuid for plan in self.inventory.plans}
@@ -281,10 +324,13 @@ class NodeAgent:
             self.inventory,
             sync_delay=self.settings.sync_delay,
             fall_back=self._fall_back,
-            metrics=PublishMetrics(),
+            metrics=self.metrics.publish,
             dry_run=dry_run,
         )
         self._publishing = asyncio.create_task(self.publisher.run(), name="resourceslice-controller")
+        self._health_tasks += (
+            asyncio.create_task(self._follow_publishing(self.publisher), name="published"),
+        )
 
     def _fall_back(self, unsupported: frozenset[ApiFeature]) -> Inventory | None:
         """Re-plans every GPU in modes the API server can store, for publishing and preparing alike."""
@@ -297,12 +343,14 @@ class NodeAgent:
         self.engine.use_inventory(self.inventory)
         if self.health is None:
             return self.inventory
-        self.server.health.update(self.health.node_health)
+        self._health_changed(self.health.node_health)
         return tainted_inventory(self.inventory, self.health.state, self.settings.driver_name, "1.35")
 
     async def stop(self) -> None:
         """Leaves the published slices in place: kubelet removes them once the plugin is gone
         for good, and a restarting agent takes them over without a gap."""
+        self.readiness.registered(False)  # /readyz fails while in-flight calls finish
+        self.metrics.kubelet_registered.set(0)
         for task in (*self._health_tasks, self._publishing):
             if task is not None:
                 task.cancel()
@@ -331,12 +379,37 @@ def _termination_signal() -> "asyncio.Future[signal.Signals]":
 async def run_node(settings: NodeSettings) -> None:
     termination = _termination_signal()
     api_client = await kubernetes_api_client(settings.kubeconfig)
+    metrics, readiness = AgentMetrics(), Readiness()
+    endpoint = start_observability(settings, metrics, readiness)
+    heartbeat = asyncio.create_task(keep_heartbeat(readiness), name="heartbeat")
     try:
         slice_api = SliceApi(api_client, settings.driver_name, settings.node_name)
-        agent = await NodeAgent.start(settings, ApiServerClaimSource(api_client), slice_api)
+        agent = await NodeAgent.start(
+            settings, ApiServerClaimSource(api_client), slice_api, metrics, readiness
+        )
         log.info("node agent running", node=settings.node_name, driver=settings.driver_name, pid=os.getpid())
         received = await termination
         log.info("stopping after signal; in-flight calls finish first", signal=received.name)
         await agent.stop()
     finally:
+        heartbeat.cancel()
+        await asyncio.gather(heartbeat, return_exceptions=True)
+        if endpoint is not None:
+            await asyncio.to_thread(endpoint.stop)
         await api_client.close()
+
+
+def start_observability(
+    settings: NodeSettings, metrics: AgentMetrics, readiness: Readiness
+) -> ObservabilityServer | None:
+    if settings.metrics_address is None:
+        return None
+    endpoint = ObservabilityServer(settings.metrics_address, metrics.registry, readiness)
+    try:
+        endpoint.start()
+    except OSError as error:
+        raise StartupError(f"--metrics-address {settings.metrics_address}: cannot listen: {error}") from error
+    log.info(
+        "observability endpoint listening", port=endpoint.port, paths=["/metrics", "/healthz", "/readyz"]
+    )
+    return endpoint

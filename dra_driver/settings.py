@@ -13,11 +13,16 @@ from typing import Literal
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy
 from dra_driver.k8s_names import dns_subdomain_problem, driver_name_problem
+from dra_driver.observability import ListenAddress, MetricsAddressError, parse_metrics_address
 from dra_driver.plugin.sockets import socket_path_problem
 from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
 HardwareKind = Literal["nvml", "simulated"]
 LogFormat = Literal["json", "console"]
+
+
+# dcgm-exporter takes 9400; this port is free on a GPU node running NVIDIA's usual agents.
+DEFAULT_METRICS_ADDRESS = ":9477"
 
 
 class SettingsError(ValueError):
@@ -77,6 +82,8 @@ class NodeSettings:
     xid_policy: XidPolicy = DEFAULT_XID_POLICY
     # A faulty GPU's taints go after it has been quiet this long.
     health_recovery_seconds: float = 300.0
+    # Where /metrics, /healthz and /readyz are served; None: not served.
+    metrics_address: ListenAddress | None = None
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -167,6 +174,12 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "DRA_DRIVER_HEALTH_RECOVERY",
         "300",
         "seconds a faulty GPU must stay quiet before its taints are removed",
+    ),
+    (
+        "--metrics-address",
+        "DRA_DRIVER_METRICS_ADDRESS",
+        DEFAULT_METRICS_ADDRESS,
+        "host:port for /metrics, /healthz and /readyz; empty: not served",
     ),
     (
         "--sync-delay",
@@ -270,6 +283,13 @@ def _seconds(flag: str, env: str, value: str, maximum: float = 86400) -> float:
     return seconds
 
 
+def _metrics_address(value: str | None) -> ListenAddress | None:
+    try:
+        return parse_metrics_address(value or "")
+    except MetricsAddressError as error:
+        raise SettingsError(str(error)) from error
+
+
 def _sync_delay(value: str) -> float:
     return _seconds("--sync-delay", "DRA_DRIVER_SYNC_DELAY", value, maximum=3600)
 
@@ -363,6 +383,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
             "--health-recovery", "DRA_DRIVER_HEALTH_RECOVERY", args.health_recovery
         ),
         dry_run=args.dry_run,
+        metrics_address=_metrics_address(args.metrics_address),
     )
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),

@@ -48,6 +48,7 @@ from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
 from dra_driver.hardware.time_slicing import TimeSlicer
+from dra_driver.metrics import ClaimMetrics
 
 log = structlog.get_logger("dra_driver.claims")
 
@@ -107,6 +108,7 @@ class ClaimEngine:
         common_cdi_ids: tuple[str, ...] = (),
         sharing: SharingControls | None = None,
         hami_core: HamiCore | None = None,
+        metrics: ClaimMetrics | None = None,
     ) -> None:
         """`hardware`: where MIG instances are created (None: a node without dynamic MIG).
         `common_cdi_ids`: CDI devices every prepared device also needs (the node-wide spec)."""
@@ -118,6 +120,7 @@ class ClaimEngine:
         self._common_cdi_ids = common_cdi_ids
         self._sharing = sharing
         self._hami_core = hami_core
+        self._metrics = metrics or ClaimMetrics()
         self._source = claim_source
         self._records = records
         self._cdi_specs = cdi_specs
@@ -219,7 +222,7 @@ class ClaimEngine:
         return {raw[2]: outcome for raw, outcome in zip(claims, outcomes, strict=True)}
 
     async def _prepare_one(self, raw: RawClaim) -> PrepareOutcome:
-        with _claim_context(raw):
+        with _claim_context(raw), self._metrics.prepare_duration.time():
             return await self._prepare_checked(raw)
 
     async def _prepare_checked(self, raw: RawClaim) -> PrepareOutcome:
@@ -239,6 +242,7 @@ class ClaimEngine:
                     record = await self._prepare_new(ref, planned)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:
+            self._metrics.prepare_failed(error)
             return PrepareOutcome(error=_log_failure("prepare", raw, error))
 
     def _reserve(self, ref: ClaimRef, keys: list[str]) -> None:
@@ -477,7 +481,7 @@ class ClaimEngine:
         return {raw[2]: error for raw, error in zip(claims, errors, strict=True)}
 
     async def _unprepare_one(self, raw: RawClaim) -> str:
-        with _claim_context(raw):
+        with _claim_context(raw), self._metrics.unprepare_duration.time():
             return await self._unprepare_checked(raw)
 
     async def _unprepare_checked(self, raw: RawClaim) -> str:
@@ -500,6 +504,7 @@ class ClaimEngine:
             log.info("claim unprepared")
             return ""
         except Exception as error:
+            self._metrics.unprepare_failed(error)
             return _log_failure("unprepare", raw, error)
 
     async def _remove_prepared(self, claim_uid: str) -> None:

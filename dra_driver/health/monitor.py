@@ -79,7 +79,10 @@ class HealthMonitor:
                     except StopAsyncIteration:
                         return
                     pending = None
-                    self._change(apply(self.state, event, self._policy), f"{type(event).__name__}")
+                    # Settled first, at the event's time: a GPU that had already recovered starts
+                    # its new fault afresh instead of inheriting the old XIDs.
+                    settled = settle(self.state, event.at, self._recovery_seconds)
+                    self._change(apply(settled, event, self._policy), type(event).__name__)
                 self._change(settle(self.state, self._clock(), self._recovery_seconds), "recovery")
         finally:
             if pending is not None:

@@ -104,6 +104,8 @@ def node_command(
         str(dirs.cdi_dir),
         "--mps-dir",
         str(dirs.root / "mps"),
+        "--metrics-address",
+        "127.0.0.1:0",
         "--kubeconfig",
         str(kubeconfig),
         "--log-format",

@@ -1,0 +1,57 @@
+"""The agent's /metrics, /healthz and /readyz as Prometheus and kubelet probes see them."""
+
+import asyncio
+import urllib.error
+import urllib.request
+
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+
+from dra_driver import kubelet_client
+from dra_driver.kubelet_client import ClaimArg
+from tests.support.agent import AgentProcess
+from tests.support.claims import allocate
+
+
+def get(agent: AgentProcess, path: str) -> tuple[int, str]:
+    port = agent.wait_for_log("observability endpoint listening")["port"]
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def samples(agent: AgentProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    status, text = get(agent, "/metrics")
+    assert status == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_and_probes_follow_registration_and_claims(
+    agent: AgentProcess, claims_api: client.ResourceV1Api
+) -> None:
+    status, body = get(agent, "/healthz")
+    assert (status, body.strip()) == (200, "ok")
+    status, reason = get(agent, "/readyz")
+    assert status == 503 and "not registered with kubelet" in reason
+
+    asyncio.run(kubelet_client.register(agent.dirs.registration_socket))
+    uid = allocate(claims_api, "measured", {"gpu": "gpu-2"}, pool="node-a")
+    missing = ClaimArg("default", "absent", "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10")
+    asyncio.run(
+        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("default", "measured", uid), missing])
+    )
+
+    assert get(agent, "/readyz")[0] == 200
+    metrics = samples(agent)
+    assert metrics[("dra_driver_kubelet_registered", ())] == 1
+    assert metrics[("dra_driver_prepare_duration_seconds_count", ())] == 2
+    assert metrics[("dra_driver_prepare_errors_total", (("reason", "claim_rejected"),))] == 1
+    assert metrics[("dra_driver_resourceslice_writes_total", (("verb", "create"),))] == 1
+    assert metrics[("dra_driver_devices", (("health", "healthy"), ("type", "gpu")))] == 8
+    assert any(name == "dra_driver_build_info" for name, _ in metrics)
