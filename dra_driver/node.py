@@ -380,13 +380,19 @@ async def run_node(settings: NodeSettings) -> None:
     termination = _termination_signal()
     api_client = await kubernetes_api_client(settings.kubeconfig)
     metrics, readiness = AgentMetrics(), Readiness()
-    endpoint = start_observability(settings, metrics, readiness)
     heartbeat = asyncio.create_task(keep_heartbeat(readiness), name="heartbeat")
+    endpoint = None
     try:
         slice_api = SliceApi(api_client, settings.driver_name, settings.node_name)
         agent = await NodeAgent.start(
             settings, ApiServerClaimSource(api_client), slice_api, metrics, readiness
         )
+        try:
+            # After the start, so a start that fails says so in exactly one line.
+            endpoint = start_observability(settings, metrics, readiness)
+        except StartupError:
+            await agent.stop()
+            raise
         log.info("node agent running", node=settings.node_name, driver=settings.driver_name, pid=os.getpid())
         received = await termination
         log.info("stopping after signal; in-flight calls finish first", signal=received.name)
@@ -409,7 +415,4 @@ def start_observability(
         endpoint.start()
     except OSError as error:
         raise StartupError(f"--metrics-address {settings.metrics_address}: cannot listen: {error}") from error
-    log.info(
-        "observability endpoint listening", port=endpoint.port, paths=["/metrics", "/healthz", "/readyz"]
-    )
     return endpoint
