@@ -1,5 +1,5 @@
-"""The `dra-driver` command: `node`, `inspect`, `cleanup`, `simulate-fault`, `kubelet-client` and
-`demo`."""
+"""The `dra-driver` command: `node`, `inspect`, `cleanup`, `simulate-fault`, `kubelet-client`,
+`demo` and `manifests`."""
 
 import argparse
 import asyncio
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from dra_driver import __version__
+from dra_driver import DEFAULT_DRIVER_NAME, __version__
 from dra_driver.settings import (
     SettingsError,
     add_cleanup_options,
@@ -158,6 +158,23 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _manifests(args: argparse.Namespace) -> int:
+    """Bad options raise ManifestError (a SettingsError), which main() prints and exits 2 on."""
+    from dra_driver.manifests import (  # noqa: PLC0415
+        DEFAULT_NODE_SELECTOR,
+        ManifestOptions,
+        parse_node_selector,
+        render_yaml,
+    )
+
+    selector = (
+        DEFAULT_NODE_SELECTOR if args.node_selector is None else parse_node_selector(args.node_selector)
+    )
+    options = ManifestOptions(args.driver_name, args.image, args.namespace, args.hardware, dict(selector))
+    sys.stdout.write(render_yaml(options))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from dra_driver.demo import DEFAULT_HARDWARE, sample_claim_path  # noqa: PLC0415
 
@@ -242,6 +259,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-container", action="store_true", help="do not run a container even if podman works"
     )
     demo.set_defaults(run=_demo)
+
+    manifests = commands.add_parser(
+        "manifests", help="print the objects that install the driver in a cluster, as a YAML stream"
+    )
+    manifests.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="default: %(default)s")
+    manifests.add_argument(
+        "--image", default=f"ghcr.io/dra-driver/dra-driver:{__version__}", help="default: %(default)s"
+    )
+    manifests.add_argument("--namespace", default="dra-driver", help="default: %(default)s")
+    manifests.add_argument(
+        "--hardware", default="nvml", help="'nvml', or 'simulated:<profile>'; default: %(default)s"
+    )
+    manifests.add_argument(
+        "--node-selector",
+        action="append",
+        metavar="KEY=VALUE",
+        help="nodes to run the agent on; repeat for several; default: nvidia.com/gpu.present=true",
+    )
+    manifests.set_defaults(run=_manifests)
     return parser
 
 
