@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from dra_driver.claims.allocation import ClaimRejected
-from dra_driver.devices.model import DeviceType
+from dra_driver.devices.model import QUANTITY_FACTORS, DeviceType
 
 API_VERSION = "resource.dra-driver.dev/v1alpha1"
 
@@ -219,11 +219,6 @@ def _boolean(value: object, path: str) -> bool:
 # Kubernetes quantity suffixes that name whole numbers of bytes. Fractions, exponents and the
 # milli suffix are refused: a pinned-memory limit is a whole number of bytes.
 _QUANTITY = re.compile(r"(?P<digits>[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
-_FACTORS: Mapping[str, int] = {
-    "": 1,
-    **{suffix: 1024**power for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)},
-    **{suffix: 1000**power for power, suffix in enumerate(("k", "M", "G", "T", "P", "E"), start=1)},
-}
 # Kubernetes quantities are int64 underneath; a limit beyond that is a typo, not a real GPU.
 _MAX_BYTES = 2**63 - 1
 _QUANTITY_FORM = (
@@ -231,7 +226,7 @@ _QUANTITY_FORM = (
 )
 
 
-def _memory_bytes(value: object, path: str) -> int:
+def memory_bytes(value: object, path: str) -> int:
     """A memory-limit quantity ("10Gi", "512M", "1073741824") as a positive number of bytes."""
     if not isinstance(value, str):
         raise OpaqueConfigError(
@@ -256,7 +251,7 @@ def _memory_bytes(value: object, path: str) -> int:
     # Python's limit on converting long digit strings.
     if len(digits) > len(str(_MAX_BYTES)):
         raise too_large
-    total = int(digits) * _FACTORS[match["suffix"] or ""]
+    total = int(digits) * QUANTITY_FACTORS[match["suffix"] or ""]
     if total > _MAX_BYTES:
         raise too_large
     return total
@@ -315,7 +310,7 @@ def _mps(raw: object, path: str) -> MpsSettings:
                 f"{per_device_path}: key {shown_key} is neither a device index (0, 1, ...) "
                 "nor a GPU or MIG UUID (GPU-<uuid>, MIG-<uuid>, lowercase)"
             )
-        limits[key] = _memory_bytes(quantity, f"{per_device_path}[{_shown(key)}]")
+        limits[key] = memory_bytes(quantity, f"{per_device_path}[{_shown(key)}]")
     return MpsSettings(
         default_active_thread_percentage=(
             None
@@ -325,7 +320,7 @@ def _mps(raw: object, path: str) -> MpsSettings:
         default_pinned_device_memory_limit=(
             None
             if "defaultPinnedDeviceMemoryLimit" not in settings
-            else _memory_bytes(limit, _join(path, "defaultPinnedDeviceMemoryLimit"))
+            else memory_bytes(limit, _join(path, "defaultPinnedDeviceMemoryLimit"))
         ),
         default_per_device_pinned_memory_limit=limits,
     )

@@ -42,7 +42,7 @@ from pathlib import PurePosixPath
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, Mount
 from dra_driver.claims.driver_root import READ_ONLY_BIND
-from dra_driver.claims.opaque_config import VgpuConfig, _memory_bytes, hami_core_environment
+from dra_driver.claims.opaque_config import VgpuConfig, hami_core_environment, memory_bytes
 from dra_driver.devices.model import Device, quantity
 from dra_driver.devices.node_config import MIB
 from dra_driver.devices.vgpu import ALL_CORES
@@ -148,7 +148,7 @@ class VgpuClaimEdits:
 
 
 def _memory(value: object, path: str, device: Device) -> int:
-    granted = _memory_bytes(value, path)
+    granted = memory_bytes(value, path)
     limit = device.capacity["memory"].value
     if granted < MIB:
         raise ClaimRejected(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from dra_driver.devices.model import QUANTITY_FACTORS
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
@@ -65,17 +66,6 @@ class GpuPlan:
 
 
 _QUANTITY = re.compile(r"(0|[1-9][0-9]*)(Ki|Mi|Gi|Ti|k|M|G|T)?")
-_FACTORS = {
-    None: 1,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-}
 
 
 def _bytes(value: object, where: str) -> int:
@@ -85,7 +75,7 @@ def _bytes(value: object, where: str) -> int:
         raise NodeConfigError(
             f"{where}: expected a whole number of bytes such as 10Gi, 512Mi or 1073741824, got {value!r}"
         )
-    return int(match[1]) * _FACTORS[match[2]]
+    return int(match[1]) * QUANTITY_FACTORS[match[2] or ""]
 
 
 def _mapping(raw: object, where: str, allowed: Sequence[str]) -> Mapping[str, Any]:
