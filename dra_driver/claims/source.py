@@ -10,6 +10,7 @@ import yaml
 from kubernetes.aio import client
 
 from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.k8s_status import status_reason_and_message
 
 # Kubelet gives a whole NodePrepareResources call 45 s; one GET must not eat all of it.
 CLAIM_GET_TIMEOUT_SECONDS = 10.0
@@ -19,18 +20,6 @@ class ClaimSource(Protocol):
     async def get(self, namespace: str, name: str) -> object:
         """The claim as a JSON object, or ClaimRejected saying why it cannot be had."""
         ...
-
-
-def _status_message(body: bytes) -> str:
-    """The `message` of a Kubernetes Status object, else the start of whatever came back."""
-    try:
-        decoded = json.loads(body)
-    except ValueError:
-        return body[:200].decode(errors="replace")
-    message = decoded.get("message") if isinstance(decoded, Mapping) else None
-    if isinstance(message, str):
-        return message
-    return body[:200].decode(errors="replace")
 
 
 class ApiServerClaimSource:
@@ -55,7 +44,9 @@ class ApiServerClaimSource:
         if response.status == 404:
             raise ClaimRejected(f"{where}: not found (deleted, or never created)")
         if response.status != 200:
-            raise ClaimRejected(f"{where}: API server answered {response.status}: {_status_message(body)}")
+            raise ClaimRejected(
+                f"{where}: API server answered {response.status}: {status_reason_and_message(body)[1]}"
+            )
         try:
             return json.loads(body)
         except ValueError as error:

@@ -8,7 +8,7 @@ happened anyway, which decides whether the controller must re-list before writin
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 from kubernetes.aio import client
 
+from dra_driver.k8s_status import status_reason_and_message
 from dra_driver.publish.diff import JsonObject
 
 # A write or a list that takes longer than this is treated as failed (and maybe applied).
@@ -54,16 +55,6 @@ class WatchEvent:
         return str(self.object.get("metadata", {}).get("resourceVersion", ""))
 
 
-def _status_text(body: bytes) -> tuple[str, str]:
-    try:
-        decoded = json.loads(body)
-    except ValueError:
-        return "", body[:200].decode(errors="replace")
-    if isinstance(decoded, Mapping):
-        return str(decoded.get("reason", "")), str(decoded.get("message", ""))
-    return "", body[:200].decode(errors="replace")
-
-
 class SliceApi:
     """ResourceSlices of one driver on one node, plus the few other objects the controller reads."""
 
@@ -83,7 +74,7 @@ class SliceApi:
         except (aiohttp.ClientError, TimeoutError) as error:
             raise ApiCallError(call, 0, "", str(error) or type(error).__name__) from error
         if response.status not in expected:
-            reason, message = _status_text(body)
+            reason, message = status_reason_and_message(body)
             raise ApiCallError(call, response.status, reason, message)
         try:
             decoded = json.loads(body)
@@ -147,7 +138,7 @@ class SliceApi:
             raise ApiCallError(call, 0, "", str(error) or type(error).__name__) from error
         try:
             if response.status != 200:
-                reason, message = _status_text(await response.read())
+                reason, message = status_reason_and_message(await response.read())
                 raise ApiCallError(call, response.status, reason, message)
             while True:
                 try:
