@@ -19,6 +19,7 @@ from dra_driver.settings import (
     cleanup_settings,
     inventory_settings,
     node_settings,
+    parse_hardware,
 )
 
 if TYPE_CHECKING:
@@ -170,9 +171,36 @@ def _manifests(args: argparse.Namespace) -> int:
     selector = (
         DEFAULT_NODE_SELECTOR if args.node_selector is None else parse_node_selector(args.node_selector)
     )
-    options = ManifestOptions(args.driver_name, args.image, args.namespace, args.hardware, dict(selector))
+    hardware = parse_hardware(args.hardware)
+    # A simulated node described by a local file travels in the ConfigMap; a profile name does not.
+    simulated_node = (
+        _manifest_file("--hardware", hardware.source)
+        if hardware.kind == "simulated"
+        and ("/" in hardware.source or hardware.source.endswith((".yaml", ".yml")))
+        else None
+    )
+    options = ManifestOptions(
+        driver_name=args.driver_name,
+        image=args.image,
+        namespace=args.namespace,
+        hardware=args.hardware,
+        node_selector=dict(selector),
+        max_surge=args.max_surge,
+        node_config=_manifest_file("--node-config", args.node_config) if args.node_config else None,
+        simulated_node=simulated_node,
+        hami_core_library=args.hami_core_library,
+    )
     sys.stdout.write(render_yaml(options))
     return 0
+
+
+def _manifest_file(flag: str, path: str) -> str:
+    from dra_driver.manifests import ManifestError  # noqa: PLC0415
+
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise ManifestError(f"{flag}: cannot read {path}: {error}") from error
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,13 +297,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     manifests.add_argument("--namespace", default="dra-driver", help="default: %(default)s")
     manifests.add_argument(
-        "--hardware", default="nvml", help="'nvml', or 'simulated:<profile>'; default: %(default)s"
+        "--hardware",
+        default="nvml",
+        help="'nvml', or 'simulated:<profile or local YAML file>'; default: %(default)s",
     )
     manifests.add_argument(
         "--node-selector",
         action="append",
         metavar="KEY=VALUE",
         help="nodes to run the agent on; repeat for several; default: nvidia.com/gpu.present=true",
+    )
+    manifests.add_argument(
+        "--node-config",
+        metavar="FILE",
+        help="how GPUs are offered (whole, MIG, vGPU); put in a ConfigMap the agents read",
+    )
+    manifests.add_argument(
+        "--max-surge",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="1: new agent pods overlap the old (kubelet >= 1.33); 0: one after the other; default: 1",
+    )
+    manifests.add_argument(
+        "--hami-core-library",
+        metavar="PATH",
+        help="HAMi-core's libvgpu.so on the GPU nodes, to enforce vGPU limits (default: advisory only)",
     )
     manifests.set_defaults(run=_manifests)
     return parser

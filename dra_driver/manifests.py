@@ -12,9 +12,11 @@ Choices a reader of the YAML cannot see the reasons for:
   ValidatingAdmissionPolicy does: the agent's service account may write only ResourceSlices whose
   `spec.nodeName` is the node its pod-bound token names. A compromised agent on one node then
   cannot hide or forge another node's devices.
-- The DaemonSet rolls out with `maxUnavailable: 1, maxSurge: 0`: two agents on one node would
-  fight over the kubelet's registration socket and the node's slices, so the old pod must be gone
-  before the new one starts, and one node at a time keeps most of the cluster's GPUs allocatable.
+- The DaemonSet rolls out with `maxSurge: 1, maxUnavailable: 0`: the new agent pod starts next
+  to the old one, so the node never stops preparing claims. Each pod names its sockets by its UID
+  (POD_UID from the downward API) and kubelet (>= 1.33) calls the newest; the two share the state
+  directory under file locks, and one of them publishes. `--max-surge 0` replaces the pods one
+  after the other instead, for kubelets older than 1.33, which keep one registration per driver.
 - The container is privileged because it opens /dev/nvidia* and creates MIG instances.
 - The NVIDIA driver's files are expected under /run/nvidia/driver (the GPU operator's driver
   container), mounted read-only at /driver-root; the MPS directory is under /run, a tmpfs on the
@@ -47,6 +49,11 @@ HOST_DRIVER_ROOT = "/run/nvidia/driver"
 CONTAINER_DRIVER_ROOT = "/driver-root"
 HOST_RUN_DIR = "/run/dra-driver"
 MPS_DIR = f"{HOST_RUN_DIR}/mps"
+HAMI_CORE_DIR = "/var/lib/dra-driver/vgpu"
+# Where the node's files from the ConfigMap appear in the agent's container.
+NODE_FILES_DIR = "/etc/dra-driver"
+NODE_CONFIG_KEY = "node-config.yaml"
+SIMULATED_NODE_KEY = "simulated-node.yaml"
 
 _LABELS = {"app.kubernetes.io/name": APP_NAME}
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -65,6 +72,14 @@ class ManifestOptions:
     # "nvml", or "simulated:<profile>" for a test cluster without GPUs.
     hardware: str = DEFAULT_HARDWARE
     node_selector: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_SELECTOR))
+    # 1: the new agent pod overlaps the old one (kubelet >= 1.33); 0: old goes, then new starts.
+    max_surge: int = 1
+    # A node config (how GPUs are offered: whole, MIG, vGPU), as YAML text for a ConfigMap.
+    node_config: str | None = None
+    # A simulated node description (YAML text) for `--hardware simulated:<file>`.
+    simulated_node: str | None = None
+    # HAMi-core's libvgpu.so on the hosts, which enforces vGPU limits; None: advisory limits.
+    hami_core_library: str | None = None
 
 
 def _label_part_problem(value: str) -> str | None:
@@ -112,7 +127,15 @@ def _check(options: ManifestOptions) -> None:
         raise ManifestError(f"--namespace: {problem}")
     if not options.image or any(character.isspace() for character in options.image):
         raise ManifestError(f"--image: {shown(options.image)} is not an image reference")
-    parse_hardware(options.hardware)  # its error already names --hardware
+    hardware = parse_hardware(options.hardware)  # its error already names --hardware
+    if options.simulated_node is not None and hardware.kind != "simulated":
+        raise ManifestError("--hardware: a simulated node file needs simulated hardware")
+    if options.max_surge not in (0, 1):
+        raise ManifestError(f"--max-surge: {options.max_surge} is not 0 or 1")
+    if options.hami_core_library is not None and not options.hami_core_library.startswith("/"):
+        raise ManifestError(
+            f"--hami-core-library: {shown(options.hami_core_library)} must be an absolute path"
+        )
     for key, value in options.node_selector.items():
         if problem := label_problem(key, value):
             raise ManifestError(f"--node-selector: {shown(f'{key}={value}')}: {problem}")
@@ -270,6 +293,55 @@ def _host_path(name: str, path: str, path_type: str) -> dict[str, Any]:
     return {"name": name, "hostPath": {"path": path, "type": path_type}}
 
 
+def _config_map_name(options: ManifestOptions) -> str:
+    return f"{APP_NAME}-node"
+
+
+def _node_files(options: ManifestOptions) -> dict[str, str]:
+    files = {NODE_CONFIG_KEY: options.node_config, SIMULATED_NODE_KEY: options.simulated_node}
+    return {key: text for key, text in files.items() if text is not None}
+
+
+def _config_map(options: ManifestOptions) -> dict[str, Any]:
+    """The node's files, which the same DaemonSet gives to every node it runs on."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(_config_map_name(options), options.namespace),
+        "data": _node_files(options),
+    }
+
+
+def _optional_parts(
+    options: ManifestOptions,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Environment, mounts and volumes of what is switched on: node files and HAMi-core."""
+    env: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    if _node_files(options):
+        mounts.append({"name": "node-files", "mountPath": NODE_FILES_DIR, "readOnly": True})
+        volumes.append({"name": "node-files", "configMap": {"name": _config_map_name(options)}})
+    if options.node_config is not None:
+        env.append({"name": "DRA_DRIVER_NODE_CONFIG", "value": f"{NODE_FILES_DIR}/{NODE_CONFIG_KEY}"})
+    if options.hami_core_library is not None:
+        # Both at their host paths: the CDI mounts that put them into workloads name host paths.
+        library = options.hami_core_library
+        env.append({"name": "DRA_DRIVER_HAMI_CORE_LIBRARY", "value": library})
+        env.append({"name": "DRA_DRIVER_HAMI_CORE_DIR", "value": HAMI_CORE_DIR})
+        mounts.append({"name": "hami-core-library", "mountPath": library, "readOnly": True})
+        mounts.append({"name": "hami-core-dir", "mountPath": HAMI_CORE_DIR})
+        volumes.append(_host_path("hami-core-library", library, "File"))
+        volumes.append(_host_path("hami-core-dir", HAMI_CORE_DIR, "DirectoryOrCreate"))
+    return env, mounts, volumes
+
+
+def _hardware_value(options: ManifestOptions) -> str:
+    if options.simulated_node is not None:
+        return f"simulated:{NODE_FILES_DIR}/{SIMULATED_NODE_KEY}"
+    return options.hardware
+
+
 def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
     mounts: list[dict[str, Any]] = [
         {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"},
@@ -296,12 +368,17 @@ def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "DRA_DRIVER_NAME", "value": options.driver_name},
-        {"name": "DRA_DRIVER_HARDWARE", "value": options.hardware},
+        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": "DRA_DRIVER_HARDWARE", "value": _hardware_value(options)},
         {"name": "DRA_DRIVER_ROOT", "value": CONTAINER_DRIVER_ROOT},
         {"name": "DRA_DRIVER_MPS_DIR", "value": MPS_DIR},
         {"name": "DRA_DRIVER_METRICS_ADDRESS", "value": f":{METRICS_PORT}"},
         {"name": "DRA_DRIVER_LOG_FORMAT", "value": "json"},
     ]
+    optional_env, optional_mounts, optional_volumes = _optional_parts(options)
+    env += optional_env
+    mounts += optional_mounts
+    volumes += optional_volumes
     container = {
         "name": "node-agent",
         "image": options.image,
@@ -326,7 +403,7 @@ def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
             "selector": {"matchLabels": dict(_LABELS)},
             "updateStrategy": {
                 "type": "RollingUpdate",
-                "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+                "rollingUpdate": {"maxUnavailable": 1 - options.max_surge, "maxSurge": options.max_surge},
             },
             "template": {
                 "metadata": {"labels": dict(_LABELS)},
@@ -348,6 +425,7 @@ def render(options: ManifestOptions) -> list[dict[str, Any]]:
     _check(options)
     return [
         _namespace(options),
+        *([_config_map(options)] if _node_files(options) else []),
         _service_account(options),
         _cluster_role(options),
         _cluster_role_binding(options),

@@ -51,6 +51,7 @@ from dra_driver.publish.diff import Write
 from dra_driver.publish.dry_run import print_writes
 from dra_driver.publish.slice_api import SliceApi
 from dra_driver.settings import HardwareSpec, InventorySettings, NodeSettings
+from dra_driver.shared_locks import exclusive, try_exclusive
 
 log = structlog.get_logger("dra_driver.node")
 
@@ -68,6 +69,10 @@ class StartupError(RuntimeError):
 # Where the simulated backend keeps its MIG instances, so they outlive a restart of the agent
 # as they would on a real GPU.
 SIMULATED_HARDWARE_STATE = "simulated-hardware.json"
+# Held by the one agent process on the node that publishes the ResourceSlices.
+PUBLISHER_LOCK = "publisher.lock"
+# How soon a waiting agent notices that the publishing one has stopped.
+PUBLISHER_POLL_SECONDS = 0.2
 
 
 def open_hardware(spec: HardwareSpec, node_name: str, state_dir: Path | None = None) -> HardwareBackend:
@@ -171,6 +176,8 @@ class NodeAgent:
     readiness: Readiness
     publisher: ResourceSliceController | None = None
     health: HealthMonitor | None = None
+    # What the slices should say now (health taints included), kept while a peer publishes.
+    _wanted_slices: Inventory | None = None
     _publishing: "asyncio.Task[None] | None" = None
     _health_tasks: tuple["asyncio.Task[None]", ...] = ()
 
@@ -239,6 +246,7 @@ class NodeAgent:
             )
             await server.start()
         except (OSError, SocketPathError) as error:
+            engine.close()
             await hardware.close()
             raise StartupError(str(error)) from error
         log.info(
@@ -294,15 +302,14 @@ class NodeAgent:
             from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
 
             source = NvmlEvents()
-        publisher = self.publisher
         self.health = HealthMonitor(
             source,
             driver_name=self.settings.driver_name,
             pool=self.settings.node_name,
             untainted=lambda: self.inventory,
-            publish=publisher.set_inventory if publisher is not None else lambda _inventory: None,
+            publish=self._publish,
             on_health=self._health_changed,
-            layout=lambda: (publisher.status.layout if publisher else None) or "1.35",
+            layout=lambda: (self.publisher.status.layout if self.publisher else None) or "1.35",
             policy=self.settings.xid_policy,
             recovery_seconds=self.settings.health_recovery_seconds,
         )
@@ -315,22 +322,46 @@ class NodeAgent:
             await asyncio.to_thread(apply_pending_faults, self.settings.state_dir, hardware, gpus)
             await asyncio.sleep(HEALTH_POLL_SECONDS)
 
+    def _publish(self, inventory: Inventory) -> None:
+        self._wanted_slices = inventory
+        if self.publisher is not None:
+            self.publisher.set_inventory(inventory)
+
     def start_publishing(self, slice_api: SliceApi) -> None:
-        dry_run: Callable[[tuple[Write, ...]], None] | None = print_writes if self.settings.dry_run else None
-        self.publisher = ResourceSliceController(
-            slice_api,
-            self.settings.driver_name,
-            self.settings.node_name,
-            self.inventory,
-            sync_delay=self.settings.sync_delay,
-            fall_back=self._fall_back,
-            metrics=self.metrics.publish,
-            dry_run=dry_run,
-        )
-        self._publishing = asyncio.create_task(self.publisher.run(), name="resourceslice-controller")
-        self._health_tasks += (
-            asyncio.create_task(self._follow_publishing(self.publisher), name="published"),
-        )
+        self._publishing = asyncio.create_task(self._publish_once_first(slice_api), name="resourceslices")
+
+    async def _publish_once_first(self, slice_api: SliceApi) -> None:
+        """One agent per node publishes: while the old and the new pod of a rolling update
+        overlap, two controllers would each repair the other's slices. The one holding the
+        node's publisher lock publishes; the other counts as published (its peer's slices
+        describe the same GPUs) and takes over, adopting the slices as they are, once the peer
+        has stopped."""
+        fd = os.open(self.settings.state_dir / PUBLISHER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if not try_exclusive(fd):
+                log.info("another agent on this node publishes the ResourceSlices; taking over when it stops")
+                self.readiness.published(True)
+                await exclusive(fd, longest_poll=PUBLISHER_POLL_SECONDS)
+                log.info("taking over publishing the ResourceSlices")
+            dry_run: Callable[[tuple[Write, ...]], None] | None = (
+                print_writes if self.settings.dry_run else None
+            )
+            self.publisher = ResourceSliceController(
+                slice_api,
+                self.settings.driver_name,
+                self.settings.node_name,
+                self._wanted_slices or self.inventory,
+                sync_delay=self.settings.sync_delay,
+                fall_back=self._fall_back,
+                metrics=self.metrics.publish,
+                dry_run=dry_run,
+            )
+            self._health_tasks += (
+                asyncio.create_task(self._follow_publishing(self.publisher), name="published"),
+            )
+            await self.publisher.run()
+        finally:
+            os.close(fd)
 
     def _fall_back(self, unsupported: frozenset[ApiFeature]) -> Inventory | None:
         """Re-plans every GPU in modes the API server can store, for publishing and preparing alike."""
@@ -358,6 +389,7 @@ class NodeAgent:
         if self._publishing is not None:
             await asyncio.gather(self._publishing, return_exceptions=True)
         await self.server.stop()
+        self.engine.close()
         await self.hardware.close()
 
 

@@ -12,9 +12,9 @@ from typing import Literal
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy
-from dra_driver.k8s_names import dns_subdomain_problem, driver_name_problem
+from dra_driver.k8s_names import dns_subdomain_problem, driver_name_problem, uid_problem
 from dra_driver.observability import ListenAddress, MetricsAddressError, parse_metrics_address
-from dra_driver.plugin.sockets import socket_path_problem
+from dra_driver.plugin.sockets import dra_socket_name, registration_socket_path, socket_path_problem
 from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
 HardwareKind = Literal["nvml", "simulated"]
@@ -84,6 +84,9 @@ class NodeSettings:
     health_recovery_seconds: float = 300.0
     # Where /metrics, /healthz and /readyz are served; None: not served.
     metrics_address: ListenAddress | None = None
+    # The agent pod's UID, which names its sockets so that the old and the new pod of a rolling
+    # update can serve side by side; None: the fixed names (one agent per node at a time).
+    pod_uid: str | None = None
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -91,7 +94,7 @@ class NodeSettings:
 
     @property
     def registration_socket(self) -> Path:
-        return self.registrar_dir / f"{self.driver_name}-reg.sock"
+        return registration_socket_path(self.registrar_dir, self.driver_name, self.pod_uid)
 
     @property
     def plugin_dir(self) -> Path:
@@ -99,7 +102,7 @@ class NodeSettings:
 
     @property
     def dra_socket(self) -> Path:
-        return self.plugin_dir / "dra.sock"
+        return self.plugin_dir / dra_socket_name(self.pod_uid)
 
 
 # (flag, environment variable, default, help)
@@ -180,6 +183,12 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "DRA_DRIVER_METRICS_ADDRESS",
         DEFAULT_METRICS_ADDRESS,
         "host:port for /metrics, /healthz and /readyz; empty: not served",
+    ),
+    (
+        "--pod-uid",
+        "POD_UID",
+        None,
+        "UID of the agent's pod (downward API); names the sockets so rolling updates can overlap",
     ),
     (
         "--sync-delay",
@@ -312,6 +321,14 @@ def _hami_core_library(value: str | None) -> Path | None:
     return path
 
 
+def _pod_uid(value: str | None) -> str | None:
+    if not value:
+        return None
+    if problem := uid_problem(value):
+        raise SettingsError(f"--pod-uid (POD_UID): {problem}")
+    return value
+
+
 def _verbosity(from_flags: int | None) -> int:
     if from_flags is not None:
         return from_flags
@@ -384,6 +401,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         ),
         dry_run=args.dry_run,
         metrics_address=_metrics_address(args.metrics_address),
+        pod_uid=_pod_uid(args.pod_uid),
     )
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),

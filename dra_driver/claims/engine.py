@@ -9,10 +9,15 @@ A claim with side effects (a MIG instance to create) is prepared in two phases: 
 record naming the side effects is durable before the first of them, and the "prepared" record
 before kubelet is answered. A crash in between leaves the "preparing" record, and the next start
 undoes what it names.
+
+Another agent process may share the state directory (the old and the new pod of a rolling
+update), so the records on disk are the truth, not this process's memory: a claim is worked on
+under its own lock across processes and its record is read from disk there, and device ownership
+is checked and taken in a short node-wide turn that first catches up with any peer's changes.
 """
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,7 +31,6 @@ from dra_driver.claims.cdi import CdiSpec, CdiSpecDirectory, ContainerEdits, Inv
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
-from dra_driver.claims.keyed_locks import KeyedLocks
 from dra_driver.claims.mps import MpsControlDaemons
 from dra_driver.claims.opaque_config import VgpuConfig, config_entries
 from dra_driver.claims.records import (
@@ -40,15 +44,16 @@ from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits, vgpu_share
 from dra_driver.claims.vgpu_host import (
+    claim_directory_uids,
     create_host_entries,
     remove_claim_directory,
-    remove_unowned_claim_directories,
 )
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
 from dra_driver.hardware.time_slicing import TimeSlicer
 from dra_driver.metrics import ClaimMetrics
+from dra_driver.shared_locks import ClaimLocks, SharedStateLock
 
 log = structlog.get_logger("dra_driver.claims")
 
@@ -124,9 +129,15 @@ class ClaimEngine:
         self._source = claim_source
         self._records = records
         self._cdi_specs = cdi_specs
-        self._prepared: dict[str, ClaimRecord] = {}
+        # The records on disk as of this process's last turn: claims prepared or being prepared,
+        # by this process or a peer.
+        self._records_seen: dict[str, ClaimRecord] = {}
         self._owner_of_device: dict[str, ClaimRef] = {}
-        self._claim_locks = KeyedLocks()
+        self._claim_locks = ClaimLocks(records.state_dir / "claim-locks")
+        self._state_lock = SharedStateLock(records.state_dir / "state.lock")
+
+    def close(self) -> None:
+        self._state_lock.close()
 
     def use_inventory(self, inventory: Inventory) -> None:
         """Devices published from now on (after a fallback to modes the API server supports);
@@ -142,38 +153,72 @@ class ClaimEngine:
         specs no record owns are removed."""
         records, quarantined = await asyncio.to_thread(self._records.load_all)
         if boot_id is not None and await asyncio.to_thread(self._records.boot_changed, boot_id):
+            # No peer can be working on these: one started since the reboot would have recorded
+            # the new boot ID already.
             log.warning(
                 "the node rebooted since the last run; prepared claims are forgotten", claims=len(records)
             )
             for uid in records:
                 await self._records.erase(uid)
-            records = {}
-        for uid, record in list(records.items()):
+        for uid, record in records.items():
             if record.state == "preparing":
-                claim = record.claim
-                with _claim_context((claim.namespace, claim.name, claim.uid)):
-                    log.warning("rolling back a prepare or unprepare cut short")
-                    await self._undo(record)
-                del records[uid]
-        for record in records.values():
-            self._take_devices(record)
-        self._prepared.update(records)
-        await asyncio.to_thread(self._remove_unowned_specs, set(records))
+                await self._roll_back_unfinished(uid)
+        async with self._state_lock.hold():
+            self._refresh_view()
+        await self._remove_unowned(self._cdi_specs.claim_uids(), self._remove_unowned_spec)
         if self._hami_core is not None:
-            await asyncio.to_thread(remove_unowned_claim_directories, self._hami_core, set(records))
-        await self._check_mps_daemons(records)
+            hami_core_uids = claim_directory_uids(self._hami_core)
+            await self._remove_unowned(hami_core_uids, self._remove_hami_core_directory)
+        await self._check_mps_daemons()
         return quarantined
 
-    async def _check_mps_daemons(self, records: dict[str, ClaimRecord]) -> None:
+    async def _roll_back_unfinished(self, claim_uid: str) -> None:
+        """Undoes a prepare or unprepare cut short by a crash. A live peer's call still under way
+        holds the claim's lock, so this waits for it and then finds the record finished."""
+        async with self._claim_locks.hold(claim_uid):
+            record = self._records.read(claim_uid)
+            if record is None or record.state != "preparing":
+                return
+            claim = record.claim
+            with _claim_context((claim.namespace, claim.name, claim.uid)):
+                log.warning("rolling back a prepare or unprepare cut short")
+                await self._undo(record)
+            await self._release(claim)
+
+    async def _remove_unowned(
+        self,
+        claim_uids: set[str],
+        remove: Callable[[str], Awaitable[None]],
+        owns: Callable[[ClaimRecord], bool] = lambda _record: True,
+    ) -> None:
+        """Runtime state (specs, directories, daemons) of claims whose record does not own it.
+        Each is checked again under the claim's lock: a peer may be preparing the claim now."""
+        for uid in claim_uids:
+            seen = self._records_seen.get(uid)
+            if seen is not None and owns(seen):
+                continue
+            async with self._claim_locks.hold(uid):
+                record = self._records.read(uid)
+                if record is None or not owns(record):
+                    await remove(uid)
+
+    async def _remove_unowned_spec(self, claim_uid: str) -> None:
+        log.info("removing CDI spec no prepared claim owns", path=str(self._cdi_specs.path_for(claim_uid)))
+        await asyncio.to_thread(self._cdi_specs.remove, claim_uid)
+
+    async def _remove_hami_core_directory(self, claim_uid: str) -> None:
+        assert self._hami_core is not None
+        await asyncio.to_thread(remove_claim_directory, self._hami_core, claim_uid)
+
+    async def _check_mps_daemons(self) -> None:
         """Daemons no prepared claim owns are stopped; a prepared claim whose daemon died (the
         agent's container was restarted with it) is reported: its pods must be restarted."""
         if self._sharing is None:
             return
-        for uid in self._sharing.mps.claim_uids() - {uid for uid, r in records.items() if r.mps}:
-            log.info("stopping an MPS daemon no prepared claim owns", claim_uid=uid)
-            await self._sharing.mps.stop(uid)
-        for record in records.values():
-            if record.mps and not await self._sharing.mps.is_running(record.claim.uid):
+        mps = self._sharing.mps
+        await self._remove_unowned(mps.claim_uids(), self._stop_unowned_daemon, lambda record: record.mps)
+        for record in self.prepared_claims.values():
+            if record.mps and not await mps.is_running(record.claim.uid):
                 log.error(
                     "the MPS daemon of a prepared claim is gone; restart the claim's pods",
                     claim_namespace=record.claim.namespace,
@@ -181,34 +226,46 @@ class ClaimEngine:
                     claim_uid=record.claim.uid,
                 )
 
-    def _remove_unowned_specs(self, owned_uids: set[str]) -> None:
-        for uid in self._cdi_specs.claim_uids() - owned_uids:
-            log.info("removing CDI spec no prepared claim owns", path=str(self._cdi_specs.path_for(uid)))
-            self._cdi_specs.remove(uid)
+    async def _stop_unowned_daemon(self, claim_uid: str) -> None:
+        assert self._sharing is not None
+        log.info("stopping an MPS daemon no prepared claim owns", claim_uid=claim_uid)
+        await self._sharing.mps.stop(claim_uid)
+
+    def _refresh_view(self) -> None:
+        """Catches up with the records on disk, which a peer process may have changed."""
+        self._records_seen = self._records.read_all()
+        self._owner_of_device = {}
+        for record in self._records_seen.values():
+            self._take_devices(record)
 
     def _take_devices(self, record: ClaimRecord) -> None:
-        for device in record.devices:
-            if device.exclusive_key is None:
-                continue
-            holder = self._owner_of_device.setdefault(device.exclusive_key, record.claim)
+        for key in record.exclusive_keys:
+            holder = self._owner_of_device.setdefault(key, record.claim)
             if holder != record.claim:
                 log.error(
                     "two prepared claims hold one device",
-                    pool=device.pool,
-                    device=device.device,
+                    device=key,
                     claim_namespace=record.claim.namespace,
                     claim_name=record.claim.name,
                     claim_uid=record.claim.uid,
                     other_claim=str(holder),
                 )
 
-    def _release_devices(self, claim: ClaimRef) -> None:
-        for name in [name for name, holder in self._owner_of_device.items() if holder == claim]:
-            del self._owner_of_device[name]
+    async def _release(self, claim: ClaimRef) -> None:
+        """Gives up the claim's devices, after its record is gone from disk."""
+        async with self._state_lock.hold() as turn:
+            if turn.stale:
+                self._refresh_view()
+            else:
+                self._records_seen.pop(claim.uid, None)
+                for key in [key for key, holder in self._owner_of_device.items() if holder == claim]:
+                    del self._owner_of_device[key]
+            turn.changed()
 
     @property
     def prepared_claims(self) -> dict[str, ClaimRecord]:
-        return dict(self._prepared)
+        """Claims prepared on this node, by this process or a peer, as of the last turn."""
+        return {uid: record for uid, record in self._records_seen.items() if record.state == "prepared"}
 
     def cdi_spec_path(self, claim_uid: str) -> Path:
         return self._cdi_specs.path_for(claim_uid)
@@ -234,7 +291,7 @@ class ClaimEngine:
                 claim = await self._source.get(ref.namespace, ref.name)
                 allocated = allocated_devices(claim, ref, self._driver_name)
                 entries = config_entries(claim)
-                record = self._prepared.get(ref.uid)
+                record = await self._finished_record(ref)
                 if record is None:
                     planned = plan_claim(
                         ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
@@ -245,24 +302,48 @@ class ClaimEngine:
             self._metrics.prepare_failed(error)
             return PrepareOutcome(error=_log_failure("prepare", raw, error))
 
-    def _reserve(self, ref: ClaimRef, keys: list[str]) -> None:
-        """Checks and takes ownership in one step: no await, so no other call can interleave."""
-        for key in keys:
-            holder = self._owner_of_device.get(key)
-            if holder is not None and holder != ref:
-                raise ClaimRejected(
-                    f"claim {ref}: device {key} is already prepared for claim {holder}; "
-                    "it is exclusive and can serve one claim at a time"
-                )
-        for key in keys:
-            self._owner_of_device[key] = ref
+    async def _finished_record(self, ref: ClaimRef) -> ClaimRecord | None:
+        """The claim's prepared record on disk, if any. A "preparing" one under the claim's lock
+        was left by a peer process that died part-way: it is rolled back first."""
+        record = self._records.read(ref.uid)
+        if record is None or record.state == "prepared":
+            return record
+        log.warning("rolling back a prepare or unprepare that another agent process left unfinished")
+        await self._undo(record)
+        await self._release(ref)
+        return None
+
+    async def _reserve(self, ref: ClaimRef, keys: tuple[str, ...]) -> None:
+        """Checks and takes ownership in one node-wide turn, with a "preparing" record that shows
+        every agent process on the node the devices taken."""
+        if not keys:
+            return
+        async with self._state_lock.hold() as turn:
+            if turn.stale:
+                self._refresh_view()
+            for key in keys:
+                holder = self._owner_of_device.get(key)
+                if holder is not None and holder != ref:
+                    raise ClaimRejected(
+                        f"claim {ref}: device {key} is already prepared for claim {holder}; "
+                        "it is exclusive and can serve one claim at a time"
+                    )
+            reservation = ClaimRecord(claim=ref, devices=(), state="preparing", reserved=keys)
+            self._records.reserve(reservation)
+            turn.changed()
+            self._records_seen[ref.uid] = reservation
+            for key in keys:
+                self._owner_of_device[key] = ref
 
     async def _prepare_new(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ClaimRecord:
         if not planned:
             return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
-        self._reserve(ref, [key for device in planned if (key := device.exclusive_key)])
+        keys = tuple(key for device in planned if (key := device.exclusive_key))
+        await self._reserve(ref, keys)
         to_create = tuple(device.create_mig for device in planned if device.create_mig)
-        preparing = ClaimRecord(claim=ref, devices=(), state="preparing", mig_instances=to_create)
+        preparing = ClaimRecord(
+            claim=ref, devices=(), state="preparing", mig_instances=to_create, reserved=keys
+        )
         try:
             if to_create:
                 await self._records.write(preparing)
@@ -289,10 +370,10 @@ class ClaimEngine:
             )
             await self._write_prepared(ref, spec, record)
         except BaseException:
-            self._release_devices(ref)
             await self._undo(preparing)
+            await self._release(ref)
             raise
-        self._prepared[ref.uid] = record
+        self._records_seen[ref.uid] = record
         log.info(
             "claim prepared",
             pool=self._pool_name,
@@ -488,7 +569,7 @@ class ClaimEngine:
         try:
             ref = claim_ref(*raw)
             async with self._claim_locks.hold(ref.uid):
-                record = self._prepared.get(ref.uid)
+                record = self._records.read(ref.uid)
                 if record is None:
                     # A crash between writing the spec and the record leaves a spec nobody owns.
                     await asyncio.to_thread(self._cdi_specs.remove, ref.uid)
@@ -499,8 +580,7 @@ class ClaimEngine:
                     await self._records.write(replace(record, state="preparing"))
                 await self._undo_side_effects(record)
                 await self._remove_prepared(ref.uid)
-                del self._prepared[ref.uid]
-                self._release_devices(record.claim)
+                await self._release(record.claim)
             log.info("claim unprepared")
             return ""
         except Exception as error:

@@ -7,7 +7,9 @@ the claim is ready. One file per claim keeps writes small and independent.
 
 import asyncio
 import json
+import time
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +23,8 @@ from dra_driver.group_commit import GroupCommitter
 RECORD_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 BOOT_ID_FILE = "boot_id"
+# A temporary record file this old was left by a crash, not by a write still under way.
+ABANDONED_WRITE_SECONDS = 60.0
 
 RecordState = Literal["preparing", "prepared"]
 _SUFFIX = ".json"
@@ -75,10 +79,17 @@ class ClaimRecord:
     time_sliced_gpus: tuple[str, ...] = ()
     # Whether the claim has an MPS control daemon (found by claim UID under the MPS directory).
     mps: bool = False
+    # While preparing: the exclusive devices the claim has taken, so that another agent process
+    # (a rolling update) sees them taken before the claim has any prepared device.
+    reserved: tuple[str, ...] = ()
 
     @property
     def has_side_effects(self) -> bool:
         return bool(self.mig_instances or self.time_sliced_gpus or self.mps)
+
+    @property
+    def exclusive_keys(self) -> tuple[str, ...]:
+        return self.reserved + tuple(d.exclusive_key for d in self.devices if d.exclusive_key)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,6 +98,7 @@ class ClaimRecord:
             "migInstances": [instance.to_json() for instance in self.mig_instances],
             "timeSlicedGPUs": list(self.time_sliced_gpus),
             "mps": self.mps,
+            "reservedDevices": list(self.reserved),
             "claim": {"namespace": self.claim.namespace, "name": self.claim.name, "uid": self.claim.uid},
             "devices": [
                 {
@@ -212,6 +224,7 @@ def record_from_json(data: object) -> ClaimRecord:
         mig_instances=_mig_instances(data),
         time_sliced_gpus=_strings(data.get("timeSlicedGPUs", []), "timeSlicedGPUs"),
         mps=mps,
+        reserved=_strings(data.get("reservedDevices", []), "reservedDevices"),
     )
 
 
@@ -231,6 +244,7 @@ class ClaimRecordStore:
     def __init__(self, state_dir: Path, committer: GroupCommitter | None = None) -> None:
         """`committer`: where concurrent writes are grouped, so one flush serves many claims;
         without one each write flushes on its own."""
+        self.state_dir = state_dir
         self.directory = state_dir / "claims"
         self._committer = committer
 
@@ -240,8 +254,7 @@ class ClaimRecordStore:
     def load_all(self) -> tuple[dict[str, ClaimRecord], list[QuarantinedRecord]]:
         """Every readable record by UID; unreadable ones are renamed to *.corrupt and reported."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        for leftover in self.directory.glob(".*.tmp"):  # a write cut short by a crash
-            leftover.unlink(missing_ok=True)
+        self._remove_abandoned_writes()
         records: dict[str, ClaimRecord] = {}
         quarantined = []
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
@@ -256,6 +269,41 @@ class ClaimRecordStore:
                 continue
             records[record.claim.uid] = record
         return records, quarantined
+
+    def _remove_abandoned_writes(self) -> None:
+        """Temporary files of writes cut short by a crash. Only old ones: a young one may be the
+        write of another agent process (a rolling update) that is about to rename it."""
+        cutoff = time.time() - ABANDONED_WRITE_SECONDS
+        for leftover in self.directory.glob(".*.tmp"):
+            with suppress(FileNotFoundError):
+                if leftover.stat().st_mtime < cutoff:
+                    leftover.unlink()
+
+    def read(self, claim_uid: str) -> ClaimRecord | None:
+        """The claim's record as on disk now, which another agent process may have written."""
+        try:
+            data = self._path(claim_uid).read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return record_from_json(json.loads(data))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise CorruptRecord(f"record of claim {claim_uid}: {error}") from error
+
+    def read_all(self) -> dict[str, ClaimRecord]:
+        """Every readable record, touching nothing: unreadable ones are set aside at start only."""
+        records = {}
+        for path in self.directory.glob(f"*{_SUFFIX}"):
+            with suppress(FileNotFoundError, ValueError, UnicodeDecodeError):
+                record = record_from_json(json.loads(path.read_bytes()))
+                if path.name == f"{record.claim.uid}{_SUFFIX}":
+                    records[record.claim.uid] = record
+        return records
+
+    def reserve(self, record: ClaimRecord) -> None:
+        """Writes a "preparing" record without waiting for the disk: it names no side effect yet,
+        so losing it in a power cut loses nothing, while other processes see it at once."""
+        durable_files.atomic_write(self._path(record.claim.uid), _encoded(record), durable=False, mode=0o600)
 
     def save(self, record: ClaimRecord) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)

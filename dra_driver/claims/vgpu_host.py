@@ -29,12 +29,9 @@ def remove_claim_directory(hami_core: HamiCore, claim_uid: str) -> None:
     shutil.rmtree(Path(hami_core.claim_dir(claim_uid)), ignore_errors=True)
 
 
-def remove_unowned_claim_directories(hami_core: HamiCore, owned_uids: set[str]) -> None:
-    """Claim directories no prepared claim owns; entries whose names are not claim UIDs are not
-    ours and stay."""
+def claim_directory_uids(hami_core: HamiCore) -> set[str]:
+    """The claims that have a directory; entries whose names are not claim UIDs are not ours."""
     claims = Path(hami_core.state_dir) / "claims"
     if not claims.is_dir():
-        return
-    for entry in claims.iterdir():
-        if entry.name not in owned_uids and uid_problem(entry.name) is None:
-            shutil.rmtree(entry, ignore_errors=True)
+        return set()
+    return {entry.name for entry in claims.iterdir() if uid_problem(entry.name) is None}

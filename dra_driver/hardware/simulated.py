@@ -7,8 +7,12 @@ under the rules NVML enforces (placements, overlap, per-profile and per-GPU limi
 budgets), so the device planning that runs here fails here where it would fail on a real GPU.
 """
 
+import fcntl
 import json
+import os
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -126,8 +130,29 @@ class SimulatedBackend:
     def description(self) -> str:
         return self._description
 
+    @contextmanager
+    def _shared_with_peers(self) -> Iterator[None]:
+        """A real GPU is one truth for every process on the node; two agent processes (a rolling
+        update) sharing the state file see each other's MIG instances the same way."""
+        if self._state_file is None:
+            yield
+            return
+        self._state_file.parent.mkdir(parents=True, exist_ok=True)
+        lock_file = self._state_file.with_name(self._state_file.name + ".lock")
+        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held for one small read and write
+            self._restore(self._state_file)
+            yield
+        finally:
+            os.close(fd)
+
     async def discover(self) -> tuple[Gpu, ...]:
         self._raise_injected_fault("discover")
+        with self._shared_with_peers():
+            return self._discovered()
+
+    def _discovered(self) -> tuple[Gpu, ...]:
         return tuple(
             replace(gpu, mig_instances=self._current_instances(gpu_uuid))
             for gpu_uuid, gpu in self._gpus.items()
@@ -136,6 +161,10 @@ class SimulatedBackend:
 
     async def create_mig_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> MigInstance:
         self._raise_injected_fault("create_mig_instance")
+        with self._shared_with_peers():
+            return self._create_mig_instance(gpu_uuid, profile_id, placement)
+
+    def _create_mig_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> MigInstance:
         gpu, geometry = self._mig_enabled_gpu(gpu_uuid, "create a GPU instance")
         profile = geometry.profile(profile_id)
         if profile is None:
@@ -162,6 +191,10 @@ class SimulatedBackend:
     async def destroy_mig_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None:
         """NOT_SUPPORTED where MIG mode is not enabled, as nvmlDeviceGetGpuInstanceById answers."""
         self._raise_injected_fault("destroy_mig_instance")
+        with self._shared_with_peers():
+            self._destroy_mig_instance(gpu_uuid, gpu_instance_id)
+
+    def _destroy_mig_instance(self, gpu_uuid: str, gpu_instance_id: int) -> None:
         gpu, _ = self._mig_enabled_gpu(gpu_uuid, "destroy a GPU instance")
         instances = self._instances[gpu_uuid]
         if gpu_instance_id not in instances:

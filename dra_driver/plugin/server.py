@@ -24,7 +24,12 @@ from dra_driver.plugin.dra import add_dra_services
 from dra_driver.plugin.grpc_health import GrpcHealthService, add_grpc_health_service
 from dra_driver.plugin.health_stream import HealthBroadcaster, add_resource_health_services
 from dra_driver.plugin.registration import RegistrationService
-from dra_driver.plugin.sockets import clear_stale_socket
+from dra_driver.plugin.sockets import (
+    DRA_SOCKETS_PATTERN,
+    clear_stale_socket,
+    registration_sockets_pattern,
+    remove_dead_sockets,
+)
 
 log = structlog.get_logger("dra_driver.plugin")
 
@@ -58,6 +63,7 @@ class KubeletPluginServer:
     ):
         """`health`: where device health is published for kubelet; None gives an empty device list
         until someone calls `self.health.update()`."""
+        self._driver_name = driver_name
         self.registration_socket = registration_socket
         self.dra_socket = dra_socket
         self.health = health if health is not None else HealthBroadcaster()
@@ -71,6 +77,12 @@ class KubeletPluginServer:
         registration_grpc.add_RegistrationServicer_to_server(self.registration, self._registration_server)
 
     async def start(self) -> None:
+        for directory, pattern in (
+            (self.dra_socket.parent, DRA_SOCKETS_PATTERN),
+            (self.registration_socket.parent, registration_sockets_pattern(self._driver_name)),
+        ):
+            for dead in remove_dead_sockets(directory, pattern):
+                log.info("removed a socket no agent serves on any more", path=str(dead))
         await _serve_on(self.dra_socket, self._dra_server)
         try:
             await _serve_on(self.registration_socket, self._registration_server)

@@ -1,5 +1,12 @@
-"""Unix socket files for kubelet plugins."""
+"""Unix socket files for kubelet plugins.
 
+With rolling updates two agent pods serve one driver on a node for a while, so each pod's sockets
+carry its pod UID: kubelet (>= 1.33) registers both endpoints and calls the newest connected one.
+"""
+
+import base64
+import hashlib
+import re
 import socket
 import stat
 from pathlib import Path
@@ -17,6 +24,66 @@ def socket_path_problem(path: Path) -> str | None:
     if length > MAX_SOCKET_PATH_BYTES:
         return f"socket path {path} is {length} bytes; unix sockets allow at most {MAX_SOCKET_PATH_BYTES}"
     return None
+
+
+def dra_socket_name(pod_uid: str | None) -> str:
+    return f"dra-{pod_uid}.sock" if pod_uid else "dra.sock"
+
+
+def _short_hash(data: bytes, length: int) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()[:length]).decode().rstrip("=")
+
+
+def registration_socket_path(registrar_dir: Path, driver_name: str, pod_uid: str | None) -> Path:
+    """`<driver>-reg.sock`, or with a pod UID `<driver>-<uid>-reg.sock`; when that would not fit
+    in a socket address, the UID (and then the driver name too) is replaced by a short hash, as
+    the upstream plugin helper does, so a long driver name never makes rolling updates fail."""
+    if not pod_uid:
+        return registrar_dir / f"{driver_name}-reg.sock"
+    both = driver_name.encode() + b"\0" + pod_uid.encode()
+    candidates = (
+        f"{driver_name}-{pod_uid}-reg.sock",
+        f"{driver_name}-{_short_hash(pod_uid.encode(), 8)}-reg.sock",
+        f"dra-{_short_hash(both, 16)}-reg.sock",
+    )
+    for name in candidates:
+        if socket_path_problem(registrar_dir / name) is None:
+            return registrar_dir / name
+    return registrar_dir / candidates[-1]  # too long whatever the name: the settings check says so
+
+
+_POD_UID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+# Our DRA sockets, in a directory that is the driver's alone.
+DRA_SOCKETS_PATTERN = rf"dra(-{_POD_UID_PATTERN})?\.sock"
+
+
+def registration_sockets_pattern(driver_name: str) -> str:
+    """Our registration sockets, with or without a pod UID (or its short hash). The last-resort
+    name carries no driver name, so nothing tells it apart from another driver's: never swept."""
+    return rf"{re.escape(driver_name)}(-{_POD_UID_PATTERN}|-[A-Za-z0-9_-]{{11}})?-reg\.sock"
+
+
+def remove_dead_sockets(directory: Path, name_pattern: str) -> list[Path]:
+    """Sockets left by agent pods that were killed without cleaning up (their names carry other
+    pod UIDs, so no start ever reuses them): kubelet would keep a registration for each. A socket
+    someone still serves on is a peer's, and stays."""
+    removed: list[Path] = []
+    pattern = re.compile(name_pattern)
+    try:
+        entries = list(directory.iterdir())
+    except FileNotFoundError:
+        return removed
+    for path in entries:
+        if not pattern.fullmatch(path.name):
+            continue
+        try:
+            is_socket = stat.S_ISSOCK(path.lstat().st_mode)
+        except FileNotFoundError:
+            continue
+        if is_socket and not _someone_listens(path):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def _someone_listens(path: Path) -> bool:

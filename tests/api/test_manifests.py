@@ -37,6 +37,15 @@ OTHER = ManifestOptions(
     hardware="simulated:dgx-h100",
     node_selector={"example.com/accelerator": "nvidia", "pool": ""},
 )
+NODE_CONFIG = "default:\n  mode: mig-dynamic\n"
+SIMULATED_NODE = "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\n"
+EVERYTHING = ManifestOptions(
+    hardware="simulated:node.yaml",
+    max_surge=0,
+    node_config=NODE_CONFIG,
+    simulated_node=SIMULATED_NODE,
+    hami_core_library="/usr/local/vgpu/libvgpu.so",
+)
 
 
 def objects_of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -61,7 +70,9 @@ def test_the_committed_manifests_are_the_default_rendering() -> None:
 
 
 @pytest.mark.parametrize("kubernetes", KUBERNETES_VERSIONS)
-@pytest.mark.parametrize("options", [ManifestOptions(), OTHER], ids=["default", "other"])
+@pytest.mark.parametrize(
+    "options", [ManifestOptions(), OTHER, EVERYTHING], ids=["default", "other", "everything"]
+)
 def test_every_object_is_valid(kubernetes: str, options: ManifestOptions) -> None:
     for item in render(options):
         kubernetes_validate.validate(item, kubernetes, strict=True)
@@ -272,6 +283,7 @@ def test_the_daemon_set_runs_the_agent_as_configured() -> None:
     assert container["image"] == OTHER.image
     assert pod["nodeSelector"] == OTHER.node_selector
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}, "sockets named per pod"
     assert env["DRA_DRIVER_NAME"] == "gpu.example.com"
     assert env["DRA_DRIVER_HARDWARE"] == "simulated:dgx-h100"
     assert env["DRA_DRIVER_ROOT"] == "/driver-root"
@@ -280,7 +292,10 @@ def test_the_daemon_set_runs_the_agent_as_configured() -> None:
     assert container["ports"] == [{"name": "metrics", "containerPort": 9477, "protocol": "TCP"}]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
-    assert daemon_set["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
+    # The new agent pod starts next to the old one: the node never stops preparing claims.
+    assert daemon_set["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    assert "DRA_DRIVER_NODE_CONFIG" not in env and "DRA_DRIVER_HAMI_CORE_LIBRARY" not in env
+    assert objects_of_kind(render(OTHER), "ConfigMap") == []
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert volumes["driver-root"]["path"] == "/run/nvidia/driver"
     assert mounts["driver-root"]["readOnly"] is True
@@ -288,6 +303,58 @@ def test_the_daemon_set_runs_the_agent_as_configured() -> None:
         (name,) = [name for name, volume in volumes.items() if volume["path"] == path]
         assert mounts[name]["mountPath"] == path, "kubelet and the runtime see these paths as the agent does"
     assert set(mounts) == set(volumes)
+
+
+def test_node_files_hami_core_and_one_after_the_other_updates_when_asked() -> None:
+    objects = render(EVERYTHING)
+    config_map = only(objects, "ConfigMap")
+    daemon_set = only(objects, "DaemonSet")
+    pod = daemon_set["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+
+    assert [item["kind"] for item in objects[:2]] == ["Namespace", "ConfigMap"]
+    assert config_map["data"] == {"node-config.yaml": NODE_CONFIG, "simulated-node.yaml": SIMULATED_NODE}
+    assert volumes["node-files"]["configMap"]["name"] == config_map["metadata"]["name"]
+    files_dir = mounts["node-files"]["mountPath"]
+    assert env["DRA_DRIVER_NODE_CONFIG"] == f"{files_dir}/node-config.yaml"
+    assert env["DRA_DRIVER_HARDWARE"] == f"simulated:{files_dir}/simulated-node.yaml"
+    assert env["DRA_DRIVER_HAMI_CORE_LIBRARY"] == "/usr/local/vgpu/libvgpu.so"
+    for name in ("hami-core-library", "hami-core-dir"):
+        assert mounts[name]["mountPath"] == volumes[name]["hostPath"]["path"], "host paths, as CDI names them"
+    assert volumes["hami-core-dir"]["hostPath"]["path"] == env["DRA_DRIVER_HAMI_CORE_DIR"]
+    assert mounts["hami-core-library"]["readOnly"] is True
+    assert daemon_set["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
+
+
+def test_the_command_reads_node_files_into_the_config_map(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "node.yaml").write_text(SIMULATED_NODE)
+    (tmp_path / "config.yaml").write_text(NODE_CONFIG)
+    argv = ["manifests", "--hardware", f"simulated:{tmp_path / 'node.yaml'}", "--max-surge", "0"]
+    argv += [
+        "--node-config",
+        str(tmp_path / "config.yaml"),
+        "--hami-core-library",
+        "/usr/local/vgpu/libvgpu.so",
+    ]
+    assert main(argv) == 0
+    printed = list(yaml.safe_load_all(capsys.readouterr().out))
+    daemon_set = only(printed, "DaemonSet")
+    assert printed[1] == only(render(EVERYTHING), "ConfigMap")
+    assert daemon_set == only(render(EVERYTHING), "DaemonSet")
+
+
+def test_an_unreadable_node_file_exits_2_naming_its_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["manifests", "--node-config", str(tmp_path / "missing.yaml")]) == 2
+    assert capsys.readouterr().err.startswith("dra-driver manifests: --node-config: cannot read")
+    assert main(["manifests", "--hardware", f"simulated:{tmp_path / 'missing.yaml'}"]) == 2
+    assert capsys.readouterr().err.startswith("dra-driver manifests: --hardware: cannot read")
 
 
 # --- Options and the command ------------------------------------------------------------------
@@ -329,6 +396,7 @@ def test_the_command_applies_its_options(capsys: pytest.CaptureFixture[str]) -> 
         ("--node-selector", "Not_A.Domain/key=x"),
         ("--hardware", "cuda"),
         ("--image", "has space:1"),
+        ("--hami-core-library", "libvgpu.so"),
     ],
 )
 def test_a_bad_option_exits_2_naming_its_flag(
@@ -347,4 +415,8 @@ def test_render_refuses_bad_options_itself() -> None:
         render(ManifestOptions(node_selector={"a=b": "c"}))
     with pytest.raises(ManifestError, match="--driver-name"):
         render(ManifestOptions(driver_name=""))
+    with pytest.raises(ManifestError, match="--max-surge"):
+        render(ManifestOptions(max_surge=2))
+    with pytest.raises(ManifestError, match="--hardware: a simulated node file needs simulated hardware"):
+        render(ManifestOptions(simulated_node=SIMULATED_NODE))
     assert parse_node_selector(["a=1", "example.com/b="]) == {"a": "1", "example.com/b": ""}

@@ -186,6 +186,11 @@ def _run_node(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
             {"DRA_DRIVER_VERBOSITY": "lots"},
             "DRA_DRIVER_VERBOSITY: 'lots' must be a non-negative integer",
         ),
+        (
+            ("--node-name", "a"),
+            {"POD_UID": "../../etc"},
+            "--pod-uid (POD_UID): '../../etc' is not a Kubernetes UID",
+        ),
     ],
 )
 def test_invalid_options_fail_at_start_with_one_clear_line(

@@ -1,11 +1,14 @@
 import dataclasses
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.records import (
+    ABANDONED_WRITE_SECONDS,
     ClaimRecord,
     ClaimRecordStore,
     CorruptRecord,
@@ -76,9 +79,50 @@ def test_leftovers_of_an_interrupted_write_are_cleaned(tmp_path: Path) -> None:
     store.directory.mkdir(parents=True)
     leftover = store.directory / f".{UID}.json.1a2b3c4d.tmp"
     leftover.write_text('{"version": 1, "cla')
+    abandoned = time.time() - ABANDONED_WRITE_SECONDS - 1
+    os.utime(leftover, (abandoned, abandoned))
 
     assert store.load_all() == ({}, [])
     assert not leftover.exists()
+
+
+def test_a_young_temporary_file_may_be_a_peer_writing_and_stays(tmp_path: Path) -> None:
+    store = ClaimRecordStore(tmp_path)
+    store.directory.mkdir(parents=True)
+    in_flight = store.directory / f".{UID}.json.1a2b3c4d.tmp"
+    in_flight.write_text('{"version": 1, "cla')
+
+    assert store.load_all() == ({}, [])
+    assert in_flight.exists()
+
+
+def test_read_sees_what_another_store_on_the_directory_wrote(tmp_path: Path) -> None:
+    mine, peer = ClaimRecordStore(tmp_path), ClaimRecordStore(tmp_path)
+    mine.load_all()
+    assert mine.read(UID) is None
+    peer.save(RECORD)
+    assert mine.read(UID) == RECORD
+    assert mine.read_all() == {UID: RECORD}
+    peer.delete(UID)
+    assert mine.read(UID) is None and mine.read_all() == {}
+
+
+def test_a_reservation_round_trips_with_its_devices(tmp_path: Path) -> None:
+    store = ClaimRecordStore(tmp_path)
+    store.load_all()
+    reservation = ClaimRecord(claim=RECORD.claim, devices=(), state="preparing", reserved=("gpu-0", "gpu-1"))
+    store.reserve(reservation)
+    assert store.read(UID) == reservation
+    assert reservation.exclusive_keys == ("gpu-0", "gpu-1")
+
+
+def test_read_of_an_unreadable_record_names_the_claim(tmp_path: Path) -> None:
+    store = ClaimRecordStore(tmp_path)
+    store.load_all()
+    (store.directory / f"{UID}.json").write_text("{not json")
+    with pytest.raises(CorruptRecord, match=UID):
+        store.read(UID)
+    assert store.read_all() == {}
 
 
 def test_a_save_replaces_the_whole_file(tmp_path: Path) -> None:

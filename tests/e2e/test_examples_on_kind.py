@@ -1,0 +1,127 @@
+"""The examples in deploy/examples on a kind cluster (hack/e2e.sh): the node agent on simulated
+GPUs, the real scheduler, kubelet and containerd with CDI. Each test runs an example's pod to
+completion and checks what the driver put into its containers.
+
+Not part of `make test` (pyproject's norecursedirs leaves tests/e2e out): it needs Docker, kind
+and a cluster. tests/api/test_examples.py checks the same examples without one.
+"""
+
+from typing import Any
+
+from dra_driver.claims.gpu_edits import device_env_prefix
+from tests.e2e import kube
+from tests.e2e.conftest import RunExample
+from tests.support.cel import parse_quantity
+from tests.support.examples import (
+    CEL_MIN_MEMORY,
+    CEL_PRODUCT_PREFIX,
+    MIG_PROFILE,
+    VGPU_MEMORY_LIMIT,
+    VGPU_SM_LIMIT,
+    D,
+    e2e_node_inventory,
+    mig_profiles,
+    whole_gpu_uuids,
+)
+
+
+def _attribute(device: dict[str, Any], name: str) -> Any:
+    (value,) = device["attributes"][name].values()
+    return value
+
+
+def _gpu_env(node: str, *devices: str) -> dict[str, str]:
+    """What a simulated node puts into a container for whole GPUs or vGPUs: the GPU's UUID in
+    DRA_DEVICE_<device>."""
+    inventory = e2e_node_inventory(node)
+    return {device_env_prefix(device): inventory.gpu_of_device[device].uuid for device in devices}
+
+
+def test_the_agent_publishes_the_devices_the_examples_were_checked_against(worker: str) -> None:
+    published = kube.published_devices(worker)
+    expected = {device.name: device for device in e2e_node_inventory(worker).devices}
+
+    assert set(published) == set(expected)
+    for name, device in published.items():
+        assert _attribute(device, "type") == expected[name].type, name
+
+
+def test_two_whole_gpu_pods_get_different_gpus(run_example: RunExample) -> None:
+    first = run_example("gpu-whole")
+    second = run_example("gpu-whole", pod_name="gpu-whole-second")
+
+    devices = []
+    for run in (first, second):
+        (result,) = run.results
+        assert whole_gpu_uuids(run.reports["main"].env) == _gpu_env(run.node, result["device"])
+        devices.append((run.node, result["device"]))
+    assert devices[0] != devices[1]
+
+
+def test_two_containers_sharing_a_time_sliced_claim_see_the_same_gpu(run_example: RunExample) -> None:
+    run = run_example("time-slicing-shared")
+
+    (result,) = run.results
+    expected = _gpu_env(run.node, result["device"])
+    assert whole_gpu_uuids(run.reports["first"].env) == expected
+    assert whole_gpu_uuids(run.reports["second"].env) == expected
+
+
+def test_the_mig_pod_gets_a_1g10gb_instance(run_example: RunExample) -> None:
+    run = run_example("mig-1g10gb")
+
+    (result,) = run.results
+    assert "-mig-1g10gb-" in result["device"]
+    assert mig_profiles(run.reports["main"].env) == {
+        f"{device_env_prefix(result['device'])}_PROFILE": MIG_PROFILE
+    }
+
+
+def test_the_vgpu_pod_sees_its_memory_and_sm_limits(run_example: RunExample) -> None:
+    run = run_example("vgpu-10gi-30pct")
+
+    (result,) = run.results
+    env = run.reports["main"].env
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == VGPU_MEMORY_LIMIT
+    assert env["CUDA_DEVICE_SM_LIMIT_0"] == VGPU_SM_LIMIT
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert whole_gpu_uuids(env) == _gpu_env(run.node, result["device"])
+    consumed = {name: parse_quantity(value) for name, value in result["consumedCapacity"].items()}
+    assert consumed == {"memory": parse_quantity("10Gi"), "cores": parse_quantity("30")}
+    assert result.get("shareID"), "a share of a device that allows multiple allocations has a shareID"
+
+
+def test_the_cel_pod_gets_an_h100_with_at_least_40gi(run_example: RunExample) -> None:
+    run = run_example("cel-selection")
+
+    (result,) = run.results
+    device = kube.published_devices(run.node)[result["device"]]
+    assert _attribute(device, "productName").startswith(CEL_PRODUCT_PREFIX)
+    assert parse_quantity(device["capacity"]["memory"]["value"]) >= parse_quantity(CEL_MIN_MEMORY)
+    env = run.reports["main"].env
+    assert whole_gpu_uuids(env) == {device_env_prefix(result["device"]): _attribute(device, "uuid")}
+    assert env[f"{device_env_prefix(result['device'])}_PRODUCT_NAME"] == _attribute(device, "productName")
+
+
+def test_the_fallback_pod_gets_one_of_its_two_alternatives(run_example: RunExample) -> None:
+    run = run_example("first-available-fallback")
+
+    (result,) = run.results
+    env = run.reports["main"].env
+    assert result["request"] in ("accelerator/mig", "accelerator/vgpu")
+    if result["request"] == "accelerator/mig":
+        assert mig_profiles(env) == {f"{device_env_prefix(result['device'])}_PROFILE": MIG_PROFILE}
+        assert "CUDA_DEVICE_MEMORY_LIMIT_0" not in env
+    else:
+        assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == VGPU_MEMORY_LIMIT
+        assert env["CUDA_DEVICE_SM_LIMIT_0"] == VGPU_SM_LIMIT
+        assert not mig_profiles(env)
+
+
+def test_the_admin_pod_sees_every_whole_gpu_of_its_node(run_example: RunExample) -> None:
+    run = run_example("admin-monitoring")
+
+    whole = sorted(device.name for device in e2e_node_inventory(run.node).devices if device.type == "gpu")
+    assert sorted(result["device"] for result in run.results) == whole
+    assert all(result.get("adminAccess") is True and result["driver"] == D for result in run.results)
+    assert whole_gpu_uuids(run.reports["main"].env) == _gpu_env(run.node, *whole)
