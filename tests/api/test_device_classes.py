@@ -19,9 +19,9 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.classes import device_classes, device_classes_yaml, main
 from dra_driver.k8s_names import dns_subdomain_problem
 from tests.support.cel import CelCompileError, CelEvaluationError, parse_quantity, selects
+from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-KUBERNETES_VERSIONS = ["1.34.0", "1.35.0", "1.36.0", "1.37.0"]
 OTHER_DRIVER_NAME = "gpu.example.com"
 D = DEFAULT_DRIVER_NAME
 

@@ -27,9 +27,9 @@ from dra_driver.manifests import (
     render_yaml,
     service_account_username,
 )
+from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-KUBERNETES_VERSIONS = ["1.34.0", "1.35.0", "1.36.0", "1.37.0"]
 OTHER = ManifestOptions(
     driver_name="gpu.example.com",
     image="registry.example.com/gpu/dra:1.2.3",

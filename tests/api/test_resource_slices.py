@@ -8,9 +8,9 @@ import pytest
 
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
+from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 from tests.support.nodes import all_profiles, mode_configs, simulated_node
 
-KUBERNETES_VERSIONS = ["1.34.0", "1.35.0", "1.36.0", "1.37.0"]
 LAYOUTS: list[SliceLayout] = ["1.34", "1.35"]
 
 

@@ -40,12 +40,12 @@ from dra_driver.claims.opaque_config import (
     hami_core_environment,
 )
 from dra_driver.devices.model import DeviceType
+from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 V1ALPHA1 = REPOSITORY / "api" / "resource.dra-driver.dev" / "v1alpha1"
 EXAMPLES = sorted(V1ALPHA1.glob("examples/*.yaml"))
 SCHEMA = Draft202012Validator(json.loads((V1ALPHA1 / "configs.schema.json").read_text()))
-KUBERNETES_VERSIONS = ["1.34.0", "1.35.0", "1.36.0", "1.37.0"]
 D = DEFAULT_DRIVER_NAME
 OTHER_DRIVER = "gpu.nvidia.com"
 GIB = 2**30
