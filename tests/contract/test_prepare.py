@@ -346,7 +346,8 @@ def test_a_call_kubelet_abandons_still_completes_consistently(
 
     assert asyncio.run(call_with_short_deadline()) == grpc.StatusCode.DEADLINE_EXCEEDED
     record = agent.dirs.state_dir / "claims" / f"{uid}.json"
-    wait_until(record.exists)
+    # The record exists from the reservation on; the spec is written before it says prepared.
+    wait_until(lambda: record.exists() and json.loads(record.read_text())["state"] == "prepared")
     assert (agent.dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json").exists()
     apiserver.faults.latency_seconds = 0
     assert (
