@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import structlog
-from kubernetes.aio import client, config
 
+# kube_api before anything imports `kubernetes`: it keeps the client's package __init__ files
+# (the whole synchronous client and more, about 11 MiB) from running.
+from dra_driver import kube_api
 from dra_driver.boot_id import current_boot_id
 from dra_driver.claims import cdi
 from dra_driver.claims.cdi import CdiSpecDirectory
@@ -33,8 +35,8 @@ from dra_driver.devices.inventory import Inventory, build_inventory, node_invent
 from dra_driver.devices.node_config import NodeConfigError, load_node_config
 from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
+from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.model import Gpu, HardwareError
-from dra_driver.hardware.nvml_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
 from dra_driver.health.model import NodeHealth
@@ -129,18 +131,18 @@ def sharing_controls(
     return SharingControls(NvidiaSmiTimeSlicer(discovery), NvidiaMps(discovery, settings.mps_dir))
 
 
-async def kubernetes_api_client(kubeconfig: Path | None) -> client.ApiClient:
-    configuration = client.Configuration()
+async def kubernetes_api_client(kubeconfig: Path | None) -> kube_api.ApiClient:
+    configuration = kube_api.Configuration()
     try:
         if kubeconfig is not None:
-            await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+            await kube_api.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         else:
-            config.load_incluster_config(client_configuration=configuration)
-    except (config.ConfigException, OSError, ValueError) as error:
+            kube_api.load_incluster_config(client_configuration=configuration)
+    except (kube_api.ConfigException, OSError, ValueError) as error:
         where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig given)"
         raise StartupError(f"{where}: cannot load Kubernetes client configuration: {error}") from error
     configuration.connection_pool_maxsize = API_CONNECTION_POOL_SIZE
-    return client.ApiClient(configuration)
+    return kube_api.ApiClient(configuration)
 
 
 async def discover_inventory(

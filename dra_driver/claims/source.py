@@ -7,10 +7,10 @@ from typing import Any, Protocol
 
 import aiohttp
 import yaml
-from kubernetes.aio import client
 
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.k8s_status import status_reason_and_message
+from dra_driver.kube_api import ApiClient, ResourceClaimReader
 
 # Kubelet gives a whole NodePrepareResources call 45 s; one GET must not eat all of it.
 CLAIM_GET_TIMEOUT_SECONDS = 10.0
@@ -29,8 +29,8 @@ class ApiServerClaimSource:
     and lets the engine check the fields itself with precise error messages.
     """
 
-    def __init__(self, api_client: client.ApiClient) -> None:
-        self._api = client.ResourceV1Api(api_client)
+    def __init__(self, api_client: ApiClient) -> None:
+        self._api = ResourceClaimReader(api_client)
 
     async def get(self, namespace: str, name: str) -> object:
         where = f"GET resourceclaims {namespace}/{name}"

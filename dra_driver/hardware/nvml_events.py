@@ -1,5 +1,4 @@
-"""XID events as health events the agent's event loop can iterate over: from NVML, or from the
-simulated backend.
+"""XID events from NVML as health events the agent's event loop can iterate over.
 
 NVML delivers XIDs through an event set that a caller waits on, and the wait blocks for up to its
 timeout. So the NVML source waits on a thread of its own: on the NVML worker thread (nvml.py) every
@@ -18,55 +17,20 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, Self
+from typing import Any
 
 import pynvml
 import structlog
 
+from dra_driver.hardware.health_events import QueuedEvents, health_event
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason
 from dra_driver.hardware.nvml_calls import NvmlObject, nvml_call, nvml_text
-from dra_driver.hardware.simulated import XID_GPU_LOST, SimulatedBackend
-from dra_driver.health.tracker import GpuLost, HealthEvent, XidEvent
+from dra_driver.health.tracker import GpuLost, HealthEvent
 
 log = structlog.get_logger("dra_driver.health.events")
 
 # Past its wait timeout, how long stop() gives the NVML thread to finish the call it is in.
 _STOP_GRACE_SECONDS = 2.0
-
-
-def health_event(gpu_uuid: str, xid: int, at: float) -> HealthEvent:
-    """XID 79 means the GPU fell off the bus: it is lost, not merely faulty."""
-    return GpuLost(gpu_uuid, at) if xid == XID_GPU_LOST else XidEvent(gpu_uuid, xid, at)
-
-
-class HealthEventSource(Protocol):
-    """Where the agent gets health events: start() on the event loop, iterate, stop() to end the
-    iteration."""
-
-    def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def __aiter__(self) -> Self: ...
-
-    async def __anext__(self) -> HealthEvent: ...
-
-
-class _QueuedEvents:
-    """Events in arrival order from a producer; None in the queue ends every iteration."""
-
-    def __init__(self) -> None:
-        self._queue: asyncio.Queue[HealthEvent | None] = asyncio.Queue()
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> HealthEvent:
-        event = await self._queue.get()
-        if event is None:
-            self._queue.put_nowait(None)
-            raise StopAsyncIteration
-        return event
 
 
 def _address(handle: NvmlObject) -> int:
@@ -75,7 +39,7 @@ def _address(handle: NvmlObject) -> int:
     return address
 
 
-class NvmlEvents(_QueuedEvents):
+class NvmlEvents(QueuedEvents):
     def __init__(
         self, wait_ms: int = 1000, retry_seconds: float = 30.0, clock: Callable[[], float] = time.time
     ) -> None:
@@ -254,33 +218,3 @@ def _quietly(what: str, function: Callable[..., object], *args: NvmlObject) -> N
         function(*args)
     except pynvml.NVMLError as error:
         log.warning("NVML cleanup call failed", call=what, error=str(error))
-
-
-class SimulatedEvents(_QueuedEvents):
-    """The simulated backend's injected XIDs (`raise_xid`, `lose_gpu`), collected every
-    `interval_seconds` as the NVML source would deliver them."""
-
-    def __init__(
-        self, backend: SimulatedBackend, interval_seconds: float = 1.0, clock: Callable[[], float] = time.time
-    ) -> None:
-        super().__init__()
-        self._backend = backend
-        self._interval_seconds = interval_seconds
-        self._clock = clock
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._poll())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._queue.put_nowait(None)
-
-    async def _poll(self) -> None:
-        while True:
-            for event in self._backend.take_events():
-                self._queue.put_nowait(health_event(event.gpu_uuid, event.xid, self._clock()))
-            await asyncio.sleep(self._interval_seconds)

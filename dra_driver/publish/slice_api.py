@@ -2,21 +2,22 @@
 
 Raw JSON rather than the client's models: the controller compares what it sent with what the
 server stored field by field (to notice dropped fields), and a model round trip would hide
-exactly that. Every failure becomes one ApiCallError that says whether the write may have
-happened anyway, which decides whether the controller must re-list before writing again.
+exactly that. Every call goes through the client's ApiClient (`kube_api.call`) rather than its
+generated API classes, which would add their models to the agent's resident memory. Every
+failure becomes one ApiCallError that says whether the write may have happened anyway, which
+decides whether the controller must re-list before writing again.
 """
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import aiohttp
-from kubernetes.aio import client
 
 from dra_driver.k8s_status import status_reason_and_message
+from dra_driver.kube_api import ApiClient, call
 from dra_driver.publish.diff import JsonObject
 
 # A write or a list that takes longer than this is treated as failed (and maybe applied).
@@ -25,6 +26,7 @@ REQUEST_TIMEOUT_SECONDS = 30.0
 WATCH_SECONDS = 300
 WATCH_READ_MARGIN_SECONDS = 30.0
 EVENT_NAMESPACE = "default"
+SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 class ApiCallError(Exception):
@@ -58,15 +60,13 @@ class WatchEvent:
 class SliceApi:
     """ResourceSlices of one driver on one node, plus the few other objects the controller reads."""
 
-    def __init__(self, api_client: client.ApiClient, driver_name: str, node_name: str) -> None:
+    def __init__(self, api_client: ApiClient, driver_name: str, node_name: str) -> None:
         self._api_client = api_client
-        self._resource = client.ResourceV1Api(api_client)
-        self._version = client.VersionApi(api_client)
         self.node_name = node_name
         self.field_selector = f"spec.driver={driver_name},spec.nodeName={node_name}"
 
     async def _call(
-        self, call: str, request: Awaitable[Any], expected: tuple[int, ...] = (200, 201)
+        self, call: str, request: Awaitable[aiohttp.ClientResponse], expected: tuple[int, ...] = (200, 201)
     ) -> JsonObject:
         try:
             response = await request
@@ -84,30 +84,33 @@ class SliceApi:
             raise ApiCallError(call, response.status, "", "expected a JSON object")
         return decoded
 
-    async def server_version(self) -> JsonObject:
-        return await self._call(
-            "GET /version",
-            self._version.get_code_without_preload_content(_request_timeout=REQUEST_TIMEOUT_SECONDS),
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        name: str | None = None,
+        query: Sequence[tuple[str, str | int | bool]] = (),
+        body: JsonObject | None = None,
+        timeout: float = REQUEST_TIMEOUT_SECONDS,
+    ) -> Awaitable[aiohttp.ClientResponse]:
+        path_params = {"name": name} if name is not None else None
+        return call(
+            self._api_client,
+            method,
+            path,
+            path_params=path_params,
+            query=query,
+            body=body,
+            request_timeout=timeout,
         )
 
-    async def _core_request(self, method: str, path: str, body: JsonObject | None = None) -> Any:
-        """A core/v1 call through the client's ApiClient (auth, TLS and all), without its
-        CoreV1Api class: that one module would add about 24 MiB to the agent's resident memory
-        for the two calls made here."""
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        request = await self._api_client.param_serialize(
-            method=method, resource_path=path, header_params=headers, body=body, auth_settings=["BearerToken"]
-        )
-        answer = await self._api_client.call_api(
-            *request, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS
-        )
-        return answer.response
+    async def server_version(self) -> JsonObject:
+        return await self._call("GET /version", self._request("GET", "/version/"))
 
     async def node_uid(self) -> str:
         node = await self._call(
-            f"GET node {self.node_name}", self._core_request("GET", f"/api/v1/nodes/{self.node_name}")
+            f"GET node {self.node_name}", self._request("GET", "/api/v1/nodes/{name}", name=self.node_name)
         )
         return str(node["metadata"]["uid"])
 
@@ -115,9 +118,7 @@ class SliceApi:
         """Our slices and the resourceVersion to watch from."""
         listed = await self._call(
             "LIST resourceslices",
-            self._resource.list_resource_slice_without_preload_content(
-                field_selector=self.field_selector, _request_timeout=REQUEST_TIMEOUT_SECONDS
-            ),
+            self._request("GET", SLICES_PATH, query=[("fieldSelector", self.field_selector)]),
         )
         return list(listed.get("items") or []), str(listed.get("metadata", {}).get("resourceVersion", ""))
 
@@ -126,13 +127,17 @@ class SliceApi:
         with `expired` set when the version is too old and the caller must list again."""
         call = "WATCH resourceslices"
         try:
-            response = await self._resource.list_resource_slice_without_preload_content(
-                field_selector=self.field_selector,
-                resource_version=resource_version,
-                watch=True,
-                allow_watch_bookmarks=True,
-                timeout_seconds=WATCH_SECONDS,
-                _request_timeout=WATCH_SECONDS + WATCH_READ_MARGIN_SECONDS,
+            response = await self._request(
+                "GET",
+                SLICES_PATH,
+                query=[
+                    ("allowWatchBookmarks", True),
+                    ("fieldSelector", self.field_selector),
+                    ("resourceVersion", resource_version),
+                    ("timeoutSeconds", WATCH_SECONDS),
+                    ("watch", True),
+                ],
+                timeout=WATCH_SECONDS + WATCH_READ_MARGIN_SECONDS,
             )
         except (aiohttp.ClientError, TimeoutError) as error:
             raise ApiCallError(call, 0, "", str(error) or type(error).__name__) from error
@@ -154,19 +159,12 @@ class SliceApi:
             response.release()
 
     async def create_slice(self, body: JsonObject) -> JsonObject:
-        return await self._call(
-            "CREATE resourceslice",
-            self._resource.create_resource_slice_without_preload_content(
-                body, _request_timeout=REQUEST_TIMEOUT_SECONDS
-            ),
-        )
+        return await self._call("CREATE resourceslice", self._request("POST", SLICES_PATH, body=body))
 
     async def replace_slice(self, name: str, body: JsonObject) -> JsonObject:
         return await self._call(
             f"UPDATE resourceslice {name}",
-            self._resource.replace_resource_slice_without_preload_content(
-                name, body, _request_timeout=REQUEST_TIMEOUT_SECONDS
-            ),
+            self._request("PUT", f"{SLICES_PATH}/{{name}}", name=name, body=body),
         )
 
     async def delete_slice(self, name: str, uid: str = "", resource_version: str = "") -> None:
@@ -177,10 +175,11 @@ class SliceApi:
         }
         await self._call(
             f"DELETE resourceslice {name}",
-            self._resource.delete_resource_slice_without_preload_content(
-                name,
+            self._request(
+                "DELETE",
+                f"{SLICES_PATH}/{{name}}",
+                name=name,
                 body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions},
-                _request_timeout=REQUEST_TIMEOUT_SECONDS,
             ),
             expected=(200, 202, 404),
         )
@@ -189,7 +188,7 @@ class SliceApi:
         """A core/v1 Event on our Node, where `kubectl describe node` shows it."""
         body = node_event(self.node_name, node_uid, reason, message, kind)
         await self._call(
-            "CREATE event", self._core_request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body)
+            "CREATE event", self._request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body=body)
         )
 
 

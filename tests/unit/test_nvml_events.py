@@ -20,7 +20,8 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
-from dra_driver.hardware.nvml_events import HealthEventSource, NvmlEvents, SimulatedEvents, health_event
+from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents, health_event
+from dra_driver.hardware.nvml_events import NvmlEvents
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from dra_driver.health.tracker import GpuLost, HealthEvent, XidEvent
