@@ -1,7 +1,8 @@
 """A DRAPlugin v1 server that does no work: the floor of the latency harness.
 
-It answers every NodePrepareResources / NodeUnprepareResources with a fixed, plausible answer,
-so the time it takes is the client, gRPC and the unix socket alone.
+It answers every NodePrepareResources / NodeUnprepareResources at once with a plausible answer
+of the size the agent's would have (one entry per claim of the call, one whole GPU each), so the
+time it takes is the client, gRPC, protobuf and the unix socket alone, for calls of any size.
 """
 
 import argparse
@@ -17,18 +18,20 @@ from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
 class NullPlugin:
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
         response = v1_pb2.NodePrepareResourcesResponse()
-        for claim in request.claims:
+        for position, claim in enumerate(request.claims):
+            # The n-th claim of a call gets GPU n, as distinct devices would be in the agent's answer.
             response.claims[claim.uid].devices.add(
                 request_names=["gpu"],
                 pool_name="node-a",
-                device_name="gpu-0",
-                cdi_device_ids=[f"k8s.gpu.dra-driver.dev/claim={claim.uid}-gpu-0"],
+                device_name=f"gpu-{position}",
+                cdi_device_ids=[f"k8s.gpu.dra-driver.dev/claim={claim.uid}-gpu-{position}"],
             )
         return response
 
     async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
         response = v1_pb2.NodeUnprepareResourcesResponse()
         for claim in request.claims:
+            # Reading a message-valued map entry creates it: an entry with no error is success.
             response.claims[claim.uid].error = ""
         return response
 

@@ -1,13 +1,38 @@
-"""Benchmark: NodePrepareResources / NodeUnprepareResources latency of one claim, through the socket.
+"""Benchmark: NodePrepareResources / NodeUnprepareResources through the socket, as kubelet calls them.
 
-Three processes, as on a node: the stand-in API server, the node agent (simulated dgx-h100), and
-this client, which does what kubelet does (grpc.aio over the unix socket, v1 API). The claim's
-record lives on disk (fsync'd as in production); the CDI directory is on tmpfs, like /var/run/cdi.
-Each round prepares then unprepares the same claim, so every prepare does the full work: GET the
-claim, check it, write the CDI spec, write and fsync the record. The floor is the same client
-against a plugin that does no work (tests/bench/null_plugin.py).
+Three processes, as on a node: the stand-in API server, the node agent (a simulated node of 16
+whole H100s, described by a node file this writes into its work directory), and this client
+(tests/bench/kubelet_load.py), which does what kubelet does. Claim records live on disk (fsync'd
+as in production); the CDI directory is on tmpfs, like /var/run/cdi. Claims are created and
+allocated on the stand-in as the scheduler would, claim i on GPU i, fresh ones every run. Every
+round unprepares what it prepared, so every prepare does the full work: GET the claim, check it,
+write the CDI spec, write and fsync the record.
 
-Run: `make bench` (or `python -m tests.bench.prepare_latency --rounds 2000 --runs 2`).
+Figures, each measured `--runs` times:
+
+- single: one claim per call, prepare then unprepare, `--rounds` rounds after 100 of warm-up;
+- batch: one NodePrepareResources with 8 claims (8 GPUs), then one NodeUnprepareResources of the
+  8, `--batch-rounds` rounds after 100 of warm-up;
+- concurrent: 16 callers on one shared channel (kubelet keeps one connection per plugin), each
+  preparing and unpreparing its own claim on its own GPU in a loop: completed prepare+unprepare
+  pairs per second and per-call latency, over `--duration` s after `--warmup` s;
+- of the agent: its resident memory after all of these (and after each), and the time from
+  spawning it to registered with kubelet (GetInfo and NotifyRegistrationStatus answered).
+
+Every figure also records the CPU time (user + system, all threads) the plugin process and this
+client spent per round, a round being one prepare call and one unprepare call, warm-up included.
+
+The floor of every figure is the same client against tests/bench/null_plugin.py, a server that
+does no work: what the client, gRPC and the socket cost by themselves on this machine.
+
+`--profile DIR` samples the agent with py-spy (installed next to this interpreter, not a project
+dependency) during each figure, one raw collapsed-stack file per figure and run (`--profile-mode`:
+the GIL holder, every thread, or the GIL holder with C frames); summarise them with
+tests/bench/profile_summary.py. Sampling takes CPU from the same cores, so a profiled run's
+numbers are marked as such in the output and are not the ones to report.
+
+Run: `make bench` (or `python -m tests.bench.prepare_latency --rounds 2000 --runs 2 --output
+docs/bench/prepare-latency.json`); quicker: `--only concurrent --runs 1`.
 """
 
 import argparse
@@ -16,12 +41,14 @@ import json
 import os
 import platform
 import shutil
-import statistics
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,50 +58,104 @@ from kubernetes import client, config
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_driver.kubelet_client import register
-from tests.support.agent import AgentDirs, start_agent
+from tests.bench.kubelet_load import (
+    KUBELET_DEADLINE_SECONDS,
+    WARMUP_ROUNDS,
+    measure,
+    measure_calls,
+    measure_concurrent,
+)
+from tests.support.agent import NODE_NAME, AgentDirs, start_agent
 from tests.support.claims import allocate
 from tests.support.waiting import wait_until
 
-WARMUP_ROUNDS = 100
+# tests/bench/memory.py runs the one-claim loop from here.
+__all__ = ["main", "measure"]
+
+FIGURES = ("single", "batch", "concurrent")
+CALLERS = 16
+BATCH_CLAIMS = 8
+# 16 whole GPUs, so that every concurrent caller has a device of its own (the simulated maximum).
+NODE_FILE = """\
+# Written by tests/bench/prepare_latency.py: 16 whole GPUs (devices gpu-0 ... gpu-15).
+gpus:
+  - {model: H100-SXM5-80GB, count: 8}
+  - {model: H100-SXM5-80GB, count: 8}
+"""
+PROFILE_RATE_HZ = 250
+# What py-spy samples, by --profile-mode. "gil": only the thread holding the GIL, i.e. the agent's
+# Python and the C it calls without releasing the GIL, which is what bounds its throughput.
+# "all": every thread on a CPU; py-spy's idle detection is approximate when it does not stop the
+# process, so threads waiting in epoll, a queue or fsync show up too. "native": the GIL holder
+# with C frames (grpc's core, libc), which needs the process stopped for every sample.
+PROFILE_MODES: dict[str, tuple[str, ...]] = {
+    "gil": ("--nonblocking", "--gil"),
+    "all": ("--nonblocking",),
+    "native": ("--gil", "--native"),
+}
 
 
-def percentiles(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
+@dataclass(frozen=True)
+class Plan:
+    """What each run measures, from the command line."""
 
-    def at(fraction: float) -> float:
-        return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-    return {
-        "p50_ms": at(0.50) * 1e3,
-        "p90_ms": at(0.90) * 1e3,
-        "p99_ms": at(0.99) * 1e3,
-        "mean_ms": statistics.fmean(ordered) * 1e3,
-        "n": len(ordered),
-    }
+    figures: tuple[str, ...]
+    rounds: int
+    batch_rounds: int
+    duration_s: float
+    warmup_s: float
+    channel_per_caller: bool
+    profile_dir: Path | None
+    profile_mode: str = "gil"
 
 
-async def measure(socket: Path, claim: Any, rounds: int) -> dict[str, dict[str, float]]:
-    request = v1_pb2.NodePrepareResourcesRequest(claims=[claim])
-    unprepare_request = v1_pb2.NodeUnprepareResourcesRequest(claims=[claim])
-    prepare_times: list[float] = []
-    unprepare_times: list[float] = []
-    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
-        stub = v1_grpc.DRAPluginStub(channel)
+Sampler = Callable[[str], AbstractContextManager[object]]
 
-        async def timed(call: Callable[..., Awaitable[Any]], message: Any, into: list[float] | None) -> Any:
-            start = time.perf_counter()
-            response = await call(message, timeout=45)
-            if into is not None:
-                into.append(time.perf_counter() - start)
-            return response
 
-        for round_number in range(WARMUP_ROUNDS + rounds):
-            measured = round_number >= WARMUP_ROUNDS
-            answer = await timed(stub.NodePrepareResources, request, prepare_times if measured else None)
-            if answer.claims[claim.uid].error:
-                raise RuntimeError(f"prepare failed: {answer.claims[claim.uid].error}")
-            await timed(stub.NodeUnprepareResources, unprepare_request, unprepare_times if measured else None)
-    return {"prepare": percentiles(prepare_times), "unprepare": percentiles(unprepare_times)}
+def _figure(figure: str, socket: Path, claims: Sequence[Any], plan: Plan) -> tuple[dict[str, Any], int]:
+    """Runs one figure; returns its result and how many rounds (one prepare call and one
+    unprepare call each) it made, warm-up included."""
+    if figure == "single":
+        return asyncio.run(measure(socket, claims[0], plan.rounds)), WARMUP_ROUNDS + plan.rounds
+    if figure == "batch":
+        batch = asyncio.run(measure_calls(socket, claims[:BATCH_CLAIMS], plan.batch_rounds))
+        return {"claims_per_call": BATCH_CLAIMS, **batch}, WARMUP_ROUNDS + plan.batch_rounds
+    concurrent = asyncio.run(
+        measure_concurrent(socket, claims, plan.duration_s, plan.warmup_s, plan.channel_per_caller)
+    )
+    return concurrent, concurrent["pairs_total"]
+
+
+def run_figures(socket: Path, claims: Sequence[Any], plan: Plan, pid: int, sample: Sampler) -> dict[str, Any]:
+    """Every figure of `plan` against the plugin at `socket` (process `pid`), each inside
+    `sample(figure)`. The one-claim figure keeps the top-level keys it always had.
+
+    Besides latencies, each figure records the CPU time the plugin process and this client spent
+    per round: on a shared 2-core machine the latencies move with other work, CPU per round less
+    so, and it says how far from a saturated core a figure is."""
+    figures: dict[str, Any] = {}
+    rss_after: dict[str, float] = {}
+    for figure in plan.figures:
+        with sample(figure):
+            server_before, client_before = cpu_seconds(pid), time.process_time()
+            result, rounds = _figure(figure, socket, claims, plan)
+            server_s, client_s = cpu_seconds(pid) - server_before, time.process_time() - client_before
+        result["cpu_ms_per_round"] = {"server": server_s * 1e3 / rounds, "client": client_s * 1e3 / rounds}
+        rss_after[figure] = rss_mib(pid)
+        if figure == "single":
+            figures.update(result)
+        else:
+            figures[figure] = result
+    figures["rss_mib_after_each"] = rss_after
+    return figures
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of process `pid`, every thread, from /proc/<pid>/stat."""
+    # The fields after the parenthesised command name start at field 3 (state); 14 and 15 are
+    # utime and stime, in clock ticks.
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pid: int) -> float:
@@ -84,98 +165,251 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def run_agent_benchmark(work: Path, kubeconfig: Path, rounds: int) -> dict[str, Any]:
+def py_spy() -> str:
+    """py-spy installed next to this interpreter (`pip install py-spy`), else on PATH."""
+    beside = Path(sys.executable).with_name("py-spy")
+    found = str(beside) if beside.exists() else shutil.which("py-spy")
+    if found is None:
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    return found
+
+
+@contextmanager
+def sampled(pid: int, output: Path, mode: str) -> Iterator[None]:
+    """py-spy samples process `pid` as PROFILE_MODES[mode] says while the body runs, and writes
+    collapsed stacks, thread by thread, to `output`. Attaching by PID needs ptrace rights over
+    the process."""
+    sampler = subprocess.Popen(
+        [
+            py_spy(),
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(PROFILE_RATE_HZ),
+            "--threads",
+            *PROFILE_MODES[mode],
+            "--format",
+            "raw",
+            "--output",
+            str(output),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert sampler.stdout is not None
+    # py-spy says "Sampling process ..." once attached; without that line it failed to attach.
+    first_line = sampler.stdout.readline()
+    if "Sampling" not in first_line:
+        sampler.wait(10)
+        raise RuntimeError(f"py-spy could not sample the agent: {first_line}{sampler.stdout.read()}")
+    try:
+        yield
+    finally:
+        sampler.send_signal(signal.SIGINT)
+        sampler.communicate(timeout=120)
+
+
+def allocate_claims(kubeconfig: Path) -> list[Any]:
+    """One fresh claim per GPU, claim i allocated GPU i, as kubelet would then name them."""
     api_client = config.new_client_from_config(str(kubeconfig))
-    claims = client.ResourceV1Api(api_client)
-    name = f"bench-{time.monotonic_ns()}"
-    uid = allocate(claims, name, {"gpu": "gpu-0"}, pool="node-a")
+    try:
+        api = client.ResourceV1Api(api_client)
+        stamp = time.monotonic_ns()
+        claims = []
+        for gpu in range(CALLERS):
+            name = f"bench-{stamp}-{gpu}"
+            uid = allocate(api, name, {"gpu": f"gpu-{gpu}"}, pool=NODE_NAME)
+            claims.append(v1_pb2.Claim(namespace="default", name=name, uid=uid))
+        return claims
+    finally:
+        api_client.close()
+
+
+def run_agent_benchmark(
+    work: Path, kubeconfig: Path, node_file: Path, claims: Sequence[Any], plan: Plan, run: int
+) -> dict[str, Any]:
     cdi_dir = Path(tempfile.mkdtemp(prefix="dra-bench-cdi-", dir="/dev/shm"))
     dirs = AgentDirs(root=work / "node")
     spawned = time.monotonic()
-    agent = start_agent(dirs, kubeconfig, extra=("--cdi-dir", str(cdi_dir)), wait=False)
+    agent = start_agent(
+        dirs, kubeconfig, hardware=f"simulated:{node_file}", extra=("--cdi-dir", str(cdi_dir)), wait=False
+    )
+    pid = agent.process.pid
+
+    def sample(figure: str) -> AbstractContextManager[object]:
+        if plan.profile_dir is None:
+            return nullcontext()
+        return sampled(pid, plan.profile_dir / f"{figure}-run{run + 1}.txt", plan.profile_mode)
+
     try:
         wait_until(dirs.registration_socket.exists, timeout=30, interval=0.002)
         asyncio.run(register(dirs.registration_socket))
         registered_s = time.monotonic() - spawned
-        figures: dict[str, Any] = dict(
-            asyncio.run(
-                measure(dirs.dra_socket, v1_pb2.Claim(namespace="default", name=name, uid=uid), rounds)
-            )
-        )
-        figures["agent_rss_mib_after"] = rss_mib(agent.process.pid)
+        figures = run_figures(dirs.dra_socket, claims, plan, pid, sample)
+        figures["agent_rss_mib_after"] = rss_mib(pid)
         figures["start_to_registered_s"] = registered_s
     finally:
         agent.terminate()
         shutil.rmtree(cdi_dir, ignore_errors=True)
-        api_client.close()
     return figures
 
 
-def run_floor_benchmark(work: Path, rounds: int) -> dict[str, Any]:
+async def first_answer(socket: Path) -> None:
+    """An empty NodeUnprepareResources, answered: the plugin is serving."""
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        stub = v1_grpc.DRAPluginStub(channel)
+        await stub.NodeUnprepareResources(
+            v1_pb2.NodeUnprepareResourcesRequest(), timeout=KUBELET_DEADLINE_SECONDS
+        )
+
+
+def run_floor_benchmark(work: Path, claims: Sequence[Any], plan: Plan) -> dict[str, Any]:
     socket = work / "null.sock"
+    spawned = time.monotonic()
     server = subprocess.Popen([sys.executable, "-m", "tests.bench.null_plugin", str(socket)])
     try:
-        wait_until(socket.exists, timeout=30)
-        claim = v1_pb2.Claim(namespace="default", name="floor", uid="3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17")
-        return asyncio.run(measure(socket, claim, rounds))
+        wait_until(socket.exists, timeout=30, interval=0.002)
+        asyncio.run(first_answer(socket))
+        serving_s = time.monotonic() - spawned
+        figures = run_figures(socket, claims, plan, server.pid, lambda _figure: nullcontext())
+        figures["rss_mib_after"] = rss_mib(server.pid)
+        figures["start_to_first_answer_s"] = serving_s
+        return figures
     finally:
         server.terminate()
         server.wait(10)
 
 
-def summary(agent: dict[str, Any], floor: dict[str, Any]) -> str:
-    prepare, unprepare = agent["prepare"], agent["unprepare"]
-    return " | ".join(
-        [
-            f"prepare p50 {prepare['p50_ms']:.2f} ms p99 {prepare['p99_ms']:.2f} ms",
-            f"unprepare p50 {unprepare['p50_ms']:.2f} ms p99 {unprepare['p99_ms']:.2f} ms",
-            f"floor prepare p50 {floor['prepare']['p50_ms']:.2f} ms",
-            f"RSS {agent['agent_rss_mib_after']:.1f} MiB",
-            f"start to registered {agent['start_to_registered_s']:.2f} s",
-        ]
+def _latency(figure: dict[str, Any]) -> str:
+    prepare, unprepare = figure["prepare"], figure["unprepare"]
+    return (
+        f"prepare p50 {prepare['p50_ms']:.2f} p99 {prepare['p99_ms']:.2f} ms, "
+        f"unprepare p50 {unprepare['p50_ms']:.2f} p99 {unprepare['p99_ms']:.2f} ms, "
+        f"CPU {figure['cpu_ms_per_round']['server']:.2f} ms/round"
     )
 
 
-def main() -> None:
+def summary(agent: dict[str, Any], floor: dict[str, Any]) -> str:
+    """One line per run: each figure of the agent, with its floor's p50 (or rate) in brackets."""
+    parts = []
+    if "prepare" in agent:
+        parts.append(
+            f"1 claim: {_latency(agent)} "
+            f"[floor {floor['prepare']['p50_ms']:.2f} / {floor['unprepare']['p50_ms']:.2f} ms]"
+        )
+    if "batch" in agent:
+        batch, floor_batch = agent["batch"], floor["batch"]
+        parts.append(
+            f"{batch['claims_per_call']} claims/call: {_latency(batch)} "
+            f"[floor {floor_batch['prepare']['p50_ms']:.2f} / {floor_batch['unprepare']['p50_ms']:.2f} ms]"
+        )
+    if "concurrent" in agent:
+        concurrent = agent["concurrent"]
+        parts.append(
+            f"{concurrent['callers']} callers: {concurrent['claims_per_s']:.0f} claims/s, "
+            f"{_latency(concurrent)} [floor {floor['concurrent']['claims_per_s']:.0f} claims/s]"
+        )
+    parts.append(f"RSS {agent['agent_rss_mib_after']:.1f} MiB")
+    parts.append(f"start to registered {agent['start_to_registered_s']:.2f} s")
+    return " | ".join(parts)
+
+
+def parse_plan() -> tuple[Plan, int, Path | None]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=2000, help="measured rounds of the 1-claim figure")
+    parser.add_argument(
+        "--batch-rounds", type=int, help="measured rounds of the 8-claim figure (default: --rounds)"
+    )
+    parser.add_argument(
+        "--duration", type=float, default=5.0, help="seconds the concurrent figure is measured"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=1.0, help="seconds of concurrent load before it is measured"
+    )
     parser.add_argument("--runs", type=int, default=2, help="repeat every figure this many times")
+    parser.add_argument(
+        "--only", nargs="+", choices=FIGURES, default=list(FIGURES), help="run only these figures"
+    )
+    parser.add_argument(
+        "--channel-per-caller",
+        action="store_true",
+        help="concurrent callers each on their own channel, instead of one shared as kubelet does",
+    )
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="sample the agent with py-spy into DIR")
+    parser.add_argument(
+        "--profile-mode", choices=PROFILE_MODES, default="gil", help="what py-spy samples (see PROFILE_MODES)"
+    )
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    plan = Plan(
+        figures=tuple(figure for figure in FIGURES if figure in args.only),
+        rounds=args.rounds,
+        batch_rounds=args.rounds if args.batch_rounds is None else args.batch_rounds,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        channel_per_caller=args.channel_per_caller,
+        profile_dir=args.profile,
+        profile_mode=args.profile_mode,
+    )
+    return plan, args.runs, args.output
 
+
+def main() -> None:
+    plan, runs, output = parse_plan()
     results: dict[str, Any] = {
         "machine": {
             "cpus": len(os.sched_getaffinity(0)),
             "python": platform.python_version(),
             "kernel": platform.release(),
         },
-        "rounds": args.rounds,
+        "node": NODE_FILE,
+        "figures": list(plan.figures),
+        "rounds": plan.rounds,
+        "batch_rounds": plan.batch_rounds,
+        "warmup_rounds": WARMUP_ROUNDS,
+        "concurrent": {
+            "callers": CALLERS,
+            "duration_s": plan.duration_s,
+            "warmup_s": plan.warmup_s,
+            "channel": "one per caller" if plan.channel_per_caller else "one, shared",
+        },
+        # Sampling slows the agent: a profiled run's figures are not the ones to report.
+        "profiled_with": None if plan.profile_dir is None else ["py-spy", *PROFILE_MODES[plan.profile_mode]],
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
         work = Path(temporary)
         kubeconfig = work / "kubeconfig"
+        node_file = work / "node.yaml"
+        node_file.write_text(NODE_FILE)
         apiserver = subprocess.Popen(
             [sys.executable, "-m", "tests.support.apiserver", "--kubeconfig", str(kubeconfig)],
             stdout=subprocess.DEVNULL,
         )
         try:
             wait_until(kubeconfig.exists, timeout=30)
-            for run in range(args.runs):
+            for run in range(runs):
                 run_dir = work / f"run{run}"
                 run_dir.mkdir()
-                floor = run_floor_benchmark(run_dir, args.rounds)
-                agent = run_agent_benchmark(run_dir, kubeconfig, args.rounds)
-                results["runs"].append({"floor": floor, "agent": agent})
-                print(f"run {run + 1}: {summary(agent, floor)}", flush=True)
+                load_before = os.getloadavg()
+                claims = allocate_claims(kubeconfig)
+                floor = run_floor_benchmark(run_dir, claims, plan)
+                agent = run_agent_benchmark(run_dir, kubeconfig, node_file, claims, plan, run)
+                load = {"before": load_before, "after": os.getloadavg()}
+                results["runs"].append({"floor": floor, "agent": agent, "load_average": load})
+                print(f"run {run + 1} (load {load_before[0]:.2f}): {summary(agent, floor)}", flush=True)
         finally:
             apiserver.terminate()
             apiserver.wait(10)
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(results, indent=2) + "\n")
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":
