@@ -5,8 +5,11 @@ a file), so the demo exercises exactly the code kubelet talks to.
 """
 
 import asyncio
+import gc
 import os
 import signal
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -142,7 +145,19 @@ async def kubernetes_api_client(kubeconfig: Path | None) -> kube_api.ApiClient:
         where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig given)"
         raise StartupError(f"{where}: cannot load Kubernetes client configuration: {error}") from error
     configuration.connection_pool_maxsize = API_CONNECTION_POOL_SIZE
+    # With trust_env, aiohttp reads ~/.netrc and scans the whole environment for proxies on every
+    # request, through two thread hops: a third of each claim GET. The proxy is found once here.
+    configuration.proxy = configuration.proxy or environment_proxy(configuration.host)
+    configuration.client_session_kwargs = {**(configuration.client_session_kwargs or {}), "trust_env": False}
     return kube_api.ApiClient(configuration)
+
+
+def environment_proxy(url: str) -> str | None:
+    """The proxy HTTPS_PROXY/HTTP_PROXY name for `url`, unless NO_PROXY exempts its host."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname is None or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies_environment().get(parts.scheme)
 
 
 async def discover_inventory(
@@ -427,6 +442,9 @@ async def run_node(settings: NodeSettings) -> None:
         except StartupError:
             await agent.stop()
             raise
+        # What start-up built (modules, catalog, inventory) lives as long as the agent: out of the
+        # collector's way, each collection walks only what calls allocate.
+        gc.freeze()
         log.info("node agent running", node=settings.node_name, driver=settings.driver_name, pid=os.getpid())
         received = await termination
         log.info("stopping after signal; in-flight calls finish first", signal=received.name)

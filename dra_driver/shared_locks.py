@@ -42,13 +42,10 @@ def try_exclusive(fd: int) -> bool:
     return True
 
 
-def _still_named_by(fd: int, path: Path) -> bool:
-    try:
-        current = path.stat()
-    except FileNotFoundError:
-        return False
-    held = os.fstat(fd)
-    return (current.st_ino, current.st_dev) == (held.st_ino, held.st_dev)
+def _still_named(fd: int) -> bool:
+    """Whether the locked file is still the claim's lock file: a holder unlinks it (its only name)
+    before letting go, so a file with no name left was given up while we waited for it."""
+    return os.fstat(fd).st_nlink > 0
 
 
 async def exclusive(fd: int, longest_poll: float = _LONGEST_POLL_SECONDS) -> None:
@@ -150,7 +147,7 @@ class ClaimLocks:
             except BaseException:
                 os.close(fd)
                 raise
-            if _still_named_by(fd, path):
+            if _still_named(fd):
                 return fd
             os.close(fd)  # the holder we waited for removed this file: lock a fresh one
 

@@ -204,7 +204,7 @@ class ClaimEngine:
 
     async def _remove_unowned_spec(self, claim_uid: str) -> None:
         log.info("removing CDI spec no prepared claim owns", path=str(self._cdi_specs.path_for(claim_uid)))
-        await asyncio.to_thread(self._cdi_specs.remove, claim_uid)
+        self._cdi_specs.remove(claim_uid)
 
     async def _remove_hami_core_directory(self, claim_uid: str) -> None:
         assert self._hami_core is not None
@@ -460,7 +460,7 @@ class ClaimEngine:
         )
 
     async def _write_prepared(self, ref: ClaimRef, spec: CdiSpec, record: ClaimRecord) -> None:
-        await asyncio.to_thread(self._cdi_specs.write, ref.uid, spec)
+        self._cdi_specs.write(ref.uid, spec)
         failpoints.reached("prepare.cdi-written")
         await self._records.write(record)
         failpoints.reached("prepare.prepared-recorded")
@@ -469,7 +469,7 @@ class ClaimEngine:
         """Removes every side effect `record` names, then the record: each step is safe to repeat,
         so a crash in the middle of undoing is finished by the next start."""
         await self._undo_side_effects(record)
-        await asyncio.to_thread(self._cdi_specs.remove, record.claim.uid)
+        self._cdi_specs.remove(record.claim.uid)
         await self._records.erase(record.claim.uid)
 
     def _sharing_plan(
@@ -572,7 +572,7 @@ class ClaimEngine:
                 record = self._records.read(ref.uid)
                 if record is None:
                     # A crash between writing the spec and the record leaves a spec nobody owns.
-                    await asyncio.to_thread(self._cdi_specs.remove, ref.uid)
+                    self._cdi_specs.remove(ref.uid)
                     return ""
                 if record.has_side_effects:
                     # From here on the claim's side effects are in doubt: a crash before the end
@@ -593,7 +593,7 @@ class ClaimEngine:
         # record that answers a re-prepare with CDI IDs whose spec is gone.
         await self._records.erase(claim_uid)
         failpoints.reached("unprepare.record-deleted")
-        await asyncio.to_thread(self._cdi_specs.remove, claim_uid)
+        self._cdi_specs.remove(claim_uid)
         failpoints.reached("unprepare.cdi-removed")
 
 
