@@ -56,7 +56,7 @@ from dra_driver.publish.diff import Write
 from dra_driver.publish.dry_run import print_writes
 from dra_driver.publish.slice_api import SliceApi
 from dra_driver.settings import HardwareSpec, InventorySettings, NodeSettings
-from dra_driver.shared_locks import exclusive, try_exclusive
+from dra_driver.shared_locks import exclusive, open_lock_file, try_exclusive
 
 log = structlog.get_logger("dra_driver.node")
 
@@ -353,7 +353,7 @@ class NodeAgent:
         node's publisher lock publishes; the other counts as published (its peer's slices
         describe the same GPUs) and takes over, adopting the slices as they are, once the peer
         has stopped."""
-        fd = os.open(self.settings.state_dir / PUBLISHER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_lock_file(self.settings.state_dir / PUBLISHER_LOCK)
         try:
             if not try_exclusive(fd):
                 log.info("another agent on this node publishes the ResourceSlices; taking over when it stops")

@@ -29,7 +29,8 @@ _LONGEST_POLL_SECONDS = 0.02
 _COUNTER_BYTES = 8
 
 
-def _open_lock_file(path: Path) -> int:
+def open_lock_file(path: Path) -> int:
+    """A descriptor to flock: the file is only ever a lock (and a counter), never replaced."""
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
@@ -78,7 +79,7 @@ class SharedStateLock:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = _open_lock_file(path)
+        self._fd = open_lock_file(path)
         # flock does not exclude two coroutines of one process (they share the descriptor).
         self._turns = asyncio.Lock()
         self._seen: int | None = None
@@ -141,7 +142,7 @@ class ClaimLocks:
     @staticmethod
     async def _lock(path: Path) -> int:
         while True:
-            fd = _open_lock_file(path)
+            fd = open_lock_file(path)
             try:
                 await exclusive(fd)
             except BaseException:

@@ -234,6 +234,15 @@ class QuarantinedRecord:
     problem: str
 
 
+def _record_in(path: Path) -> ClaimRecord:
+    """The record in `path`; raises ValueError (CorruptRecord among them) or UnicodeDecodeError
+    for a file that is not one this code writes, or not under its claim's name."""
+    record = record_from_json(json.loads(path.read_bytes()))
+    if path.name != f"{record.claim.uid}{_SUFFIX}":
+        raise CorruptRecord(f"file name does not match claim UID {record.claim.uid}")
+    return record
+
+
 def _encoded(record: ClaimRecord) -> bytes:
     return json.dumps(record.to_json(), separators=(",", ":")).encode()
 
@@ -259,10 +268,8 @@ class ClaimRecordStore:
         quarantined = []
         for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
             try:
-                record = record_from_json(json.loads(path.read_bytes()))
-                if path.name != f"{record.claim.uid}{_SUFFIX}":
-                    raise CorruptRecord(f"file name does not match claim UID {record.claim.uid}")
-            except (CorruptRecord, ValueError, UnicodeDecodeError) as error:
+                record = _record_in(path)
+            except (ValueError, UnicodeDecodeError) as error:
                 aside = path.with_name(path.name + ".corrupt")
                 path.rename(aside)
                 quarantined.append(QuarantinedRecord(path=aside, problem=str(error)))
@@ -282,11 +289,9 @@ class ClaimRecordStore:
     def read(self, claim_uid: str) -> ClaimRecord | None:
         """The claim's record as on disk now, which another agent process may have written."""
         try:
-            data = self._path(claim_uid).read_bytes()
+            return _record_in(self._path(claim_uid))
         except FileNotFoundError:
             return None
-        try:
-            return record_from_json(json.loads(data))
         except (ValueError, UnicodeDecodeError) as error:
             raise CorruptRecord(f"record of claim {claim_uid}: {error}") from error
 
@@ -295,9 +300,8 @@ class ClaimRecordStore:
         records = {}
         for path in self.directory.glob(f"*{_SUFFIX}"):
             with suppress(FileNotFoundError, ValueError, UnicodeDecodeError):
-                record = record_from_json(json.loads(path.read_bytes()))
-                if path.name == f"{record.claim.uid}{_SUFFIX}":
-                    records[record.claim.uid] = record
+                record = _record_in(path)
+                records[record.claim.uid] = record
         return records
 
     def reserve(self, record: ClaimRecord) -> None:

@@ -35,6 +35,7 @@ from dra_driver.hardware.simulated_nodes import (
     new_mig_instance,
     simulated_gpus,
 )
+from dra_driver.shared_locks import open_lock_file
 
 # The XID NVIDIA drivers log when a GPU has fallen off the bus.
 XID_GPU_LOST = 79
@@ -139,7 +140,7 @@ class SimulatedBackend:
             return
         self._state_file.parent.mkdir(parents=True, exist_ok=True)
         lock_file = self._state_file.with_name(self._state_file.name + ".lock")
-        fd = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_lock_file(lock_file)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # held for one small read and write
             self._restore(self._state_file)
