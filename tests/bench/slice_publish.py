@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,15 @@ from dra_driver.publish.controller import DEFAULT_SYNC_DELAY_SECONDS
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import DEFAULT_VERSION, ApiServer, Obj, ResourceType
 from tests.support.nodes import inventory_for
-from tests.support.publishing import DRIVER, SLICES, Published, add_node, pool_problems, publishing
+from tests.support.publishing import (
+    DRIVER,
+    SLICES,
+    Published,
+    add_node,
+    json_request,
+    pool_problems,
+    publishing,
+)
 
 PROFILE = "dgx-h100-mig"
 LAYOUT: SliceLayout = "1.35"  # what the stand-in's default version (1.36) gets
@@ -312,18 +319,6 @@ def apiserver_process(kubeconfig: Path) -> Iterator[str]:
             process.stdout.close()
 
 
-def http(method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    request = urllib.request.Request(
-        url,
-        data=None if body is None else json.dumps(body).encode(),
-        method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        answer: dict[str, Any] = json.loads(response.read())
-        return answer
-
-
 def import_floor(statement: str) -> dict[str, float]:
     """RSS of a fresh interpreter that has run `statement` and then waits: what those imports cost."""
     code = f"{statement}; import sys; print('ready', flush=True); sys.stdin.readline()"
@@ -346,7 +341,7 @@ def agent_figures(work: Path, agent_settle_seconds: float) -> dict[str, Any]:
     node_config = work / "node-config.yaml"
     node_config.write_text("default: {mode: mig-dynamic}\n")
     with apiserver_process(kubeconfig) as url:
-        http(
+        json_request(
             "POST",
             f"{url}/api/v1/nodes",
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE_NAME}},
@@ -364,7 +359,7 @@ def agent_figures(work: Path, agent_settle_seconds: float) -> dict[str, Any]:
             to_published = time.monotonic() - spawned  # within the log poll's 20 ms
             time.sleep(agent_settle_seconds)
             memory = memory_mib(agent.process.pid)
-            stored = http("GET", f"{url}/apis/resource.k8s.io/v1/resourceslices")["items"]
+            stored = json_request("GET", f"{url}/apis/resource.k8s.io/v1/resourceslices")["items"]
         finally:
             agent.terminate()
     return {

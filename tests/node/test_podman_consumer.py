@@ -19,6 +19,7 @@ from dra_driver.claims.cdi import CdiSpecDirectory, common_device_id
 from dra_driver.claims.driver_root import common_edits, control_device_nodes, discover_driver
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
 from dra_driver.kubelet_client import ClaimArg
+from tests.support import podman_tier
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.claims import allocate
 
@@ -28,12 +29,7 @@ DRIVER = "gpu.podman-test.dra-driver.dev"
 
 @pytest.fixture
 def require_podman() -> None:
-    problem = podman.podman_problem()
-    if problem is None:
-        return
-    if os.environ.get("DRA_DRIVER_REQUIRE_PODMAN") == "1":
-        pytest.fail(f"DRA_DRIVER_REQUIRE_PODMAN=1 but {problem}")
-    pytest.skip(problem)
+    podman_tier.require_podman()
 
 
 @pytest.fixture

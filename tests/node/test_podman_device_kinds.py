@@ -9,7 +9,6 @@ the tests of this module and each test pays only for its containers.
 
 import asyncio
 import json
-import os
 import shutil
 import tempfile
 import uuid
@@ -26,6 +25,7 @@ from dra_driver import kubelet_client, podman
 from dra_driver.hardware.simulated_nodes import mig_instance_uuid, resolve_node_spec, simulated_gpus
 from dra_driver.kubelet_client import ClaimArg, DraApi
 from dra_driver.node import SIMULATED_HARDWARE_STATE
+from tests.support import podman_tier
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate_results
@@ -127,13 +127,7 @@ def vgpu_config(**knobs: object) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def require_podman() -> None:
-    """As in test_podman_consumer: skipped where podman cannot run, unless CI insists on it."""
-    problem = podman.podman_problem()
-    if problem is None:
-        return
-    if os.environ.get("DRA_DRIVER_REQUIRE_PODMAN") == "1":
-        pytest.fail(f"DRA_DRIVER_REQUIRE_PODMAN=1 but {problem}")
-    pytest.skip(problem)
+    podman_tier.require_podman()
 
 
 @pytest.fixture(scope="module")

@@ -28,10 +28,10 @@ DRIVER = DEFAULT_DRIVER_NAME
 SLICES = "resourceslices"
 
 
-def _call(server: ApiServer, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+def json_request(method: str, url: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
     """A plain HTTP call, as another client of the cluster (kubectl, a careless script) makes it."""
     request = urllib.request.Request(
-        server.url + path,
+        url,
         data=None if body is None else json.dumps(body).encode(),
         method=method,
         headers={"Content-Type": "application/json"},
@@ -39,6 +39,10 @@ def _call(server: ApiServer, method: str, path: str, body: dict[str, Any] | None
     with urllib.request.urlopen(request, timeout=10) as response:
         answer: dict[str, Any] = json.loads(response.read())
         return answer
+
+
+def _call(server: ApiServer, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    return json_request(method, server.url + path, body)
 
 
 def add_node(server: ApiServer, name: str = NODE_NAME) -> str:
