@@ -161,6 +161,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _manifests(args: argparse.Namespace) -> int:
     """Bad options raise ManifestError (a SettingsError), which main() prints and exits 2 on."""
+    from dra_driver.hardware.simulated_nodes import names_a_file  # noqa: PLC0415
     from dra_driver.manifests import (  # noqa: PLC0415
         DEFAULT_NODE_SELECTOR,
         ManifestOptions,
@@ -175,8 +176,7 @@ def _manifests(args: argparse.Namespace) -> int:
     # A simulated node described by a local file travels in the ConfigMap; a profile name does not.
     simulated_node = (
         _manifest_file("--hardware", hardware.source)
-        if hardware.kind == "simulated"
-        and ("/" in hardware.source or hardware.source.endswith((".yaml", ".yml")))
+        if hardware.kind == "simulated" and names_a_file(hardware.source)
         else None
     )
     options = ManifestOptions(

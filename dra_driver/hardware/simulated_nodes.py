@@ -236,9 +236,15 @@ def node_profiles() -> Mapping[str, SimulatedNodeSpec]:
     return {name: parse_node_spec(description, f"profile {name}") for name, description in raw.items()}
 
 
+def names_a_file(source: str) -> bool:
+    """Whether a simulated node `source` is a path (anything with '/' or a .yaml/.yml suffix)
+    rather than a profile name."""
+    return "/" in source or source.endswith((".yaml", ".yml"))
+
+
 def resolve_node_spec(source: str) -> SimulatedNodeSpec:
-    """`source` is a profile name, or a path (anything with '/' or a .yaml/.yml suffix)."""
-    if "/" in source or source.endswith((".yaml", ".yml")):
+    """`source` is a profile name, or a path (see names_a_file)."""
+    if names_a_file(source):
         try:
             raw = read_yaml_file(Path(source))
         except YamlFileError as error:
