@@ -11,6 +11,8 @@ import socket
 import stat
 from pathlib import Path
 
+from dra_driver.k8s_names import UID_PATTERN
+
 # sockaddr_un.sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
 
@@ -52,15 +54,14 @@ def registration_socket_path(registrar_dir: Path, driver_name: str, pod_uid: str
     return registrar_dir / candidates[-1]  # too long whatever the name: the settings check says so
 
 
-_POD_UID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # Our DRA sockets, in a directory that is the driver's alone.
-DRA_SOCKETS_PATTERN = rf"dra(-{_POD_UID_PATTERN})?\.sock"
+DRA_SOCKETS_PATTERN = rf"dra(-{UID_PATTERN})?\.sock"
 
 
 def registration_sockets_pattern(driver_name: str) -> str:
     """Our registration sockets, with or without a pod UID (or its short hash). The last-resort
     name carries no driver name, so nothing tells it apart from another driver's: never swept."""
-    return rf"{re.escape(driver_name)}(-{_POD_UID_PATTERN}|-[A-Za-z0-9_-]{{11}})?-reg\.sock"
+    return rf"{re.escape(driver_name)}(-{UID_PATTERN}|-[A-Za-z0-9_-]{{11}})?-reg\.sock"
 
 
 def remove_dead_sockets(directory: Path, name_pattern: str) -> list[Path]:
