@@ -94,18 +94,14 @@ class SharedStateLock:
             try:
                 counter = self._counter()
                 turn = StateTurn(stale=counter != self._seen)
+                self._seen = None  # unless the turn ends well: a half-refreshed view is looked at again
                 try:
                     yield turn
-                except BaseException:
-                    self._seen = None  # the view may be half refreshed: look again next turn
-                    raise
-                else:
-                    self._seen = counter
                 finally:
                     if turn._changed:
-                        os.pwrite(self._fd, (counter + 1).to_bytes(_COUNTER_BYTES, "little"), 0)
-                        if self._seen is not None:
-                            self._seen = counter + 1
+                        counter += 1
+                        os.pwrite(self._fd, counter.to_bytes(_COUNTER_BYTES, "little"), 0)
+                self._seen = counter
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
