@@ -110,7 +110,6 @@ __all__ = [
     "ApiClient",
     "ConfigException",
     "Configuration",
-    "ResourceClaimReader",
     "call",
     "load_incluster_config",
     "load_kube_config",
@@ -153,22 +152,3 @@ async def call(
     answer = await api_client.call_api(*request, _preload_content=False, _request_timeout=request_timeout)
     response: aiohttp.ClientResponse = answer.response
     return response
-
-
-class ResourceClaimReader:
-    """The one resource.k8s.io/v1 call the claim source makes, under the name and with the
-    arguments of the generated `ResourceV1Api` method, without that class."""
-
-    def __init__(self, api_client: ApiClient) -> None:
-        self._api_client = api_client
-
-    async def read_namespaced_resource_claim_without_preload_content(
-        self, name: str, namespace: str, _request_timeout: float
-    ) -> aiohttp.ClientResponse:
-        return await call(
-            self._api_client,
-            "GET",
-            "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}",
-            path_params={"name": name, "namespace": namespace},
-            request_timeout=_request_timeout,
-        )

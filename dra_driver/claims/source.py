@@ -10,10 +10,11 @@ import yaml
 
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.k8s_status import status_reason_and_message
-from dra_driver.kube_api import ApiClient, ResourceClaimReader
+from dra_driver.kube_api import ApiClient, call
 
 # Kubelet gives a whole NodePrepareResources call 45 s; one GET must not eat all of it.
 CLAIM_GET_TIMEOUT_SECONDS = 10.0
+CLAIM_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 
 
 class ClaimSource(Protocol):
@@ -30,13 +31,17 @@ class ApiServerClaimSource:
     """
 
     def __init__(self, api_client: ApiClient) -> None:
-        self._api = ResourceClaimReader(api_client)
+        self._api_client = api_client
 
     async def get(self, namespace: str, name: str) -> object:
         where = f"GET resourceclaims {namespace}/{name}"
         try:
-            response = await self._api.read_namespaced_resource_claim_without_preload_content(
-                name, namespace, _request_timeout=CLAIM_GET_TIMEOUT_SECONDS
+            response = await call(
+                self._api_client,
+                "GET",
+                CLAIM_PATH,
+                path_params={"namespace": namespace, "name": name},
+                request_timeout=CLAIM_GET_TIMEOUT_SECONDS,
             )
             body = await response.read()
         except (aiohttp.ClientError, TimeoutError) as error:

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from kubernetes.aio import client as aio_client
 
+from dra_driver.claims.source import CLAIM_PATH
 from dra_driver.devices.slices import plan_slices, slices_to_api
-from dra_driver.kube_api import ApiClient, Configuration, ResourceClaimReader, call
+from dra_driver.kube_api import ApiClient, Configuration, call
 from dra_driver.publish.slice_api import SliceApi, node_event
 from tests.support.nodes import inventory_for
 
@@ -207,8 +208,8 @@ SAME_REQUESTS: dict[str, tuple[Callable[[Any], Awaitable[object]], Callable[[Any
         ),
     ),
     "claim": (
-        lambda c: ResourceClaimReader(c).read_namespaced_resource_claim_without_preload_content(
-            "claim-1", "team-a", _request_timeout=10.0
+        lambda c: call(
+            c, "GET", CLAIM_PATH, path_params={"namespace": "team-a", "name": "claim-1"}, request_timeout=10.0
         ),
         lambda c: aio_client.ResourceV1Api(c).read_namespaced_resource_claim_without_preload_content(
             "claim-1", "team-a", _request_timeout=10.0
