@@ -7,18 +7,25 @@ Two things here keep the agent's resident memory down (issue 8); both stay on th
 parent packages, and those import every part of the client eagerly: the whole synchronous client
 (urllib3, requests, oauthlib, its generated API classes), the dynamic client (which imports
 kubernetes-validate and jsonschema when installed), watch, stream, leader election, informers.
-The agent uses none of them; they cost about 11 MiB. Importing this module first registers
-those two packages without running their `__init__`: submodules import as usual, and the first
-use of anything else on the package (its `__version__`, say) runs the real `__init__` right
-then. Both files only import their own submodules and set version strings (a test checks that),
-so the packages behave as before, only later. A package already imported is left alone.
+The agent uses none of them; they cost about 11 MiB. `kubernetes/aio/config/__init__.py`
+imports the kubeconfig loader, and with it `ApiClient` (below). Importing this module first
+registers those three packages without running their `__init__`: submodules import as usual,
+and the first use of anything else on the package (its `__version__`, say) runs the real
+`__init__` right then. The files only import their own submodules and a few standard-library
+names, set dunders and define functions (a test checks that), so the packages behave as before,
+only later. A package already imported is left alone.
 
-**Calls go through `ApiClient`, not the generated API classes.** A `ResourceV1Api` or
-`VersionApi` brings in pydantic models for its whole API group and wraps each of its methods in
-a pydantic validator: about 6 MiB. `call` below makes the same request the generated
-`*_without_preload_content` methods make (path, query, JSON headers, bearer token, timeout)
-through the same `ApiClient.param_serialize` and `call_api`, so TLS, authentication, token
-refresh, retries and the connection pool are the client's own.
+**Calls skip `ApiClient` and the generated API classes.** A `ResourceV1Api` or `VersionApi`
+brings in pydantic models for its whole API group and wraps each method in a pydantic validator
+(about 6 MiB); `ApiClient` itself imports pydantic, python-dateutil and the models package (about
+11 MiB with the kubeconfig loader that imports it). `KubeClient` holds the client's own
+`Configuration` and REST layer (`RESTClientObject`: TLS, proxy, retries, the aiohttp connection
+pool), and `call` builds the very request the generated `*_without_preload_content` methods hand
+that layer (a test compares them byte for byte): path parameters escaped as `ApiClient` escapes
+them, its query encoding, its headers and User-Agent, the bearer token from
+`Configuration.auth_settings()` (which runs the in-cluster loader's token refresh hook). For
+the same reason `dra_driver.kubeconfig`, not the client's loader, reads kubeconfig files
+wherever their credentials allow.
 
 Import this module before anything imports `kubernetes`, and the Kubernetes client from here.
 """
@@ -30,11 +37,12 @@ import threading
 import types
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
 # Packages whose __init__ imports much the agent never uses.
-_LAZY_PACKAGES = ("kubernetes", "kubernetes.aio")
+_LAZY_PACKAGES = ("kubernetes", "kubernetes.aio", "kubernetes.aio.config")
 _init_lock = threading.RLock()
 
 
@@ -98,28 +106,40 @@ for _package in _LAZY_PACKAGES:
     defer_init(_package)
 
 # Only after the packages above are registered: these imports would otherwise run their __init__.
-from kubernetes.aio.client.api_client import ApiClient  # noqa: E402
+import kubernetes.aio.client  # noqa: E402
 from kubernetes.aio.client.configuration import Configuration  # noqa: E402
-from kubernetes.aio.config import (  # noqa: E402
-    ConfigException,
-    load_incluster_config,
-    load_kube_config,
-)
+from kubernetes.aio.client.rest import RESTClientObject  # noqa: E402
+from kubernetes.aio.config.config_exception import ConfigException  # noqa: E402
+from kubernetes.aio.config.incluster_config import load_incluster_config  # noqa: E402
 
-__all__ = [
-    "ApiClient",
-    "ConfigException",
-    "Configuration",
-    "call",
-    "load_incluster_config",
-    "load_kube_config",
-]
+__all__ = ["ConfigException", "Configuration", "KubeClient", "call", "load_incluster_config"]
 
 Query = Iterable[tuple[str, str | int | bool]]
 
+# What ApiClient sends unless told otherwise; the generated code derives both from one version.
+USER_AGENT = f"OpenAPI-Generator/{kubernetes.aio.client.__version__}/python"
+
+
+class KubeClient:
+    """The client's configuration and its REST layer, which owns the connection pool; what an
+    `ApiClient` holds, without what it imports."""
+
+    def __init__(self, configuration: Configuration) -> None:
+        self.configuration = configuration
+        self.rest_client = RESTClientObject(configuration)
+
+    async def close(self) -> None:
+        await self.rest_client.close()
+
+
+def _query_text(value: str | int | bool) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
 
 async def call(
-    api_client: ApiClient,
+    client: KubeClient,
     method: str,
     path: str,
     *,
@@ -131,24 +151,24 @@ async def call(
     """One request as the generated API classes make it, answered as the unread aiohttp response.
 
     `path` may hold `{name}` placeholders, filled from `path_params` and escaped as the client
-    escapes them; booleans in `query` are sent as `true`/`false`. Raises what the client raises:
-    aiohttp.ClientError or TimeoutError when no answer came.
+    escapes them; booleans in `query` are sent as `true`/`false`. Raises what the REST layer
+    raises: aiohttp.ClientError or TimeoutError when no answer came.
     """
-    headers = {"Accept": "application/json"}
-    if body is not None:
-        headers["Content-Type"] = "application/json"
-    request = await api_client.param_serialize(
-        method=method,
-        resource_path=path,
-        path_params=dict(path_params) if path_params else {},
-        query_params=list(query),
-        header_params=headers,
-        body=body,
-        post_params=[],
-        files={},
-        auth_settings=["BearerToken"],
-        collection_formats={},
+    configuration = client.configuration
+    for key, value in (path_params or {}).items():
+        path = path.replace(f"{{{key}}}", quote(value, safe=configuration.safe_chars_for_path_param))
+    url = configuration.host + path
+    encoded = "&".join(f"{key}={quote(_query_text(value))}" for key, value in query)
+    if encoded:
+        url = f"{url}?{encoded}"
+    # Content-Type is left to the REST layer, which sets application/json last, as it does for
+    # the generated methods.
+    headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+    bearer = (await configuration.auth_settings()).get("BearerToken")
+    if bearer is not None and bearer["value"] is not None:
+        headers[bearer["key"]] = bearer["value"]
+    answer = await client.rest_client.request(
+        method, url, headers=headers, body=body, post_params=[], _request_timeout=request_timeout
     )
-    answer = await api_client.call_api(*request, _preload_content=False, _request_timeout=request_timeout)
     response: aiohttp.ClientResponse = answer.response
     return response

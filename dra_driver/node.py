@@ -46,6 +46,7 @@ from dra_driver.health.model import NodeHealth
 from dra_driver.health.monitor import HealthMonitor
 from dra_driver.health.simulated_faults import apply_pending_faults
 from dra_driver.health.taints import tainted_inventory
+from dra_driver.kubeconfig import load_kubeconfig
 from dra_driver.metrics import AgentMetrics
 from dra_driver.observability import ObservabilityServer, Readiness, keep_heartbeat
 from dra_driver.plugin.server import KubeletPluginServer
@@ -134,22 +135,25 @@ def sharing_controls(
     return SharingControls(NvidiaSmiTimeSlicer(discovery), NvidiaMps(discovery, settings.mps_dir))
 
 
-async def kubernetes_api_client(kubeconfig: Path | None) -> kube_api.ApiClient:
+async def kubernetes_api_client(kubeconfig: Path | None) -> kube_api.KubeClient:
     configuration = kube_api.Configuration()
+    where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig given)"
     try:
         if kubeconfig is not None:
-            await kube_api.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+            await load_kubeconfig(kubeconfig, configuration)
         else:
             kube_api.load_incluster_config(client_configuration=configuration)
     except (kube_api.ConfigException, OSError, ValueError) as error:
-        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig given)"
         raise StartupError(f"{where}: cannot load Kubernetes client configuration: {error}") from error
     configuration.connection_pool_maxsize = API_CONNECTION_POOL_SIZE
     # With trust_env, aiohttp reads ~/.netrc and scans the whole environment for proxies on every
     # request, through two thread hops: a third of each claim GET. The proxy is found once here.
     configuration.proxy = configuration.proxy or environment_proxy(configuration.host)
     configuration.client_session_kwargs = {**(configuration.client_session_kwargs or {}), "trust_env": False}
-    return kube_api.ApiClient(configuration)
+    try:
+        return kube_api.KubeClient(configuration)  # reads the CA and client certificate files
+    except OSError as error:  # ssl.SSLError included
+        raise StartupError(f"{where}: cannot set up TLS for the Kubernetes API: {error}") from error
 
 
 def environment_proxy(url: str) -> str | None:

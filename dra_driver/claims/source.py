@@ -10,7 +10,7 @@ import yaml
 
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.k8s_status import status_reason_and_message
-from dra_driver.kube_api import ApiClient, call
+from dra_driver.kube_api import KubeClient, call
 
 # Kubelet gives a whole NodePrepareResources call 45 s; one GET must not eat all of it.
 CLAIM_GET_TIMEOUT_SECONDS = 10.0
@@ -30,14 +30,14 @@ class ApiServerClaimSource:
     and lets the engine check the fields itself with precise error messages.
     """
 
-    def __init__(self, api_client: ApiClient) -> None:
-        self._api_client = api_client
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
 
     async def get(self, namespace: str, name: str) -> object:
         where = f"GET resourceclaims {namespace}/{name}"
         try:
             response = await call(
-                self._api_client,
+                self._client,
                 "GET",
                 CLAIM_PATH,
                 path_params={"namespace": namespace, "name": name},

@@ -2,7 +2,7 @@
 
 Raw JSON rather than the client's models: the controller compares what it sent with what the
 server stored field by field (to notice dropped fields), and a model round trip would hide
-exactly that. Every call goes through the client's ApiClient (`kube_api.call`) rather than its
+exactly that. Every call goes through the client's REST layer (`kube_api.call`) rather than its
 generated API classes, which would add their models to the agent's resident memory. Every
 failure becomes one ApiCallError that says whether the write may have happened anyway, which
 decides whether the controller must re-list before writing again.
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import aiohttp
 
 from dra_driver.k8s_status import status_reason_and_message
-from dra_driver.kube_api import ApiClient, call
+from dra_driver.kube_api import KubeClient, call
 from dra_driver.publish.diff import JsonObject
 
 # A write or a list that takes longer than this is treated as failed (and maybe applied).
@@ -60,8 +60,8 @@ class WatchEvent:
 class SliceApi:
     """ResourceSlices of one driver on one node, plus the few other objects the controller reads."""
 
-    def __init__(self, api_client: ApiClient, driver_name: str, node_name: str) -> None:
-        self._api_client = api_client
+    def __init__(self, client: KubeClient, driver_name: str, node_name: str) -> None:
+        self._client = client
         self.node_name = node_name
         self.field_selector = f"spec.driver={driver_name},spec.nodeName={node_name}"
 
@@ -96,7 +96,7 @@ class SliceApi:
     ) -> Awaitable[aiohttp.ClientResponse]:
         path_params = {"name": name} if name is not None else None
         return call(
-            self._api_client,
+            self._client,
             method,
             path,
             path_params=path_params,

@@ -52,9 +52,14 @@ FLOORS = {
     "pydantic": "import pydantic",
     "kubernetes (the sync package's __init__)": "import kubernetes",
     "kubernetes.aio client + config, plain": "from kubernetes.aio import client, config; client.ApiClient",
-    "kubernetes.aio client + config, lean (dra_driver.kube_api)": "import dra_driver.kube_api",
+    "kubernetes.aio configuration, REST layer, in-cluster loader (dra_driver.kube_api)": (
+        "import dra_driver.kube_api"
+    ),
+    "... + the client's kubeconfig loader and ApiClient (exec and auth-provider users only)": (
+        "import dra_driver.kube_api; import kubernetes.aio.config.kube_config"
+    ),
     "... + ResourceV1Api (unused since)": (
-        "import dra_driver.kube_api; import kubernetes.aio.client as c; c.ResourceV1Api"
+        "import dra_driver.kube_api; import kubernetes.aio.client as c; c.ApiClient; c.ResourceV1Api"
     ),
     "what `dra-driver node` imports": (
         "import dra_driver.cli; dra_driver.cli.build_parser(); import dra_driver.logging, dra_driver.node"

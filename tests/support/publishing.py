@@ -1,5 +1,5 @@
 """Runs the ResourceSlice controller in-process against the stand-in API server, through the
-official asyncio client, and reads back what the server stores."""
+agent's client (the official asyncio client's REST layer), and reads back what the server stores."""
 
 import asyncio
 import copy
@@ -11,11 +11,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.aio import client
-
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.inventory import Inventory, build_inventory
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
+from dra_driver.kube_api import Configuration, KubeClient
 from dra_driver.metrics import PublishMetrics
 from dra_driver.publish.capabilities import ApiFeature, fall_back
 from dra_driver.publish.controller import ResourceSliceController
@@ -137,12 +136,11 @@ async def publishing(
     dry_run: bool = False,
     with_fall_back: bool = True,
 ) -> AsyncIterator[Published]:
-    configuration = client.Configuration(host=server.url)
-    api_client = client.ApiClient(configuration)
+    kube_client = KubeClient(Configuration(host=server.url))
     metrics = PublishMetrics()
     dry_runs: list[tuple[Write, ...]] = []
     controller = ResourceSliceController(
-        SliceApi(api_client, DRIVER, NODE_NAME),
+        SliceApi(kube_client, DRIVER, NODE_NAME),
         DRIVER,
         NODE_NAME,
         inventory,
@@ -157,4 +155,4 @@ async def publishing(
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        await api_client.close()
+        await kube_client.close()

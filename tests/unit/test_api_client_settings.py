@@ -48,7 +48,8 @@ def test_the_client_does_not_trust_the_environment_per_request(
         async def configured() -> tuple[object, object]:
             client = await kubernetes_api_client(kubeconfig)
             try:
-                return client.configuration.client_session_kwargs, client.configuration.proxy
+                # The REST layer reads the proxy once, when the client is made.
+                return client.configuration.client_session_kwargs, client.rest_client.proxy
             finally:
                 await client.close()
 
