@@ -4,14 +4,22 @@ A reader (kubelet's runtime, a restarted agent) must only ever see a whole old f
 new one: data goes to a temporary sibling that is renamed over the target. Durable writes also
 fsync the file before the rename and the directory after it, so the rename itself survives a
 power loss.
+
+Paths are handled as strings with `os` calls: these functions sit on the pod-startup path, where
+building `pathlib` objects for every temporary name cost more than the system calls themselves.
 """
 
 import os
 import secrets
-from pathlib import Path
+
+StrPath = str | os.PathLike[str]
 
 
-def fsync_directory(directory: Path) -> None:
+def parent_directory(path: StrPath) -> str:
+    return os.path.dirname(os.fspath(path)) or "."
+
+
+def fsync_directory(directory: StrPath) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -19,10 +27,20 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def write_temporary(path: Path, data: bytes, mode: int) -> tuple[Path, int]:
+def unlink_if_present(path: StrPath) -> bool:
+    """Whether there was a file to remove."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def write_temporary(path: StrPath, data: bytes, mode: int) -> tuple[str, int]:
     """Writes data to a new temporary sibling of path (named so a start-up sweep of `.*.tmp`
     finds leftovers); returns it and its still-open descriptor."""
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    directory, name = os.path.split(os.fspath(path))
+    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         view = memoryview(data)
@@ -30,12 +48,12 @@ def write_temporary(path: Path, data: bytes, mode: int) -> tuple[Path, int]:
             view = view[os.write(fd, view) :]
     except BaseException:
         os.close(fd)
-        temporary.unlink(missing_ok=True)
+        unlink_if_present(temporary)
         raise
     return temporary, fd
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool, mode: int = 0o644) -> None:
+def atomic_write(path: StrPath, data: bytes, *, durable: bool, mode: int = 0o644) -> None:
     temporary, fd = write_temporary(path, data, mode)
     try:
         try:
@@ -43,20 +61,18 @@ def atomic_write(path: Path, data: bytes, *, durable: bool, mode: int = 0o644) -
                 os.fsync(fd)
         finally:
             os.close(fd)
-        temporary.replace(path)
+        os.replace(temporary, path)
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        unlink_if_present(temporary)
         raise
     if durable:
-        fsync_directory(path.parent)
+        fsync_directory(parent_directory(path))
 
 
-def remove(path: Path, *, durable: bool) -> bool:
+def remove(path: StrPath, *, durable: bool) -> bool:
     """Removes `path` if it exists; returns whether it did. Durable removal fsyncs the directory."""
-    try:
-        path.unlink()
-    except FileNotFoundError:
+    if not unlink_if_present(path):
         return False
     if durable:
-        fsync_directory(path.parent)
+        fsync_directory(parent_directory(path))
     return True

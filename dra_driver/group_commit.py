@@ -31,9 +31,14 @@ import ctypes
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from dra_driver.durable_files import fsync_directory, write_temporary
+from dra_driver.durable_files import (
+    StrPath,
+    fsync_directory,
+    parent_directory,
+    unlink_if_present,
+    write_temporary,
+)
 
 SyncFs = Callable[[int], None]
 
@@ -70,10 +75,10 @@ def _flush(fds: Sequence[int], syncfs: SyncFs | None) -> None:
 class _Change:
     """One operation as the worker thread sees it: data is None for a removal."""
 
-    path: Path
+    path: StrPath
     data: bytes | None
     mode: int
-    temporary: Path | None = None
+    temporary: str | None = None
     fd: int | None = None
     error: BaseException | None = None
 
@@ -101,33 +106,32 @@ def _commit(changes: Sequence[_Change], syncfs: SyncFs | None) -> bool:
     except OSError as error:
         for change in changes:
             if change.temporary is not None:
-                change.temporary.unlink(missing_ok=True)
+                unlink_if_present(change.temporary)
             change.error = change.error or _flush_failed(error)
         return True
     finally:
         for fd in fds:
             os.close(fd)
 
-    changed_directories: dict[Path, list[_Change]] = {}
+    changed_directories: dict[str, list[_Change]] = {}
     for change in changes:
         if change.error is not None:
             continue
         if change.temporary is not None:
             try:
-                change.temporary.replace(change.path)
+                os.replace(change.temporary, change.path)
             except OSError as error:
-                change.temporary.unlink(missing_ok=True)
+                unlink_if_present(change.temporary)
                 change.error = error
                 continue
         else:
             try:
-                change.path.unlink()
-            except FileNotFoundError:
-                continue  # removing what is not there changes nothing that needs a flush
+                if not unlink_if_present(change.path):
+                    continue  # removing what is not there changes nothing that needs a flush
             except OSError as error:
                 change.error = error
                 continue
-        changed_directories.setdefault(change.path.parent, []).append(change)
+        changed_directories.setdefault(parent_directory(change.path), []).append(change)
 
     for directory, in_directory in changed_directories.items():
         try:
@@ -170,11 +174,11 @@ class GroupCommitter:
         self.flushes = 0
         self.operations = 0
 
-    async def replace(self, path: Path, data: bytes, mode: int = 0o600) -> None:
+    async def replace(self, path: StrPath, data: bytes, mode: int = 0o600) -> None:
         """Durably and atomically replaces path's content with data (mode applies to a new file)."""
         await self._submit(_Change(path, data, mode))
 
-    async def remove(self, path: Path) -> None:
+    async def remove(self, path: StrPath) -> None:
         """Durably removes path; one that is already missing is fine."""
         await self._submit(_Change(path, None, 0))
 

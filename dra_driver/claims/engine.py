@@ -133,11 +133,12 @@ class ClaimEngine:
         # by this process or a peer.
         self._records_seen: dict[str, ClaimRecord] = {}
         self._owner_of_device: dict[str, ClaimRef] = {}
-        self._claim_locks = ClaimLocks(records.state_dir / "claim-locks")
+        self._claim_locks = ClaimLocks(records.state_dir / "claim.locks")
         self._state_lock = SharedStateLock(records.state_dir / "state.lock")
 
     def close(self) -> None:
         self._state_lock.close()
+        self._claim_locks.close()
 
     def use_inventory(self, inventory: Inventory) -> None:
         """Devices published from now on (after a fallback to modes the API server supports);

@@ -7,6 +7,7 @@ the claim is ready. One file per claim keeps writes small and independent.
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Mapping
 from contextlib import suppress
@@ -234,11 +235,12 @@ class QuarantinedRecord:
     problem: str
 
 
-def _record_in(path: Path) -> ClaimRecord:
+def _record_in(path: durable_files.StrPath) -> ClaimRecord:
     """The record in `path`; raises ValueError (CorruptRecord among them) or UnicodeDecodeError
     for a file that is not one this code writes, or not under its claim's name."""
-    record = record_from_json(json.loads(path.read_bytes()))
-    if path.name != f"{record.claim.uid}{_SUFFIX}":
+    with open(path, "rb") as file:
+        record = record_from_json(json.loads(file.read()))
+    if os.path.basename(path) != f"{record.claim.uid}{_SUFFIX}":
         raise CorruptRecord(f"file name does not match claim UID {record.claim.uid}")
     return record
 
@@ -256,9 +258,11 @@ class ClaimRecordStore:
         self.state_dir = state_dir
         self.directory = state_dir / "claims"
         self._committer = committer
+        self._directory_prefix = f"{self.directory}{os.sep}"
 
-    def _path(self, claim_uid: str) -> Path:
-        return self.directory / f"{claim_uid}{_SUFFIX}"
+    def _path(self, claim_uid: str) -> str:
+        # A string, not a Path: built on every prepare and unprepare.
+        return f"{self._directory_prefix}{claim_uid}{_SUFFIX}"
 
     def load_all(self) -> tuple[dict[str, ClaimRecord], list[QuarantinedRecord]]:
         """Every readable record by UID; unreadable ones are renamed to *.corrupt and reported."""

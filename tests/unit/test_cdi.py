@@ -1,5 +1,4 @@
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +80,8 @@ def test_spec_files_are_written_atomically_and_removed(tmp_path: Path) -> None:
     directory = CdiSpecDirectory(tmp_path / "cdi", "gpu.dra-driver.dev")
     spec = claim_spec("gpu.dra-driver.dev", UID, [("gpu-0", ContainerEdits(env=("A=1",)))])
 
-    path = directory.write(UID, spec)
+    directory.write(UID, spec)  # the directory does not exist yet: it is made
+    path = directory.path_for(UID)
 
     assert (
         path.name
@@ -89,7 +89,7 @@ def test_spec_files_are_written_atomically_and_removed(tmp_path: Path) -> None:
         == f"k8s.gpu.dra-driver.dev-claim_{UID}.json"
     )
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
-    assert re.search(r'"cdiVersion": "0.5.0"', path.read_text())
+    assert json.loads(path.read_text())["cdiVersion"] == "0.5.0"
     assert directory.claim_uids() == {UID}
     directory.remove(UID)
     directory.remove(UID)  # removing twice is fine

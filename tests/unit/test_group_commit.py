@@ -83,7 +83,7 @@ def test_nobody_hears_done_before_data_rename_and_directory_are_durable(
     real_replace = os.replace
     real_fsync_directory = durable_files.fsync_directory
 
-    def write_temporary(path: Path, data: bytes, mode: int) -> tuple[Path, int]:
+    def write_temporary(path: str | os.PathLike[str], data: bytes, mode: int) -> tuple[str, int]:
         events.append(("W", str(path)))
         return real_write(path, data, mode)
 
@@ -95,7 +95,7 @@ def test_nobody_hears_done_before_data_rename_and_directory_are_durable(
         real_replace(source, target)
         events.append(("R", str(target)))
 
-    def fsync_directory(directory: Path) -> None:
+    def fsync_directory(directory: str) -> None:
         real_fsync_directory(directory)
         events.append(("D", str(directory)))
 
@@ -244,8 +244,8 @@ def test_a_failing_directory_fsync_reports_its_directory_not_durable(
     good.mkdir()
     real_fsync_directory = durable_files.fsync_directory
 
-    def fsync_directory(directory: Path) -> None:
-        if directory == bad:
+    def fsync_directory(directory: str) -> None:
+        if directory == str(bad):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         real_fsync_directory(directory)
 

@@ -70,9 +70,10 @@ def test_a_turn_waits_for_a_peer_holding_the_lock(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
-def test_claim_locks_exclude_peers_and_leave_no_files(tmp_path: Path) -> None:
+def test_claim_locks_exclude_peers_one_at_a_time(tmp_path: Path) -> None:
     async def scenario() -> None:
-        mine, peer = ClaimLocks(tmp_path / "locks"), ClaimLocks(tmp_path / "locks")
+        path = tmp_path / "claim.locks"
+        mine, peer, third = ClaimLocks(path), ClaimLocks(path), ClaimLocks(path)
         order = []
 
         async def take(locks: ClaimLocks, who: str, hold_for: float) -> None:
@@ -83,22 +84,24 @@ def test_claim_locks_exclude_peers_and_leave_no_files(tmp_path: Path) -> None:
 
         first = asyncio.create_task(take(peer, "peer", 0.05))
         await asyncio.sleep(0.01)
-        # Two waiters on the file the peer unlinks when it lets go: both must notice and agree
-        # on one fresh file instead of both taking the stale one.
-        third = ClaimLocks(tmp_path / "locks")
-        await asyncio.gather(first, take(mine, "mine", 0.01), take(third, "third", 0.01))
+        # Two waiters in two more "processes" (descriptors): each gets its turn whole.
+        await asyncio.gather(
+            first, take(mine, "mine", 0.01), take(third, "third", 0.01), take(mine, "mine", 0.01)
+        )
         assert order[:2] == ["peer in", "peer out"]
-        assert [order[i].split()[0] for i in (2, 3)] == [order[2].split()[0]] * 2, order
-        assert [order[i].split()[0] for i in (4, 5)] == [order[4].split()[0]] * 2, order
-        assert list((tmp_path / "locks").iterdir()) == []
+        for start in (2, 4, 6):
+            assert order[start].split()[0] == order[start + 1].split()[0], order
+            assert (order[start].split()[1], order[start + 1].split()[1]) == ("in", "out"), order
         assert len(mine) == 0
+        for locks in (mine, peer, third):
+            locks.close()
 
     asyncio.run(scenario())
 
 
 def test_claim_locks_for_different_claims_do_not_wait_on_each_other(tmp_path: Path) -> None:
     async def scenario() -> None:
-        mine, peer = ClaimLocks(tmp_path / "locks"), ClaimLocks(tmp_path / "locks")
+        mine, peer = ClaimLocks(tmp_path / "claim.locks"), ClaimLocks(tmp_path / "claim.locks")
         other = "0f1e2d3c-4b5a-4968-8776-655443322110"
         async with peer.hold(UID):
             await asyncio.wait_for(_enter(mine, other), timeout=1)
@@ -134,6 +137,40 @@ def test_a_lock_held_by_another_process_is_not_taken_and_dies_with_it(tmp_path: 
             assert try_exclusive(fd)
         finally:
             os.close(fd)
+    finally:
+        child.kill()
+        child.join(10)
+
+
+def _hold_claim_in_child(path: str, held: Event) -> None:
+    async def hold() -> None:
+        async with ClaimLocks(Path(path)).hold(UID):
+            held.set()
+            await asyncio.sleep(60)  # until killed
+
+    asyncio.run(hold())
+
+
+def test_a_claim_lock_held_by_another_process_excludes_us_until_it_dies(tmp_path: Path) -> None:
+    path = tmp_path / "claim.locks"
+    context = multiprocessing.get_context("spawn")
+    held = context.Event()
+    child = context.Process(target=_hold_claim_in_child, args=(str(path), held))
+    child.start()
+    try:
+        assert held.wait(30)
+
+        async def scenario() -> None:
+            locks = ClaimLocks(path)
+            waiting = asyncio.create_task(_enter(locks, UID))
+            await asyncio.sleep(0.1)
+            assert not waiting.done(), "the live process's lock excludes us"
+            await asyncio.wait_for(_enter(locks, "0f1e2d3c-4b5a-4968-8776-655443322110"), timeout=1)
+            child.kill()  # a crashed peer: no unlock, the kernel drops its lock
+            await asyncio.wait_for(waiting, timeout=5)
+            locks.close()
+
+        asyncio.run(scenario())
     finally:
         child.kill()
         child.join(10)
@@ -196,7 +233,7 @@ def test_a_starting_agent_waits_for_a_peers_prepare_instead_of_rolling_it_back(t
     store = ClaimRecordStore(tmp_path / "state")
     store.load_all()
     ref = claim_ref("default", "busy", UID)
-    peer_locks = ClaimLocks(tmp_path / "state" / "claim-locks")
+    peer_locks = ClaimLocks(tmp_path / "state" / "claim.locks")
 
     async def scenario() -> None:
         _, new = _two_engines(tmp_path, claims)
