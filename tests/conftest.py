@@ -11,6 +11,7 @@ from kubernetes import client, config
 
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
+from tests.support.image import IMAGE_ENVIRONMENT
 from tests.support.publishing import add_node
 
 # CI machines have two busy cores: wall-clock limits per example would only make tests flaky.
@@ -54,7 +55,7 @@ def agent_dirs(short_dir: Path) -> AgentDirs:
 
 @pytest.fixture
 def agent(agent_dirs: AgentDirs, kubeconfig: Path) -> Iterator[AgentProcess]:
-    process = start_agent(agent_dirs, kubeconfig)
+    process = start_agent(agent_dirs, kubeconfig, env=IMAGE_ENVIRONMENT)
     # Once its slices are published the agent is quiet, so faults a test injects hit its calls.
     process.wait_for_log("resourceslices published")
     yield process

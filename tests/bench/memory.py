@@ -10,8 +10,11 @@ mapped in (the interpreter, extension modules and their shared libraries), the l
 Then, for comparison, fresh interpreters that only import what the agent imports (left out with
 `--no-floors`).
 
-Each `--variant NAME:KEY=VALUE,...` runs the agent again with those environment variables (for
-example `--variant arenas2:MALLOC_ARENA_MAX=2`); the plain agent always runs first as `default`.
+The agent runs as its image runs it (`tests/bench/image_env.py`: optimised bytecode, compiled
+beforehand). Each `--variant NAME:KEY=VALUE,...` runs the agent again with those environment
+variables on top (for example `--variant arenas2:MALLOC_ARENA_MAX=2`, or
+`--variant plain:PYTHONOPTIMIZE=0` for unoptimised bytecode); the image's way always runs first
+as `default`.
 
 Run: `python -m tests.bench.memory --rounds 500 --runs 2 --output docs/bench/memory.json`.
 """
@@ -38,6 +41,7 @@ from dra_driver.kubelet_client import register
 from tests.bench.prepare_latency import measure
 from tests.support.agent import AgentDirs, start_agent
 from tests.support.claims import allocate
+from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
 from tests.support.waiting import wait_until
 
 STATUS_FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
@@ -110,16 +114,9 @@ def run_agent(work: Path, kubeconfig: Path, rounds: int, env: dict[str, str]) ->
     uid = allocate(client.ResourceV1Api(api_client), name, {"gpu": "gpu-0"}, pool="node-a")
     cdi_dir = Path(tempfile.mkdtemp(prefix="dra-bench-cdi-", dir="/dev/shm"))
     dirs = AgentDirs(root=work / "node")
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)  # start_agent hands our environment to the agent
-    try:
-        agent = start_agent(dirs, kubeconfig, extra=("--cdi-dir", str(cdi_dir)), wait=False)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    agent = start_agent(
+        dirs, kubeconfig, extra=("--cdi-dir", str(cdi_dir)), wait=False, env={**IMAGE_ENVIRONMENT, **env}
+    )
     try:
         try:
             wait_until(dirs.registration_socket.exists, timeout=30, interval=0.002)
@@ -190,6 +187,7 @@ def main() -> None:
         "variants": dict(variants),
         "runs": [],
     }
+    compile_like_the_image()
     with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
         work = Path(temporary)
         kubeconfig = work / "kubeconfig"

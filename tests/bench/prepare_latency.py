@@ -67,6 +67,7 @@ from tests.bench.kubelet_load import (
 )
 from tests.support.agent import NODE_NAME, AgentDirs, start_agent
 from tests.support.claims import allocate
+from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
 from tests.support.waiting import wait_until
 
 # tests/bench/memory.py runs the one-claim loop from here.
@@ -234,7 +235,12 @@ def run_agent_benchmark(
     dirs = AgentDirs(root=work / "node")
     spawned = time.monotonic()
     agent = start_agent(
-        dirs, kubeconfig, hardware=f"simulated:{node_file}", extra=("--cdi-dir", str(cdi_dir)), wait=False
+        dirs,
+        kubeconfig,
+        hardware=f"simulated:{node_file}",
+        extra=("--cdi-dir", str(cdi_dir)),
+        wait=False,
+        env=IMAGE_ENVIRONMENT,
     )
     pid = agent.process.pid
 
@@ -383,6 +389,7 @@ def main() -> None:
         "profiled_with": None if plan.profile_dir is None else ["py-spy", *PROFILE_MODES[plan.profile_mode]],
         "runs": [],
     }
+    compile_like_the_image()
     with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
         work = Path(temporary)
         kubeconfig = work / "kubeconfig"

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,9 @@ def start_agent(
     hardware: str = "simulated:dgx-h100",
     extra: tuple[str, ...] = (),
     wait: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> AgentProcess:
+    """`env`: variables set for the agent on top of ours."""
     dirs.root.mkdir(parents=True, exist_ok=True)
     log_path = dirs.root / f"agent-{time.monotonic_ns()}.log"
     with log_path.open("wb") as log_file:
@@ -128,7 +131,7 @@ def start_agent(
             node_command(dirs, kubeconfig, hardware, extra),
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
     agent = AgentProcess(dirs=dirs, process=process, log_path=log_path)
     if wait:
