@@ -34,6 +34,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m tests.bench.prepare_latency --rounds 2000 --runs 2 --output docs/bench/prepare-latency.json
 	$(BIN)/python -m tests.bench.device_model --rounds 200 --runs 2 --output docs/bench/device-model.json
 	$(BIN)/python -m tests.bench.slice_publish --runs 2 --output docs/bench/slice-publish.json
+	$(BIN)/python -m tests.bench.memory --rounds 500 --runs 2 --variant plain:PYTHONOPTIMIZE=0 --output docs/bench/memory.json
 
 ## protos: regenerate dra_driver/_proto from api/kubelet
 protos: $(INSTALLED)

@@ -47,6 +47,7 @@ from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
 from dra_driver.publish.controller import DEFAULT_SYNC_DELAY_SECONDS
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import DEFAULT_VERSION, ApiServer, Obj, ResourceType
+from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
 from tests.support.nodes import inventory_for
 from tests.support.publishing import (
     DRIVER,
@@ -353,6 +354,7 @@ def agent_figures(work: Path, agent_settle_seconds: float) -> dict[str, Any]:
             hardware=f"simulated:{PROFILE}",
             extra=("--node-config", str(node_config)),
             wait=False,
+            env=IMAGE_ENVIRONMENT,
         )
         try:
             published = agent.wait_for_log(PUBLISHED_EVENT, timeout=CONVERGE_TIMEOUT_SECONDS)
@@ -437,6 +439,7 @@ def main() -> None:
     parser.add_argument("--agent-settle-seconds", type=float, default=2.0, help="published to RSS reading")
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
+    compile_like_the_image()
     # The controller's info lines would bury the results; warnings and errors still show.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
