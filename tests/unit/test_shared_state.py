@@ -1,8 +1,9 @@
 """Two agent processes on one state directory (the old and the new pod of a rolling update).
 
-Two engines in one process stand for them: every lock here is flock(2) on its own open file,
-which excludes two descriptors of one process exactly as it excludes two processes. The last
-test uses a real second process to show that.
+Two engines in one process stand for them: every lock here belongs to its own open file
+(flock(2), or an open-file-description byte lock for claims), which excludes two descriptors of
+one process exactly as it excludes two processes. Two tests use a real second process to show
+that.
 """
 
 import asyncio
@@ -10,6 +11,9 @@ import json
 import multiprocessing
 import os
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.process import BaseProcess
 from multiprocessing.synchronize import Event
 from pathlib import Path
 
@@ -121,14 +125,24 @@ def _hold_in_child(path: str, held: Event) -> None:
     time.sleep(60)  # until killed
 
 
-def test_a_lock_held_by_another_process_is_not_taken_and_dies_with_it(tmp_path: Path) -> None:
-    path = tmp_path / "publisher.lock"
+@contextmanager
+def _child_holding(hold: Callable[[str, Event], None], path: Path) -> Iterator[BaseProcess]:
+    """Another process that runs `hold` on `path` until killed; yields it once it holds."""
     context = multiprocessing.get_context("spawn")
     held = context.Event()
-    child = context.Process(target=_hold_in_child, args=(str(path), held))
+    child = context.Process(target=hold, args=(str(path), held))
     child.start()
     try:
         assert held.wait(30)
+        yield child
+    finally:
+        child.kill()
+        child.join(10)
+
+
+def test_a_lock_held_by_another_process_is_not_taken_and_dies_with_it(tmp_path: Path) -> None:
+    path = tmp_path / "publisher.lock"
+    with _child_holding(_hold_in_child, path) as child:
         fd = os.open(path, os.O_RDWR)
         try:
             assert not try_exclusive(fd)
@@ -137,9 +151,6 @@ def test_a_lock_held_by_another_process_is_not_taken_and_dies_with_it(tmp_path: 
             assert try_exclusive(fd)
         finally:
             os.close(fd)
-    finally:
-        child.kill()
-        child.join(10)
 
 
 def _hold_claim_in_child(path: str, held: Event) -> None:
@@ -153,12 +164,7 @@ def _hold_claim_in_child(path: str, held: Event) -> None:
 
 def test_a_claim_lock_held_by_another_process_excludes_us_until_it_dies(tmp_path: Path) -> None:
     path = tmp_path / "claim.locks"
-    context = multiprocessing.get_context("spawn")
-    held = context.Event()
-    child = context.Process(target=_hold_claim_in_child, args=(str(path), held))
-    child.start()
-    try:
-        assert held.wait(30)
+    with _child_holding(_hold_claim_in_child, path) as child:
 
         async def scenario() -> None:
             locks = ClaimLocks(path)
@@ -171,9 +177,6 @@ def test_a_claim_lock_held_by_another_process_excludes_us_until_it_dies(tmp_path
             locks.close()
 
         asyncio.run(scenario())
-    finally:
-        child.kill()
-        child.join(10)
 
 
 def _two_engines(tmp_path: Path, claims: Claims) -> tuple[ClaimEngine, ClaimEngine]:
