@@ -55,6 +55,10 @@ WATCH_RETRY_MAX_SECONDS = 30.0
 FallBack = Callable[[frozenset[ApiFeature]], Inventory | None]
 
 
+class OutdatedList(Exception):
+    """A list answered from before changes the watch has already shown."""
+
+
 def _version_number(resource_version: str) -> int:
     """resourceVersions are opaque, but every real server uses etcd revisions; like client-go's
     mutation cache we order them as integers, and treat anything else as newest."""
@@ -102,6 +106,8 @@ class ResourceSliceController:
         self._owner: NodeOwner | None = None
         self._stored: dict[str, JsonObject] = {}
         self._listed_at = 0
+        # The newest resourceVersion a list, a watch event or a write's answer has shown us.
+        self._newest_seen = 0
         self._stale = True
         self._adopted: dict[str, Adopted] = {}
         # Slices we deleted whose DELETED event has not come yet: their older events, still on
@@ -150,7 +156,7 @@ class ResourceSliceController:
                 return
             try:
                 await self._sync()
-            except (ApiCallError, ServerVersionError) as error:
+            except (ApiCallError, ServerVersionError, OutdatedList) as error:
                 delay = self._queue.add_rate_limited(key)
                 log.warning(
                     "resourceslice sync failed; retrying",
@@ -172,6 +178,9 @@ class ResourceSliceController:
                 if self._watch_from is None:
                     async with self._sync_lock:
                         if self._watch_from is None:  # a sync may have listed meanwhile
+                            # No watch runs now, so no event can be newer than this list: it is
+                            # the truth even if versions went back (a restored etcd).
+                            self._newest_seen = 0
                             await self._list()
                 async for event in self._api.watch_slices(self._watch_from or ""):
                     failures = 0
@@ -188,10 +197,17 @@ class ResourceSliceController:
 
     async def _list(self) -> None:
         items, resource_version = await self._api.list_slices()
+        listed_at = _version_number(resource_version)
+        if listed_at < self._newest_seen:
+            # A slow answer, overtaken by watch events of later changes: taking it would bring back
+            # what they changed (a slice deleted since), and the watch will not tell us again.
+            raise OutdatedList(
+                f"LIST resourceslices: answered at {resource_version}, older than {self._newest_seen}"
+            )
         before = self._stored
         self._stored = {str(item["metadata"]["name"]): item for item in items}
         self._deleted_by_us.clear()
-        self._listed_at = _version_number(resource_version)
+        self._listed_at = self._newest_seen = listed_at
         self._watch_from = resource_version
         self._stale = False
         if before != self._stored:
@@ -200,11 +216,14 @@ class ResourceSliceController:
     def _on_event(self, event: WatchEvent) -> None:
         if event.kind == "BOOKMARK":
             self._watch_from = event.resource_version or self._watch_from
+            if event.resource_version:
+                self._newest_seen = max(self._newest_seen, _version_number(event.resource_version))
             return
         self._watch_from = event.resource_version or self._watch_from
         obj = event.object
         name = str(obj.get("metadata", {}).get("name", ""))
         version = _resource_version(obj)
+        self._newest_seen = max(self._newest_seen, version)
         if version <= self._listed_at:
             return
         if name in self._deleted_by_us:
@@ -311,7 +330,12 @@ class ResourceSliceController:
 
     def _accept(self, sent: JsonObject, stored: JsonObject) -> None:
         name = str(stored["metadata"]["name"])
-        self._stored[name] = stored
+        version = _resource_version(stored)
+        held = self._stored.get(name)
+        if held is None or _resource_version(held) < version:
+            # Else a watch event of a later change (another writer's) overtook this answer.
+            self._stored[name] = stored
+        self._newest_seen = max(self._newest_seen, version)
         paths = dropped_fields(sent, stored)
         if not paths:
             self._adopted.pop(name, None)

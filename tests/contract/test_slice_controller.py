@@ -25,6 +25,7 @@ from tests.support.publishing import (
     publishing,
     stored_slices,
 )
+from tests.support.waiting import until
 
 MIG_NODE = inventory_for("dgx-h100-mig", "mig-dynamic")
 
@@ -401,6 +402,57 @@ def stored_pool_inventory(stored: list[dict[str, Any]]) -> Inventory:
         for device in s["spec"].get("devices", [])
     )
     return with_product_name(MIG_NODE, 1, "changed") if renamed else MIG_NODE
+
+
+def test_a_slice_deleted_while_a_list_answer_is_on_its_way_is_still_recreated(server: ApiServer) -> None:
+    """A write with an unknown outcome makes the next sync list first; a slice deleted after the
+    server made that list's answer, and before it arrived, is told by the watch first. The late
+    answer must not bring the slice back into the controller's copy (it would never be repaired:
+    the watch does not tell the delete again)."""
+    changed = with_product_name(MIG_NODE, 1, "changed")
+
+    async def scenario() -> None:
+        async with publishing(server, MIG_NODE, sync_delay=0.05) as published:
+            await published.converged(server, MIG_NODE)
+            victim = stored_slices(server)[3]["metadata"]["name"]
+            lists = server.request_count("GET", SLICES)
+            server.faults.fail_after_commit_next = 1
+            server.faults.answer_delay_methods = frozenset({"GET"})
+            server.faults.answer_delay_seconds = 0.5
+            published.controller.set_inventory(changed)
+            # The list after the ambiguous write has reached the server.
+            await until(lambda: server.request_count("GET", SLICES) > lists)
+            server.faults.answer_delay_methods = frozenset()
+            foreign_delete(server, victim)
+            await published.converged(server, changed, within=5)
+            assert victim not in {s["metadata"]["name"] for s in stored_slices(server)}
+
+    run(scenario)
+
+
+def test_a_write_answer_overtaken_by_another_writers_edit_does_not_hide_the_edit(server: ApiServer) -> None:
+    """Our update's answer arrives after the watch told of another writer's later edit of the
+    same slice: the copy keeps the edit, so the sync delay repairs it."""
+    changed = with_product_name(MIG_NODE, 1, "changed")
+
+    async def scenario() -> None:
+        async with publishing(server, MIG_NODE, sync_delay=0.05) as published:
+            await published.converged(server, MIG_NODE)
+            puts = server.request_count("PUT", SLICES)
+            server.faults.answer_delay_methods = frozenset({"PUT"})
+            server.faults.answer_delay_seconds = 0.5
+            published.controller.set_inventory(changed)
+            # The update is stored; its answer is on its way.
+            await until(lambda: server.request_count("PUT", SLICES) > puts and server.writes(SLICES) > 0)
+            server.faults.answer_delay_methods = frozenset()
+            updated = next(s for s in stored_slices(server) if s["metadata"]["name"].startswith("00000"))
+            edited = copy.deepcopy(updated)
+            edited["spec"]["devices"] = edited["spec"]["devices"][:2]
+            foreign_replace(server, edited)
+            await asyncio.sleep(0.6)  # our answer has arrived by now
+            await published.converged(server, changed, within=5)
+
+    run(scenario)
 
 
 def test_a_default_1_34_server_gets_static_mig_in_the_1_34_layout() -> None:

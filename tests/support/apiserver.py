@@ -210,6 +210,10 @@ class Faults:
     # The next N successful writes are stored (and watchers told) but answered 500: the ambiguous
     # outcome of a timed-out write, which a careless controller turns into a duplicate create.
     fail_after_commit_next: int = 0
+    # Answers to requests of these methods ("GET" for gets and lists) are held this long after the
+    # server made them: a slow reply, which watch events of later changes overtake.
+    answer_delay_seconds: float = 0.0
+    answer_delay_methods: frozenset[str] = frozenset()
 
 
 # -- versions and schemas ---------------------------------------------------------------------------
@@ -755,6 +759,8 @@ class ApiServer:
                 self.store.requests[(verb, rtype.plural)] += 1
             try:
                 response = await method(rtype, request)
+                if verb in self.faults.answer_delay_methods:
+                    await asyncio.sleep(self.faults.answer_delay_seconds)
                 if verb in _WRITE_VERBS and self._take("fail_after_commit_next"):
                     raise ApiError(
                         500, "InternalError", "Internal error occurred: injected fault after commit"
