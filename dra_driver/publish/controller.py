@@ -106,7 +106,7 @@ class ResourceSliceController:
         self._owner: NodeOwner | None = None
         self._stored: dict[str, JsonObject] = {}
         self._listed_at = 0
-        # The newest resourceVersion a list, a watch event or a write's answer has shown us.
+        # The newest resourceVersion of our slices a list, a watch event or a write's answer showed.
         self._newest_seen = 0
         self._stale = True
         self._adopted: dict[str, Adopted] = {}
@@ -215,9 +215,8 @@ class ResourceSliceController:
 
     def _on_event(self, event: WatchEvent) -> None:
         if event.kind == "BOOKMARK":
+            # Not counted as seen: it changes nothing of ours, and other objects move it on.
             self._watch_from = event.resource_version or self._watch_from
-            if event.resource_version:
-                self._newest_seen = max(self._newest_seen, _version_number(event.resource_version))
             return
         self._watch_from = event.resource_version or self._watch_from
         obj = event.object
