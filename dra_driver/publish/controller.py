@@ -113,6 +113,9 @@ class ResourceSliceController:
         # Slices we deleted whose DELETED event has not come yet: their older events, still on
         # the way, must not bring them back into the copy.
         self._deleted_by_us: set[str] = set()
+        # Slices another writer deleted, with the version of the delete: an answer to our write
+        # of one that arrives after the delete's event must not bring it back into the copy.
+        self._deleted_at: dict[str, int] = {}
         self._reported_unexplained = False
         self._last_dry_run: tuple[str, ...] | None = None
         self._sync_lock = asyncio.Lock()
@@ -207,6 +210,7 @@ class ResourceSliceController:
         before = self._stored
         self._stored = {str(item["metadata"]["name"]): item for item in items}
         self._deleted_by_us.clear()
+        self._deleted_at.clear()
         self._listed_at = self._newest_seen = listed_at
         self._watch_from = resource_version
         self._stale = False
@@ -236,6 +240,7 @@ class ResourceSliceController:
             if held is None:
                 return
             del self._stored[name]
+            self._deleted_at[name] = version
         else:
             self._stored[name] = obj
         log.info("resourceslice changed on the server; sync scheduled", slice=name, change=event.kind)
@@ -331,8 +336,9 @@ class ResourceSliceController:
         name = str(stored["metadata"]["name"])
         version = _resource_version(stored)
         held = self._stored.get(name)
-        if held is None or _resource_version(held) < version:
-            # Else a watch event of a later change (another writer's) overtook this answer.
+        known = _resource_version(held) if held is not None else self._deleted_at.get(name, 0)
+        if version > known:
+            # Else a watch event of a later change or delete (another writer's) overtook this answer.
             self._stored[name] = stored
         self._newest_seen = max(self._newest_seen, version)
         paths = dropped_fields(sent, stored)

@@ -455,6 +455,29 @@ def test_a_write_answer_overtaken_by_another_writers_edit_does_not_hide_the_edit
     run(scenario)
 
 
+def test_a_slice_deleted_before_our_update_answer_arrives_is_still_recreated(server: ApiServer) -> None:
+    """Another writer deletes the slice we just updated, and the watch tells of the delete before
+    our update's answer comes: the answer must not bring the slice back into the copy."""
+    changed = with_product_name(MIG_NODE, 1, "changed")
+
+    async def scenario() -> None:
+        async with publishing(server, MIG_NODE, sync_delay=0.05) as published:
+            await published.converged(server, MIG_NODE)
+            puts = server.request_count("PUT", SLICES)
+            server.faults.answer_delay_methods = frozenset({"PUT"})
+            server.faults.answer_delay_seconds = 0.5
+            published.controller.set_inventory(changed)
+            # The update is stored; its answer is on its way.
+            await until(lambda: server.request_count("PUT", SLICES) > puts and server.writes(SLICES) > 0)
+            server.faults.answer_delay_methods = frozenset()
+            updated = next(s for s in stored_slices(server) if s["metadata"]["name"].startswith("00000"))
+            foreign_delete(server, updated["metadata"]["name"])
+            await asyncio.sleep(0.6)  # our answer has arrived by now
+            await published.converged(server, changed, within=5)
+
+    run(scenario)
+
+
 def test_a_default_1_34_server_gets_static_mig_in_the_1_34_layout() -> None:
     """Partitionable devices and consumable capacity are alpha (off) in 1.34: dynamic MIG falls
     back to the instances that exist."""
