@@ -33,7 +33,9 @@ _COUNTER_BYTES = 8
 
 
 def open_lock_file(path: Path) -> int:
-    """A descriptor to flock: the file is only ever a lock (and a counter), never replaced."""
+    """A descriptor to lock, its directory made if missing: the file is only ever a lock (and a
+    counter), never replaced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
@@ -79,7 +81,6 @@ class SharedStateLock:
     """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = open_lock_file(path)
         # flock does not exclude two coroutines of one process (they share the descriptor).
         self._turns = asyncio.Lock()
@@ -121,7 +122,6 @@ class ClaimLocks:
     """
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = open_lock_file(path)
         # Locks of one open file description never exclude each other: coroutines queue here.
         self._local = KeyedLocks()

@@ -138,7 +138,6 @@ class SimulatedBackend:
         if self._state_file is None:
             yield
             return
-        self._state_file.parent.mkdir(parents=True, exist_ok=True)
         lock_file = self._state_file.with_name(self._state_file.name + ".lock")
         fd = open_lock_file(lock_file)
         try:
