@@ -112,7 +112,17 @@ from kubernetes.aio.client.rest import RESTClientObject  # noqa: E402
 from kubernetes.aio.config.config_exception import ConfigException  # noqa: E402
 from kubernetes.aio.config.incluster_config import load_incluster_config  # noqa: E402
 
-__all__ = ["ConfigException", "Configuration", "KubeClient", "call", "load_incluster_config"]
+from dra_driver.kube_http import HttpAnswer, KeepAliveClient  # noqa: E402
+
+__all__ = [
+    "ConfigException",
+    "Configuration",
+    "KubeClient",
+    "call",
+    "get",
+    "load_incluster_config",
+    "request_headers",
+]
 
 Query = Iterable[tuple[str, str | int | bool]]
 
@@ -122,20 +132,63 @@ USER_AGENT = f"OpenAPI-Generator/{kubernetes.aio.client.__version__}/python"
 
 class KubeClient:
     """The client's configuration and its REST layer, which owns the connection pool; what an
-    `ApiClient` holds, without what it imports."""
+    `ApiClient` holds, without what it imports. Plus the lean pool `get` uses for GETs on the
+    pod-startup path, when no proxy is in the way (kube_http)."""
 
     def __init__(self, configuration: Configuration) -> None:
         self.configuration = configuration
         self.rest_client = RESTClientObject(configuration)
+        self.keep_alive = (
+            None
+            if configuration.proxy
+            else KeepAliveClient(
+                configuration.host,
+                ssl_context=self.rest_client.ssl_context,
+                tls_server_name=configuration.tls_server_name,
+                max_connections=configuration.connection_pool_maxsize,
+            )
+        )
 
     async def close(self) -> None:
         await self.rest_client.close()
+        if self.keep_alive is not None:
+            await self.keep_alive.close()
 
 
 def _query_text(value: str | int | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _filled(configuration: Configuration, path: str, path_params: Mapping[str, str] | None) -> str:
+    for key, value in (path_params or {}).items():
+        path = path.replace(f"{{{key}}}", quote(value, safe=configuration.safe_chars_for_path_param))
+    return path
+
+
+async def request_headers(configuration: Configuration) -> dict[str, str]:
+    """The generated methods' headers, in their order, the bearer token last. Content-Type is
+    left to the REST layer, which sets application/json last, as it does for them."""
+    headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+    bearer = (await configuration.auth_settings()).get("BearerToken")
+    if bearer is not None and bearer["value"] is not None:
+        headers[bearer["key"]] = bearer["value"]
+    return headers
+
+
+async def get(
+    client: KubeClient, path: str, *, path_params: Mapping[str, str], request_timeout: float
+) -> HttpAnswer:
+    """A GET answered whole: through the lean pool where there is one, else as `call` sends it.
+    Raises aiohttp.ClientError, OSError, TimeoutError or HttpProtocolError."""
+    if client.keep_alive is None:
+        response = await call(client, "GET", path, path_params=path_params, request_timeout=request_timeout)
+        return HttpAnswer(response.status, await response.read())
+    configuration = client.configuration
+    return await client.keep_alive.get(
+        _filled(configuration, path, path_params), await request_headers(configuration), request_timeout
+    )
 
 
 async def call(
@@ -155,18 +208,11 @@ async def call(
     raises: aiohttp.ClientError or TimeoutError when no answer came.
     """
     configuration = client.configuration
-    for key, value in (path_params or {}).items():
-        path = path.replace(f"{{{key}}}", quote(value, safe=configuration.safe_chars_for_path_param))
-    url = configuration.host + path
+    url = configuration.host + _filled(configuration, path, path_params)
     encoded = "&".join(f"{key}={quote(_query_text(value))}" for key, value in query)
     if encoded:
         url = f"{url}?{encoded}"
-    # Content-Type is left to the REST layer, which sets application/json last, as it does for
-    # the generated methods.
-    headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
-    bearer = (await configuration.auth_settings()).get("BearerToken")
-    if bearer is not None and bearer["value"] is not None:
-        headers[bearer["key"]] = bearer["value"]
+    headers = await request_headers(configuration)
     answer = await client.rest_client.request(
         method, url, headers=headers, body=body, post_params=[], _request_timeout=request_timeout
     )

@@ -10,7 +10,7 @@ import yaml
 
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.k8s_status import status_reason_and_message
-from dra_driver.kube_api import KubeClient, call
+from dra_driver.kube_api import KubeClient, get
 
 # Kubelet gives a whole NodePrepareResources call 45 s; one GET must not eat all of it.
 CLAIM_GET_TIMEOUT_SECONDS = 10.0
@@ -36,16 +36,16 @@ class ApiServerClaimSource:
     async def get(self, namespace: str, name: str) -> object:
         where = f"GET resourceclaims {namespace}/{name}"
         try:
-            response = await call(
+            response = await get(
                 self._client,
-                "GET",
                 CLAIM_PATH,
                 path_params={"namespace": namespace, "name": name},
                 request_timeout=CLAIM_GET_TIMEOUT_SECONDS,
             )
-            body = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as error:
+        # ValueError: an answer that is not HTTP (HttpProtocolError), a header that cannot be sent.
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
             raise ClaimRejected(f"{where} failed: {error or type(error).__name__}") from error
+        body = response.body
         if response.status == 404:
             raise ClaimRejected(f"{where}: not found (deleted, or never created)")
         if response.status != 200:

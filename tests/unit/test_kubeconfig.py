@@ -21,7 +21,7 @@ import yaml
 from aiohttp import web
 from kubernetes.aio.config.kube_config import load_kube_config as client_load_kube_config
 
-from dra_driver.kube_api import Configuration, KubeClient, call
+from dra_driver.kube_api import Configuration, KubeClient, call, get
 from dra_driver.kubeconfig import (
     KubeconfigError,
     StaticKubeconfig,
@@ -500,3 +500,37 @@ def test_the_server_certificate_is_checked_against_the_ca_and_the_name(pki: Pki,
         return raised
 
     assert asyncio.run(failures()) == [aiohttp.ClientConnectorCertificateError] * 2
+
+
+@pytest.mark.usefixtures("no_proxy")
+def test_the_lean_claim_get_talks_the_same_tls(pki: Pki, tmp_path: Path) -> None:
+    """kube_http's pool takes the REST layer's TLS context (client certificate, CA) and the
+    server name, and so checks the server's certificate as the REST layer does."""
+    path = tmp_path / "kubeconfig"
+    other_ca = {"certificate-authority-data": b64(pki.other_certificate.read_bytes())}
+    clusters: list[dict[str, str]] = [{"tls-server-name": "apiserver.test"}, {}]
+    clusters.append({"tls-server-name": "apiserver.test", **other_ca})
+
+    async def attempts() -> tuple[list[object], list[dict[str, object]]]:
+        outcomes: list[object] = []
+        async with tls_server(pki) as (port, seen):
+            for cluster in clusters:
+                path.write_text(yaml.safe_dump(_tls_kubeconfig(pki, port, **cluster)))
+                client = await kubernetes_api_client(path)
+                assert client.keep_alive is not None
+                try:
+                    answer = await get(client, "/version/", path_params={}, request_timeout=10)
+                    outcomes.append((answer.status, json.loads(answer.body)["minor"]))
+                except ssl.SSLCertVerificationError as error:
+                    outcomes.append(error.verify_code)  # what the REST layer raises as its cause
+                finally:
+                    await client.close()
+        return outcomes, seen
+
+    outcomes, seen = asyncio.run(attempts())
+    assert outcomes[0] == (200, "35")
+    # Without tls-server-name the name checked is 127.0.0.1 (OpenSSL's X509_V_ERR_IP_ADDRESS_MISMATCH);
+    # with the other CA the server's self-signed certificate is unknown (DEPTH_ZERO_SELF_SIGNED_CERT).
+    assert outcomes[1:] == [64, 18]
+    assert seen[0]["authorization"] == "Bearer abc"
+    assert seen[0]["peer"] and "apiserver.test" in str(seen[0]["peer"])
