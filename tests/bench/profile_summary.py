@@ -40,8 +40,9 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("logging (structlog)", ("structlog/", "logging/", "dra_driver/observability.py")),
     ("metrics", ("prometheus_client/", "dra_driver/metrics.py")),
     (
-        "claim GET (kubernetes.aio, aiohttp, JSON)",
+        "claim GET (kube_http, its asyncio streams, JSON; aiohttp behind a proxy)",
         (
+            "asyncio/streams.py",
             "aiohttp/",
             "aiohttp_retry/",
             "kubernetes/",
@@ -50,6 +51,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "urllib/",
             "netrc.py",
             "dra_driver/kube_api.py",
+            "dra_driver/kube_http.py",
             "dra_driver/claims/source.py",
         ),
     ),
