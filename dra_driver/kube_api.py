@@ -1,4 +1,4 @@
-"""The official asyncio Kubernetes client (`kubernetes.aio`), loaded lean, and one raw JSON call.
+"""The official asyncio Kubernetes client (`kubernetes.aio`), loaded lean, and raw JSON calls.
 
 Two things here keep the agent's resident memory down (issue 8); both stay on the official client.
 

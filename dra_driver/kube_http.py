@@ -176,7 +176,7 @@ class KeepAliveClient:
         self._host_header = parts.netloc
         self._prefix = parts.path.rstrip("/")
         self._ssl_context = ssl_context if self._https else None
-        self._tls_server_name = tls_server_name if self._https else None
+        self._server_hostname = (tls_server_name or self._hostname) if self._https else None
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(max_connections)
         self.connections_opened = 0  # for tests: how often the pool had to open one
@@ -194,7 +194,7 @@ class KeepAliveClient:
                     continue
                 try:
                     return await self._exchange(connection, request)
-                except (ConnectionError, asyncio.IncompleteReadError):
+                except ConnectionError:
                     pass  # closed by the server while idle: try again on a new connection
             return await self._exchange(await self._open(), request)
 
@@ -203,7 +203,7 @@ class KeepAliveClient:
             self._hostname,
             self._port,
             ssl=self._ssl_context,
-            server_hostname=(self._tls_server_name or self._hostname) if self._https else None,
+            server_hostname=self._server_hostname,
             limit=MAX_HEAD_BYTES,
         )
         self.connections_opened += 1
