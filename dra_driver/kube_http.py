@@ -124,13 +124,13 @@ async def _read_answer(reader: asyncio.StreamReader) -> tuple[HttpAnswer, bool]:
     headers = head.headers
     if head.status in _NO_BODY_STATUSES:
         return HttpAnswer(head.status, b""), head.keep_alive
+    if "content-encoding" in headers and headers["content-encoding"].lower() != "identity":
+        raise HttpProtocolError(f"Content-Encoding: not asked for, got {headers['content-encoding'][:40]!r}")
     encoding = headers.get("transfer-encoding", "").lower()
     if encoding:
         if encoding != "chunked":
             raise HttpProtocolError(f"Transfer-Encoding: expected chunked, got {encoding[:40]!r}")
         return HttpAnswer(head.status, await _chunked_body(reader)), head.keep_alive
-    if "content-encoding" in headers and headers["content-encoding"].lower() != "identity":
-        raise HttpProtocolError(f"Content-Encoding: not asked for, got {headers['content-encoding'][:40]!r}")
     if "content-length" in headers:
         body = await reader.readexactly(_content_length(headers))
         return HttpAnswer(head.status, body), head.keep_alive

@@ -244,6 +244,11 @@ def test_each_way_http_frames_a_body(wire: bytes, close: bool, body: bytes) -> N
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokXX", "chunk"),
         (b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 1\r\n\r\nx", "Content-Encoding"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"1\r\nx\r\n0\r\n\r\n",
+            "Content-Encoding",
+        ),
     ],
     ids=[
         "version",
@@ -255,6 +260,7 @@ def test_each_way_http_frames_a_body(wire: bytes, close: bool, body: bytes) -> N
         "chunk-size",
         "chunk-end",
         "compressed",
+        "compressed-chunked",
     ],
 )
 def test_an_answer_that_is_not_http_is_an_error_naming_the_part(wire: bytes, named: str) -> None:
