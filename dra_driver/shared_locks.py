@@ -7,7 +7,8 @@ them correct together without serialising unrelated claims:
 - `ClaimLocks`: one lock per claim UID, so two processes never work on the same claim at once
   (a byte-range lock of one shared file, also dying with its process);
 - `SharedStateLock`: a short node-wide turn for reading and changing who holds which device,
-  with a change counter that tells a process when a peer changed the records since its last turn;
+  with a change counter that tells a process when a peer changed the records since its last turn,
+  and a small table (the reservations of prepares under way) kept in the lock file itself;
 - `try_exclusive`: the one-owner lock that decides which agent publishes the ResourceSlices.
 
 All of them die with their process, so a crashed peer never leaves one held. Waiting polls with
@@ -20,6 +21,7 @@ import fcntl
 import hashlib
 import os
 import struct
+import zlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -30,6 +32,15 @@ from dra_driver.claims.keyed_locks import KeyedLocks
 _FIRST_POLL_SECONDS = 0.001
 _LONGEST_POLL_SECONDS = 0.02
 _COUNTER_BYTES = 8
+# The shared table has two slots; a change writes the one the new counter picks, then the counter,
+# so a process killed half-way through writing leaves the slot the old counter picks whole.
+_TABLE_SLOTS = (4096, 4096 + 4 * 1024 * 1024)
+_TABLE_HEADER = struct.Struct("<II")  # payload length, CRC-32 of the payload
+MAX_TABLE_BYTES = _TABLE_SLOTS[1] - _TABLE_SLOTS[0] - _TABLE_HEADER.size
+
+
+class InvalidSharedTable(ValueError):
+    """A table slot of the state lock file that is not what this code writes."""
 
 
 def open_lock_file(path: Path) -> int:
@@ -64,23 +75,33 @@ async def _wait_for(take: Callable[[], bool], longest_poll: float = _LONGEST_POL
 @dataclass(slots=True)
 class StateTurn:
     """One holder's turn: `stale` says a peer changed the records since this process last looked;
-    `changed()` tells peers that this turn did."""
+    `changed(table)` tells peers that this turn did, and leaves them `table` (which every change
+    writes whole, so a turn that changed only records passes the table it read or kept)."""
 
     stale: bool
-    _changed: bool = False
+    _read_table: Callable[[], bytes]
+    _new_table: bytes | None = None
 
-    def changed(self) -> None:
-        self._changed = True
+    def table(self) -> bytes:
+        """The shared table as the last change left it (empty if none was ever written)."""
+        return self._read_table()
+
+    def changed(self, table: bytes) -> None:
+        if len(table) > MAX_TABLE_BYTES:
+            raise ValueError(f"the shared table would take {len(table)} bytes; at most {MAX_TABLE_BYTES} fit")
+        self._new_table = table
 
 
 class SharedStateLock:
     """The node-wide turn, held only for in-memory checks and small non-durable writes.
 
-    The change counter lives in the lock file itself and is only read and written under the
-    lock; it needs no fsync, because after a reboot every process starts from the records anyway.
+    The change counter and the table live in the lock file itself and are only read and written
+    under the lock; they need no fsync, because after a reboot every process starts from the
+    records anyway, and a crash short of one loses nothing written to the page cache.
     """
 
     def __init__(self, path: Path) -> None:
+        self._path = path
         self._fd = open_lock_file(path)
         # flock does not exclude two coroutines of one process (they share the descriptor).
         self._turns = asyncio.Lock()
@@ -95,17 +116,36 @@ class SharedStateLock:
             await exclusive(self._fd)
             try:
                 counter = self._counter()
-                turn = StateTurn(stale=counter != self._seen)
+                turn = StateTurn(stale=counter != self._seen, _read_table=lambda: self._table(counter))
                 self._seen = None  # unless the turn ends well: a half-refreshed view is looked at again
                 try:
                     yield turn
                 finally:
-                    if turn._changed:
+                    if turn._new_table is not None:
                         counter += 1
+                        self._write_table(counter, turn._new_table)
                         os.pwrite(self._fd, counter.to_bytes(_COUNTER_BYTES, "little"), 0)
                 self._seen = counter
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def _table(self, counter: int) -> bytes:
+        offset = _TABLE_SLOTS[counter % 2]
+        header = os.pread(self._fd, _TABLE_HEADER.size, offset)
+        if len(header) < _TABLE_HEADER.size or header == bytes(_TABLE_HEADER.size):
+            return b""  # never written: a new lock file, or one from before the table
+        length, checksum = _TABLE_HEADER.unpack(header)
+        where = f"{self._path}: table slot at byte {offset}"
+        if length > MAX_TABLE_BYTES:
+            raise InvalidSharedTable(f"{where}: length {length} exceeds {MAX_TABLE_BYTES}")
+        payload = os.pread(self._fd, length, offset + _TABLE_HEADER.size)
+        if len(payload) != length or zlib.crc32(payload) != checksum:
+            raise InvalidSharedTable(f"{where}: the payload does not match its length and checksum")
+        return payload
+
+    def _write_table(self, counter: int, table: bytes) -> None:
+        header = _TABLE_HEADER.pack(len(table), zlib.crc32(table))
+        os.pwrite(self._fd, header + table, _TABLE_SLOTS[counter % 2])
 
     def close(self) -> None:
         os.close(self._fd)
@@ -135,6 +175,13 @@ class ClaimLocks:
                 yield
             finally:
                 _unlock_byte(self._fd, offset)
+
+    def held_elsewhere(self, claim_uid: str) -> bool:
+        """Whether another process holds the claim's lock now (this process's own never count:
+        locks of one open file description do not conflict)."""
+        query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, _offset_of(claim_uid), 1, 0)
+        lock_type: int = _FLOCK.unpack(fcntl.fcntl(self._fd, fcntl.F_OFD_GETLK, query))[0]
+        return lock_type != fcntl.F_UNLCK
 
     def close(self) -> None:
         os.close(self._fd)

@@ -17,6 +17,7 @@ is checked and taken in a short node-wide turn that first catches up with any pe
 """
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -40,6 +41,7 @@ from dra_driver.claims.records import (
     PreparedDevice,
     QuarantinedRecord,
 )
+from dra_driver.claims.reservations import Reservation, decode_table, encode_table
 from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits, vgpu_share
@@ -53,7 +55,7 @@ from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
 from dra_driver.hardware.time_slicing import TimeSlicer
 from dra_driver.metrics import ClaimMetrics
-from dra_driver.shared_locks import ClaimLocks, SharedStateLock
+from dra_driver.shared_locks import ClaimLocks, SharedStateLock, StateTurn
 
 log = structlog.get_logger("dra_driver.claims")
 
@@ -129,10 +131,16 @@ class ClaimEngine:
         self._source = claim_source
         self._records = records
         self._cdi_specs = cdi_specs
-        # The records on disk as of this process's last turn: claims prepared or being prepared,
-        # by this process or a peer.
+        # The records on disk and the reservations of the shared table as of this process's last
+        # turn (a reservation as a "preparing" record): claims prepared or being prepared, by this
+        # process or a peer.
         self._records_seen: dict[str, ClaimRecord] = {}
         self._owner_of_device: dict[str, ClaimRef] = {}
+        # The shared table as this process last read or wrote it, less its own finished entries.
+        self._reservations: dict[str, Reservation] = {}
+        # Claims whose devices this process has reserved and whose prepare is still under way.
+        self._reserving: set[str] = set()
+        self._owner_token = secrets.token_hex(8)
         self._claim_locks = ClaimLocks(records.state_dir / "claim.locks")
         self._state_lock = SharedStateLock(records.state_dir / "state.lock")
 
@@ -164,8 +172,8 @@ class ClaimEngine:
         for uid, record in records.items():
             if record.state == "preparing":
                 await self._roll_back_unfinished(uid)
-        async with self._state_lock.hold():
-            self._refresh_view()
+        async with self._state_lock.hold() as turn:
+            self._refresh_view(turn)
         await self._remove_unowned(self._cdi_specs.claim_uids(), self._remove_unowned_spec)
         if self._hami_core is not None:
             hami_core_uids = claim_directory_uids(self._hami_core)
@@ -232,12 +240,35 @@ class ClaimEngine:
         log.info("stopping an MPS daemon no prepared claim owns", claim_uid=claim_uid)
         await self._sharing.mps.stop(claim_uid)
 
-    def _refresh_view(self) -> None:
-        """Catches up with the records on disk, which a peer process may have changed."""
+    def _refresh_view(self, turn: StateTurn) -> None:
+        """Catches up with the records on disk and the shared table, which a peer process may have
+        changed. Reservations are judged before the records are read: one whose prepare finished
+        meanwhile is then found by its record."""
+        self._reservations = {
+            uid: reservation
+            for uid, reservation in self._shared_table(turn).items()
+            if self._under_way(reservation)
+        }
         self._records_seen = self._records.read_all()
+        for uid, reservation in self._reservations.items():
+            self._records_seen.setdefault(uid, _reservation_record(reservation))
         self._owner_of_device = {}
         for record in self._records_seen.values():
             self._take_devices(record)
+
+    def _shared_table(self, turn: StateTurn) -> dict[str, Reservation]:
+        try:
+            return decode_table(turn.table())
+        except ValueError as error:
+            # Only a foreign write can do this; the records on disk still hold every prepared claim.
+            log.error("the state lock file's reservation table is unreadable; ignoring it", reason=str(error))
+            return {}
+
+    def _under_way(self, reservation: Reservation) -> bool:
+        """Whether the prepare that made `reservation` still runs (its claim lock is held)."""
+        if reservation.owner == self._owner_token:
+            return reservation.claim.uid in self._reserving
+        return self._claim_locks.held_elsewhere(reservation.claim.uid)
 
     def _take_devices(self, record: ClaimRecord) -> None:
         for key in record.exclusive_keys:
@@ -255,13 +286,15 @@ class ClaimEngine:
     async def _release(self, claim: ClaimRef) -> None:
         """Gives up the claim's devices, after its record is gone from disk."""
         async with self._state_lock.hold() as turn:
+            self._reserving.discard(claim.uid)
             if turn.stale:
-                self._refresh_view()
+                self._refresh_view(turn)
             else:
                 self._records_seen.pop(claim.uid, None)
                 for key in [key for key, holder in self._owner_of_device.items() if holder == claim]:
                     del self._owner_of_device[key]
-            turn.changed()
+            self._reservations.pop(claim.uid, None)
+            turn.changed(encode_table(self._reservations.values()))
 
     @property
     def prepared_claims(self) -> dict[str, ClaimRecord]:
@@ -315,26 +348,49 @@ class ClaimEngine:
         return None
 
     async def _reserve(self, ref: ClaimRef, keys: tuple[str, ...]) -> None:
-        """Checks and takes ownership in one node-wide turn, with a "preparing" record that shows
-        every agent process on the node the devices taken."""
+        """Checks and takes ownership in one node-wide turn, with a reservation in the shared table
+        that shows every agent process on the node the devices taken."""
         if not keys:
             return
         async with self._state_lock.hold() as turn:
             if turn.stale:
-                self._refresh_view()
-            for key in keys:
-                holder = self._owner_of_device.get(key)
-                if holder is not None and holder != ref:
-                    raise ClaimRejected(
-                        f"claim {ref}: device {key} is already prepared for claim {holder}; "
-                        "it is exclusive and can serve one claim at a time"
-                    )
-            reservation = ClaimRecord(claim=ref, devices=(), state="preparing", reserved=keys)
-            self._records.reserve(reservation)
-            turn.changed()
-            self._records_seen[ref.uid] = reservation
+                self._refresh_view(turn)
+            holder = self._other_holder(ref, keys)
+            if holder is not None and self._is_peer_reservation(holder[1]):
+                # The peer's prepare may have ended since this process looked: look again.
+                self._refresh_view(turn)
+                holder = self._other_holder(ref, keys)
+            if holder is not None:
+                key, other = holder
+                raise ClaimRejected(
+                    f"claim {ref}: device {key} is already prepared for claim {other}; "
+                    "it is exclusive and can serve one claim at a time"
+                )
+            reservation = Reservation(claim=ref, devices=keys, owner=self._owner_token)
+            self._reservations[ref.uid] = reservation
+            self._reserving.add(ref.uid)
+            turn.changed(encode_table(self._reservations.values()))
+            self._records_seen[ref.uid] = _reservation_record(reservation)
             for key in keys:
                 self._owner_of_device[key] = ref
+
+    def _other_holder(self, ref: ClaimRef, keys: tuple[str, ...]) -> tuple[str, ClaimRef] | None:
+        for key in keys:
+            holder = self._owner_of_device.get(key)
+            if holder is not None and holder != ref:
+                return key, holder
+        return None
+
+    def _is_peer_reservation(self, claim: ClaimRef) -> bool:
+        reservation = self._reservations.get(claim.uid)
+        return reservation is not None and reservation.owner != self._owner_token
+
+    def _reservation_fulfilled(self, claim_uid: str) -> None:
+        """The claim's record now holds its devices. Its reservation leaves this process's table
+        now and the shared one with the next change written; until then peers see it ended (the
+        claim lock is free) and go by the record."""
+        self._reserving.discard(claim_uid)
+        self._reservations.pop(claim_uid, None)
 
     async def _prepare_new(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ClaimRecord:
         if not planned:
@@ -375,6 +431,7 @@ class ClaimEngine:
             await self._release(ref)
             raise
         self._records_seen[ref.uid] = record
+        self._reservation_fulfilled(ref.uid)
         log.info(
             "claim prepared",
             pool=self._pool_name,
@@ -596,6 +653,11 @@ class ClaimEngine:
         failpoints.reached("unprepare.record-deleted")
         self._cdi_specs.remove(claim_uid)
         failpoints.reached("unprepare.cdi-removed")
+
+
+def _reservation_record(reservation: Reservation) -> ClaimRecord:
+    """A reservation as the view holds it: the record its prepare will replace."""
+    return ClaimRecord(claim=reservation.claim, devices=(), state="preparing", reserved=reservation.devices)
 
 
 def _placement(instance: MigInstanceRecord) -> Placement:

@@ -80,8 +80,9 @@ class ClaimRecord:
     time_sliced_gpus: tuple[str, ...] = ()
     # Whether the claim has an MPS control daemon (found by claim UID under the MPS directory).
     mps: bool = False
-    # While preparing: the exclusive devices the claim has taken, so that another agent process
-    # (a rolling update) sees them taken before the claim has any prepared device.
+    # While preparing: the exclusive devices the claim has taken (also in the shared reservation
+    # table), kept here too so that a crash that leaves this record leaves them taken until the
+    # record is rolled back.
     reserved: tuple[str, ...] = ()
 
     @property
@@ -307,11 +308,6 @@ class ClaimRecordStore:
                 record = _record_in(path)
                 records[record.claim.uid] = record
         return records
-
-    def reserve(self, record: ClaimRecord) -> None:
-        """Writes a "preparing" record without waiting for the disk: it names no side effect yet,
-        so losing it in a power cut loses nothing, while other processes see it at once."""
-        durable_files.atomic_write(self._path(record.claim.uid), _encoded(record), durable=False, mode=0o600)
 
     def save(self, record: ClaimRecord) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -107,11 +107,11 @@ def test_read_sees_what_another_store_on_the_directory_wrote(tmp_path: Path) -> 
     assert mine.read(UID) is None and mine.read_all() == {}
 
 
-def test_a_reservation_round_trips_with_its_devices(tmp_path: Path) -> None:
+def test_a_preparing_record_round_trips_with_its_reserved_devices(tmp_path: Path) -> None:
     store = ClaimRecordStore(tmp_path)
     store.load_all()
     reservation = ClaimRecord(claim=RECORD.claim, devices=(), state="preparing", reserved=("gpu-0", "gpu-1"))
-    store.reserve(reservation)
+    store.save(reservation)
     assert store.read(UID) == reservation
     assert reservation.exclusive_keys == ("gpu-0", "gpu-1")
 

@@ -21,8 +21,18 @@ import pytest
 
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.records import ClaimRecord, ClaimRecordStore
-from dra_driver.shared_locks import ClaimLocks, SharedStateLock, try_exclusive
+from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, PreparedDevice
+from dra_driver.claims.reservations import Reservation, decode_table, encode_table
+from dra_driver.devices.node_config import NodeConfig
+from dra_driver.shared_locks import (
+    ClaimLocks,
+    InvalidSharedTable,
+    SharedStateLock,
+    _offset_of,
+    _try_lock_byte,
+    _unlock_byte,
+    try_exclusive,
+)
 from tests.unit.test_engine_devices import DYNAMIC, Claims, instances, node
 
 UID = "6a0c9c2e-1b7f-4d3a-9e58-2f4b7c1d0e93"
@@ -33,16 +43,17 @@ def test_a_turn_is_stale_exactly_when_a_peer_changed_something(tmp_path: Path) -
         mine, peer = SharedStateLock(tmp_path / "state.lock"), SharedStateLock(tmp_path / "state.lock")
         async with mine.hold() as turn:
             assert turn.stale  # never looked yet
+            assert turn.table() == b"", "a new lock file has an empty table"
         async with mine.hold() as turn:
             assert not turn.stale
-            turn.changed()
+            turn.changed(b"first")
         async with mine.hold() as turn:
             assert not turn.stale, "its own change does not make its view stale"
         async with peer.hold() as turn:
-            assert turn.stale
-            turn.changed()
+            assert turn.stale and turn.table() == b"first"
+            turn.changed(b"second")
         async with mine.hold() as turn:
-            assert turn.stale
+            assert turn.stale and turn.table() == b"second"
         async with mine.hold() as turn:
             assert not turn.stale
         with pytest.raises(RuntimeError):
@@ -50,6 +61,46 @@ def test_a_turn_is_stale_exactly_when_a_peer_changed_something(tmp_path: Path) -
                 raise RuntimeError("refresh failed half-way")
         async with mine.hold() as turn:
             assert turn.stale, "after a failed turn the view is refreshed again"
+
+    asyncio.run(scenario())
+
+
+def test_a_table_write_cut_short_leaves_the_last_whole_table(tmp_path: Path) -> None:
+    """A change writes the slot the next counter picks, then the counter: a process killed between
+    the two (or half-way through the slot) leaves the previous table readable."""
+
+    async def scenario() -> None:
+        path = tmp_path / "state.lock"
+        async with SharedStateLock(path).hold() as turn:
+            turn.changed(b"whole")
+        with path.open("r+b") as file:  # the next change's slot, half-written, the counter not yet
+            file.seek(4096)
+            file.write(b"\x40\x00\x00\x00garbage")
+        async with SharedStateLock(path).hold() as turn:
+            assert turn.table() == b"whole"
+            turn.changed(b"next")
+        async with SharedStateLock(path).hold() as turn:
+            assert turn.table() == b"next"
+
+    asyncio.run(scenario())
+
+
+def test_a_damaged_table_is_refused_naming_the_slot(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        path = tmp_path / "state.lock"
+        async with SharedStateLock(path).hold() as turn:
+            turn.changed(b"{}")
+        with path.open("r+b") as file:
+            file.seek(4096 + 4 * 1024 * 1024 + 8)
+            file.write(b"[]")  # same length, wrong checksum
+        async with SharedStateLock(path).hold() as turn:
+            with pytest.raises(
+                InvalidSharedTable, match=r"state.lock: table slot at byte 4198400: the payload"
+            ):
+                turn.table()
+        with pytest.raises(ValueError, match="at most"):
+            async with SharedStateLock(path).hold() as turn:
+                turn.changed(bytes(4 * 1024 * 1024))
 
     asyncio.run(scenario())
 
@@ -241,7 +292,7 @@ def test_a_starting_agent_waits_for_a_peers_prepare_instead_of_rolling_it_back(t
     async def scenario() -> None:
         _, new = _two_engines(tmp_path, claims)
         async with peer_locks.hold(UID):
-            store.reserve(ClaimRecord(claim=ref, devices=(), state="preparing", reserved=("gpu-0",)))
+            store.save(ClaimRecord(claim=ref, devices=(), state="preparing", reserved=("gpu-0",)))
             starting = asyncio.create_task(new.load_state())
             await asyncio.sleep(0.1)
             assert not starting.done(), "the start waits for the peer's claim"
@@ -253,7 +304,9 @@ def test_a_starting_agent_waits_for_a_peers_prepare_instead_of_rolling_it_back(t
     asyncio.run(scenario())
 
 
-def test_a_peers_unfinished_reservation_is_rolled_back_by_whoever_gets_the_claim_next(tmp_path: Path) -> None:
+def test_a_peers_unfinished_preparing_record_is_rolled_back_by_whoever_gets_the_claim_next(
+    tmp_path: Path,
+) -> None:
     claims = Claims()
     claim = claims.add("again", {"device": "gpu-4-mig-7g80gb-0"})
     store = ClaimRecordStore(tmp_path / "state")
@@ -262,14 +315,137 @@ def test_a_peers_unfinished_reservation_is_rolled_back_by_whoever_gets_the_claim
     async def scenario() -> None:
         _, new = _two_engines(tmp_path, claims)
         await new.load_state()
-        # A peer died right after taking gpu-4 (its lock died with it; its record stays).
+        # A peer died right after recording that it takes gpu-4 (its lock died with it; its
+        # record stays).
         dead = ClaimRecord(
             claim=claim_ref(*claim), devices=(), state="preparing", reserved=("gpu-4-mig-7g80gb-0",)
         )
-        store.reserve(dead)
+        store.save(dead)
         outcome = (await new.prepare([claim]))[claim[2]]
         assert outcome.error == "" and [d.device for d in outcome.devices] == ["gpu-4-mig-7g80gb-0"]
         record = json.loads((tmp_path / "state" / "claims" / f"{claim[2]}.json").read_text())
         assert record["state"] == "prepared"
+
+    asyncio.run(scenario())
+
+
+def _whole_gpu_engines(tmp_path: Path, claims: Claims) -> tuple[ClaimEngine, ClaimEngine]:
+    old, _ = node(tmp_path, "l4x8", NodeConfig(), claims)
+    new, _ = node(tmp_path, "l4x8", NodeConfig(), claims)
+    return old, new
+
+
+def test_a_peer_sees_a_device_taken_while_its_prepare_is_under_way_and_after(tmp_path: Path) -> None:
+    """Between taking the device and its record being on disk, a whole-GPU prepare has nothing on
+    disk but its entry in the shared reservation table: the peer must refuse the device anyway."""
+    claims = Claims()
+    first = claims.add("first", {"device": "gpu-3"})
+    second = claims.add("second", {"device": "gpu-3"})
+
+    async def scenario() -> None:
+        old, new = _whole_gpu_engines(tmp_path, claims)
+        await old.load_state()
+        await new.load_state()
+        record_write = old._records.write
+        go_on = asyncio.Event()
+
+        async def held_record_write(record: ClaimRecord) -> None:
+            await go_on.wait()
+            await record_write(record)
+
+        old._records.write = held_record_write  # type: ignore[method-assign]
+        preparing = asyncio.create_task(old.prepare([first]))
+        await asyncio.sleep(0.05)
+        assert not (tmp_path / "state" / "claims" / f"{first[2]}.json").exists()
+        refused = (await new.prepare([second]))[second[2]].error
+        assert "device gpu-3 is already prepared for claim default/first" in refused
+        go_on.set()
+        assert (await preparing)[first[2]].error == ""
+        refused = (await new.prepare([second]))[second[2]].error
+        assert "device gpu-3 is already prepared for claim default/first" in refused, "now by its record"
+        assert await new.unprepare([first]) == {first[2]: ""}
+        assert (await old.prepare([second]))[second[2]].error == ""
+
+    asyncio.run(scenario())
+
+
+async def _peer_reserves(tmp_path: Path, claim: tuple[str, str, str], device: str) -> None:
+    """Writes a peer process's reservation into the shared table, as its node-wide turn would."""
+    async with SharedStateLock(tmp_path / "state" / "state.lock").hold() as turn:
+        table = decode_table(turn.table())
+        table[claim[2]] = Reservation(claim_ref(*claim), (device,), owner="peer-process")
+        turn.changed(encode_table(table.values()))
+
+
+def test_a_reservation_stands_while_its_claim_lock_is_held_and_no_longer(tmp_path: Path) -> None:
+    claims = Claims()
+    peers = claims.add("peers", {"device": "gpu-5"})
+    mine = claims.add("mine", {"device": "gpu-5"})
+    peer_locks = ClaimLocks(tmp_path / "state" / "claim.locks")
+
+    async def scenario() -> None:
+        _, engine = _whole_gpu_engines(tmp_path, claims)
+        await engine.load_state()
+        async with peer_locks.hold(peers[2]):
+            await _peer_reserves(tmp_path, peers, "gpu-5")
+            refused = (await engine.prepare([mine]))[mine[2]].error
+            assert "device gpu-5 is already prepared for claim default/peers" in refused
+        # The peer's prepare ended without a record (it failed, or the process died): the lock is
+        # free, so the entry is a leftover and the device is free.
+        assert (await engine.prepare([mine]))[mine[2]].error == ""
+        async with SharedStateLock(tmp_path / "state" / "state.lock").hold() as turn:
+            assert peers[2] not in decode_table(turn.table()), "the leftover is gone from the table too"
+
+    asyncio.run(scenario())
+
+
+def test_a_finished_peer_reservation_gives_way_to_its_record(tmp_path: Path) -> None:
+    claims = Claims()
+    peers = claims.add("peers", {"device": "gpu-6"})
+    mine = claims.add("mine", {"device": "gpu-6"})
+    store = ClaimRecordStore(tmp_path / "state")
+
+    async def scenario() -> None:
+        _, engine = _whole_gpu_engines(tmp_path, claims)
+        await engine.load_state()
+        await _peer_reserves(tmp_path, peers, "gpu-6")
+        prepared = PreparedDevice(
+            ("gpu",), "node-a", "gpu-6", ("k8s.gpu.dra-driver.dev/claim=x-gpu-6",), "gpu-6"
+        )
+        store.save(ClaimRecord(claim=claim_ref(*peers), devices=(prepared,)))
+        refused = (await engine.prepare([mine]))[mine[2]].error
+        assert "device gpu-6 is already prepared for claim default/peers" in refused
+        assert set(engine.prepared_claims) == {peers[2]}
+
+    asyncio.run(scenario())
+
+
+def test_a_peer_prepare_finishing_while_the_view_is_refreshed_is_never_missed(tmp_path: Path) -> None:
+    """The peer writes its record and lets go of the claim lock right after this process has read
+    the records: its reservation, judged before that read, must still count."""
+    claims = Claims()
+    peers = claims.add("peers", {"device": "gpu-7"})
+    mine = claims.add("mine", {"device": "gpu-7"})
+    store = ClaimRecordStore(tmp_path / "state")
+
+    async def scenario() -> None:
+        _, engine = _whole_gpu_engines(tmp_path, claims)
+        await engine.load_state()
+        fd = os.open(tmp_path / "state" / "claim.locks", os.O_RDWR)
+        assert _try_lock_byte(fd, _offset_of(peers[2]))
+        await _peer_reserves(tmp_path, peers, "gpu-7")
+        read_all = store.read_all
+
+        def records_then_peer_finishes() -> dict[str, ClaimRecord]:
+            records = read_all()
+            device = PreparedDevice(("gpu",), "node-a", "gpu-7", ("k8s.gpu.dra-driver.dev/claim=x",), "gpu-7")
+            store.save(ClaimRecord(claim=claim_ref(*peers), devices=(device,)))
+            _unlock_byte(fd, _offset_of(peers[2]))
+            return records
+
+        engine._records.read_all = records_then_peer_finishes  # type: ignore[method-assign]
+        refused = (await engine.prepare([mine]))[mine[2]].error
+        assert "device gpu-7 is already prepared for claim default/peers" in refused
+        os.close(fd)
 
     asyncio.run(scenario())
