@@ -1,36 +1,46 @@
-"""Group commit: one filesystem flush makes many concurrent file replacements durable.
+"""Group commit: one filesystem flush makes many concurrent file changes durable.
 
 Kubelet prepares and unprepares claims in overlapping calls, and each claim's record must be on
 stable storage before kubelet hears "done". Done per file (durable_files.atomic_write), that is an
 fsync of the file and another of its directory for every claim: with tens of claims in flight the
-writes queue behind each other's flushes. Here writes submitted while a flush is running wait
-for the next batch, and a batch costs one data flush plus one fsync per directory it touched,
-however many files it holds. Durability is not weakened: a caller hears "done" only after its
-data, and the rename that exposes it, are on stable storage.
+writes queue behind each other's flushes. Here operations submitted while a flush is running wait
+for the next batch, and a batch costs one data flush plus, where it replaces or removes files, one
+fsync per directory it touched, however many files it holds. Durability is not weakened: a caller hears
+"done" only after its data, and the name that exposes it, are on stable storage.
 
-A batch runs in four steps, in a worker thread so the event loop never blocks:
+Three operations: `create` (a file that must not exist yet: a new claim's record), `replace`
+and `remove`. A batch runs in four steps, in a worker thread so the event loop never blocks:
 
-1. every replacement's data goes to a temporary sibling (`.{name}.{random}.tmp`, the naming
-   durable_files uses and ClaimRecordStore.load_all sweeps after a crash), not yet flushed;
-2. one `syncfs(2)` per filesystem (normally exactly one) flushes all of them;
-3. temporaries are renamed over their targets and removals unlinked, in submission order, so the
-   last operation on a path wins;
-4. each directory that changed is fsynced once, which makes the renames and unlinks durable.
+1. the data of every creation and replacement goes to a temporary sibling (`.{name}.{random}.tmp`,
+   the naming durable_files uses and ClaimRecordStore.load_all sweeps after a crash), not flushed;
+2. each creation's temporary is linked to its name (refused if the name exists);
+3. one `syncfs(2)` per filesystem (normally exactly one) flushes the data and, with the journal
+   commit it ends with, the names created in step 2;
+4. replacements' temporaries are renamed over their targets and removals unlinked, and each
+   directory they changed is fsynced once, which makes those renames and unlinks durable.
+
+So a batch of creations costs one journal commit, where replacing files costs two: a rename (or
+an unlink) must wait for the flush, because a failed flush must leave the old content in place.
+A creation a failed flush leaves is unlinked again, which restores what was there: nothing. A
+batch holds at most one operation per path, so operations on one path take effect in submission
+order.
 
 Why syncfs: it is the only call that makes many files' data durable at once; fsync covers one
 file. Its cost is that it flushes everything dirty on that filesystem, not only our files: cheap
 and bounded for a node's state directory, whose other writers are our own, but a state directory
 that shares a filesystem with busy container layers or logs pays for their dirty pages too.
 Kernels before 5.8 also do not report writeback errors through syncfs, where fsync would. Where
-libc has no syncfs the batch falls back to one fsync per temporary file, which still saves the
-per-file directory fsyncs and never blocks a writer behind another writer's flush.
+libc has no syncfs the batch falls back to one fsync per temporary file plus one per directory
+that changed, which still never blocks a writer behind another writer's flush.
 """
 
 import asyncio
 import ctypes
 import os
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
+from typing import Literal
 
 from dra_driver.durable_files import (
     StrPath,
@@ -71,13 +81,17 @@ def _flush(fds: Sequence[int], syncfs: SyncFs | None) -> None:
         syncfs(fd)
 
 
+Kind = Literal["create", "replace", "remove"]
+
+
 @dataclass(slots=True)
 class _Change:
-    """One operation as the worker thread sees it: data is None for a removal."""
+    """One operation as the worker thread sees it."""
 
+    kind: Kind
     path: StrPath
-    data: bytes | None
-    mode: int
+    data: bytes = b""
+    mode: int = 0o600
     temporary: str | None = None
     fd: int | None = None
     error: BaseException | None = None
@@ -91,14 +105,55 @@ def _flush_failed(cause: OSError) -> OSError:
     return error
 
 
-def _commit(changes: Sequence[_Change], syncfs: SyncFs | None) -> bool:
-    """Applies one batch, leaving each change's error (None: durable); returns whether it flushed."""
+def _write_data(changes: Sequence[_Change]) -> None:
     for change in changes:
-        if change.data is not None:
+        if change.kind != "remove":
             try:
                 change.temporary, change.fd = write_temporary(change.path, change.data, change.mode)
             except Exception as error:  # e.g. ENOSPC, EACCES, a path with a NUL byte: this caller's alone
                 change.error = error
+
+
+def _link_creation(change: _Change) -> bool:
+    """Gives a creation its name; returns whether it got it."""
+    assert change.temporary is not None and change.fd is not None
+    try:
+        os.link(change.temporary, change.path)  # unlike a rename, refuses a name that exists
+    except OSError as error:
+        change.error = error
+        os.close(change.fd)
+        change.fd = None
+    # Linked or refused, the temporary name is done with (one left by a failed unlink is swept
+    # at the next start, like any crash's).
+    with suppress(OSError):
+        os.unlink(change.temporary)
+    change.temporary = None
+    return change.error is None
+
+
+def _apply_after_flush(change: _Change) -> bool:
+    """Renames a replacement over its target or unlinks a removal; returns whether the directory
+    changed."""
+    try:
+        if change.kind == "remove":
+            return unlink_if_present(change.path)  # removing what is not there changes nothing
+        assert change.temporary is not None
+        os.replace(change.temporary, change.path)
+        return True
+    except OSError as error:
+        if change.temporary is not None:
+            unlink_if_present(change.temporary)
+        change.error = error
+        return False
+
+
+def _commit(changes: Sequence[_Change], syncfs: SyncFs | None) -> bool:
+    """Applies one batch, leaving each change's error (None: durable); returns whether it flushed."""
+    _write_data(changes)
+    created: dict[str, list[_Change]] = {}
+    for change in changes:
+        if change.kind == "create" and change.error is None and _link_creation(change):
+            created.setdefault(parent_directory(change.path), []).append(change)
     fds = [change.fd for change in changes if change.fd is not None]
     try:
         if fds:
@@ -107,37 +162,25 @@ def _commit(changes: Sequence[_Change], syncfs: SyncFs | None) -> bool:
         for change in changes:
             if change.temporary is not None:
                 unlink_if_present(change.temporary)
+            elif change.kind == "create" and change.error is None:
+                unlink_if_present(change.path)  # back to what was there: nothing
             change.error = change.error or _flush_failed(error)
         return True
     finally:
         for fd in fds:
             os.close(fd)
 
-    changed_directories: dict[str, list[_Change]] = {}
+    # syncfs ends with a journal commit, which made the created names durable; the fallback's
+    # fsyncs leave their directories to be fsynced.
+    changed_directories = created if syncfs is None else {}
     for change in changes:
-        if change.error is not None:
-            continue
-        if change.temporary is not None:
-            try:
-                os.replace(change.temporary, change.path)
-            except OSError as error:
-                unlink_if_present(change.temporary)
-                change.error = error
-                continue
-        else:
-            try:
-                if not unlink_if_present(change.path):
-                    continue  # removing what is not there changes nothing that needs a flush
-            except OSError as error:
-                change.error = error
-                continue
-        changed_directories.setdefault(parent_directory(change.path), []).append(change)
-
+        if change.error is None and change.kind != "create" and _apply_after_flush(change):
+            changed_directories.setdefault(parent_directory(change.path), []).append(change)
     for directory, in_directory in changed_directories.items():
         try:
             fsync_directory(directory)
         except OSError as error:
-            # The renames happened but may not survive a crash: nothing in this directory is durable.
+            # The names changed but may not survive a crash: nothing in this directory is durable.
             for change in in_directory:
                 change.error = _flush_failed(error)
     return bool(fds)
@@ -150,11 +193,13 @@ class _Operation:
 
 
 class GroupCommitter:
-    """Batches durable file replacements and removals in one directory tree (one filesystem).
+    """Batches durable file creations, replacements and removals in one directory tree (one
+    filesystem).
 
     A single flusher task, started when work arrives and gone when there is none, commits one
-    batch of at most `max_batch` operations at a time; operations submitted meanwhile join the
-    next batch. Operations on the same path take effect in submission order.
+    batch of at most `max_batch` operations at a time, none of them on the same path; operations
+    submitted meanwhile join the next batch. Operations on the same path take effect in submission
+    order.
 
     A caller cancelled while its operation waits for a batch withdraws it (it is never applied);
     once its batch has started, the operation completes whole and only the caller stops waiting.
@@ -174,13 +219,18 @@ class GroupCommitter:
         self.flushes = 0
         self.operations = 0
 
+    async def create(self, path: StrPath, data: bytes, mode: int = 0o600) -> None:
+        """Durably creates path with data; raises FileExistsError, changing nothing, if it exists.
+        One journal commit instead of a replacement's two: for files nobody else creates meanwhile."""
+        await self._submit(_Change("create", path, data, mode))
+
     async def replace(self, path: StrPath, data: bytes, mode: int = 0o600) -> None:
         """Durably and atomically replaces path's content with data (mode applies to a new file)."""
-        await self._submit(_Change(path, data, mode))
+        await self._submit(_Change("replace", path, data, mode))
 
     async def remove(self, path: StrPath) -> None:
         """Durably removes path; one that is already missing is fine."""
-        await self._submit(_Change(path, None, 0))
+        await self._submit(_Change("remove", path))
 
     async def close(self) -> None:
         """Refuses new operations and waits until every submitted one is settled."""
@@ -205,8 +255,8 @@ class GroupCommitter:
                 self._pending = [operation for operation in self._pending if not operation.done.done()]
                 if not self._pending:
                     return
-                batch = self._pending[: self._max_batch]
-                del self._pending[: self._max_batch]
+                batch = _next_batch(self._pending, self._max_batch)
+                del self._pending[: len(batch)]
                 self.operations += len(batch)
                 changes = [operation.change for operation in batch]
                 if await asyncio.to_thread(_commit, changes, self._syncfs):
@@ -228,3 +278,16 @@ class GroupCommitter:
             raise
         finally:
             self._flusher = None
+
+
+def _next_batch(pending: Sequence[_Operation], max_batch: int) -> list[_Operation]:
+    """The oldest operations, up to max_batch, stopping before the first on a path already in."""
+    paths: set[str] = set()
+    batch = []
+    for operation in pending[:max_batch]:
+        path = os.fspath(operation.change.path)
+        if path in paths:
+            break
+        paths.add(path)
+        batch.append(operation)
+    return batch

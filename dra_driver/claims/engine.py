@@ -425,7 +425,7 @@ class ClaimEngine:
                 time_sliced_gpus=preparing.time_sliced_gpus,
                 mps=preparing.mps,
             )
-            await self._write_prepared(ref, spec, record)
+            await self._write_prepared(ref, spec, record, first_record=not preparing.has_side_effects)
         except BaseException:
             await self._undo(preparing)
             await self._release(ref)
@@ -517,10 +517,17 @@ class ClaimEngine:
             mig_instances=mig_instances,
         )
 
-    async def _write_prepared(self, ref: ClaimRef, spec: CdiSpec, record: ClaimRecord) -> None:
+    async def _write_prepared(
+        self, ref: ClaimRef, spec: CdiSpec, record: ClaimRecord, *, first_record: bool
+    ) -> None:
+        """`first_record`: no "preparing" record was written (nothing had side effects), so the
+        claim has no record file yet: the one written now is created, not replaced."""
         self._cdi_specs.write(ref.uid, spec)
         failpoints.reached("prepare.cdi-written")
-        await self._records.write(record)
+        if first_record:
+            await self._records.create(record)
+        else:
+            await self._records.write(record)
         failpoints.reached("prepare.prepared-recorded")
 
     async def _undo(self, record: ClaimRecord) -> None:

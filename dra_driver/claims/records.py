@@ -324,6 +324,15 @@ class ClaimRecordStore:
         # The directory exists: load_all, which every start runs first, made it.
         await self._committer.replace(self._path(record.claim.uid), _encoded(record), mode=0o600)
 
+    async def create(self, record: ClaimRecord) -> None:
+        """`write` of a claim that has no record yet, which its caller checked under the claim's
+        lock: grouped, this costs one journal commit instead of two, and it raises
+        FileExistsError rather than replace a record that is there after all."""
+        if self._committer is None:
+            await asyncio.to_thread(self.save, record)
+            return
+        await self._committer.create(self._path(record.claim.uid), _encoded(record), mode=0o600)
+
     async def erase(self, claim_uid: str) -> None:
         """`delete`, grouped like `write`."""
         if self._committer is None:

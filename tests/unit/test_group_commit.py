@@ -154,7 +154,8 @@ def test_same_path_follows_submission_order(tmp_path: Path) -> None:
         )
 
     assert asyncio.run(scenario()) == [None] * 6
-    assert committer.flushes == 1  # all in one batch: the order is the batch's, not the batches'
+    # The second operation on `replaced` starts the next batch, and the rest join it.
+    assert (committer.operations, committer.flushes) == (6, 2)
     assert replaced.read_bytes() == b"B"
     assert not removed.exists()
     assert recreated.read_bytes() == b"C"
@@ -221,14 +222,16 @@ def test_a_failing_flush_fails_the_whole_batch(tmp_path: Path, monkeypatch: pyte
                 committer.replace(existing, b"new"),
                 committer.replace(tmp_path / "fresh", b"new"),
                 committer.remove(doomed),
+                committer.create(tmp_path / "created", b"new"),
             ]
         )
 
     outcomes = asyncio.run(scenario())
     assert all(isinstance(outcome, OSError) and outcome.errno == errno.EIO for outcome in outcomes)
-    assert len({id(outcome) for outcome in outcomes}) == 3  # each caller raises its own exception
+    assert len({id(outcome) for outcome in outcomes}) == 4  # each caller raises its own exception
     assert existing.read_bytes() == b"old"
     assert not (tmp_path / "fresh").exists()
+    assert not (tmp_path / "created").exists(), "a creation is taken back"
     assert doomed.read_bytes() == b"still here"  # nothing of a failed batch is applied
     assert temporaries(tmp_path) == []
     # The committer itself is fine: the next batch flushes and lands.
@@ -281,6 +284,75 @@ def test_without_syncfs_each_temporary_is_fsynced(tmp_path: Path, monkeypatch: p
     assert len(fsynced) == 16 + 1  # every temporary, then the directory once
     assert [path.read_bytes() for path in paths] == [path.name.encode() for path in paths]
     assert temporaries(tmp_path) == []
+
+
+def test_creations_are_durable_with_one_flush_and_no_directory_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """syncfs ends with a journal commit, which carries the new names: one commit per batch."""
+    events: list[str] = []
+    real_syncfs = group_commit.load_syncfs()
+    assert real_syncfs is not None
+    real_link, real_fsync = os.link, os.fsync
+
+    def syncfs(fd: int) -> None:
+        events.append("F")
+        real_syncfs(fd)
+
+    def link(source: str, target: str) -> None:
+        events.append("L")
+        real_link(source, target)
+
+    def fsync(fd: int) -> None:
+        events.append("D")
+        real_fsync(fd)
+
+    monkeypatch.setattr(group_commit, "load_syncfs", lambda: syncfs)
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "fsync", fsync)
+    paths = [tmp_path / f"claim-{n}.json" for n in range(8)]
+    committer = GroupCommitter()
+
+    async def scenario() -> list[BaseException | None]:
+        return await settle([committer.create(path, path.name.encode()) for path in paths])
+
+    assert asyncio.run(scenario()) == [None] * 8
+    assert committer.flushes == 1 and "".join(events) == "L" * 8 + "F", events
+    assert [path.read_bytes() for path in paths] == [path.name.encode() for path in paths]
+    assert all(path.stat().st_mode & 0o777 == 0o600 and path.stat().st_nlink == 1 for path in paths)
+    assert temporaries(tmp_path) == []
+
+
+def test_creating_a_file_that_exists_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    existing = tmp_path / "claim.json"
+    existing.write_bytes(b"old")
+    committer = GroupCommitter()
+
+    async def scenario() -> list[BaseException | None]:
+        return await settle([committer.create(existing, b"new"), committer.create(tmp_path / "new", b"new")])
+
+    refused, created = asyncio.run(scenario())
+    assert isinstance(refused, FileExistsError) and created is None
+    assert existing.read_bytes() == b"old" and (tmp_path / "new").read_bytes() == b"new"
+    assert temporaries(tmp_path) == []
+
+
+def test_without_syncfs_a_creation_fsyncs_its_file_and_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsynced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsynced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(group_commit, "load_syncfs", lambda: None)
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    committer = GroupCommitter()
+    asyncio.run(committer.create(tmp_path / "claim", b"data"))
+    assert len(fsynced) == 2  # the file, then its directory
+    assert (tmp_path / "claim").read_bytes() == b"data"
 
 
 class BlockedFlush:

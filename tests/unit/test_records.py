@@ -1,3 +1,4 @@
+import asyncio
 import dataclasses
 import json
 import os
@@ -16,6 +17,7 @@ from dra_driver.claims.records import (
     PreparedDevice,
     record_from_json,
 )
+from dra_driver.group_commit import GroupCommitter
 
 UID = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"
 RECORD = ClaimRecord(
@@ -167,3 +169,17 @@ def test_a_new_boot_id_is_noticed_once(tmp_path: Path) -> None:
     assert store.boot_changed("boot-a") is False
     assert store.boot_changed("boot-b") is True
     assert store.boot_changed("boot-b") is False
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["group-commit", "own-flush"])
+def test_a_first_record_is_created_and_never_replaces_one_there(tmp_path: Path, grouped: bool) -> None:
+    store = ClaimRecordStore(tmp_path, GroupCommitter() if grouped else None)
+    store.load_all()
+    asyncio.run(store.create(RECORD))
+    assert store.read(UID) == RECORD
+    if grouped:
+        other = dataclasses.replace(RECORD, state="preparing")
+        with pytest.raises(FileExistsError):
+            asyncio.run(store.create(other))
+        assert store.read(UID) == RECORD
+    assert list(store.directory.glob(".*.tmp")) == []

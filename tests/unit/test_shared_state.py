@@ -346,14 +346,14 @@ def test_a_peer_sees_a_device_taken_while_its_prepare_is_under_way_and_after(tmp
         old, new = _whole_gpu_engines(tmp_path, claims)
         await old.load_state()
         await new.load_state()
-        record_write = old._records.write
+        record_create = old._records.create
         go_on = asyncio.Event()
 
-        async def held_record_write(record: ClaimRecord) -> None:
+        async def held_record_create(record: ClaimRecord) -> None:
             await go_on.wait()
-            await record_write(record)
+            await record_create(record)
 
-        old._records.write = held_record_write  # type: ignore[method-assign]
+        old._records.create = held_record_create  # type: ignore[method-assign]
         preparing = asyncio.create_task(old.prepare([first]))
         await asyncio.sleep(0.05)
         assert not (tmp_path / "state" / "claims" / f"{first[2]}.json").exists()
