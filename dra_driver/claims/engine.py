@@ -41,7 +41,7 @@ from dra_driver.claims.records import (
     PreparedDevice,
     QuarantinedRecord,
 )
-from dra_driver.claims.reservations import Reservation, decode_table, encode_table
+from dra_driver.claims.reservations import Reservation, ReservationTable, decode_table
 from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits, vgpu_share
@@ -137,7 +137,7 @@ class ClaimEngine:
         self._records_seen: dict[str, ClaimRecord] = {}
         self._owner_of_device: dict[str, ClaimRef] = {}
         # The shared table as this process last read or wrote it, less its own finished entries.
-        self._reservations: dict[str, Reservation] = {}
+        self._reservations = ReservationTable()
         # Claims whose devices this process has reserved and whose prepare is still under way.
         self._reserving: set[str] = set()
         self._owner_token = secrets.token_hex(8)
@@ -244,25 +244,21 @@ class ClaimEngine:
         """Catches up with the records on disk and the shared table, which a peer process may have
         changed. Reservations are judged before the records are read: one whose prepare finished
         meanwhile is then found by its record."""
-        self._reservations = {
-            uid: reservation
-            for uid, reservation in self._shared_table(turn).items()
-            if self._under_way(reservation)
-        }
+        self._reservations = ReservationTable(filter(self._under_way, self._shared_table(turn)))
         self._records_seen = self._records.read_all()
-        for uid, reservation in self._reservations.items():
-            self._records_seen.setdefault(uid, _reservation_record(reservation))
+        for reservation in self._reservations:
+            self._records_seen.setdefault(reservation.claim.uid, _reservation_record(reservation))
         self._owner_of_device = {}
         for record in self._records_seen.values():
             self._take_devices(record)
 
-    def _shared_table(self, turn: StateTurn) -> dict[str, Reservation]:
+    def _shared_table(self, turn: StateTurn) -> ReservationTable:
         try:
             return decode_table(turn.table())
         except ValueError as error:
             # Only a foreign write can do this; the records on disk still hold every prepared claim.
             log.error("the state lock file's reservation table is unreadable; ignoring it", reason=str(error))
-            return {}
+            return ReservationTable()
 
     def _under_way(self, reservation: Reservation) -> bool:
         """Whether the prepare that made `reservation` still runs (its claim lock is held)."""
@@ -293,8 +289,8 @@ class ClaimEngine:
                 self._records_seen.pop(claim.uid, None)
                 for key in [key for key, holder in self._owner_of_device.items() if holder == claim]:
                     del self._owner_of_device[key]
-            self._reservations.pop(claim.uid, None)
-            turn.changed(encode_table(self._reservations.values()))
+            self._reservations.discard(claim.uid)
+            turn.changed(self._reservations.encoded())
 
     @property
     def prepared_claims(self) -> dict[str, ClaimRecord]:
@@ -367,9 +363,9 @@ class ClaimEngine:
                     "it is exclusive and can serve one claim at a time"
                 )
             reservation = Reservation(claim=ref, devices=keys, owner=self._owner_token)
-            self._reservations[ref.uid] = reservation
+            self._reservations.add(reservation)
             self._reserving.add(ref.uid)
-            turn.changed(encode_table(self._reservations.values()))
+            turn.changed(self._reservations.encoded())
             self._records_seen[ref.uid] = _reservation_record(reservation)
             for key in keys:
                 self._owner_of_device[key] = ref
@@ -390,7 +386,7 @@ class ClaimEngine:
         now and the shared one with the next change written; until then peers see it ended (the
         claim lock is free) and go by the record."""
         self._reserving.discard(claim_uid)
-        self._reservations.pop(claim_uid, None)
+        self._reservations.discard(claim_uid)
 
     async def _prepare_new(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ClaimRecord:
         if not planned:

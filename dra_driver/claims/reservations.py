@@ -12,7 +12,7 @@ is the leftover of a finished or crashed prepare and is dropped by whoever reads
 """
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
@@ -33,21 +33,43 @@ class Reservation:
     owner: str
 
 
-def encode_table(reservations: Iterable[Reservation]) -> bytes:
-    return json.dumps(
-        {
-            "version": TABLE_VERSION,
-            "reservations": [
-                {
-                    "claim": {"namespace": r.claim.namespace, "name": r.claim.name, "uid": r.claim.uid},
-                    "devices": list(r.devices),
-                    "owner": r.owner,
-                }
-                for r in reservations
-            ],
-        },
-        separators=(",", ":"),
-    ).encode()
+def _encoded_entry(reservation: Reservation) -> bytes:
+    claim = reservation.claim
+    entry = {
+        "claim": {"namespace": claim.namespace, "name": claim.name, "uid": claim.uid},
+        "devices": list(reservation.devices),
+        "owner": reservation.owner,
+    }
+    return json.dumps(entry, separators=(",", ":")).encode()
+
+
+_TABLE_START = b'{"version":%d,"reservations":[' % TABLE_VERSION
+_TABLE_END = b"]}"
+
+
+class ReservationTable:
+    """The table as one process holds it, by claim UID. Every change is written whole, so each
+    entry keeps its encoded JSON and writing joins bytes: encoding sixteen entries afresh on each
+    of a claim's turns cost 40 µs."""
+
+    def __init__(self, reservations: Iterable[Reservation] = ()) -> None:
+        self._entries = {r.claim.uid: (r, _encoded_entry(r)) for r in reservations}
+
+    def get(self, claim_uid: str) -> Reservation | None:
+        entry = self._entries.get(claim_uid)
+        return None if entry is None else entry[0]
+
+    def add(self, reservation: Reservation) -> None:
+        self._entries[reservation.claim.uid] = (reservation, _encoded_entry(reservation))
+
+    def discard(self, claim_uid: str) -> None:
+        self._entries.pop(claim_uid, None)
+
+    def __iter__(self) -> Iterator[Reservation]:
+        return (reservation for reservation, _ in self._entries.values())
+
+    def encoded(self) -> bytes:
+        return _TABLE_START + b",".join(encoded for _, encoded in self._entries.values()) + _TABLE_END
 
 
 def _text(entry: dict[str, object], key: str, where: str) -> str:
@@ -77,10 +99,10 @@ def _reservation(entry: object, where: str) -> Reservation:
     return Reservation(claim=ref, devices=tuple(devices), owner=_text(entry, "owner", where))
 
 
-def decode_table(data: bytes) -> dict[str, Reservation]:
-    """The reservations by claim UID; an empty table (a lock file never written) has none."""
+def decode_table(data: bytes) -> ReservationTable:
+    """The table `encoded` wrote; an empty one (a lock file never written) has no entries."""
     if not data:
-        return {}
+        return ReservationTable()
     try:
         document = json.loads(data)
     except (ValueError, UnicodeDecodeError) as error:
@@ -92,8 +114,6 @@ def decode_table(data: bytes) -> dict[str, Reservation]:
     entries = document.get("reservations")
     if not isinstance(entries, list):
         raise InvalidReservationTable("reservations: expected a list")
-    table = {}
-    for position, entry in enumerate(entries):
-        reservation = _reservation(entry, f"reservations[{position}]")
-        table[reservation.claim.uid] = reservation
-    return table
+    return ReservationTable(
+        _reservation(entry, f"reservations[{position}]") for position, entry in enumerate(entries)
+    )

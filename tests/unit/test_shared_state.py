@@ -22,7 +22,7 @@ import pytest
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, PreparedDevice
-from dra_driver.claims.reservations import Reservation, decode_table, encode_table
+from dra_driver.claims.reservations import Reservation, decode_table
 from dra_driver.devices.node_config import NodeConfig
 from dra_driver.shared_locks import (
     ClaimLocks,
@@ -373,8 +373,8 @@ async def _peer_reserves(tmp_path: Path, claim: tuple[str, str, str], device: st
     """Writes a peer process's reservation into the shared table, as its node-wide turn would."""
     async with SharedStateLock(tmp_path / "state" / "state.lock").hold() as turn:
         table = decode_table(turn.table())
-        table[claim[2]] = Reservation(claim_ref(*claim), (device,), owner="peer-process")
-        turn.changed(encode_table(table.values()))
+        table.add(Reservation(claim_ref(*claim), (device,), owner="peer-process"))
+        turn.changed(table.encoded())
 
 
 def test_a_reservation_stands_while_its_claim_lock_is_held_and_no_longer(tmp_path: Path) -> None:
@@ -394,7 +394,7 @@ def test_a_reservation_stands_while_its_claim_lock_is_held_and_no_longer(tmp_pat
         # free, so the entry is a leftover and the device is free.
         assert (await engine.prepare([mine]))[mine[2]].error == ""
         async with SharedStateLock(tmp_path / "state" / "state.lock").hold() as turn:
-            assert peers[2] not in decode_table(turn.table()), "the leftover is gone from the table too"
+            assert decode_table(turn.table()).get(peers[2]) is None, "the leftover is gone from the table too"
 
     asyncio.run(scenario())
 
