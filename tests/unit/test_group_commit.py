@@ -24,7 +24,8 @@ async def settle(calls: Sequence[Awaitable[None]]) -> list[BaseException | None]
     return list(await asyncio.gather(*calls, return_exceptions=True))
 
 
-def test_concurrent_replacements_share_flushes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def counted_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every descriptor os.fsync is called with from now on (each still fsynced)."""
     fsynced: list[int] = []
     real_fsync = os.fsync
 
@@ -32,6 +33,12 @@ def test_concurrent_replacements_share_flushes(tmp_path: Path, monkeypatch: pyte
         fsynced.append(fd)
         real_fsync(fd)
 
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    return fsynced
+
+
+def test_concurrent_replacements_share_flushes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fsynced = counted_fsyncs(monkeypatch)
     synced: list[int] = []
     real_syncfs = group_commit.load_syncfs()
     assert real_syncfs is not None  # Linux with glibc or musl
@@ -40,7 +47,6 @@ def test_concurrent_replacements_share_flushes(tmp_path: Path, monkeypatch: pyte
         synced.append(fd)
         real_syncfs(fd)
 
-    monkeypatch.setattr(os, "fsync", counting_fsync)
     monkeypatch.setattr(group_commit, "load_syncfs", lambda: counting_syncfs)
     committer = GroupCommitter()
     paths = [tmp_path / f"claim-{n}.json" for n in range(64)]
@@ -264,15 +270,8 @@ def test_a_failing_directory_fsync_reports_its_directory_not_durable(
 
 
 def test_without_syncfs_each_temporary_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fsynced: list[int] = []
-    real_fsync = os.fsync
-
-    def counting_fsync(fd: int) -> None:
-        fsynced.append(fd)
-        real_fsync(fd)
-
+    fsynced = counted_fsyncs(monkeypatch)
     monkeypatch.setattr(group_commit, "load_syncfs", lambda: None)
-    monkeypatch.setattr(os, "fsync", counting_fsync)
     committer = GroupCommitter()
     paths = [tmp_path / f"claim-{n}" for n in range(16)]
 
@@ -340,15 +339,8 @@ def test_creating_a_file_that_exists_is_refused_and_changes_nothing(tmp_path: Pa
 def test_without_syncfs_a_creation_fsyncs_its_file_and_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fsynced: list[int] = []
-    real_fsync = os.fsync
-
-    def counting_fsync(fd: int) -> None:
-        fsynced.append(fd)
-        real_fsync(fd)
-
+    fsynced = counted_fsyncs(monkeypatch)
     monkeypatch.setattr(group_commit, "load_syncfs", lambda: None)
-    monkeypatch.setattr(os, "fsync", counting_fsync)
     committer = GroupCommitter()
     asyncio.run(committer.create(tmp_path / "claim", b"data"))
     assert len(fsynced) == 2  # the file, then its directory
