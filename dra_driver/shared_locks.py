@@ -44,8 +44,8 @@ class InvalidSharedTable(ValueError):
 
 
 def open_lock_file(path: Path) -> int:
-    """A descriptor to lock, its directory made if missing: the file is only ever a lock (and a
-    counter), never replaced."""
+    """A descriptor to lock, its directory made if missing: the file is only ever a lock (the
+    state lock's also holds its counter and table), never replaced."""
     path.parent.mkdir(parents=True, exist_ok=True)
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
@@ -179,7 +179,7 @@ class ClaimLocks:
     def held_elsewhere(self, claim_uid: str) -> bool:
         """Whether another process holds the claim's lock now (this process's own never count:
         locks of one open file description do not conflict)."""
-        query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, _offset_of(claim_uid), 1, 0)
+        query = _one_byte(fcntl.F_WRLCK, _offset_of(claim_uid))
         lock_type: int = _FLOCK.unpack(fcntl.fcntl(self._fd, fcntl.F_OFD_GETLK, query))[0]
         return lock_type != fcntl.F_UNLCK
 
@@ -198,13 +198,18 @@ def _offset_of(claim_uid: str) -> int:
     return int.from_bytes(hashlib.blake2b(claim_uid.encode(), digest_size=6).digest(), "little")
 
 
+def _one_byte(lock_type: int, offset: int) -> bytes:
+    """A struct flock for the byte at `offset` (l_pid 0, as OFD locks require)."""
+    return _FLOCK.pack(lock_type, os.SEEK_SET, offset, 1, 0)
+
+
 def _try_lock_byte(fd: int, offset: int) -> bool:
     try:
-        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0))
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _one_byte(fcntl.F_WRLCK, offset))
     except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: another holder
         return False
     return True
 
 
 def _unlock_byte(fd: int, offset: int) -> None:
-    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _FLOCK.pack(fcntl.F_UNLCK, os.SEEK_SET, offset, 1, 0))
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _one_byte(fcntl.F_UNLCK, offset))
