@@ -352,8 +352,9 @@ class ClaimEngine:
             if turn.stale:
                 self._refresh_view(turn)
             holder = self._other_holder(ref, keys)
-            if holder is not None and self._is_peer_reservation(holder[1]):
-                # The peer's prepare may have ended since this process looked: look again.
+            if holder is not None and not turn.stale and self._is_peer_reservation(holder[1]):
+                # The peer's prepare may have ended since this process last looked: look again
+                # (a view refreshed in this very turn is as fresh as a second look would be).
                 self._refresh_view(turn)
                 holder = self._other_holder(ref, keys)
             if holder is not None:

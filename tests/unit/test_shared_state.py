@@ -449,3 +449,26 @@ def test_a_peer_prepare_finishing_while_the_view_is_refreshed_is_never_missed(tm
         os.close(fd)
 
     asyncio.run(scenario())
+
+
+def test_a_peer_reservation_in_an_unchanged_view_is_looked_at_again_before_refusing(
+    tmp_path: Path,
+) -> None:
+    """The peer's prepare died after this process last read the table, and nobody has changed
+    anything since: the turn is not stale, yet the device must not stay refused."""
+    claims = Claims()
+    peers = claims.add("peers", {"device": "gpu-1"})
+    other = claims.add("other", {"device": "gpu-2"})
+    mine = claims.add("mine", {"device": "gpu-1"})
+    peer_locks = ClaimLocks(tmp_path / "state" / "claim.locks")
+
+    async def scenario() -> None:
+        _, engine = _whole_gpu_engines(tmp_path, claims)
+        await engine.load_state()
+        async with peer_locks.hold(peers[2]):
+            await _peer_reserves(tmp_path, peers, "gpu-1")
+            # This process reads the table (the peer's entry is live) and changes nothing after.
+            assert (await engine.prepare([other]))[other[2]].error == ""
+        assert (await engine.prepare([mine]))[mine[2]].error == ""
+
+    asyncio.run(scenario())
