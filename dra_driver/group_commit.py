@@ -4,9 +4,9 @@ Kubelet prepares and unprepares claims in overlapping calls, and each claim's re
 stable storage before kubelet hears "done". Done per file (durable_files.atomic_write), that is an
 fsync of the file and another of its directory for every claim: with tens of claims in flight the
 writes queue behind each other's flushes. Here operations submitted while a flush is running wait
-for the next batch, and a batch costs one data flush plus, where it replaces or removes files, one
-fsync per directory it touched, however many files it holds. Durability is not weakened: a caller hears
-"done" only after its data, and the name that exposes it, are on stable storage.
+for the next batch, and a batch costs one data flush plus, where it replaces or removes files,
+one fsync per directory it touched, however many files it holds. Durability is not weakened: a
+caller hears "done" only after its data, and the name that exposes it, are on stable storage.
 
 Three operations: `create` (a file that must not exist yet: a new claim's record), `replace`
 and `remove`. A batch runs in four steps, in a worker thread so the event loop never blocks:
