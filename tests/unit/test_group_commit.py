@@ -458,3 +458,19 @@ def test_a_closed_committer_refuses_work(tmp_path: Path) -> None:
 def test_max_batch_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_batch"):
         GroupCommitter(max_batch=0)
+
+
+def test_operations_fail_clearly_when_the_executor_is_gone(tmp_path: Path) -> None:
+    committer = GroupCommitter()
+
+    async def scenario() -> list[BaseException | None]:
+        await asyncio.get_running_loop().shutdown_default_executor()
+        calls = [committer.create(tmp_path / "a", b"x"), committer.remove(tmp_path / "b")]
+        outcomes = await asyncio.wait_for(settle(calls), 5)  # never left waiting for nothing
+        await committer.close()  # nothing left running: returns at once
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    assert all(isinstance(outcome, RuntimeError) for outcome in outcomes), outcomes
+    assert all("group commit stopped" in str(outcome) for outcome in outcomes), outcomes
+    assert not (tmp_path / "a").exists()
