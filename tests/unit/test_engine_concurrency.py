@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -102,6 +103,56 @@ def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path
         await asyncio.gather(*calls)
         await engine.unprepare([claim])
         return engine.prepared_claims
+
+    assert asyncio.run(scenario()) == {}
+    assert list((tmp_path / "state" / "claims").iterdir()) == []
+    assert list((tmp_path / "cdi").iterdir()) == []
+
+
+@pytest.mark.parametrize("claims_in_call", [1, 3])
+def test_a_call_kubelet_gives_up_on_still_finishes_its_claims(tmp_path: Path, claims_in_call: int) -> None:
+    """kubelet cancels a call at its deadline or when the connection drops; the claims' work must
+    run to the end anyway, so memory and disk agree and the retry finds them prepared."""
+    source = SlowClaims(7)
+    claims = [source.add(f"c{i}", f"gpu-{i}") for i in range(claims_in_call)]
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        engine = engine_for(tmp_path, source)
+        await engine.load_state()
+        call = asyncio.create_task(engine.prepare(claims))
+        await asyncio.sleep(0)  # the call has started: its GETs are under way
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # The shielded work goes on as tasks of its own: wait for them, then look, then retry.
+        await asyncio.gather(*(task for task in asyncio.all_tasks() if task is not asyncio.current_task()))
+        prepared = dict(engine.prepared_claims)
+        return await engine.prepare(claims), prepared
+
+    retried, prepared = asyncio.run(scenario())
+    assert set(prepared) == {uid for _, _, uid in claims}
+    assert all(not outcome.error and outcome.devices for outcome in retried.values())
+    assert sorted(file.name for file in (tmp_path / "state" / "claims").iterdir()) == sorted(
+        f"{uid}.json" for _, _, uid in claims
+    )
+
+
+@pytest.mark.parametrize("claims_in_call", [1, 3])
+def test_an_unprepare_kubelet_gives_up_on_still_finishes(tmp_path: Path, claims_in_call: int) -> None:
+    source = SlowClaims(11)
+    claims = [source.add(f"c{i}", f"gpu-{i}") for i in range(claims_in_call)]
+
+    async def scenario() -> dict[str, Any]:
+        engine = engine_for(tmp_path, source)
+        await engine.load_state()
+        await engine.prepare(claims)
+        call = asyncio.create_task(engine.unprepare(claims))
+        await asyncio.sleep(0)  # the call has started: the claims' locks are being taken
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        await asyncio.gather(*(task for task in asyncio.all_tasks() if task is not asyncio.current_task()))
+        return dict(engine.prepared_claims)
 
     assert asyncio.run(scenario()) == {}
     assert list((tmp_path / "state" / "claims").iterdir()) == []
