@@ -38,8 +38,10 @@ import asyncio
 import ctypes
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 from dra_driver.durable_files import (
@@ -201,7 +203,8 @@ class GroupCommitter:
     one before starts. Operations on the same path take effect in submission order. A submission
     that finds the committer idle starts a batch in the next loop turn, so that the others of the
     same turn (the claims of one kubelet call) join it. There is no flusher task: callbacks hand
-    the batches to the thread, which saves a task's creation and steps per batch.
+    the batches to the thread, and the thread calls back once per batch, which saves a task's
+    creation and steps and an asyncio future's loop turn per batch.
 
     A caller cancelled while its operation waits for a batch withdraws it (it is never applied);
     once its batch has started, the operation completes whole and only the caller stops waiting.
@@ -266,14 +269,21 @@ class GroupCommitter:
         batch = self._running = _next_batch(self._pending, self._max_batch)
         del self._pending[: len(batch)]
         self.operations += len(batch)
+        changes = [operation.change for operation in batch]
         try:
-            work = asyncio.get_running_loop().run_in_executor(
-                None, _commit, [operation.change for operation in batch], self._syncfs
-            )
-        except RuntimeError as error:  # the executor is shut down: the event loop is ending
+            _flush_workers().submit(self._commit_and_report, asyncio.get_running_loop(), changes)
+        except RuntimeError as error:  # the interpreter is shutting down: no thread will run it
             self._stop(error)
-            return
-        work.add_done_callback(self._batch_done)
+
+    def _commit_and_report(self, loop: asyncio.AbstractEventLoop, changes: list[_Change]) -> None:
+        """In the worker thread: the batch, then one call back into the loop (no asyncio future
+        chained to the thread's, which would cost a loop turn of its own per batch)."""
+        try:
+            flushed, failure = _commit(changes, self._syncfs), None
+        except BaseException as error:  # a bug: reported to the batch's callers below
+            flushed, failure = False, error
+        with suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+            loop.call_soon_threadsafe(self._batch_done, flushed, failure)
 
     def _stop(self, cause: BaseException) -> None:
         """Fails every operation not yet settled; none of them was applied."""
@@ -286,23 +296,29 @@ class GroupCommitter:
         if self._drained is not None:
             self._drained.set()
 
-    def _batch_done(self, work: "asyncio.Future[bool]") -> None:
+    def _batch_done(self, flushed: bool, failure: BaseException | None) -> None:
         batch = self._running
-        failure = work.exception() if not work.cancelled() else asyncio.CancelledError()
-        if failure is None and work.result():
+        if flushed:
             self.flushes += 1
         for operation in batch:
             if operation.done.done():
                 continue
             if failure is not None:
-                # A bug, or the executor shut down: the batch may or may not have finished, so
-                # nothing waiting can be told it is durable.
+                # A bug: the batch may or may not have finished, so nothing waiting can be told
+                # it is durable.
                 operation.done.set_exception(RuntimeError(f"group commit stopped: {failure!r}"))
             elif operation.change.error is None:
                 operation.done.set_result(None)
             else:
                 operation.done.set_exception(operation.change.error)
         self._start_batch()
+
+
+@cache
+def _flush_workers() -> ThreadPoolExecutor:
+    """The threads batches run in, shared by every committer of the process (one batch at a time
+    each), so the event loop's default executor stays free for other blocking work."""
+    return ThreadPoolExecutor(thread_name_prefix="group-commit")
 
 
 def _next_batch(pending: Sequence[_Operation], max_batch: int) -> list[_Operation]:

@@ -7,6 +7,7 @@ import random
 import re
 import threading
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -460,11 +461,15 @@ def test_max_batch_must_be_positive() -> None:
         GroupCommitter(max_batch=0)
 
 
-def test_operations_fail_clearly_when_the_executor_is_gone(tmp_path: Path) -> None:
+def test_operations_fail_clearly_when_no_worker_thread_can_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = ThreadPoolExecutor()
+    gone.shutdown()  # as at interpreter shutdown: submit raises RuntimeError
+    monkeypatch.setattr(group_commit, "_flush_workers", lambda: gone)
     committer = GroupCommitter()
 
     async def scenario() -> list[BaseException | None]:
-        await asyncio.get_running_loop().shutdown_default_executor()
         calls = [committer.create(tmp_path / "a", b"x"), committer.remove(tmp_path / "b")]
         outcomes = await asyncio.wait_for(settle(calls), 5)  # never left waiting for nothing
         await committer.close()  # nothing left running: returns at once
@@ -474,3 +479,30 @@ def test_operations_fail_clearly_when_the_executor_is_gone(tmp_path: Path) -> No
     assert all(isinstance(outcome, RuntimeError) for outcome in outcomes), outcomes
     assert all("group commit stopped" in str(outcome) for outcome in outcomes), outcomes
     assert not (tmp_path / "a").exists()
+
+
+def test_a_batch_that_raises_fails_its_callers_and_the_next_batch_still_lands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_commit = group_commit._commit
+    calls = 0
+
+    def commit_failing_once(changes: Sequence[group_commit._Change], syncfs: SyncFs | None) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ZeroDivisionError("a bug")
+        return real_commit(changes, syncfs)
+
+    monkeypatch.setattr(group_commit, "_commit", commit_failing_once)
+    committer = GroupCommitter()
+
+    async def scenario() -> tuple[BaseException | None, BaseException | None]:
+        first = await asyncio.wait_for(settle([committer.replace(tmp_path / "a", b"1")]), 5)
+        second = await asyncio.wait_for(settle([committer.replace(tmp_path / "b", b"2")]), 5)
+        return first[0], second[0]
+
+    first, second = asyncio.run(scenario())
+    assert isinstance(first, RuntimeError) and "ZeroDivisionError" in str(first), first
+    assert second is None
+    assert (tmp_path / "b").read_bytes() == b"2"
