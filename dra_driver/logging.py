@@ -15,9 +15,10 @@ from dra_driver.settings import LogFormat
 
 
 class _LineWriter:
-    """structlog's output: each rendered line goes out in one write(2). A line from any thread
-    stays whole (no lock needed), and it costs one system call where `print` on an unbuffered
-    stream (PYTHONUNBUFFERED) makes two, on the claim path's every log line."""
+    """structlog's output: each rendered line goes out in one write(2), one system call where
+    `print` on an unbuffered stream (PYTHONUNBUFFERED) makes two, on the claim path's every log
+    line. No lock: on a pipe (a container's output) one write of up to 4 KiB (PIPE_BUF) is never
+    interleaved with another thread's, which covers our lines."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
