@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
+import structlog.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dra_driver.claims import engine as engine_module
 from dra_driver.claims.cdi import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, RawClaim
 from dra_driver.claims.gpu_edits import SimulatedEdits
@@ -157,3 +160,38 @@ def test_an_unprepare_kubelet_gives_up_on_still_finishes(tmp_path: Path, claims_
     assert asyncio.run(scenario()) == {}
     assert list((tmp_path / "state" / "claims").iterdir()) == []
     assert list((tmp_path / "cdi").iterdir()) == []
+
+
+def test_work_run_to_the_end_passes_its_failure_to_a_caller_still_waiting() -> None:
+    async def failing() -> int:
+        await asyncio.sleep(0)
+        raise ValueError("a bug in the claim work")
+
+    async def scenario() -> None:
+        with pytest.raises(ValueError, match="a bug in the claim work"):
+            await engine_module._to_the_end(failing())
+
+    asyncio.run(scenario())
+
+
+def test_work_run_to_the_end_logs_a_failure_nobody_waits_for() -> None:
+    finished = []
+
+    async def failing() -> None:
+        await asyncio.sleep(0.01)
+        finished.append(True)
+        raise ValueError("a bug in the claim work")
+
+    async def scenario() -> None:
+        caller = asyncio.create_task(asyncio.wait_for(engine_module._to_the_end(failing()), 0.001))
+        with pytest.raises(TimeoutError):
+            await caller
+        await asyncio.gather(*(task for task in asyncio.all_tasks() if task is not asyncio.current_task()))
+
+    with structlog.testing.capture_logs() as logged:
+        asyncio.run(scenario())
+    assert finished == [True]
+    assert [(line["event"], line["log_level"]) for line in logged] == [
+        ("claim work failed after its caller stopped waiting", "error")
+    ]
+    assert "a bug in the claim work" in logged[0]["error"]
