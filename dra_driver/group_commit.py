@@ -261,10 +261,7 @@ class GroupCommitter:
         # A cancelled caller's future is done: its operation is dropped before it is applied.
         self._pending = [operation for operation in self._pending if not operation.done.done()]
         if not self._pending:
-            self._busy = False
-            self._running = []
-            if self._drained is not None:
-                self._drained.set()
+            self._go_idle()
             return
         batch = self._running = _next_batch(self._pending, self._max_batch)
         del self._pending[: len(batch)]
@@ -291,10 +288,13 @@ class GroupCommitter:
             if not operation.done.done():
                 operation.done.set_exception(RuntimeError(f"group commit stopped: {cause!r}"))
         self._pending = []
+        self._go_idle()
+
+    def _go_idle(self) -> None:
         self._busy = False
         self._running = []
         if self._drained is not None:
-            self._drained.set()
+            self._drained.set()  # close() may return
 
     def _batch_done(self, flushed: bool, failure: BaseException | None) -> None:
         batch = self._running
