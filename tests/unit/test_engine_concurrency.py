@@ -112,6 +112,11 @@ def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path
     assert list((tmp_path / "cdi").iterdir()) == []
 
 
+async def other_tasks_finished() -> None:
+    """Waits for every task but the caller's: the claim work that goes on after its call ended."""
+    await asyncio.gather(*(task for task in asyncio.all_tasks() if task is not asyncio.current_task()))
+
+
 @pytest.mark.parametrize("claims_in_call", [1, 3])
 def test_a_call_kubelet_gives_up_on_still_finishes_its_claims(tmp_path: Path, claims_in_call: int) -> None:
     """kubelet cancels a call at its deadline or when the connection drops; the claims' work must
@@ -127,8 +132,8 @@ def test_a_call_kubelet_gives_up_on_still_finishes_its_claims(tmp_path: Path, cl
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-        # The shielded work goes on as tasks of its own: wait for them, then look, then retry.
-        await asyncio.gather(*(task for task in asyncio.all_tasks() if task is not asyncio.current_task()))
+        # The claim work goes on as tasks of its own: wait for them, then look, then retry.
+        await other_tasks_finished()
         prepared = dict(engine.prepared_claims)
         return await engine.prepare(claims), prepared
 
@@ -154,7 +159,7 @@ def test_an_unprepare_kubelet_gives_up_on_still_finishes(tmp_path: Path, claims_
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
-        await asyncio.gather(*(task for task in asyncio.all_tasks() if task is not asyncio.current_task()))
+        await other_tasks_finished()
         return dict(engine.prepared_claims)
 
     assert asyncio.run(scenario()) == {}
@@ -186,7 +191,7 @@ def test_work_run_to_the_end_logs_a_failure_nobody_waits_for() -> None:
         caller = asyncio.create_task(asyncio.wait_for(engine_module._to_the_end(failing()), 0.001))
         with pytest.raises(TimeoutError):
             await caller
-        await asyncio.gather(*(task for task in asyncio.all_tasks() if task is not asyncio.current_task()))
+        await other_tasks_finished()
 
     with structlog.testing.capture_logs() as logged:
         asyncio.run(scenario())
