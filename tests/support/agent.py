@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,13 +122,15 @@ def start_agent(
     extra: tuple[str, ...] = (),
     wait: bool = True,
     env: Mapping[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> AgentProcess:
-    """`env`: variables set for the agent on top of ours."""
+    """`env`: variables set for the agent on top of ours; `wrapper`: a command that runs the agent
+    (a profiler, say), put in front of the agent's own."""
     dirs.root.mkdir(parents=True, exist_ok=True)
     log_path = dirs.root / f"agent-{time.monotonic_ns()}.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            node_command(dirs, kubeconfig, hardware, extra),
+            [*wrapper, *node_command(dirs, kubeconfig, hardware, extra)],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
