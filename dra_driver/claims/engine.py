@@ -29,6 +29,7 @@ import structlog
 from dra_driver import failpoints
 from dra_driver.claims import cdi
 from dra_driver.claims.allocation import ClaimRejected, allocated_devices
+from dra_driver.claims.call_gate import CallGate, GateTicket
 from dra_driver.claims.cdi import CdiSpec, CdiSpecDirectory, ContainerEdits, InvalidCdiName
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.gpu_edits import DeviceEdits
@@ -349,14 +350,20 @@ class ClaimEngine:
     # -- prepare -------------------------------------------------------------------------------
 
     async def prepare(self, claims: Sequence[RawClaim]) -> dict[str, PrepareOutcome]:
-        outcomes = await _to_the_end(_concurrently([self._prepare_one(raw) for raw in claims]))
+        gate = CallGate(len(claims)) if len(claims) > 1 else None
+        calls = [self._prepare_one(raw, None if gate is None else gate.ticket()) for raw in claims]
+        outcomes = await _to_the_end(_concurrently(calls))
         return {raw[2]: outcome for raw, outcome in zip(claims, outcomes, strict=True)}
 
-    async def _prepare_one(self, raw: RawClaim) -> PrepareOutcome:
+    async def _prepare_one(self, raw: RawClaim, ticket: GateTicket | None) -> PrepareOutcome:
         with _claim_context(raw), self._metrics.prepare_duration.time():
-            return await self._prepare_checked(raw)
+            try:
+                return await self._prepare_checked(raw, ticket)
+            finally:
+                if ticket is not None:
+                    ticket.leave()  # nothing if the claim arrived with its record
 
-    async def _prepare_checked(self, raw: RawClaim) -> PrepareOutcome:
+    async def _prepare_checked(self, raw: RawClaim, ticket: GateTicket | None) -> PrepareOutcome:
         try:
             ref = claim_ref(*raw)
             # The claim's lock is held from the GET on: an unprepare that arrives meanwhile waits,
@@ -370,7 +377,7 @@ class ClaimEngine:
                     planned = plan_claim(
                         ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
                     )
-                    record = await self._prepare_new(ref, planned)
+                    record = await self._prepare_new(ref, planned, ticket)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:
             self._metrics.prepare_failed(error)
@@ -433,7 +440,9 @@ class ClaimEngine:
         self._reserving.discard(claim_uid)
         self._reservations.discard(claim_uid)
 
-    async def _prepare_new(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ClaimRecord:
+    async def _prepare_new(
+        self, ref: ClaimRef, planned: tuple[PlannedDevice, ...], ticket: GateTicket | None
+    ) -> ClaimRecord:
         if not planned:
             return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
         keys = tuple(key for device in planned if (key := device.exclusive_key))
@@ -466,7 +475,9 @@ class ClaimEngine:
                 time_sliced_gpus=preparing.time_sliced_gpus,
                 mps=preparing.mps,
             )
-            await self._write_prepared(ref, spec, record, first_record=not preparing.has_side_effects)
+            await self._write_prepared(
+                ref, spec, record, first_record=not preparing.has_side_effects, ticket=ticket
+            )
         except BaseException:
             await self._undo(preparing)
             await self._release(ref)
@@ -559,12 +570,21 @@ class ClaimEngine:
         )
 
     async def _write_prepared(
-        self, ref: ClaimRef, spec: CdiSpec, record: ClaimRecord, *, first_record: bool
+        self,
+        ref: ClaimRef,
+        spec: CdiSpec,
+        record: ClaimRecord,
+        *,
+        first_record: bool,
+        ticket: GateTicket | None,
     ) -> None:
         """`first_record`: no "preparing" record was written (nothing had side effects), so the
-        claim has no record file yet: the one written now is created, not replaced."""
+        claim has no record file yet: the one written now is created, not replaced. `ticket`: the
+        claim's passage through its call's gate (see call_gate), None for a call of one claim."""
         self._cdi_specs.write(ref.uid, spec)
         failpoints.reached("prepare.cdi-written")
+        if ticket is not None:
+            await ticket.arrive()
         if first_record:
             await self._records.create(record)
         else:

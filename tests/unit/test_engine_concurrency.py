@@ -20,6 +20,7 @@ from dra_driver.claims.gpu_edits import SimulatedEdits
 from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import NodeConfig
+from dra_driver.group_commit import GroupCommitter
 from tests.support.nodes import simulated_node
 
 DRIVER = "gpu.dra-driver.dev"
@@ -49,14 +50,16 @@ class SlowClaims:
         return self.claims[(namespace, name)]
 
 
-def engine_for(tmp: Path, source: SlowClaims, profile: str = "t4x4") -> ClaimEngine:
+def engine_for(
+    tmp: Path, source: SlowClaims, profile: str = "t4x4", committer: GroupCommitter | None = None
+) -> ClaimEngine:
     return ClaimEngine(
         driver_name=DRIVER,
         pool_name="node-a",
         inventory=node_inventory(simulated_node(profile), NodeConfig()),
         edits=SimulatedEdits(),
         claim_source=source,
-        records=ClaimRecordStore(tmp / "state"),
+        records=ClaimRecordStore(tmp / "state", committer),
         cdi_specs=CdiSpecDirectory(tmp / "cdi", DRIVER),
     )
 
@@ -110,6 +113,41 @@ def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path
     assert asyncio.run(scenario()) == {}
     assert list((tmp_path / "state" / "claims").iterdir()) == []
     assert list((tmp_path / "cdi").iterdir()) == []
+
+
+def test_the_claims_of_one_call_share_one_flush(tmp_path: Path) -> None:
+    """Their GETs are answered at different times; their records still go to disk together, not
+    the first claim's alone and the rest in the flushes after it."""
+    source = SlowClaims(5)
+    claims = [source.add(f"c{i}", f"gpu-{i}") for i in range(8)]
+    committer = GroupCommitter()
+
+    async def scenario() -> tuple[dict[str, Any], int]:
+        engine = engine_for(tmp_path, source, "l4x8", committer)
+        await engine.load_state()
+        flushes_before = committer.flushes
+        answer = await engine.prepare(claims)
+        return answer, committer.flushes - flushes_before
+
+    answer, flushes = asyncio.run(scenario())
+    assert len(answer) == 8
+    assert all(not outcome.error and outcome.devices for outcome in answer.values())
+    assert flushes == 1
+
+
+def test_a_claim_listed_twice_in_one_call_does_not_wait_for_itself(tmp_path: Path) -> None:
+    """The second copy waits for the claim's lock, which the first holds while it waits for the
+    rest of the call: the gate's time limit lets the first one through."""
+    source = SlowClaims(3)
+    claim = source.add("c0", "gpu-0")
+
+    async def scenario() -> dict[str, Any]:
+        engine = engine_for(tmp_path, source, committer=GroupCommitter())
+        await engine.load_state()
+        return await asyncio.wait_for(engine.prepare([claim, claim]), timeout=5)
+
+    answer = asyncio.run(scenario())
+    assert [(outcome.error, len(outcome.devices)) for outcome in answer.values()] == [("", 1)]
 
 
 async def other_tasks_finished() -> None:
