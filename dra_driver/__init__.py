@@ -1,10 +1,7 @@
 """dra-driver: a Kubernetes Dynamic Resource Allocation driver for NVIDIA GPUs."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("dra-driver")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+# The one place the version is written: pyproject.toml reads it from here. A literal, not
+# importlib.metadata, which the agent would otherwise import for this alone (about 0.7 MiB).
+__version__ = "0.1.0"
 
 DEFAULT_DRIVER_NAME = "gpu.dra-driver.dev"
