@@ -36,6 +36,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m tests.bench.slice_publish --runs 2 --output docs/bench/slice-publish.json
 	$(BIN)/python -m tests.bench.memory --rounds 500 --runs 2 --variant plain:PYTHONOPTIMIZE=0 --output docs/bench/memory.json
 	$(BIN)/python -m tests.bench.claim_get --reps 6 --calls 1500 --output docs/bench/claim-get.json
+	$(BIN)/python -m tests.bench.agent_instructions --runs 2 --output docs/bench/agent-instructions.json
 
 ## protos: regenerate dra_driver/_proto from api/kubelet
 protos: $(INSTALLED)
