@@ -34,14 +34,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from tests.bench.kubelet_load import measure_calls
-from tests.bench.prepare_latency import BATCH_CLAIMS, NODE_FILE, allocate_claims, first_answer
-from tests.support.agent import AgentDirs, start_agent
-from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
+from tests.bench.prepare_latency import (
+    BATCH_CLAIMS,
+    NODE_FILE,
+    allocate_claims,
+    benchmark_agent,
+    first_answer,
+)
+from tests.bench.standin import standin_apiserver
+from tests.support.image import compile_like_the_image
 from tests.support.waiting import wait_until
 
 FIGURES = {"single": 1, "batch": BATCH_CLAIMS}  # claims per call
@@ -78,34 +84,24 @@ def serving(server: str, work: Path, kubeconfig: Path, output: Path) -> Iterator
     """A fresh agent (or do-nothing server) under callgrind, answering on the socket yielded; it
     is stopped on leaving, which writes its counts to `output`."""
     wrapper = callgrind_command(output)
-    if server == "floor":
-        socket = work / "null.sock"
-        process = subprocess.Popen([*wrapper, sys.executable, "-m", "tests.bench.null_plugin", str(socket)])
-        stop = process
-    else:
-        node_file = work / "node.yaml"
-        node_file.write_text(NODE_FILE)
-        cdi_dir = Path(tempfile.mkdtemp(prefix="dra-bench-cdi-", dir="/dev/shm"))
-        dirs = AgentDirs(root=work / "node")
-        agent = start_agent(
-            dirs,
-            kubeconfig,
-            hardware=f"simulated:{node_file}",
-            extra=("--cdi-dir", str(cdi_dir)),
-            wait=False,
-            env=IMAGE_ENVIRONMENT,
-            wrapper=wrapper,
-        )
-        socket, stop = dirs.dra_socket, agent.process
-    try:
+    with ExitStack() as stack:
+        if server == "floor":
+            socket = work / "null.sock"
+            process = subprocess.Popen(
+                [*wrapper, sys.executable, "-m", "tests.bench.null_plugin", str(socket)]
+            )
+            stack.callback(process.wait, STOP_TIMEOUT_SECONDS)
+            stack.callback(process.terminate)
+        else:
+            node_file = work / "node.yaml"
+            node_file.write_text(NODE_FILE)
+            agent = stack.enter_context(
+                benchmark_agent(work, kubeconfig, node_file, wrapper, stop_timeout=STOP_TIMEOUT_SECONDS)
+            )
+            socket = agent.dirs.dra_socket
         wait_until(socket.exists, timeout=START_TIMEOUT_SECONDS, interval=0.05)
         asyncio.run(first_answer(socket))
         yield socket
-    finally:
-        stop.terminate()
-        stop.wait(STOP_TIMEOUT_SECONDS)
-        if server == "agent":
-            shutil.rmtree(cdi_dir, ignore_errors=True)
 
 
 def count(server: str, figure: str, rounds: int, kubeconfig: Path, work: Path) -> int:
@@ -163,12 +159,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
         work = Path(temporary)
         kubeconfig = work / "kubeconfig"
-        apiserver = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.apiserver", "--kubeconfig", str(kubeconfig)],
-            stdout=subprocess.DEVNULL,
-        )
-        try:
-            wait_until(kubeconfig.exists, timeout=30)
+        with standin_apiserver(kubeconfig):
             for run in range(args.runs):
                 figures: dict[str, Any] = {}
                 for server in args.servers:
@@ -182,9 +173,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                             flush=True,
                         )
                 results["runs"].append(figures)
-        finally:
-            apiserver.terminate()
-            apiserver.wait(10)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2) + "\n")

@@ -14,8 +14,6 @@ import asyncio
 import json
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +23,7 @@ from kubernetes import client
 
 from dra_driver.claims.source import ApiServerClaimSource
 from dra_driver.kube_api import Configuration, KubeClient
+from tests.bench.standin import standin_apiserver
 from tests.support.claims import allocate
 
 WARMUP_CALLS = 200
@@ -77,20 +76,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         kubeconfig = Path(work) / "kubeconfig"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.apiserver", "--kubeconfig", str(kubeconfig)],
-            stdout=subprocess.PIPE,
-        )
-        try:
-            assert server.stdout is not None
-            url = server.stdout.readline().decode().strip()
+        with standin_apiserver(kubeconfig) as url:
             api_client = client.ApiClient(client.Configuration(host=url))
             allocate(client.ResourceV1Api(api_client), "bench", {"gpu": "gpu-0"}, pool="node-a")
             api_client.close()
             figures = asyncio.run(measure(url, args.reps, args.calls))
-        finally:
-            server.terminate()
-            server.wait()
     results = {
         "machine": {"python": platform.python_version(), "kernel": platform.release()},
         "reps": args.reps,

@@ -39,6 +39,7 @@ from kubernetes import client, config
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver.kubelet_client import register
 from tests.bench.prepare_latency import measure
+from tests.bench.standin import standin_apiserver
 from tests.support.agent import AgentDirs, start_agent
 from tests.support.claims import allocate
 from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
@@ -191,12 +192,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
         work = Path(temporary)
         kubeconfig = work / "kubeconfig"
-        apiserver = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.apiserver", "--kubeconfig", str(kubeconfig)],
-            stdout=subprocess.DEVNULL,
-        )
-        try:
-            wait_until(kubeconfig.exists, timeout=30)
+        with standin_apiserver(kubeconfig):
             for run in range(args.runs):
                 run_figures: dict[str, Any] = {}
                 for number, (name, env) in enumerate(variants):
@@ -210,9 +206,6 @@ def main() -> None:
                     }
                     print(f"run {run + 1}: bare imports {run_figures['import_floors_mib']}", flush=True)
                 results["runs"].append(run_figures)
-        finally:
-            apiserver.terminate()
-            apiserver.wait(10)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2) + "\n")

@@ -65,7 +65,8 @@ from tests.bench.kubelet_load import (
     measure_calls,
     measure_concurrent,
 )
-from tests.support.agent import NODE_NAME, AgentDirs, start_agent
+from tests.bench.standin import standin_apiserver
+from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.claims import allocate
 from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
 from tests.support.waiting import wait_until
@@ -228,37 +229,51 @@ def allocate_claims(kubeconfig: Path) -> list[Any]:
         api_client.close()
 
 
-def run_agent_benchmark(
-    work: Path, kubeconfig: Path, node_file: Path, claims: Sequence[Any], plan: Plan, run: int
-) -> dict[str, Any]:
+@contextmanager
+def benchmark_agent(
+    work: Path,
+    kubeconfig: Path,
+    node_file: Path,
+    wrapper: Sequence[str] = (),
+    stop_timeout: float = 30.0,
+) -> Iterator[AgentProcess]:
+    """The agent on the benchmark's node as its image runs it, its CDI specs on tmpfs as
+    /var/run/cdi is, just spawned; stopped and its specs removed on leaving."""
     cdi_dir = Path(tempfile.mkdtemp(prefix="dra-bench-cdi-", dir="/dev/shm"))
-    dirs = AgentDirs(root=work / "node")
-    spawned = time.monotonic()
     agent = start_agent(
-        dirs,
+        AgentDirs(root=work / "node"),
         kubeconfig,
         hardware=f"simulated:{node_file}",
         extra=("--cdi-dir", str(cdi_dir)),
         wait=False,
         env=IMAGE_ENVIRONMENT,
+        wrapper=wrapper,
     )
-    pid = agent.process.pid
-
-    def sample(figure: str) -> AbstractContextManager[object]:
-        if plan.profile_dir is None:
-            return nullcontext()
-        return sampled(pid, plan.profile_dir / f"{figure}-run{run + 1}.txt", plan.profile_mode)
-
     try:
+        yield agent
+    finally:
+        agent.terminate(timeout=stop_timeout)
+        shutil.rmtree(cdi_dir, ignore_errors=True)
+
+
+def run_agent_benchmark(
+    work: Path, kubeconfig: Path, node_file: Path, claims: Sequence[Any], plan: Plan, run: int
+) -> dict[str, Any]:
+    spawned = time.monotonic()
+    with benchmark_agent(work, kubeconfig, node_file) as agent:
+        dirs, pid = agent.dirs, agent.process.pid
+
+        def sample(figure: str) -> AbstractContextManager[object]:
+            if plan.profile_dir is None:
+                return nullcontext()
+            return sampled(pid, plan.profile_dir / f"{figure}-run{run + 1}.txt", plan.profile_mode)
+
         wait_until(dirs.registration_socket.exists, timeout=30, interval=0.002)
         asyncio.run(register(dirs.registration_socket))
         registered_s = time.monotonic() - spawned
         figures = run_figures(dirs.dra_socket, claims, plan, pid, sample)
         figures["agent_rss_mib_after"] = rss_mib(pid)
         figures["start_to_registered_s"] = registered_s
-    finally:
-        agent.terminate()
-        shutil.rmtree(cdi_dir, ignore_errors=True)
     return figures
 
 
@@ -395,12 +410,7 @@ def main() -> None:
         kubeconfig = work / "kubeconfig"
         node_file = work / "node.yaml"
         node_file.write_text(NODE_FILE)
-        apiserver = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.apiserver", "--kubeconfig", str(kubeconfig)],
-            stdout=subprocess.DEVNULL,
-        )
-        try:
-            wait_until(kubeconfig.exists, timeout=30)
+        with standin_apiserver(kubeconfig):
             for run in range(runs):
                 run_dir = work / f"run{run}"
                 run_dir.mkdir()
@@ -411,9 +421,6 @@ def main() -> None:
                 load = {"before": load_before, "after": os.getloadavg()}
                 results["runs"].append({"floor": floor, "agent": agent, "load_average": load})
                 print(f"run {run + 1} (load {load_before[0]:.2f}): {summary(agent, floor)}", flush=True)
-        finally:
-            apiserver.terminate()
-            apiserver.wait(10)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(results, indent=2) + "\n")

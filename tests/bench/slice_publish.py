@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ import structlog
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
 from dra_driver.publish.controller import DEFAULT_SYNC_DELAY_SECONDS
+from tests.bench.standin import standin_apiserver
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import DEFAULT_VERSION, ApiServer, Obj, ResourceType
 from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
@@ -298,28 +299,6 @@ def memory_mib(pid: int) -> dict[str, float]:
     return {"rss_mib": fields["VmRSS"], "hwm_mib": fields["VmHWM"]}
 
 
-@contextlib.contextmanager
-def apiserver_process(kubeconfig: Path) -> Iterator[str]:
-    """The stand-in in a process of its own, so that neither the agent nor this benchmark carries its
-    memory or CPU; yields its URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.apiserver", "--kubeconfig", str(kubeconfig)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        url = process.stdout.readline().strip()  # printed once it listens; "" if it died
-        if not url.startswith("http://"):
-            raise RuntimeError(f"the stand-in API server did not start (exit {process.poll()})")
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
-
-
 def import_floor(statement: str) -> dict[str, float]:
     """RSS of a fresh interpreter that has run `statement` and then waits: what those imports cost."""
     code = f"{statement}; import sys; print('ready', flush=True); sys.stdin.readline()"
@@ -341,7 +320,7 @@ def agent_figures(work: Path, agent_settle_seconds: float) -> dict[str, Any]:
     kubeconfig = work / "kubeconfig"
     node_config = work / "node-config.yaml"
     node_config.write_text("default: {mode: mig-dynamic}\n")
-    with apiserver_process(kubeconfig) as url:
+    with standin_apiserver(kubeconfig) as url:
         json_request(
             "POST",
             f"{url}/api/v1/nodes",
