@@ -31,7 +31,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -46,7 +45,7 @@ from tests.bench.prepare_latency import (
     benchmark_agent,
     first_answer,
 )
-from tests.bench.standin import standin_apiserver
+from tests.bench.standin import bench_workspace
 from tests.support.image import compile_like_the_image
 from tests.support.waiting import wait_until
 
@@ -156,23 +155,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         "runs": [],
     }
     compile_like_the_image()
-    with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
-        work = Path(temporary)
-        kubeconfig = work / "kubeconfig"
-        with standin_apiserver(kubeconfig):
-            for run in range(args.runs):
-                figures: dict[str, Any] = {}
-                for server in args.servers:
-                    for figure in args.only:
-                        started = time.monotonic()
-                        result = measure_figure(server, figure, rounds[figure], kubeconfig, work)
-                        figures[f"{server} {figure}"] = result
-                        print(
-                            f"run {run + 1}: {server} {figure}: {result['per_round'] / 1e6:.3f} M "
-                            f"instructions per round ({time.monotonic() - started:.0f} s)",
-                            flush=True,
-                        )
-                results["runs"].append(figures)
+    with bench_workspace() as (work, kubeconfig):
+        for run in range(args.runs):
+            figures: dict[str, Any] = {}
+            for server in args.servers:
+                for figure in args.only:
+                    started = time.monotonic()
+                    result = measure_figure(server, figure, rounds[figure], kubeconfig, work)
+                    figures[f"{server} {figure}"] = result
+                    print(
+                        f"run {run + 1}: {server} {figure}: {result['per_round'] / 1e6:.3f} M "
+                        f"instructions per round ({time.monotonic() - started:.0f} s)",
+                        flush=True,
+                    )
+            results["runs"].append(figures)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2) + "\n")

@@ -39,7 +39,7 @@ from kubernetes import client, config
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver.kubelet_client import register
 from tests.bench.prepare_latency import measure
-from tests.bench.standin import standin_apiserver
+from tests.bench.standin import bench_workspace
 from tests.support.agent import AgentDirs, start_agent
 from tests.support.claims import allocate
 from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
@@ -189,23 +189,20 @@ def main() -> None:
         "runs": [],
     }
     compile_like_the_image()
-    with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
-        work = Path(temporary)
-        kubeconfig = work / "kubeconfig"
-        with standin_apiserver(kubeconfig):
-            for run in range(args.runs):
-                run_figures: dict[str, Any] = {}
-                for number, (name, env) in enumerate(variants):
-                    run_dir = work / f"r{run}v{number}"  # short: socket paths have a limit
-                    run_dir.mkdir()
-                    run_figures[name] = run_agent(run_dir, kubeconfig, args.rounds, env)
-                    print(f"run {run + 1}: {summary(name, run_figures[name])}", flush=True)
-                if args.floors:
-                    run_figures["import_floors_mib"] = {
-                        label: import_floor(statement) for label, statement in FLOORS.items()
-                    }
-                    print(f"run {run + 1}: bare imports {run_figures['import_floors_mib']}", flush=True)
-                results["runs"].append(run_figures)
+    with bench_workspace() as (work, kubeconfig):
+        for run in range(args.runs):
+            run_figures: dict[str, Any] = {}
+            for number, (name, env) in enumerate(variants):
+                run_dir = work / f"r{run}v{number}"  # short: socket paths have a limit
+                run_dir.mkdir()
+                run_figures[name] = run_agent(run_dir, kubeconfig, args.rounds, env)
+                print(f"run {run + 1}: {summary(name, run_figures[name])}", flush=True)
+            if args.floors:
+                run_figures["import_floors_mib"] = {
+                    label: import_floor(statement) for label, statement in FLOORS.items()
+                }
+                print(f"run {run + 1}: bare imports {run_figures['import_floors_mib']}", flush=True)
+            results["runs"].append(run_figures)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(results, indent=2) + "\n")

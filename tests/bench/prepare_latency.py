@@ -65,7 +65,7 @@ from tests.bench.kubelet_load import (
     measure_calls,
     measure_concurrent,
 )
-from tests.bench.standin import standin_apiserver
+from tests.bench.standin import bench_workspace
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.claims import allocate
 from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
@@ -405,22 +405,19 @@ def main() -> None:
         "runs": [],
     }
     compile_like_the_image()
-    with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
-        work = Path(temporary)
-        kubeconfig = work / "kubeconfig"
+    with bench_workspace() as (work, kubeconfig):
         node_file = work / "node.yaml"
         node_file.write_text(NODE_FILE)
-        with standin_apiserver(kubeconfig):
-            for run in range(runs):
-                run_dir = work / f"run{run}"
-                run_dir.mkdir()
-                load_before = os.getloadavg()
-                claims = allocate_claims(kubeconfig)
-                floor = run_floor_benchmark(run_dir, claims, plan)
-                agent = run_agent_benchmark(run_dir, kubeconfig, node_file, claims, plan, run)
-                load = {"before": load_before, "after": os.getloadavg()}
-                results["runs"].append({"floor": floor, "agent": agent, "load_average": load})
-                print(f"run {run + 1} (load {load_before[0]:.2f}): {summary(agent, floor)}", flush=True)
+        for run in range(runs):
+            run_dir = work / f"run{run}"
+            run_dir.mkdir()
+            load_before = os.getloadavg()
+            claims = allocate_claims(kubeconfig)
+            floor = run_floor_benchmark(run_dir, claims, plan)
+            agent = run_agent_benchmark(run_dir, kubeconfig, node_file, claims, plan, run)
+            load = {"before": load_before, "after": os.getloadavg()}
+            results["runs"].append({"floor": floor, "agent": agent, "load_average": load})
+            print(f"run {run + 1} (load {load_before[0]:.2f}): {summary(agent, floor)}", flush=True)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(json.dumps(results, indent=2) + "\n")

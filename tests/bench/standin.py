@@ -4,6 +4,7 @@ agent nor the benchmark then carries its memory or CPU."""
 import contextlib
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,3 +28,14 @@ def standin_apiserver(kubeconfig: Path) -> Iterator[str]:
         process.wait(10)
         if process.stdout is not None:
             process.stdout.close()
+
+
+@contextlib.contextmanager
+def bench_workspace() -> Iterator[tuple[Path, Path]]:
+    """A temporary work directory with the stand-in running: yields the directory and the
+    kubeconfig that reaches the stand-in; both go on leaving."""
+    with tempfile.TemporaryDirectory(prefix="dra-bench-") as temporary:
+        work = Path(temporary)
+        kubeconfig = work / "kubeconfig"
+        with standin_apiserver(kubeconfig):
+            yield work, kubeconfig
