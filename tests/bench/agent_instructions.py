@@ -89,13 +89,20 @@ def serving(server: str, work: Path, kubeconfig: Path, output: Path) -> Iterator
             process = subprocess.Popen(
                 [*wrapper, sys.executable, "-m", "tests.bench.null_plugin", str(socket)]
             )
+            # Callbacks run last in, first out: terminate, then wait.
             stack.callback(process.wait, STOP_TIMEOUT_SECONDS)
             stack.callback(process.terminate)
         else:
             node_file = work / "node.yaml"
             node_file.write_text(NODE_FILE)
             agent = stack.enter_context(
-                benchmark_agent(work, kubeconfig, node_file, wrapper, stop_timeout=STOP_TIMEOUT_SECONDS)
+                benchmark_agent(
+                    work,
+                    kubeconfig,
+                    f"simulated:{node_file}",
+                    wrapper=wrapper,
+                    stop_timeout=STOP_TIMEOUT_SECONDS,
+                )
             )
             socket = agent.dirs.dra_socket
         wait_until(socket.exists, timeout=START_TIMEOUT_SECONDS, interval=0.05)

@@ -25,10 +25,8 @@ import json
 import os
 import platform
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -38,13 +36,14 @@ from kubernetes import client, config
 
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver.kubelet_client import register
-from tests.bench.prepare_latency import measure
+from tests.bench.prepare_latency import benchmark_agent, measure
 from tests.bench.standin import bench_workspace
-from tests.support.agent import AgentDirs, start_agent
 from tests.support.claims import allocate
-from tests.support.image import IMAGE_ENVIRONMENT, compile_like_the_image
+from tests.support.image import compile_like_the_image
 from tests.support.waiting import wait_until
 
+# The agent's simulated node, as the figures in docs/benchmarks.md were taken.
+HARDWARE = "simulated:dgx-h100"
 STATUS_FIELDS = ("VmRSS", "VmHWM", "RssAnon", "RssFile", "RssShmem")
 LARGEST_FILES = 12
 
@@ -113,28 +112,25 @@ def run_agent(work: Path, kubeconfig: Path, rounds: int, env: dict[str, str]) ->
     api_client = config.new_client_from_config(str(kubeconfig))
     name = f"mem-{time.monotonic_ns()}"
     uid = allocate(client.ResourceV1Api(api_client), name, {"gpu": "gpu-0"}, pool="node-a")
-    cdi_dir = Path(tempfile.mkdtemp(prefix="dra-bench-cdi-", dir="/dev/shm"))
-    dirs = AgentDirs(root=work / "node")
-    agent = start_agent(
-        dirs, kubeconfig, extra=("--cdi-dir", str(cdi_dir)), wait=False, env={**IMAGE_ENVIRONMENT, **env}
-    )
     try:
-        try:
-            wait_until(dirs.registration_socket.exists, timeout=30, interval=0.002)
-        except AssertionError:
-            print(agent.log_path.read_text()[-3000:], file=sys.stderr)
-            raise
-        asyncio.run(register(dirs.registration_socket))
-        started = process_status(agent.process.pid)
-        asyncio.run(measure(dirs.dra_socket, v1_pb2.Claim(namespace="default", name=name, uid=uid), rounds))
-        figures: dict[str, Any] = {
-            "registered": started,
-            "after": process_status(agent.process.pid),
-            "after_smaps": smaps_breakdown(agent.process.pid),
-        }
+        with benchmark_agent(work, kubeconfig, HARDWARE, env=env) as agent:
+            dirs = agent.dirs
+            try:
+                wait_until(dirs.registration_socket.exists, timeout=30, interval=0.002)
+            except AssertionError:
+                print(agent.log_path.read_text()[-3000:], file=sys.stderr)
+                raise
+            asyncio.run(register(dirs.registration_socket))
+            started = process_status(agent.process.pid)
+            asyncio.run(
+                measure(dirs.dra_socket, v1_pb2.Claim(namespace="default", name=name, uid=uid), rounds)
+            )
+            figures: dict[str, Any] = {
+                "registered": started,
+                "after": process_status(agent.process.pid),
+                "after_smaps": smaps_breakdown(agent.process.pid),
+            }
     finally:
-        agent.terminate()
-        shutil.rmtree(cdi_dir, ignore_errors=True)
         api_client.close()
     return figures
 

@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,20 +233,22 @@ def allocate_claims(kubeconfig: Path) -> list[Any]:
 def benchmark_agent(
     work: Path,
     kubeconfig: Path,
-    node_file: Path,
+    hardware: str,
+    *,
+    env: Mapping[str, str] | None = None,
     wrapper: Sequence[str] = (),
     stop_timeout: float = 30.0,
 ) -> Iterator[AgentProcess]:
-    """The agent on the benchmark's node as its image runs it, its CDI specs on tmpfs as
+    """The agent on `hardware` as its image runs it (plus `env`), its CDI specs on tmpfs as
     /var/run/cdi is, just spawned; stopped and its specs removed on leaving."""
     cdi_dir = Path(tempfile.mkdtemp(prefix="dra-bench-cdi-", dir="/dev/shm"))
     agent = start_agent(
         AgentDirs(root=work / "node"),
         kubeconfig,
-        hardware=f"simulated:{node_file}",
+        hardware=hardware,
         extra=("--cdi-dir", str(cdi_dir)),
         wait=False,
-        env=IMAGE_ENVIRONMENT,
+        env={**IMAGE_ENVIRONMENT, **(env or {})},
         wrapper=wrapper,
     )
     try:
@@ -260,7 +262,7 @@ def run_agent_benchmark(
     work: Path, kubeconfig: Path, node_file: Path, claims: Sequence[Any], plan: Plan, run: int
 ) -> dict[str, Any]:
     spawned = time.monotonic()
-    with benchmark_agent(work, kubeconfig, node_file) as agent:
+    with benchmark_agent(work, kubeconfig, f"simulated:{node_file}") as agent:
         dirs, pid = agent.dirs, agent.process.pid
 
         def sample(figure: str) -> AbstractContextManager[object]:
