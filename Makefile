@@ -4,7 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test lint unit bench protos clean
+.PHONY: demo test test-deps lint unit bench protos clean
+
+# A test that needs podman fails instead of skipping where podman is missing.
+export DRA_DRIVER_REQUIRE_PODMAN ?= 1
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +19,13 @@ $(INSTALLED): pyproject.toml
 demo: $(INSTALLED)
 	$(BIN)/dra-driver demo
 
-## test: lint, type-check and run every test tier that can run here
-test: lint
+## test: install missing system packages (as root), lint, type-check and run every test tier
+test: test-deps lint
 	$(BIN)/python -m pytest
+
+## test-deps: the system packages the tests need (podman, shellcheck, gcc, ...), installed as root
+test-deps:
+	PYTHON=$(PYTHON) hack/install-test-deps.sh
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
