@@ -203,15 +203,12 @@ def _demo(args: argparse.Namespace) -> int:
     from dra_driver.logging import configure_logging  # noqa: PLC0415
     from dra_driver.node import SetupError, StartupError  # noqa: PLC0415
 
-    configure_logging("console", 0)
-    hardware = parse_hardware(args.hardware)  # SettingsError: exit 2
-
-    async def demo() -> dict[str, str]:
-        claims = await demo_claims(claim_choice(args.claim), str(hardware))
-        return await run_demo(claims, str(hardware), run_container=not args.no_container)
-
+    hardware = str(parse_hardware(args.hardware))
     try:
-        failed = asyncio.run(demo())
+        # Before anything is logged: a claim the node cannot take is the one line printed.
+        claims = asyncio.run(demo_claims(claim_choice(args.claim), hardware))
+        configure_logging("console", 0)
+        failed = asyncio.run(run_demo(claims, hardware, run_container=not args.no_container))
     except StartupError as error:
         print(f"dra-driver demo: {error}", file=sys.stderr)
         return 2 if isinstance(error, SetupError) else 1
