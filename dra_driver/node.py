@@ -325,6 +325,8 @@ class NodeAgent:
         tasks = []
         if isinstance(self.hardware, SimulatedBackend):
             source: HealthEventSource = SimulatedEvents(self.hardware, HEALTH_POLL_SECONDS)
+            # Before the agent says it runs, so that a fault sent once it does is always taken.
+            open_inbox(self.settings.state_dir, self._simulated_gpus())
             tasks.append(asyncio.create_task(self._take_simulated_faults(self.hardware), name="fault-inbox"))
         else:
             from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
@@ -344,9 +346,11 @@ class NodeAgent:
         tasks.append(asyncio.create_task(self.health.run(), name="health-monitor"))
         self._health_tasks += tuple(tasks)
 
+    def _simulated_gpus(self) -> dict[str, str]:
+        return {str(plan.gpu.index): plan.gpu.uuid for plan in self.inventory.plans}
+
     async def _take_simulated_faults(self, hardware: SimulatedBackend) -> None:
-        gpus = {str(plan.gpu.index): plan.gpu.uuid for plan in self.inventory.plans}
-        await asyncio.to_thread(open_inbox, self.settings.state_dir, gpus)
+        gpus = self._simulated_gpus()
         while True:
             await asyncio.to_thread(apply_pending_faults, self.settings.state_dir, hardware, gpus)
             await asyncio.sleep(HEALTH_POLL_SECONDS)

@@ -5,7 +5,6 @@ status alone, so each case here is input that cannot work whatever the node's st
 """
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +55,9 @@ CASES = {
         ("demo", "--no-container", "--claim", "vgpu", "--hardware", "simulated:dgx-h100-mig"),
         "--claim vgpu",
     ),
-    "demo: an unknown profile": Case(("demo", "--no-container", "--hardware", "simulated:nope"), "--hardware"),
+    "demo: an unknown profile": Case(
+        ("demo", "--no-container", "--hardware", "simulated:nope"), "--hardware"
+    ),
     "demo: hardware that is neither": Case(("demo", "--no-container", "--hardware", "gpus"), "--hardware"),
     "simulate-fault: a state dir that does not exist": Case(
         ("simulate-fault", "--state-dir", "{tmp}/absent", "--gpu", "0", "--lost"), "--state-dir"
@@ -121,7 +122,9 @@ def test_invalid_input_exits_2_with_one_line_naming_it(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    fill: Callable[[str], str] = lambda text: text.replace("{tmp}", str(tmp_path))
+    def fill(text: str) -> str:
+        return text.replace("{tmp}", str(tmp_path))
+
     for relative, content in case.files.items():
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text(content)
