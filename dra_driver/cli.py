@@ -68,7 +68,7 @@ def _inspect(args: argparse.Namespace) -> int:
 def _cleanup(args: argparse.Namespace) -> int:
     from dra_driver.kubeconfig import KubeconfigError, read_kubeconfig  # noqa: PLC0415
     from dra_driver.node import StartupError, kubernetes_api_client  # noqa: PLC0415
-    from dra_driver.publish.cleanup import agent_pods, every_node_slice_api, remove_node_slices  # noqa: PLC0415
+    from dra_driver.publish.cleanup import every_node_slice_api, refusal, remove_node_slices  # noqa: PLC0415
     from dra_driver.publish.dry_run import print_writes  # noqa: PLC0415
     from dra_driver.publish.slice_api import ApiCallError, SliceApi  # noqa: PLC0415
 
@@ -85,13 +85,9 @@ def _cleanup(args: argparse.Namespace) -> int:
     async def cleanup() -> int:
         api_client = await kubernetes_api_client(settings.kubeconfig)
         try:
-            agents = [] if args.force else await agent_pods(api_client, settings.node_name)
-            if agents:
-                print(
-                    f"dra-driver cleanup: an agent still serves {where} ({', '.join(agents)}), and "
-                    "would publish its slices again; uninstall it first, or give --force",
-                    file=sys.stderr,
-                )
+            refused = "" if args.force else await refusal(api_client, settings.node_name)
+            if refused:
+                print(f"dra-driver cleanup: {refused}", file=sys.stderr)
                 return 1
             api = (
                 SliceApi(api_client, settings.driver_name, settings.node_name)

@@ -62,6 +62,22 @@ async def agent_pods(client: KubeClient, node_name: str | None) -> list[str]:
     ]
 
 
+async def refusal(client: KubeClient, node_name: str | None) -> str:
+    """Empty when no agent pod serves the node (None: any node); else the line saying why
+    cleanup must not go on, which --force overrides."""
+    where = node_name or "every node"
+    try:
+        agents = await agent_pods(client, node_name)
+    except ApiCallError as error:
+        return f"cannot tell whether an agent still serves {where}: {error}; --force skips this check"
+    if not agents:
+        return ""
+    return (
+        f"an agent still serves {where} ({', '.join(agents)}), and would publish its slices "
+        "again; uninstall it first, or give --force"
+    )
+
+
 async def remove_node_slices(api: SliceApi, dry_run: bool) -> tuple[Delete, ...]:
     """The deletes made (or, with dry_run, that would be made)."""
     done: list[Delete] = []
