@@ -270,12 +270,13 @@ def _add_kubelet_client(commands: "argparse._SubParsersAction[argparse.ArgumentP
     register.add_argument(
         "--registrar-dir", default="/var/lib/kubelet/plugins_registry", help="default: %(default)s"
     )
-    register.add_argument(
+    answer = register.add_mutually_exclusive_group()
+    answer.add_argument(
         "--notify",
         action="store_true",
         help="send NotifyRegistrationStatus(registered) as kubelet does: the plugin then reports ready",
     )
-    register.add_argument(
+    answer.add_argument(
         "--reject",
         default="",
         metavar="REASON",

@@ -243,6 +243,7 @@ def add_cleanup_options(parser: argparse.ArgumentParser) -> None:
     nodes.add_argument("--all-nodes", action="store_true", help="the driver's slices of every node")
     parser.add_argument(
         "--kubeconfig",
+        metavar="FILE",
         help="kubeconfig file; default: the first existing file of KUBECONFIG, else ~/.kube/config, "
         "else the pod's service account",
     )
