@@ -2,8 +2,8 @@
 
 It starts the real node agent on a simulated node with temporary sockets, registers it and
 prepares a claim over the sockets exactly as kubelet would (a sample claim for a whole GPU, a MIG
-device or a vGPU share, built from what the node offers, or the claims of a file), shows the CDI spec that was
-written, runs a container with it when podman is usable, and cleans everything up again.
+device or a vGPU share, built from what the node offers, or the claims of a file), shows the CDI
+spec that was written, runs a container with it when podman is usable, and cleans everything up.
 """
 
 import json
@@ -18,7 +18,7 @@ import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME, kubelet_client, podman
 from dra_driver.claims.source import OfflineClaimSource
-from dra_driver.demo.sample_claims import CLAIM_KINDS, ClaimKind, SampleClaim, sample_claim
+from dra_driver.demo.sample_claims import CLAIM_KINDS, ClaimKind, SampleClaimError, sample_claim
 from dra_driver.devices.model import device_to_api
 from dra_driver.kubelet_client import ClaimArg
 from dra_driver.node import NodeAgent, discover_inventory
@@ -41,10 +41,7 @@ class DemoClaims:
 
 def claim_choice(value: str) -> ClaimKind | Path:
     """`--claim`: a kind of device, or the path of a claim file."""
-    for kind in CLAIM_KINDS:
-        if value == kind:
-            return kind  # type: ignore[return-value]  # narrowed by the loop: one of ClaimKind
-    return Path(value)
+    return CLAIM_KINDS.get(value) or Path(value)
 
 
 async def demo_claims(choice: ClaimKind | Path, hardware: str) -> DemoClaims:
@@ -62,8 +59,8 @@ async def demo_claims(choice: ClaimKind | Path, hardware: str) -> DemoClaims:
     await backend.close()
     gpus = [plan.gpu for plan in inventory.plans]
     try:
-        chosen: SampleClaim = sample_claim(choice, gpus, DEMO_NODE, DEFAULT_DRIVER_NAME, str(spec))
-    except ValueError as error:
+        chosen = sample_claim(choice, gpus, DEMO_NODE, DEFAULT_DRIVER_NAME, str(spec))
+    except SampleClaimError as error:
         raise SettingsError(str(error)) from error
     key = (chosen.claim["metadata"]["namespace"], chosen.claim["metadata"]["name"])
     return DemoClaims(OfflineClaimSource({key: chosen.claim}), chosen.node_config, chosen.claim)

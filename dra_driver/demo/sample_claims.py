@@ -9,7 +9,7 @@ function of the node's GPUs, so a kind the node cannot offer is refused before a
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.model import Device, quantity
@@ -17,7 +17,8 @@ from dra_driver.devices.node_config import NodeConfig, NodeConfigError, parse_no
 from dra_driver.hardware.model import Gpu, MigMode
 
 ClaimKind = Literal["gpu", "mig", "vgpu"]
-CLAIM_KINDS: tuple[str, ...] = get_args(ClaimKind)
+# What `--claim` takes besides a file name.
+CLAIM_KINDS: dict[str, ClaimKind] = {"gpu": "gpu", "mig": "mig", "vgpu": "vgpu"}
 
 NAMESPACE = "default"
 # Fixed, so that the CDI device IDs a run prints are the same on every machine.
@@ -34,6 +35,7 @@ DEVICE_CLASSES: dict[ClaimKind, str] = {
 }
 POD_UID = "8d2e4f61-3b5a-4c7d-a9e8-1f0b2c3d4e5f"
 VGPU_SHARE_ID = "2e4f6a8c-0b1d-4e3f-a5c7-9d1b3f5a7c9e"
+# A quarter of the GPU: its compute, and (see _quarter) its memory.
 VGPU_CORES_PERCENT = 25
 
 
@@ -46,7 +48,6 @@ class SampleClaim:
     claim: dict[str, Any]
     # The node configuration that makes the node offer the device; None: the default one.
     node_config: dict[str, Any] | None
-    device: str
 
 
 def _inventory(gpus: Sequence[Gpu], raw_config: dict[str, Any] | None) -> Inventory | None:
@@ -86,13 +87,20 @@ _TRY: dict[ClaimKind, str] = {
 }
 
 
+def _quarter(device: Device) -> int:
+    """A quarter of the memory a share may take, in the device's steps, as the scheduler rounds."""
+    memory = device.capacity["memory"]
+    if memory.request_policy is None:
+        return memory.value
+    steps = memory.request_policy.valid_range
+    return max(steps.minimum, steps.maximum // 4 // steps.step * steps.step)
+
+
 def _result(device: Device, pool: str, driver: str) -> dict[str, Any]:
     result: dict[str, Any] = {"request": "device", "driver": driver, "pool": pool, "device": device.name}
     if device.type == "vgpu":
-        memory = device.capacity["memory"].request_policy
-        step = memory.valid_range.minimum if memory is not None else device.capacity["memory"].value
         result["shareID"] = VGPU_SHARE_ID
-        result["consumedCapacity"] = {"memory": quantity(step), "cores": str(VGPU_CORES_PERCENT)}
+        result["consumedCapacity"] = {"memory": quantity(_quarter(device)), "cores": str(VGPU_CORES_PERCENT)}
     return result
 
 
@@ -116,5 +124,5 @@ def sample_claim(kind: ClaimKind, gpus: Sequence[Gpu], pool: str, driver: str, n
     Raises SampleClaimError when no configuration makes the node offer one."""
     for raw_config in _candidate_configs(gpus, kind):
         if (device := _first(_inventory(gpus, raw_config), kind)) is not None:
-            return SampleClaim(claim_document(kind, device, pool, driver), raw_config, device.name)
+            return SampleClaim(claim_document(kind, device, pool, driver), raw_config)
     raise SampleClaimError(f"--claim {kind}: {node} has {_WHY_NOT[kind]}; try --hardware {_TRY[kind]}")
