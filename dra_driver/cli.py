@@ -167,8 +167,9 @@ def _kubelet_client(args: argparse.Namespace) -> int:
             info = asyncio.run(kubelet_client.plugin_info(socket_path))
             _print_yaml(info)
             print(
-                "dra-driver kubelet-client: NotifyRegistrationStatus not sent, so the plugin still "
-                "counts as unregistered; --notify sends it (the plugin then reports ready)",
+                "dra-driver kubelet-client: NotifyRegistrationStatus not sent, so the plugin's "
+                "registration state is unchanged; --notify sends it as kubelet does (the plugin "
+                "then reports itself registered and ready)",
                 file=sys.stderr,
             )
             return 0 if info["kubeletWouldRegister"] else 1
