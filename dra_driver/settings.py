@@ -383,6 +383,10 @@ def _identity(args: argparse.Namespace) -> tuple[str, str]:
 def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
     from dra_driver.kubeconfig_choice import choose_kubeconfig  # noqa: PLC0415 - it imports this module
 
+    if not args.all_nodes and not args.node_name:
+        raise SettingsError(
+            "--node-name (NODE_NAME) or --all-nodes is required: which node's slices to delete"
+        )
     if args.all_nodes:
         node_name = None
         if problem := driver_name_problem(args.driver_name):

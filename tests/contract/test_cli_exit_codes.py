@@ -85,6 +85,12 @@ CASES = {
         "--node-name",
         files={"kubeconfig": ""},
     ),
+    "cleanup: no node and not --all-nodes": Case(
+        ("cleanup", "--kubeconfig", "{tmp}/kubeconfig"),
+        "--node-name (NODE_NAME) or --all-nodes is required",
+        files={"kubeconfig": ""},
+        environment={"NODE_NAME": ""},
+    ),
     "cleanup: a kubeconfig that does not exist": Case(
         ("cleanup", "--node-name", "node-a", "--kubeconfig", "{tmp}/absent"), "--kubeconfig"
     ),
