@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 def _node(args: argparse.Namespace) -> int:
     from dra_driver.logging import configure_logging  # noqa: PLC0415 - keep `--help` fast
-    from dra_driver.node import StartupError, run_node  # noqa: PLC0415
+    from dra_driver.node import SetupError, StartupError, run_node  # noqa: PLC0415
 
     settings = node_settings(args, stderr_is_terminal=sys.stderr.isatty())
     configure_logging(settings.log_format, settings.verbosity)
@@ -36,14 +36,14 @@ def _node(args: argparse.Namespace) -> int:
         asyncio.run(run_node(settings))
     except StartupError as error:
         print(f"dra-driver node: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, SetupError) else 1
     return 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
     from dra_driver.devices.slices import SlicePlanError, layout_for  # noqa: PLC0415
     from dra_driver.inspect import inventory_table, slices_yaml  # noqa: PLC0415
-    from dra_driver.node import StartupError, discover_inventory  # noqa: PLC0415
+    from dra_driver.node import SetupError, StartupError, discover_inventory  # noqa: PLC0415
 
     settings = inventory_settings(args)
 
@@ -61,22 +61,39 @@ def _inspect(args: argparse.Namespace) -> int:
             sys.stdout.write(inventory_table(inventory, description))
     except (StartupError, SlicePlanError) as error:
         print(f"dra-driver inspect: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, SetupError) else 1
     return 0
 
 
 def _cleanup(args: argparse.Namespace) -> int:
+    from dra_driver.kubeconfig import KubeconfigError, read_kubeconfig  # noqa: PLC0415
     from dra_driver.node import StartupError, kubernetes_api_client  # noqa: PLC0415
-    from dra_driver.publish.cleanup import remove_node_slices  # noqa: PLC0415
+    from dra_driver.publish.cleanup import every_node_slice_api, refusal, remove_node_slices  # noqa: PLC0415
     from dra_driver.publish.dry_run import print_writes  # noqa: PLC0415
     from dra_driver.publish.slice_api import ApiCallError, SliceApi  # noqa: PLC0415
 
     settings = cleanup_settings(args)
+    where = settings.node_name or "every node"
+    if settings.kubeconfig_note:
+        print(f"dra-driver cleanup: {settings.kubeconfig_note}", file=sys.stderr)
+    if settings.kubeconfig is not None:
+        try:
+            read_kubeconfig(settings.kubeconfig)
+        except KubeconfigError as error:
+            raise SettingsError(f"--kubeconfig {settings.kubeconfig}: {error}") from error
 
     async def cleanup() -> int:
         api_client = await kubernetes_api_client(settings.kubeconfig)
         try:
-            api = SliceApi(api_client, settings.driver_name, settings.node_name)
+            refused = "" if args.force else await refusal(api_client, settings.node_name)
+            if refused:
+                print(f"dra-driver cleanup: {refused}", file=sys.stderr)
+                return 1
+            api = (
+                SliceApi(api_client, settings.driver_name, settings.node_name)
+                if settings.node_name
+                else every_node_slice_api(api_client, settings.driver_name)
+            )
             deletes = await remove_node_slices(api, dry_run=args.dry_run)
         finally:
             await api_client.close()
@@ -85,9 +102,7 @@ def _cleanup(args: argparse.Namespace) -> int:
         else:
             for delete in deletes:
                 print(f"deleted resourceslice {delete.name}")
-            print(
-                f"{len(deletes)} ResourceSlice(s) of {settings.driver_name} on {settings.node_name} removed"
-            )
+            print(f"{len(deletes)} ResourceSlice(s) of {settings.driver_name} on {where} removed")
         return 0
 
     try:
@@ -102,14 +117,15 @@ def _simulate_fault(args: argparse.Namespace) -> int:
 
     state_dir = Path(args.state_dir)
     if not state_dir.is_dir():
-        print(f"dra-driver simulate-fault: --state-dir {state_dir} is not a directory", file=sys.stderr)
-        return 2
+        raise SettingsError(f"--state-dir: {state_dir} is not a directory")
     fault = SimulatedFault(gpu=args.gpu, kind="lost" if args.lost else "xid", xid=args.xid or 0)
     try:
         path = submit_fault(state_dir, fault)
-    except (FaultError, OSError) as error:
-        print(f"dra-driver simulate-fault: {error}", file=sys.stderr)
-        return 2
+    except FaultError as error:
+        raise SettingsError(str(error)) from error
+    except OSError as error:
+        print(f"dra-driver simulate-fault: cannot queue the fault: {error}", file=sys.stderr)
+        return 1
     print(f"fault queued for the agent: {path}")
     return 0
 
@@ -128,35 +144,74 @@ def _print_yaml(data: Any) -> None:
 
 
 def _kubelet_client(args: argparse.Namespace) -> int:
-    from dra_driver import kubelet_client  # noqa: PLC0415
+    from dra_driver import kubelet_client, kubelet_sockets  # noqa: PLC0415
+    from dra_driver.k8s_names import driver_name_problem  # noqa: PLC0415
 
+    if problem := driver_name_problem(args.driver_name):
+        raise SettingsError(f"--driver-name: {problem}")
+    try:
+        claims = [kubelet_client.ClaimArg.parse(text) for text in getattr(args, "claim", None) or []]
+    except ValueError as error:
+        raise SettingsError(f"--claim: {error}") from error
     try:
         if args.action == "register":
-            result = asyncio.run(kubelet_client.register(Path(args.registration_socket), args.reject))
-            _print_yaml(result)
-            return 0 if result["registered"] else 1
-        claims = [kubelet_client.ClaimArg.parse(text) for text in args.claim]
+            socket_path = _given_socket("--registration-socket", args.registration_socket)
+            if socket_path is None:
+                socket_path = kubelet_sockets.live_registration_socket(
+                    Path(args.registrar_dir), args.driver_name
+                )
+            if args.notify or args.reject:
+                result = asyncio.run(kubelet_client.register(socket_path, args.reject))
+                _print_yaml(result)
+                return 0 if result["registered"] else 1
+            info = asyncio.run(kubelet_client.plugin_info(socket_path))
+            _print_yaml(info)
+            print(
+                "dra-driver kubelet-client: NotifyRegistrationStatus not sent, so the plugin's "
+                "registration state is unchanged; --notify sends it as kubelet does (the plugin "
+                "then reports itself registered and ready)",
+                file=sys.stderr,
+            )
+            return 0 if info["kubeletWouldRegister"] else 1
+        socket_path = _given_socket("--socket", args.socket) or kubelet_sockets.live_dra_socket(
+            Path(args.plugins_dir), args.driver_name
+        )
         call = kubelet_client.prepare if args.action == "prepare" else kubelet_client.unprepare
-        answer = asyncio.run(call(Path(args.socket), args.api, claims))
-    except (kubelet_client.KubeletClientError, ValueError) as error:
+        answer = asyncio.run(call(socket_path, args.api, claims))
+    except (kubelet_client.KubeletClientError, kubelet_sockets.NoLiveSocketError) as error:
         print(f"dra-driver kubelet-client: {error}", file=sys.stderr)
         return 1
     _print_yaml(answer)
     return 1 if any(entry.get("error") for entry in answer["claims"].values()) else 0
 
 
-def _demo(args: argparse.Namespace) -> int:
-    from dra_driver.demo import run_demo  # noqa: PLC0415
-    from dra_driver.logging import configure_logging  # noqa: PLC0415
-    from dra_driver.node import StartupError  # noqa: PLC0415
+def _given_socket(flag: str, value: str | None) -> Path | None:
+    """An explicitly named socket must be one; a missing one is the operator's typo, not a failure."""
+    if value is None:
+        return None
+    path = Path(value)
+    if not path.is_socket():
+        raise SettingsError(f"{flag}: {value} is not a unix socket")
+    return path
 
-    configure_logging("console", 0)
+
+def _demo(args: argparse.Namespace) -> int:
+    from dra_driver.demo import claim_choice, demo_claims, run_demo  # noqa: PLC0415
+    from dra_driver.logging import configure_logging  # noqa: PLC0415
+    from dra_driver.node import SetupError, StartupError  # noqa: PLC0415
+
+    hardware = str(parse_hardware(args.hardware))
     try:
-        asyncio.run(run_demo(Path(args.claim_file), args.hardware, run_container=not args.no_container))
-    except (StartupError, ValueError) as error:
+        # Before anything is logged: a claim the node cannot take is the one line printed.
+        claims = asyncio.run(demo_claims(claim_choice(args.claim), hardware))
+        configure_logging("console", 0)
+        failed = asyncio.run(run_demo(claims, hardware, run_container=not args.no_container))
+    except StartupError as error:
         print(f"dra-driver demo: {error}", file=sys.stderr)
-        return 1
-    return 0
+        return 2 if isinstance(error, SetupError) else 1
+    for uid, error_text in failed.items():
+        print(f"dra-driver demo: claim {uid} was not prepared: {error_text}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _manifests(args: argparse.Namespace) -> int:
@@ -203,9 +258,70 @@ def _manifest_file(flag: str, path: str) -> str:
         raise ManifestError(f"{flag}: cannot read {path}: {error}") from error
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from dra_driver.demo import DEFAULT_HARDWARE, sample_claim_path  # noqa: PLC0415
+def _add_kubelet_client(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    client = commands.add_parser("kubelet-client", help="talk to a plugin the way kubelet does")
+    actions = client.add_subparsers(dest="action", required=True)
+    register = actions.add_parser(
+        "register", help="GetInfo on the registration socket; --notify completes the handshake"
+    )
+    register.add_argument(
+        "--registration-socket",
+        help="default: the newest live <driver>[-<pod uid>]-reg.sock in --registrar-dir",
+    )
+    register.add_argument(
+        "--registrar-dir", default="/var/lib/kubelet/plugins_registry", help="default: %(default)s"
+    )
+    answer = register.add_mutually_exclusive_group()
+    answer.add_argument(
+        "--notify",
+        action="store_true",
+        help="send NotifyRegistrationStatus(registered) as kubelet does: the plugin then reports ready",
+    )
+    answer.add_argument(
+        "--reject",
+        default="",
+        metavar="REASON",
+        help="send a refused registration with this error, as kubelet would",
+    )
+    register.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="default: %(default)s")
+    for name in ("prepare", "unprepare"):
+        call = actions.add_parser(name, help=f"Node{name.capitalize()}Resources on a DRA socket")
+        call.add_argument(
+            "--socket", help="default: the newest live dra[-<pod uid>].sock in <plugins-dir>/<driver-name>"
+        )
+        call.add_argument("--plugins-dir", default="/var/lib/kubelet/plugins", help="default: %(default)s")
+        call.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="default: %(default)s")
+        call.add_argument("--api", choices=("v1", "v1beta1"), default="v1", help="DRAPlugin API version")
+        call.add_argument(
+            "--claim",
+            action="append",
+            required=True,
+            metavar="NAMESPACE/NAME/UID",
+            help="a claim to send; repeat for several",
+        )
+    client.set_defaults(run=_kubelet_client)
 
+
+def _add_demo(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from dra_driver.demo import DEFAULT_CLAIM, DEFAULT_HARDWARE  # noqa: PLC0415
+
+    demo = commands.add_parser("demo", help="prepare a sample claim on a simulated node, no cluster needed")
+    demo.add_argument(
+        "--claim",
+        "--claim-file",
+        default=DEFAULT_CLAIM,
+        metavar="gpu|mig|vgpu|FILE",
+        help="a sample claim for a device of that kind on the node, or allocated ResourceClaim(s) "
+        "as YAML; default: %(default)s",
+    )
+    demo.add_argument("--hardware", default=DEFAULT_HARDWARE, help="simulated node to run on")
+    demo.add_argument(
+        "--no-container", action="store_true", help="do not run a container even if podman works"
+    )
+    demo.set_defaults(run=_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dra-driver", description="Kubernetes DRA driver for NVIDIA GPUs")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -239,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_cleanup_options(cleanup)
     cleanup.add_argument("--dry-run", action="store_true", help="print the deletes instead of making them")
+    cleanup.add_argument(
+        "--force", action="store_true", help="delete even while an agent pod still runs on the node"
+    )
     cleanup.set_defaults(run=_cleanup)
 
     fault = commands.add_parser(
@@ -251,42 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     kind.add_argument("--lost", action="store_true", help="the GPU falls off the bus (XID 79)")
     fault.set_defaults(run=_simulate_fault)
 
-    client = commands.add_parser("kubelet-client", help="talk to a plugin the way kubelet does")
-    actions = client.add_subparsers(dest="action", required=True)
-    register = actions.add_parser("register", help="registration handshake on a registration socket")
-    register.add_argument(
-        "--registration-socket", required=True, help="e.g. <registrar-dir>/<driver>-reg.sock"
-    )
-    register.add_argument(
-        "--reject",
-        default="",
-        metavar="REASON",
-        help="refuse the registration with this error, as kubelet would",
-    )
-    for name in ("prepare", "unprepare"):
-        call = actions.add_parser(name, help=f"Node{name.capitalize()}Resources on a DRA socket")
-        call.add_argument(
-            "--socket", required=True, help="the plugin's DRA socket, e.g. <plugins-dir>/<driver>/dra.sock"
-        )
-        call.add_argument("--api", choices=("v1", "v1beta1"), default="v1", help="DRAPlugin API version")
-        call.add_argument(
-            "--claim",
-            action="append",
-            required=True,
-            metavar="NAMESPACE/NAME/UID",
-            help="a claim to send; repeat for several",
-        )
-    client.set_defaults(run=_kubelet_client)
-
-    demo = commands.add_parser("demo", help="prepare a sample claim on a simulated node, no cluster needed")
-    demo.add_argument(
-        "--claim-file", default=str(sample_claim_path()), help="allocated ResourceClaim(s) as YAML"
-    )
-    demo.add_argument("--hardware", default=DEFAULT_HARDWARE, help="simulated node to run on")
-    demo.add_argument(
-        "--no-container", action="store_true", help="do not run a container even if podman works"
-    )
-    demo.set_defaults(run=_demo)
+    _add_kubelet_client(commands)
+    _add_demo(commands)
 
     manifests = commands.add_parser(
         "manifests", help="print the objects that install the driver in a cluster, as a YAML stream"

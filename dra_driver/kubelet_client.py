@@ -61,22 +61,54 @@ def select_dra_service(supported_versions: list[str]) -> str | None:
     return next((version for version in supported_versions if version in KUBELET_DRA_SERVICES), None)
 
 
+def _kubelet_checks(info: registration_pb2.PluginInfo) -> tuple[str | None, list[str]]:
+    """The DRA service kubelet would pick, and why kubelet would refuse the plugin."""
+    service = select_dra_service(list(info.supported_versions))
+    problems = []
+    if info.type != "DRAPlugin":
+        problems.append(f"plugin type {info.type!r} is not 'DRAPlugin'")
+    if not info.name:
+        problems.append("plugin name is empty")
+    if service is None:
+        problems.append(f"none of {list(info.supported_versions)} is a DRA service kubelet supports")
+    return service, problems
+
+
+async def _get_info(
+    stub: registration_grpc.RegistrationStub, registration_socket: Path
+) -> registration_pb2.PluginInfo:
+    try:
+        info: registration_pb2.PluginInfo = await stub.GetInfo(
+            registration_pb2.InfoRequest(), timeout=GET_INFO_TIMEOUT_SECONDS
+        )
+    except grpc.aio.AioRpcError as error:
+        raise KubeletClientError(f"GetInfo on {registration_socket}: {_describe(error)}") from error
+    return info
+
+
+async def plugin_info(registration_socket: Path) -> dict[str, Any]:
+    """GetInfo and kubelet's checks, without NotifyRegistrationStatus: a plugin told it is
+    registered reports itself ready (its /readyz), so a look at a node must not tell it so
+    when kubelet never did."""
+    async with grpc.aio.insecure_channel(f"unix://{registration_socket}") as channel:
+        info = await _get_info(registration_grpc.RegistrationStub(channel), registration_socket)
+    service, problems = _kubelet_checks(info)
+    return {
+        "pluginInfo": _as_dict(info),
+        "endpoint": info.endpoint or str(registration_socket),
+        "selectedService": service,
+        "kubeletWouldRegister": not problems,
+        "error": "; ".join(problems),
+        "notified": False,
+    }
+
+
 async def register(registration_socket: Path, reject_reason: str = "") -> dict[str, Any]:
     """Kubelet's registration sequence. With `reject_reason`, registration is refused like kubelet would."""
     async with grpc.aio.insecure_channel(f"unix://{registration_socket}") as channel:
         stub = registration_grpc.RegistrationStub(channel)
-        try:
-            info = await stub.GetInfo(registration_pb2.InfoRequest(), timeout=GET_INFO_TIMEOUT_SECONDS)
-        except grpc.aio.AioRpcError as error:
-            raise KubeletClientError(f"GetInfo on {registration_socket}: {_describe(error)}") from error
-        service = select_dra_service(list(info.supported_versions))
-        problems = []
-        if info.type != "DRAPlugin":
-            problems.append(f"plugin type {info.type!r} is not 'DRAPlugin'")
-        if not info.name:
-            problems.append("plugin name is empty")
-        if service is None:
-            problems.append(f"none of {list(info.supported_versions)} is a DRA service kubelet supports")
+        info = await _get_info(stub, registration_socket)
+        service, problems = _kubelet_checks(info)
         error_text = reject_reason or "; ".join(problems)
         notify_error = ""
         try:
@@ -92,6 +124,7 @@ async def register(registration_socket: Path, reject_reason: str = "") -> dict[s
         "selectedService": service,
         "registered": not error_text,
         "error": error_text,
+        "notified": True,
         "notifyResponseError": notify_error,
     }
 

@@ -44,7 +44,7 @@ from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
 from dra_driver.health.model import NodeHealth
 from dra_driver.health.monitor import HealthMonitor
-from dra_driver.health.simulated_faults import apply_pending_faults
+from dra_driver.health.simulated_faults import apply_pending_faults, open_inbox
 from dra_driver.health.taints import tainted_inventory
 from dra_driver.kubeconfig import load_kubeconfig
 from dra_driver.metrics import AgentMetrics
@@ -70,6 +70,11 @@ API_CONNECTION_POOL_SIZE = 32
 
 class StartupError(RuntimeError):
     """The agent cannot start; the message is the one line an operator needs."""
+
+
+class SetupError(StartupError):
+    """The options describe a node that cannot be (an unknown simulated profile, a node config
+    that does not fit the GPUs): the operator's input is wrong, so commands exit 2, not 1."""
 
 
 # Where the simulated backend keeps its MIG instances, so they outlive a restart of the agent
@@ -171,18 +176,20 @@ async def discover_inventory(
     try:
         node_config = load_node_config(settings.node_config)
     except NodeConfigError as error:
-        raise StartupError(str(error)) from error
+        raise SetupError(str(error)) from error
     try:
         hardware = open_hardware(settings.hardware, settings.node_name, state_dir)
         gpus = await hardware.discover()
     except HardwareError as error:
-        raise StartupError(f"--hardware {settings.hardware}: {error}") from error
+        # A simulated node is the operator's description; real GPUs failing are a run-time matter.
+        failure = SetupError if settings.hardware.kind == "simulated" else StartupError
+        raise failure(f"--hardware {settings.hardware}: {error}") from error
     try:
         inventory = node_inventory(gpus, node_config)
     except NodeConfigError as error:
         await hardware.close()
         origin = settings.node_config or "default settings (no --node-config)"
-        raise StartupError(f"node config {origin}: {error}") from error
+        raise SetupError(f"node config {origin}: {error}") from error
     return hardware, inventory
 
 
@@ -318,6 +325,8 @@ class NodeAgent:
         tasks = []
         if isinstance(self.hardware, SimulatedBackend):
             source: HealthEventSource = SimulatedEvents(self.hardware, HEALTH_POLL_SECONDS)
+            # Before the agent says it runs, so that a fault sent once it does is always taken.
+            open_inbox(self.settings.state_dir, self._simulated_gpus())
             tasks.append(asyncio.create_task(self._take_simulated_faults(self.hardware), name="fault-inbox"))
         else:
             from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
@@ -337,8 +346,11 @@ class NodeAgent:
         tasks.append(asyncio.create_task(self.health.run(), name="health-monitor"))
         self._health_tasks += tuple(tasks)
 
+    def _simulated_gpus(self) -> dict[str, str]:
+        return {str(plan.gpu.index): plan.gpu.uuid for plan in self.inventory.plans}
+
     async def _take_simulated_faults(self, hardware: SimulatedBackend) -> None:
-        gpus = {str(plan.gpu.index): plan.gpu.uuid for plan in self.inventory.plans}
+        gpus = self._simulated_gpus()
         while True:
             await asyncio.to_thread(apply_pending_faults, self.settings.state_dir, hardware, gpus)
             await asyncio.sleep(HEALTH_POLL_SECONDS)

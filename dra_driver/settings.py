@@ -219,20 +219,34 @@ def add_inventory_options(parser: argparse.ArgumentParser, default_node_name: st
 
 
 # What `cleanup` needs to find this node's slices.
-CLEANUP_FLAGS = ("--node-name", "--driver-name", "--kubeconfig")
+CLEANUP_FLAGS = ("--node-name", "--driver-name")
 
 
 @dataclass(frozen=True, slots=True)
 class CleanupSettings:
-    node_name: str
+    # None: every node (--all-nodes).
+    node_name: str | None
     driver_name: str
+    # None: the in-cluster service account.
     kubeconfig: Path | None
+    # Said to the operator when the kubeconfig chosen is not the obvious one.
+    kubeconfig_note: str = ""
 
 
 def add_cleanup_options(parser: argparse.ArgumentParser) -> None:
+    """--kubeconfig has no environment default here: KUBECONFIG is a list, read as kubectl does."""
+    nodes = parser.add_mutually_exclusive_group()
     for flag, env, default, help_text in _OPTIONS:
         if flag in CLEANUP_FLAGS:
-            parser.add_argument(flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}]")
+            group = nodes if flag == "--node-name" else parser
+            group.add_argument(flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}]")
+    nodes.add_argument("--all-nodes", action="store_true", help="the driver's slices of every node")
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="kubeconfig file; default: the first existing file of KUBECONFIG, else ~/.kube/config, "
+        "else the pod's service account",
+    )
 
 
 def add_node_options(parser: argparse.ArgumentParser) -> None:
@@ -367,8 +381,21 @@ def _identity(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
-    node_name, driver_name = _identity(args)
-    return CleanupSettings(node_name, driver_name, _kubeconfig(args.kubeconfig))
+    from dra_driver.kubeconfig_choice import choose_kubeconfig  # noqa: PLC0415 - it imports this module
+
+    if not args.all_nodes and not args.node_name:
+        raise SettingsError(
+            "--node-name (NODE_NAME) or --all-nodes is required: which node's slices to delete"
+        )
+    if args.all_nodes:
+        node_name = None
+        if problem := driver_name_problem(args.driver_name):
+            raise SettingsError(f"--driver-name (DRA_DRIVER_NAME): {problem}")
+        driver_name = args.driver_name
+    else:
+        node_name, driver_name = _identity(args)
+    choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
+    return CleanupSettings(node_name, driver_name, choice.path, choice.note)
 
 
 def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSettings:

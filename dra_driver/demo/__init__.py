@@ -1,15 +1,16 @@
 """`dra-driver demo`: the whole node flow on one machine, no cluster needed.
 
 It starts the real node agent on a simulated node with temporary sockets, registers it and
-prepares a sample claim over the sockets exactly as kubelet would, shows the CDI spec that was
-written, runs a container with it when podman is usable, and cleans everything up again.
+prepares a claim over the sockets exactly as kubelet would (a sample claim for a whole GPU, a MIG
+device or a vGPU share, built from what the node offers, or the claims of a file), shows the CDI
+spec that was written, runs a container with it when podman is usable, and cleans everything up.
 """
 
 import json
 import os
 import sys
 import tempfile
-from importlib import resources
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -17,17 +18,52 @@ import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME, kubelet_client, podman
 from dra_driver.claims.source import OfflineClaimSource
+from dra_driver.demo.sample_claims import CLAIM_KINDS, ClaimKind, SampleClaimError, sample_claim
 from dra_driver.devices.model import device_to_api
 from dra_driver.kubelet_client import ClaimArg
-from dra_driver.node import NodeAgent
-from dra_driver.settings import NodeSettings, parse_hardware
+from dra_driver.node import NodeAgent, discover_inventory
+from dra_driver.settings import InventorySettings, NodeSettings, SettingsError, parse_hardware
 
 DEMO_NODE = "demo-node"
 DEFAULT_HARDWARE = "simulated:dgx-h100"
+DEFAULT_CLAIM = "gpu"
 
 
-def sample_claim_path() -> Path:
-    return Path(str(resources.files("dra_driver.demo").joinpath("sample-claim.yaml")))
+@dataclass(frozen=True, slots=True)
+class DemoClaims:
+    """What the demo prepares: claims from a file, or the sample claim of one kind."""
+
+    source: OfflineClaimSource
+    # The node configuration the sample claim needs; None: the default one.
+    node_config: dict[str, Any] | None = None
+    sample: dict[str, Any] | None = None
+
+
+def claim_choice(value: str) -> ClaimKind | Path:
+    """`--claim`: a kind of device, or the path of a claim file."""
+    return CLAIM_KINDS.get(value) or Path(value)
+
+
+async def demo_claims(choice: ClaimKind | Path, hardware: str) -> DemoClaims:
+    """Raises SettingsError (exit 2) for a claim file that cannot be read or a kind the node
+    cannot offer; SetupError for a hardware description that is no node."""
+    if isinstance(choice, Path):
+        try:
+            return DemoClaims(OfflineClaimSource.from_file(choice))
+        except ValueError as error:
+            raise SettingsError(f"--claim: {error}") from error
+    spec = parse_hardware(hardware)
+    backend, inventory = await discover_inventory(
+        InventorySettings(DEMO_NODE, DEFAULT_DRIVER_NAME, spec, node_config=None)
+    )
+    await backend.close()
+    gpus = [plan.gpu for plan in inventory.plans]
+    try:
+        chosen = sample_claim(choice, gpus, DEMO_NODE, DEFAULT_DRIVER_NAME, str(spec))
+    except SampleClaimError as error:
+        raise SettingsError(str(error)) from error
+    key = (chosen.claim["metadata"]["namespace"], chosen.claim["metadata"]["name"])
+    return DemoClaims(OfflineClaimSource({key: chosen.claim}), chosen.node_config, chosen.claim)
 
 
 def _section(out: TextIO, title: str, body: Any) -> None:
@@ -43,15 +79,26 @@ def _cdi_dir_for_demo(work_dir: Path, use_podman: bool) -> Path:
     return work_dir / "cdi"
 
 
-async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: TextIO = sys.stdout) -> None:
+def _failed_claims(answer: dict[str, Any]) -> dict[str, str]:
+    return {uid: str(entry["error"]) for uid, entry in answer["claims"].items() if entry.get("error")}
+
+
+async def run_demo(
+    claims: DemoClaims, hardware: str, run_container: bool, out: TextIO = sys.stdout
+) -> dict[str, str]:
+    """The claims whose prepare failed, with kubelet's error for each; empty when all worked."""
     podman_problem = podman.podman_problem() if run_container else "disabled with --no-container"
     with tempfile.TemporaryDirectory(prefix="dra-demo-") as work:
         work_dir = Path(work)
+        node_config = None
+        if claims.node_config is not None:
+            node_config = work_dir / "node-config.yaml"
+            node_config.write_text(yaml.safe_dump(claims.node_config, sort_keys=False))
         settings = NodeSettings(
             node_name=DEMO_NODE,
             driver_name=DEFAULT_DRIVER_NAME,
             hardware=parse_hardware(hardware),
-            node_config=None,
+            node_config=node_config,
             registrar_dir=work_dir / "plugins_registry",
             plugins_dir=work_dir / "plugins",
             cdi_dir=_cdi_dir_for_demo(work_dir, podman_problem is None),
@@ -61,8 +108,8 @@ async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: Te
             log_format="console",
             verbosity=0,
         )
-        source = OfflineClaimSource.from_file(claim_file)
-        claims = [ClaimArg(*identity) for identity in source.identities()]
+        source = claims.source
+        claim_args = [ClaimArg(*identity) for identity in source.identities()]
         agent = await NodeAgent.start(settings, source)
         try:
             _section(
@@ -70,14 +117,18 @@ async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: Te
                 f"devices node {DEMO_NODE} publishes ({agent.hardware.description})",
                 [device_to_api(device) for device in agent.inventory.devices],
             )
+            if claims.node_config is not None:
+                _section(out, "node config the sample claim needs", claims.node_config)
+            if claims.sample is not None:
+                _section(out, "the allocated claim (as the scheduler leaves it)", claims.sample)
             _section(
                 out,
                 "kubelet registration handshake",
                 await kubelet_client.register(settings.registration_socket),
             )
-            answer = await kubelet_client.prepare(settings.dra_socket, "v1", claims)
+            answer = await kubelet_client.prepare(settings.dra_socket, "v1", claim_args)
             _section(out, "NodePrepareResources (v1) answer", answer)
-            for claim in claims:
+            for claim in claim_args:
                 spec_path = agent.engine.cdi_spec_path(claim.uid)
                 if spec_path.exists():
                     _section(
@@ -97,7 +148,8 @@ async def run_demo(claim_file: Path, hardware: str, run_container: bool, out: Te
             _section(
                 out,
                 "NodeUnprepareResources (v1) answer",
-                await kubelet_client.unprepare(settings.dra_socket, "v1", claims),
+                await kubelet_client.unprepare(settings.dra_socket, "v1", claim_args),
             )
         finally:
             await agent.stop()
+        return _failed_claims(answer)

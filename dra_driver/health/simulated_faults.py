@@ -4,6 +4,10 @@ The simulated backend lives inside the agent's process, so a fault is handed ove
 inbox directory under the agent's state directory: the command drops one small JSON file
 (atomically), and the agent applies and removes it on its next health check. Files are the one
 channel that works the same from a shell on the node, from a test, and from `kubectl exec`.
+
+An agent on simulated GPUs opens the inbox by writing its GPU list there (`gpus.json`), so the
+command refuses a GPU the node does not have, and a directory no such agent uses, at once
+instead of queueing a fault nobody will ever apply.
 """
 
 import json
@@ -22,6 +26,10 @@ from dra_driver.hardware.simulated import SimulatedBackend
 log = structlog.get_logger("dra_driver.health")
 
 INBOX = "simulated-faults"
+GPUS_FILE = "gpus.json"
+# What an agent leaves in its state directory whatever its hardware (node.PUBLISHER_LOCK,
+# node.SIMULATED_HARDWARE_STATE, claims.records): how a state directory is told from another one.
+AGENT_STATE_ENTRIES = ("publisher.lock", "claims", "simulated-hardware.json")
 FaultKind = Literal["xid", "lost"]
 
 
@@ -41,24 +49,58 @@ def inbox(state_dir: Path) -> Path:
     return state_dir / INBOX
 
 
-def submit_fault(state_dir: Path, fault: SimulatedFault) -> Path:
-    if fault.kind == "xid" and not 0 < fault.xid < 1000:
-        raise FaultError(f"--xid: {fault.xid} is not an XID (1 to 999)")
+def open_inbox(state_dir: Path, gpus_by_index: dict[str, str]) -> None:
+    """Called by an agent on simulated GPUs: says which GPUs a fault may name."""
     directory = inbox(state_dir)
     directory.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({"gpus": gpus_by_index}).encode()
+    durable_files.atomic_write(directory / GPUS_FILE, body, durable=False, mode=0o644)
+
+
+def inbox_gpus(state_dir: Path) -> dict[str, str]:
+    """The GPUs (index -> UUID) of the agent on simulated GPUs that uses `state_dir`. Raises
+    FaultError saying why faults cannot be handed to an agent there."""
+    try:
+        gpus = json.loads((inbox(state_dir) / GPUS_FILE).read_text())["gpus"]
+    except FileNotFoundError:
+        if any((state_dir / entry).exists() for entry in AGENT_STATE_ENTRIES):
+            raise FaultError(
+                f"--state-dir {state_dir}: the agent there does not run simulated GPUs "
+                "(faults can only be injected into an agent started with --hardware simulated:...)"
+            ) from None
+        raise FaultError(
+            f"--state-dir {state_dir}: not an agent's state directory (none of {INBOX}/{GPUS_FILE}, "
+            f"{', '.join(AGENT_STATE_ENTRIES)}); give the agent's --state-dir, "
+            "by default <plugins-dir>/<driver-name>"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise FaultError(f"--state-dir {state_dir}: unreadable {INBOX}/{GPUS_FILE}: {error}") from error
+    if not isinstance(gpus, dict):
+        raise FaultError(f"--state-dir {state_dir}: {INBOX}/{GPUS_FILE} holds no GPU list")
+    return {str(index): str(uuid) for index, uuid in gpus.items()}
+
+
+def submit_fault(state_dir: Path, fault: SimulatedFault) -> Path:
+    """Raises FaultError for a fault that cannot be handed over (bad XID, no such GPU, no agent
+    on simulated GPUs using the directory); OSError when the inbox cannot be written."""
+    if fault.kind == "xid" and not 0 < fault.xid < 1000:
+        raise FaultError(f"--xid: {fault.xid} is not an XID (1 to 999)")
+    _gpu_uuid(inbox_gpus(state_dir), fault.gpu, "--gpu ")
+    directory = inbox(state_dir)
     path = directory / f"{time.time_ns()}-{secrets.token_hex(4)}.json"
     body = {"gpu": fault.gpu, "kind": fault.kind, "xid": fault.xid}
     durable_files.atomic_write(path, json.dumps(body).encode(), durable=False, mode=0o600)
     return path
 
 
-def _gpu_uuid(backend_gpus: dict[str, str], wanted: str) -> str:
+def _gpu_uuid(backend_gpus: dict[str, str], wanted: str, flag: str = "") -> str:
     if wanted in backend_gpus.values():
         return wanted
     if wanted in backend_gpus:
         return backend_gpus[wanted]
     raise FaultError(
-        f"no GPU {wanted!r} on this node; GPUs: {', '.join(f'{i} ({u})' for i, u in backend_gpus.items())}"
+        f"{flag}no GPU {wanted!r} on this node; GPUs: "
+        f"{', '.join(f'{i} ({u})' for i, u in backend_gpus.items())}"
     )
 
 
@@ -70,6 +112,8 @@ def apply_pending_faults(state_dir: Path, backend: SimulatedBackend, gpus_by_ind
         return 0
     applied = 0
     for path in sorted(directory.glob("*.json")):
+        if path.name == GPUS_FILE:
+            continue
         try:
             raw = json.loads(path.read_text())
             gpu = _gpu_uuid(gpus_by_index, str(raw["gpu"]))

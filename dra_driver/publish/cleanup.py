@@ -1,15 +1,81 @@
-"""`dra-driver cleanup`: remove this node's ResourceSlices, for uninstalling the driver.
+"""`dra-driver cleanup`: remove the driver's ResourceSlices, for uninstalling it.
 
 The agent never deletes its slices when it stops (kubelet does that once the plugin is really
 gone); an operator removing the driver from a node that keeps running uses this instead.
+
+A node whose agent still runs would publish its slices again at once (and fight the deletes), so
+cleanup first looks for agent pods: a pod labelled app.kubernetes.io/name=dra-driver (the label
+every object of the shipped manifests carries) on the node, in any phase but Succeeded or Failed,
+counts as a serving agent, and cleanup refuses unless forced.
 """
 
+import json
+
+import aiohttp
+
+from dra_driver.k8s_status import status_reason_and_message
+from dra_driver.kube_api import KubeClient, call
 from dra_driver.publish.diff import Delete
-from dra_driver.publish.slice_api import ApiCallError, SliceApi
+from dra_driver.publish.slice_api import REQUEST_TIMEOUT_SECONDS, ApiCallError, SliceApi
 
 # A slice changed between our list and our delete is listed again; a node whose slices keep
 # changing (an agent still running) is reported instead of fought.
 ATTEMPTS = 5
+AGENT_LABEL_SELECTOR = "app.kubernetes.io/name=dra-driver"
+_ENDED_PHASES = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def every_node_slice_api(client: KubeClient, driver_name: str) -> SliceApi:
+    """The driver's slices on every node: the same calls, selected by driver alone."""
+    api = SliceApi(client, driver_name, node_name="")
+    api.field_selector = f"spec.driver={driver_name}"
+    return api
+
+
+async def agent_pods(client: KubeClient, node_name: str | None) -> list[str]:
+    """`namespace/name on node` of every agent pod that is not finished, on `node_name` (None:
+    on any node). Raises ApiCallError when the pods cannot be listed."""
+    selector = _ENDED_PHASES if node_name is None else f"spec.nodeName={node_name},{_ENDED_PHASES}"
+    what = "LIST pods"
+    try:
+        response = await call(
+            client,
+            "GET",
+            "/api/v1/pods",
+            query=[("labelSelector", AGENT_LABEL_SELECTOR), ("fieldSelector", selector)],
+            request_timeout=REQUEST_TIMEOUT_SECONDS,
+        )
+        body = await response.read()
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise ApiCallError(what, 0, "", str(error) or type(error).__name__) from error
+    if response.status != 200:
+        reason, message = status_reason_and_message(body)
+        raise ApiCallError(what, response.status, reason, message)
+    try:
+        items = json.loads(body).get("items") or []
+    except (ValueError, AttributeError) as error:
+        raise ApiCallError(what, response.status, "", f"invalid JSON: {error}") from error
+    return [
+        f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']} on "
+        f"{pod.get('spec', {}).get('nodeName') or '(no node yet)'}"
+        for pod in items
+    ]
+
+
+async def refusal(client: KubeClient, node_name: str | None) -> str:
+    """Empty when no agent pod serves the node (None: any node); else the line saying why
+    cleanup must not go on, which --force overrides."""
+    where = node_name or "every node"
+    try:
+        agents = await agent_pods(client, node_name)
+    except ApiCallError as error:
+        return f"cannot tell whether an agent still serves {where}: {error}; --force skips this check"
+    if not agents:
+        return ""
+    return (
+        f"an agent still serves {where} ({', '.join(agents)}), and would publish its slices "
+        "again; uninstall it first, or give --force"
+    )
 
 
 async def remove_node_slices(api: SliceApi, dry_run: bool) -> tuple[Delete, ...]:

@@ -84,7 +84,13 @@ def test_cleanup_reports_an_unreachable_api_server(short_dir: Path) -> None:
     result = cleanup(kubeconfig)
 
     assert result.returncode == 1
-    assert result.stderr.startswith("dra-driver cleanup: LIST resourceslices: no answer")
+    assert result.stderr.startswith(
+        "dra-driver cleanup: cannot tell whether an agent still serves node-a: LIST pods: no answer"
+    )
+    assert result.stderr.endswith("; --force skips this check\n")
+    forced = cleanup(kubeconfig, "--force")
+    assert forced.returncode == 1
+    assert forced.stderr.startswith("dra-driver cleanup: LIST resourceslices: no answer")
 
 
 def test_dry_run_prints_the_writes_and_makes_none(

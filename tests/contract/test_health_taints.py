@@ -13,8 +13,9 @@ import grpc
 
 from dra_driver._proto.dra_health.v1alpha1 import api_pb2 as health_pb2
 from dra_driver._proto.dra_health.v1alpha1 import api_pb2_grpc as health_grpc
-from tests.support.agent import AgentDirs, start_agent
+from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
+from tests.support.nodes import simulated_node
 from tests.support.publishing import stored_slices
 from tests.support.waiting import wait_until
 
@@ -77,3 +78,35 @@ def test_an_xid_taints_its_gpu_until_it_recovers_and_a_lost_gpu_stays_tainted(
         assert taints(apiserver) == {"gpu-2": [(f"{DRIVER}/gpu-lost", "true", "NoExecute")]}
     finally:
         agent.terminate()
+
+
+def test_a_fault_for_a_gpu_the_agent_does_not_have_is_refused(agent: AgentProcess) -> None:
+    """The command checks the GPU against the running agent's own list, instead of queueing a
+    fault that the agent would only log and drop."""
+    state_dir = str(agent.dirs.state_dir)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dra_driver",
+            "simulate-fault",
+            "--state-dir",
+            state_dir,
+            "--gpu",
+            "99",
+            "--xid",
+            "48",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert result.returncode == 2
+    gpus = simulated_node("dgx-h100")
+    listed = ", ".join(f"{gpu.index} ({gpu.uuid})" for gpu in gpus)
+    assert result.stderr == f"dra-driver simulate-fault: --gpu no GPU '99' on this node; GPUs: {listed}\n"
+    assert list((agent.dirs.state_dir / "simulated-faults").glob("*.json")) == [
+        agent.dirs.state_dir / "simulated-faults" / "gpus.json"
+    ]

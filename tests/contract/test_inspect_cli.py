@@ -76,7 +76,7 @@ def test_a_bad_node_config_is_reported_with_the_gpu_and_the_setting(tmp_path: Pa
     )
     result = inspect("--hardware", "simulated:t4x4", "--node-name", "n", "--node-config", str(node_config))
 
-    assert result.returncode == 1
+    assert result.returncode == 2
     gpu = simulated_node("t4x4", "n")[0]
     assert result.stderr == (
         f"dra-driver inspect: node config {node_config}: gpus[0].vgpu.partitions[0].memory: 101376Mi "

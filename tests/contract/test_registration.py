@@ -224,18 +224,24 @@ def _run_node_until_start_fails(
 
 
 @pytest.mark.parametrize(
-    ("hardware", "expected"),
+    ("hardware", "expected", "status"),
     [
-        ("simulated:dgx-h999", "unknown simulated node profile 'dgx-h999'; known profiles: "),
-        ("nvml", "NVML nvmlInit failed: NVML Shared Library Not Found (libnvidia-ml.so.1 is not installed"),
+        # A simulated node that cannot be is the operator's input: 2.
+        ("simulated:dgx-h999", "unknown simulated node profile 'dgx-h999'; known profiles: ", 2),
+        # GPUs that cannot be reached are a failure of the node: 1.
+        (
+            "nvml",
+            "NVML nvmlInit failed: NVML Shared Library Not Found (libnvidia-ml.so.1 is not installed",
+            1,
+        ),
     ],
 )
 def test_unusable_hardware_fails_at_start_with_one_clear_line(
-    hardware: str, expected: str, kubeconfig: Path, short_dir: Path
+    hardware: str, expected: str, status: int, kubeconfig: Path, short_dir: Path
 ) -> None:
     result = _run_node_until_start_fails(kubeconfig, short_dir, "--hardware", hardware)
 
-    assert result.returncode == 1
+    assert result.returncode == status
     assert result.stderr.count("\n") == 1, result.stderr
     assert f"dra-driver node: --hardware {hardware}: " in result.stderr
     assert expected in result.stderr
@@ -248,7 +254,7 @@ def test_a_node_config_that_does_not_fit_the_gpus_stops_the_start(kubeconfig: Pa
         kubeconfig, short_dir, "--hardware", "simulated:l4x8", "--node-config", str(node_config)
     )
 
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(
         f"dra-driver node: node config {node_config}: gpus[0]: mode mig-dynamic on GPU 1"

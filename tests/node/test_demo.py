@@ -3,8 +3,11 @@
 import os
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from dra_driver import podman
 
@@ -57,5 +60,72 @@ def test_demo_runs_a_container_when_podman_works() -> None:
 def test_demo_refuses_a_bad_claim_file() -> None:
     result = run_demo("--claim-file", "/nonexistent/claims.yaml", "--no-container")
 
+    assert result.returncode == 2
+    assert result.stderr.startswith("dra-driver demo: --claim: claim file /nonexistent/claims.yaml: ")
+
+
+def section(out: str, title: str) -> Any:
+    """The YAML of the section whose title starts with `title`, up to the next section."""
+    after_title = out.split(f"=== {title}", 1)[1].split(" ===\n", 1)[1]
+    return yaml.safe_load(after_title.split("\n=== ")[0])
+
+
+@pytest.mark.parametrize(
+    ("kind", "profile"),
+    [
+        ("gpu", "l4x8"),
+        ("gpu", "mixed"),
+        ("mig", "dgx-h100-mig"),  # dynamic MIG, through the node config the demo writes
+        ("mig", "mixed"),  # the static instances the node has
+        ("vgpu", "l4x8"),
+        ("vgpu", "mixed"),
+    ],
+)
+def test_the_sample_claim_of_each_kind_is_prepared_on_a_node_that_offers_it(kind: str, profile: str) -> None:
+    result = run_demo("--claim", kind, "--hardware", f"simulated:{profile}", "--no-container")
+
+    assert result.returncode == 0, result.stderr
+    offered = {
+        device["name"]: device["attributes"]["type"]["string"]
+        for device in section(result.stdout, "devices node demo-node publishes")
+    }
+    (entry,) = section(result.stdout, "NodePrepareResources (v1) answer")["claims"].values()
+    assert entry["error"] == ""
+    (prepared,) = entry["devices"]
+    assert offered[prepared["device_name"]] == kind
+    assert "=== CDI spec " in result.stdout
+
+
+def test_a_claim_the_node_cannot_prepare_exits_1(tmp_path: Path) -> None:
+    """A whole-GPU claim for gpu-0 on a node whose GPU 0 is in MIG mode."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"namespace": "default", "name": "wrong", "uid": "0b5e7c3a-1d2f-4a6b-8c9d-2e4f6a8b0c1d"},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-driver.dev"}}]}
+        },
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": "gpu.dra-driver.dev",
+                            "pool": "demo-node",
+                            "device": "gpu-0",
+                        }
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"}],
+        },
+    }
+    claim_file = tmp_path / "claim.yaml"
+    claim_file.write_text(yaml.safe_dump(claim))
+
+    result = run_demo("--claim", str(claim_file), "--hardware", "simulated:mixed", "--no-container")
+
     assert result.returncode == 1
-    assert result.stderr.startswith("dra-driver demo: claim file /nonexistent/claims.yaml: ")
+    assert "dra-driver demo: claim 0b5e7c3a-1d2f-4a6b-8c9d-2e4f6a8b0c1d was not prepared: " in result.stderr
+    assert "=== NodeUnprepareResources (v1) answer" in result.stdout

@@ -6,12 +6,13 @@ It is strict where the real server is: objects are validated against the upstrea
 of the server's version (`kubernetes-validate`, unknown fields refused), names must be valid, stale
 resourceVersions and failed delete preconditions conflict, claim specs are immutable, the status
 subresource is separate, and fields of disabled feature gates are dropped before validation as
-the real server drops them. What it does not implement (label selectors, dry runs) it refuses
-rather than ignores, so a test cannot pass on behaviour the real server would not have.
+the real server drops them. What it does not implement (set-based label selectors, dry runs) it
+refuses rather than ignores, so a test cannot pass on behaviour the real server would not have.
 
-It serves ResourceClaims, ResourceSlices, Nodes and core/v1 Events: get, list and watch (field
-selectors, history from a resourceVersion, bookmarks, timeouts, 410 after compaction), create
-(generateName too), update and delete (preconditions too). Tests make it misbehave through
+It serves ResourceClaims, ResourceSlices, Nodes, core/v1 Events and Pods: get, list and watch
+(field selectors, equality-based label selectors, history from a resourceVersion, bookmarks,
+timeouts, 410 after compaction), create (generateName too), update and delete (preconditions
+too). Tests make it misbehave through
 `faults` and `drop_watches()` / `expire_watches()` / `compact()`, and inspect it through
 `objects()`, `writes()` and `request_count()`.
 
@@ -29,6 +30,7 @@ import enum
 import json
 import math
 import random
+import re
 import sys
 import threading
 import uuid
@@ -142,6 +144,10 @@ RESOURCE_TYPES = (
             "source",
             "type",
         ),
+    ),
+    # Only what `dra-driver cleanup` asks about agent pods: listed by label, node and phase.
+    ResourceType(
+        "", "v1", "pods", "Pod", True, True, False, selectable_fields=("spec.nodeName", "status.phase")
     ),
 )
 # Field labels that are not the JSON path of their value.
@@ -379,17 +385,54 @@ def _field_selector(rtype: ResourceType, selector: str) -> tuple[_Requirement, .
     return tuple(_requirement(rtype, selector, term) for term in selector.split(",") if term)
 
 
+# -- label selectors ---------------------------------------------------------------------------------
+
+
+# An optional DNS-subdomain prefix and a name: what a label key may be.
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+@dataclass(frozen=True)
+class _LabelRequirement:
+    key: str
+    value: str
+    equal: bool
+
+    def matches(self, obj: Obj) -> bool:
+        labels = obj["metadata"].get("labels") or {}
+        return (labels.get(self.key) == self.value) == self.equal
+
+
+def _label_selector(selector: str) -> tuple[_LabelRequirement, ...]:
+    """Equality-based terms (`k=v`, `k==v`, `k!=v`), as k8s.io/apimachinery/pkg/labels reads
+    them; set-based and existence terms are refused, not ignored."""
+    requirements = []
+    for term in (part.strip() for part in selector.split(",")):
+        operator = next((op for op in _OPERATORS if op in term), None)
+        key, _, value = term.partition(operator) if operator else (term, "", "")
+        if operator is None or not _LABEL_KEY.fullmatch(key):
+            raise _bad_request(
+                f"labelSelector term {term!r}: only key=value, key==value and key!=value are "
+                "supported by this stand-in"
+            )
+        requirements.append(_LabelRequirement(key, value, operator != "!="))
+    return tuple(requirements)
+
+
 @dataclass(frozen=True)
 class _Selection:
-    """Which objects a list or watch is about: a namespace (None: all) and field requirements."""
+    """Which objects a list or watch is about: a namespace (None: all), field and label requirements."""
 
     namespace: str | None
     requirements: tuple[_Requirement, ...] = ()
+    labels: tuple[_LabelRequirement, ...] = ()
 
     def matches(self, obj: Obj) -> bool:
         namespace = obj["metadata"].get("namespace", "")
-        return (self.namespace is None or namespace == self.namespace) and all(
-            requirement.matches(obj) for requirement in self.requirements
+        return (
+            (self.namespace is None or namespace == self.namespace)
+            and all(requirement.matches(obj) for requirement in self.requirements)
+            and all(requirement.matches(obj) for requirement in self.labels)
         )
 
 
@@ -874,10 +917,9 @@ class ApiServer:
             return web.json_response(self._stored(rtype, key))
 
     def _selection(self, rtype: ResourceType, request: web.Request) -> _Selection:
-        if request.query.get("labelSelector"):
-            raise _bad_request("labelSelector is not supported by this stand-in API server")
         namespace = self._namespace(rtype, request) if "namespace" in request.match_info else None
-        return _Selection(namespace, _field_selector(rtype, request.query.get("fieldSelector", "")))
+        labels = _label_selector(request.query["labelSelector"]) if request.query.get("labelSelector") else ()
+        return _Selection(namespace, _field_selector(rtype, request.query.get("fieldSelector", "")), labels)
 
     def _selected(self, rtype: ResourceType, selection: _Selection) -> list[Obj]:
         return [

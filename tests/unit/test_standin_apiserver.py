@@ -255,8 +255,11 @@ def test_unsupported_selectors_are_refused_as_the_real_server_refuses_them(serve
     assert raw(server, "GET", SLICES + "?fieldSelector=spec.driver")[1]["message"].startswith(
         "invalid selector"
     )
-    code, status = raw(server, "GET", SLICES + "?labelSelector=app%3Dx")
-    assert code == 400 and "labelSelector" in status["message"]
+    # Equality-based label selectors are served; set-based and existence ones are not.
+    assert raw(server, "GET", SLICES + "?labelSelector=app%3Dx")[0] == 200
+    for selector in ("app%20in%20(x)", "app", "!app", "app%3D%3Dx,bad%20key%3Dy"):
+        code, status = raw(server, "GET", f"{SLICES}?labelSelector={selector}")
+        assert code == 400 and "labelSelector" in status["message"], selector
 
 
 def test_namespaced_lists_select_by_namespace_and_span_all_namespaces(server: ApiServer) -> None:
@@ -512,3 +515,36 @@ def test_fail_methods_limits_which_requests_fail(server: ApiServer) -> None:
     code, status = raw(server, "POST", SLICES, slice_body())
     assert (code, status["reason"], status["message"]) == (503, "ServiceUnavailable", "injected fault")
     assert raw(server, "POST", SLICES, slice_body())[0] == 201
+
+
+def test_pods_are_listed_by_label_node_and_phase_through_the_official_client(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    """What `dra-driver cleanup` asks before it deletes: the agent pods on a node."""
+    api_client = config.new_client_from_config(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+    core = client.CoreV1Api(api_client)
+    for name, app, node, phase in (
+        ("agent-a", "dra-driver", "node-a", "Running"),
+        ("agent-b", "dra-driver", "node-b", "Running"),
+        ("done-a", "dra-driver", "node-a", "Succeeded"),
+        ("web-a", "web", "node-a", "Running"),
+    ):
+        body = {
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/name": app}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        }
+        created = core.create_namespaced_pod("default", body)
+        core.replace_namespaced_pod_status(
+            name, "default", {**api_client.sanitize_for_serialization(created), "status": {"phase": phase}}
+        )
+
+    def names(label_selector: str, field_selector: str = "") -> list[str]:
+        pods = core.list_pod_for_all_namespaces(label_selector=label_selector, field_selector=field_selector)
+        return [pod.metadata.name for pod in pods.items]
+
+    assert names("app.kubernetes.io/name=dra-driver") == ["agent-a", "agent-b", "done-a"]
+    assert names("app.kubernetes.io/name!=dra-driver") == ["web-a"]
+    assert names("app.kubernetes.io/name==dra-driver", "spec.nodeName=node-a,status.phase!=Succeeded") == [
+        "agent-a"
+    ]
+    api_client.close()

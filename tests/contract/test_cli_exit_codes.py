@@ -1,0 +1,146 @@
+"""Every `dra-driver` subcommand exits 2 on invalid input, with one line naming the flag.
+
+Scripts and operators tell "you asked for something wrong" (2) from "it failed" (1) by the exit
+status alone, so each case here is input that cannot work whatever the node's state.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from dra_driver.cli import main
+from dra_driver.health.simulated_faults import GPUS_FILE, INBOX
+
+
+@dataclass(frozen=True)
+class Case:
+    args: tuple[str, ...]
+    # Text the error line must hold (the flag, mostly).
+    names: str
+    # Files a case needs, made in its temporary directory: relative path -> content.
+    files: dict[str, str] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+AGENT_GPUS = json.dumps({"gpus": {"0": "GPU-aaaa", "1": "GPU-bbbb"}})
+BAD_NODE_CONFIG = "gpus: [{index: 0, mode: vgpu-partitions, vgpu: {partitions: [{memory: 99Gi}]}}]\n"
+
+CASES = {
+    "kubelet-client: a claim without a uid": Case(
+        ("kubelet-client", "prepare", "--claim", "default/x"), "--claim: claim 'default/x'"
+    ),
+    "kubelet-client: --socket that is no socket": Case(
+        ("kubelet-client", "prepare", "--socket", "{tmp}/none.sock", "--claim", "a/b/c"), "--socket"
+    ),
+    "kubelet-client: --registration-socket that is no socket": Case(
+        ("kubelet-client", "register", "--registration-socket", "{tmp}/none.sock"), "--registration-socket"
+    ),
+    "kubelet-client: a driver name that is no DNS subdomain": Case(
+        ("kubelet-client", "register", "--driver-name", "Not_A_Driver"), "--driver-name"
+    ),
+    "demo: a claim file that does not exist": Case(
+        ("demo", "--no-container", "--claim", "{tmp}/claims.yaml"), "--claim: claim file"
+    ),
+    "demo: a claim file that is no claim": Case(
+        ("demo", "--no-container", "--claim-file", "{tmp}/claims.yaml"),
+        "--claim: claim file",
+        files={"claims.yaml": "kind: Pod\n"},
+    ),
+    "demo: MIG on a node without MIG": Case(
+        ("demo", "--no-container", "--claim", "mig", "--hardware", "simulated:l4x8"), "--claim mig"
+    ),
+    "demo: vGPU on a node all in MIG mode": Case(
+        ("demo", "--no-container", "--claim", "vgpu", "--hardware", "simulated:dgx-h100-mig"),
+        "--claim vgpu",
+    ),
+    "demo: an unknown profile": Case(
+        ("demo", "--no-container", "--hardware", "simulated:nope"), "--hardware"
+    ),
+    "demo: hardware that is neither": Case(("demo", "--no-container", "--hardware", "gpus"), "--hardware"),
+    "simulate-fault: a state dir that does not exist": Case(
+        ("simulate-fault", "--state-dir", "{tmp}/absent", "--gpu", "0", "--lost"), "--state-dir"
+    ),
+    "simulate-fault: a directory no agent uses": Case(
+        ("simulate-fault", "--state-dir", "{tmp}", "--gpu", "0", "--lost"), "not an agent's state directory"
+    ),
+    "simulate-fault: the state dir of an agent on real GPUs": Case(
+        ("simulate-fault", "--state-dir", "{tmp}", "--gpu", "0", "--lost"),
+        "does not run simulated GPUs",
+        files={"publisher.lock": ""},
+    ),
+    "simulate-fault: a GPU the node does not have": Case(
+        ("simulate-fault", "--state-dir", "{tmp}", "--gpu", "99", "--xid", "48"),
+        "--gpu no GPU '99' on this node; GPUs: 0 (GPU-aaaa), 1 (GPU-bbbb)",
+        files={f"{INBOX}/{GPUS_FILE}": AGENT_GPUS},
+    ),
+    "simulate-fault: an XID out of range": Case(
+        ("simulate-fault", "--state-dir", "{tmp}", "--gpu", "0", "--xid", "1000"),
+        "--xid",
+        files={f"{INBOX}/{GPUS_FILE}": AGENT_GPUS},
+    ),
+    "cleanup: a node name that is no DNS subdomain": Case(
+        ("cleanup", "--node-name", "Node_A", "--kubeconfig", "{tmp}/kubeconfig"),
+        "--node-name",
+        files={"kubeconfig": ""},
+    ),
+    "cleanup: no node and not --all-nodes": Case(
+        ("cleanup", "--kubeconfig", "{tmp}/kubeconfig"),
+        "--node-name (NODE_NAME) or --all-nodes is required",
+        files={"kubeconfig": ""},
+        environment={"NODE_NAME": ""},
+    ),
+    "cleanup: a kubeconfig that does not exist": Case(
+        ("cleanup", "--node-name", "node-a", "--kubeconfig", "{tmp}/absent"), "--kubeconfig"
+    ),
+    "cleanup: a kubeconfig that is no kubeconfig": Case(
+        ("cleanup", "--node-name", "node-a", "--kubeconfig", "{tmp}/kubeconfig"),
+        "--kubeconfig {tmp}/kubeconfig: current-context: not set",
+        files={"kubeconfig": "apiVersion: v1\nkind: Config\n"},
+    ),
+    "cleanup: a KUBECONFIG list of missing files": Case(
+        ("cleanup", "--node-name", "node-a"),
+        "KUBECONFIG: none of {tmp}/a, {tmp}/b is a file",
+        environment={"KUBECONFIG": "{tmp}/a:{tmp}/b"},
+    ),
+    "cleanup: no kubeconfig anywhere and no cluster": Case(
+        ("cleanup", "--node-name", "node-a"),
+        "--kubeconfig: not given",
+        environment={"KUBECONFIG": "", "HOME": "{tmp}", "KUBERNETES_SERVICE_HOST": ""},
+    ),
+    "inspect: an unknown profile": Case(("inspect", "--hardware", "simulated:nope"), "--hardware"),
+    "inspect: a node config that does not fit the GPUs": Case(
+        ("inspect", "--hardware", "simulated:t4x4", "--node-config", "{tmp}/node.yaml"),
+        "node config {tmp}/node.yaml",
+        files={"node.yaml": BAD_NODE_CONFIG},
+    ),
+    "inspect: a node config that does not exist": Case(
+        ("inspect", "--node-config", "{tmp}/absent.yaml"), "--node-config"
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_invalid_input_exits_2_with_one_line_naming_it(
+    case: Case,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def fill(text: str) -> str:
+        return text.replace("{tmp}", str(tmp_path))
+
+    for relative, content in case.files.items():
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text(content)
+    for name, value in case.environment.items():
+        monkeypatch.setenv(name, fill(value))
+
+    code = main([fill(arg) for arg in case.args])
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"dra-driver {case.args[0]}: "), err
+    assert fill(case.names) in err
