@@ -147,6 +147,42 @@ RESOURCE_TYPES = (
 # Field labels that are not the JSON path of their value.
 _FIELD_PATHS = {"source": "source.component"}
 
+# What an installation of the driver creates (`dra-driver manifests`, the Helm chart), served
+# only when a test asks for them (`ApiServer(install_types=True)`): stored and validated like the
+# rest, with no controller behind them. Secrets are where Helm keeps its releases.
+INSTALL_RESOURCE_TYPES = (
+    ResourceType("", "v1", "namespaces", "Namespace", False, True, False),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, False, False),
+    ResourceType("", "v1", "configmaps", "ConfigMap", True, False, False),
+    ResourceType("", "v1", "secrets", "Secret", True, False, False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, False, False),
+    ResourceType(
+        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, False, False
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        False,
+        True,
+        False,
+        has_generation=True,
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
+        False,
+        False,
+        has_generation=True,
+    ),
+    ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, True, False, has_generation=True),
+    ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, False, False),
+)
+
 
 def status_object(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
     status: Obj = {
@@ -481,7 +517,9 @@ class Store:
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)
     succeeded: Counter[tuple[str, str]] = field(default_factory=Counter)
     history: dict[str, _History] = field(
-        default_factory=lambda: {rtype.plural: _History() for rtype in RESOURCE_TYPES}
+        default_factory=lambda: {
+            rtype.plural: _History() for rtype in (*RESOURCE_TYPES, *INSTALL_RESOURCE_TYPES)
+        }
     )
 
 
@@ -536,9 +574,13 @@ class ApiServer:
     feature gates it has off by default unless `disabled_features` names them."""
 
     def __init__(
-        self, version: str = DEFAULT_VERSION, disabled_features: Iterable[str] | None = None
+        self,
+        version: str = DEFAULT_VERSION,
+        disabled_features: Iterable[str] | None = None,
+        install_types: bool = False,
     ) -> None:
         self.version = version
+        self.resource_types = (*RESOURCE_TYPES, *(INSTALL_RESOURCE_TYPES if install_types else ()))
         self.minor = _minor(version)
         self.schema_version = schema_version(self.minor)
         self._disabled = (
@@ -566,7 +608,8 @@ class ApiServer:
         app = web.Application(middlewares=[self._middleware])
         app.router.add_get("/version", self._version)
         app.router.add_get("/version/", self._version)  # the official client asks with the slash
-        for rtype in RESOURCE_TYPES:
+        self._add_discovery(app)
+        for rtype in self.resource_types:
             prefix = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else f"/api/{rtype.version}"
             collection = (
                 f"{prefix}/namespaces/{{namespace}}/{rtype.plural}"
@@ -584,6 +627,36 @@ class ApiServer:
                 app.router.add_get(collection + "/{name}/status", self._handler(rtype, self._get))
                 app.router.add_put(collection + "/{name}/status", self._handler(rtype, self._update_status))
         return app
+
+    def _add_discovery(self, app: web.Application) -> None:
+        """The legacy (unaggregated) discovery documents, which clients such as Helm's read to map
+        a kind to its resource: /api, /apis and one resource list per group version. A client that
+        asks for aggregated discovery gets these too, as from a server that predates it."""
+        versions: dict[tuple[str, str], list[ResourceType]] = {}
+        for rtype in self.resource_types:
+            versions.setdefault((rtype.group, rtype.version), []).append(rtype)
+
+        def answer(document: Obj) -> Callable[[web.Request], Awaitable[web.Response]]:
+            async def respond(request: web.Request) -> web.Response:
+                return web.json_response(document)
+
+            return respond
+
+        groups = sorted({group for group, _ in versions if group})
+        app.router.add_get("/api", answer({"kind": "APIVersions", "versions": ["v1"]}))
+        app.router.add_get(
+            "/apis",
+            answer(
+                {
+                    "kind": "APIGroupList",
+                    "apiVersion": "v1",
+                    "groups": [_discovery_group(group, versions) for group in groups],
+                }
+            ),
+        )
+        for (group, version), rtypes in versions.items():
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            app.router.add_get(path, answer(_resource_list(group, version, rtypes)))
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._loop = asyncio.get_running_loop()
@@ -651,7 +724,7 @@ class ApiServer:
     def writes(self, plural: str) -> int:
         """Creates, updates and deletes of that resource answered with success (one that
         fail_after_commit_next answered 500 is stored, yet not counted)."""
-        _resource_type(plural)
+        _resource_type(plural, self.resource_types)
         with self._lock:
             return sum(self.store.succeeded[(verb, plural)] for verb in _WRITE_VERBS)
 
@@ -663,7 +736,7 @@ class ApiServer:
 
     def objects(self, plural: str) -> list[Obj]:
         """Copies of the stored objects of that resource, by name (then namespace)."""
-        _resource_type(plural)
+        _resource_type(plural, self.resource_types)
         with self._lock:
             found = [copy.deepcopy(obj) for (kind, _, _), obj in self.store.objects.items() if kind == plural]
         return sorted(found, key=lambda obj: (obj["metadata"]["name"], obj["metadata"].get("namespace", "")))
@@ -1155,12 +1228,52 @@ class ApiServer:
             watch.sent(item)
 
 
-def _resource_type(plural: str) -> ResourceType:
+def _resource_type(plural: str, served: Iterable[ResourceType] = RESOURCE_TYPES) -> ResourceType:
     """Refuses a misspelt resource, which would otherwise read as an empty one."""
-    for rtype in RESOURCE_TYPES:
+    served = tuple(served)
+    for rtype in served:
         if rtype.plural == plural:
             return rtype
-    raise ValueError(f"the stand-in serves no {plural!r}; it serves {[r.plural for r in RESOURCE_TYPES]}")
+    raise ValueError(f"the stand-in serves no {plural!r}; it serves {[r.plural for r in served]}")
+
+
+def _discovery_group(group: str, versions: dict[tuple[str, str], list[ResourceType]]) -> Obj:
+    served = [
+        {"groupVersion": f"{group}/{version}", "version": version} for g, version in versions if g == group
+    ]
+    return {"name": group, "versions": served, "preferredVersion": served[0]}
+
+
+def _resource_list(group: str, version: str, rtypes: list[ResourceType]) -> Obj:
+    verbs = ["create", "delete", "get", "list", "update", "watch"]
+    resources: list[Obj] = []
+    for rtype in rtypes:
+        singular = rtype.kind.lower()
+        resources.append(
+            {
+                "name": rtype.plural,
+                "singularName": singular,
+                "namespaced": rtype.namespaced,
+                "kind": rtype.kind,
+                "verbs": verbs,
+            }
+        )
+        if rtype.has_status:
+            resources.append(
+                {
+                    "name": f"{rtype.plural}/status",
+                    "singularName": "",
+                    "namespaced": rtype.namespaced,
+                    "kind": rtype.kind,
+                    "verbs": ["get", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
 
 
 def main() -> None:
