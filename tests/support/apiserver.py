@@ -149,12 +149,11 @@ _FIELD_PATHS = {"source": "source.component"}
 
 # What an installation of the driver creates (`dra-driver manifests`, the Helm chart), served
 # only when a test asks for them (`ApiServer(install_types=True)`): stored and validated like the
-# rest, with no controller behind them. Secrets are where Helm keeps its releases.
+# rest, with no controller behind them. Helm's release records (Secrets) are kept apart.
 INSTALL_RESOURCE_TYPES = (
     ResourceType("", "v1", "namespaces", "Namespace", False, True, False),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, False, False),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, False, False),
-    ResourceType("", "v1", "secrets", "Secret", True, False, False),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, False, False),
     ResourceType(
         "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, False, False
@@ -581,6 +580,8 @@ class ApiServer:
     ) -> None:
         self.version = version
         self.resource_types = (*RESOURCE_TYPES, *(INSTALL_RESOURCE_TYPES if install_types else ()))
+        # Helm's release records as sent (see _add_release_records).
+        self.release_records: list[bytes] = []
         self.minor = _minor(version)
         self.schema_version = schema_version(self.minor)
         self._disabled = (
@@ -609,6 +610,8 @@ class ApiServer:
         app.router.add_get("/version", self._version)
         app.router.add_get("/version/", self._version)  # the official client asks with the slash
         self._add_discovery(app)
+        if self.resource_types != RESOURCE_TYPES:
+            self._add_release_records(app)
         for rtype in self.resource_types:
             prefix = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else f"/api/{rtype.version}"
             collection = (
@@ -657,6 +660,37 @@ class ApiServer:
         for (group, version), rtypes in versions.items():
             path = f"/apis/{group}/{version}" if group else f"/api/{version}"
             app.router.add_get(path, answer(_resource_list(group, version, rtypes)))
+
+    def _add_release_records(self, app: web.Application) -> None:
+        """Where Helm keeps its release records (Secrets, one per revision). Helm sends them as
+        protobuf, which this stand-in does not decode: it keeps the bodies (`release_records`) and
+        lists none back, so that every install is a first install. The records are Helm's own
+        bookkeeping; the objects of a release are stored and validated like any other."""
+        collection = "/api/v1/namespaces/{namespace}/secrets"
+
+        async def listed(request: web.Request) -> web.Response:
+            return web.json_response({"apiVersion": "v1", "kind": "SecretList", "metadata": {}, "items": []})
+
+        async def written(request: web.Request) -> web.Response:
+            body = await request.read()
+            with self._lock:
+                self.release_records.append(body)
+                self.store.revision += 1
+                revision = self.store.revision
+            secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": request.match_info.get("name", f"release-record-{revision}"),
+                    "namespace": request.match_info["namespace"],
+                    "resourceVersion": str(revision),
+                },
+            }
+            return web.json_response(secret, status=201 if request.method == "POST" else 200)
+
+        app.router.add_get(collection, listed)
+        app.router.add_post(collection, written)
+        app.router.add_put(collection + "/{name}", written)
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._loop = asyncio.get_running_loop()
