@@ -138,7 +138,8 @@ def rendered_by_the_command(options: ManifestOptions) -> dict[tuple[str, str, st
 
 def lint(chart: Path) -> list[dict[str, Any]]:
     config = helm_sdkpy.Configuration(namespace="default")
-    result = asyncio.run(helm_sdkpy.Lint(config).run(str(chart)))
+    linter = helm_sdkpy.Lint(config)  # type: ignore[no-untyped-call]  # its __init__ lacks annotations
+    result = asyncio.run(linter.run(str(chart)))
     messages: list[dict[str, Any]] = result["Messages"]
     return messages
 
