@@ -214,7 +214,8 @@ def _check_node_files(options: ManifestOptions) -> None:
         if hardware.kind != "simulated":
             raise ManifestError("--hardware: a simulated node file needs simulated hardware")
         try:
-            parse_node_spec(_load_yaml("--hardware", options.simulated_node), f"file {hardware.source}")
+            raw = _load_yaml(f"--hardware: simulated node file {hardware.source}", options.simulated_node)
+            parse_node_spec(raw, f"file {hardware.source}")
         except HardwareError as error:
             raise ManifestError(f"--hardware: {error}") from None
     elif hardware.kind == "simulated":

@@ -224,19 +224,70 @@ def test_the_defaults_install_the_default_rendering(server: ApiServer, tmp_path:
     assert by_identity(installed(server, "dra-driver")) == rendered_by_the_command(ManifestOptions())
 
 
-def test_a_pod_monitor_when_asked(tmp_path: Path) -> None:
-    """The PodMonitor's kind is a CRD the stand-in does not serve: an install that asks for it
-    fails on exactly that kind, and one that does not never sends it."""
-    api = ApiServer(install_types=True).start()
-    try:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("HELM_DRIVER", "memory")
-            with pytest.raises(helm_sdkpy.InstallError, match="PodMonitor"):
-                install(
-                    api, tmp_path, "dra-driver", "dra-driver", {"metrics": {"podMonitor": {"enabled": True}}}
-                )
-    finally:
-        api.stop()
+def test_a_pod_monitor_scrapes_the_agents_when_asked(server: ApiServer, tmp_path: Path) -> None:
+    """Off by default (its kind needs the Prometheus Operator's CRD); on, it selects exactly the
+    DaemonSet's pods on their metrics port. The rest of the release is unchanged."""
+    monitor = {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}}
+
+    install(server, tmp_path, "dra-driver", "dra-driver", {"metrics": {"podMonitor": monitor}})
+
+    objects = installed(server, "dra-driver")
+    (pod_monitor,) = [item for item in objects if item["kind"] == "PodMonitor"]
+    (daemon_set,) = [item for item in objects if item["kind"] == "DaemonSet"]
+    ports = daemon_set["spec"]["template"]["spec"]["containers"][0]["ports"]
+    assert pod_monitor["metadata"]["namespace"] == "dra-driver"
+    assert pod_monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert pod_monitor["spec"]["selector"] == daemon_set["spec"]["selector"]
+    assert pod_monitor["spec"]["namespaceSelector"] == {"matchNames": ["dra-driver"]}
+    assert pod_monitor["spec"]["podMetricsEndpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "15s"}
+    ]
+    assert [port["name"] for port in ports] == ["metrics"]
+    others = [item for item in objects if item["kind"] != "PodMonitor"]
+    assert by_identity(others) == rendered_by_the_command(ManifestOptions())
+
+
+def test_no_pod_monitor_by_default(server: ApiServer, tmp_path: Path) -> None:
+    install(server, tmp_path, "dra-driver", "dra-driver", {})
+
+    assert server.objects("podmonitors") == []
+
+
+def test_namespace_override_puts_the_objects_in_that_namespace(server: ApiServer, tmp_path: Path) -> None:
+    install(server, tmp_path, "dra-driver", "default", {"namespaceOverride": "gpu-system"})
+
+    expected = rendered_by_the_command(ManifestOptions(namespace="gpu-system"))
+    assert by_identity(installed(server, "dra-driver")) == expected
+
+
+def test_the_chart_only_settings_reach_the_daemon_set(server: ApiServer, tmp_path: Path) -> None:
+    """What only the chart sets: pull policy and secrets, tolerations, resources, extra affinity."""
+    values = {
+        "image": {"repository": "registry.example.com/dra", "tag": "v9", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "registry-credentials"}],
+        "tolerations": [{"operator": "Exists"}],
+        "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}},
+        "nodeSelector": {"pool": "gpu"},
+        "updateStrategy": {"type": "OnDelete", "rollingUpdate": None},
+    }
+
+    install(server, tmp_path, "dra-driver", "dra-driver", values)
+
+    (daemon_set,) = server.objects("daemonsets")
+    (account,) = server.objects("serviceaccounts")
+    pod = daemon_set["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == ("registry.example.com/dra:v9", "Always")
+    assert pod["imagePullSecrets"] == account["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    # Helm merges a map into the default one: the memory request stays.
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "64Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    assert "nodeAffinity" in pod["affinity"], "a nodeSelector narrows the default affinity, ANDed"
+    assert daemon_set["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
 # --- Two releases side by side ----------------------------------------------------------------------

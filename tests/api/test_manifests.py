@@ -26,6 +26,7 @@ from dra_driver.manifests import (
     render,
     render_yaml,
     service_account_username,
+    split_node_config_argument,
 )
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 
@@ -477,6 +478,13 @@ def test_a_broken_simulated_node_file_exits_2(
     assert captured.out == ""
     assert captured.err.startswith("dra-driver manifests: --hardware: "), captured.err
     assert captured.err.count("\n") == 1
+
+
+def test_a_node_config_argument_is_a_file_unless_it_starts_with_a_config_name() -> None:
+    assert split_node_config_argument("configs/mig.yaml") == ("default", "configs/mig.yaml")
+    assert split_node_config_argument("mig=configs/mig.yaml") == ("mig", "configs/mig.yaml")
+    assert split_node_config_argument("/tmp/a=b.yaml") == ("default", "/tmp/a=b.yaml")
+    assert split_node_config_argument("mig=") == ("default", "mig=")
 
 
 # --- Two installations side by side -------------------------------------------------------------

@@ -92,6 +92,8 @@ class ResourceType:
     selectable_fields: tuple[str, ...] = ()
     # Whether metadata.generation counts the changes of the spec.
     has_generation: bool = False
+    # Whether kubernetes-validate has its schema; a custom resource's is the CRD's, not upstream's.
+    upstream_schema: bool = True
 
     @property
     def api_version(self) -> str:
@@ -180,6 +182,10 @@ INSTALL_RESOURCE_TYPES = (
     ),
     ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, True, False, has_generation=True),
     ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, False, False),
+    # The Prometheus Operator's, as if its CRD were installed; stored unvalidated.
+    ResourceType(
+        "monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True, False, False, upstream_schema=False
+    ),
 )
 
 
@@ -948,6 +954,8 @@ class ApiServer:
     # -- validation ----------------------------------------------------------------------------------
 
     def _validate(self, rtype: ResourceType, obj: Obj) -> None:
+        if not rtype.upstream_schema:
+            return
         try:
             kubernetes_validate.validate(obj, self.schema_version, strict=True)
         except kubernetes_validate.ValidationError as error:
