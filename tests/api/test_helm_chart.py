@@ -3,9 +3,10 @@ helm-sdkpy wraps lints it and installs it into the stand-in API server.
 
 The stand-in serves discovery and the kinds the chart creates, and validates each object against
 the upstream schemas as it arrives (kubernetes-validate, strict), so an install that succeeds has
-sent only valid objects. Helm keeps its release records in memory (HELM_DRIVER=memory): its
-Secret driver lists Secrets by label selector, which the stand-in refuses. The library installs
-with client-side apply (POST); server-side apply would need PATCH, which the stand-in lacks.
+sent only valid objects. Helm installs by server-side apply (PATCH, the Helm 4 CLI's default) or
+client-side apply (POST, the library's default): both are tested. Helm's own release records
+(Secrets, sent as protobuf) the stand-in keeps apart and does not list back, so every install
+here is a first install (tests/support/apiserver.py).
 
 The objects installed are compared with `dra-driver manifests` for the same settings
 (`chart_values` maps one to the other), so the chart and the command cannot drift apart.
@@ -15,6 +16,8 @@ import asyncio
 import copy
 import json
 import shutil
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,8 +74,7 @@ SETTINGS = {
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ApiServer]:
-    monkeypatch.setenv("HELM_DRIVER", "memory")
+def server() -> Iterator[ApiServer]:
     api = ApiServer(install_types=True).start()
     yield api
     api.stop()
@@ -89,10 +91,13 @@ def install(
     release: str,
     namespace: str,
     values: dict[str, Any],
-    chart: Path = CHART,
+    server_side_apply: bool = True,
 ) -> dict[str, Any]:
+    """Server-side apply by default, as the Helm 4 CLI installs."""
     config = helm_config(server, namespace, tmp_path)
-    action = helm_sdkpy.Install(config).run(release, str(chart), values=values, wait=False, timeout=30)
+    action = helm_sdkpy.Install(config).run(
+        release, str(CHART), values=values, wait=False, timeout=30, server_side_apply=server_side_apply
+    )
     result: dict[str, Any] = asyncio.run(action)
     return result
 
@@ -175,13 +180,16 @@ def test_the_chart_version_is_the_package_version() -> None:
 # --- Installed with real Helm, equal to the command's rendering -----------------------------------
 
 
+@pytest.mark.parametrize("apply", ["ssa", "csa"])
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_the_chart_installs_what_the_command_renders(setting: str, server: ApiServer, tmp_path: Path) -> None:
+def test_the_chart_installs_what_the_command_renders(
+    setting: str, apply: str, server: ApiServer, tmp_path: Path
+) -> None:
     options = SETTINGS[setting]
 
-    result = install(server, tmp_path, options.name, options.namespace, chart_values(options))
+    result = install(server, tmp_path, options.name, options.namespace, chart_values(options), apply == "ssa")
 
-    assert result["info"]["status"] == "deployed"
+    assert (result["info"]["status"], result["apply_method"]) == ("deployed", apply)
     objects = installed(server, options.name)
     assert by_identity(objects) == rendered_by_the_command(options)
     validate_everywhere(objects)
@@ -381,3 +389,52 @@ def test_the_schema_is_json_schema() -> None:
 
     assert schema["additionalProperties"] is False
     assert schema["properties"]["logFormat"]["enum"] == ["json", "console"]
+
+
+# --- What the stand-in adds for Helm ---------------------------------------------------------------
+
+
+def _request(server: ApiServer, method: str, path: str, body: bytes, content_type: str) -> tuple[int, Any]:
+    request = urllib.request.Request(
+        server.url + path, data=body, method=method, headers={"Content-Type": content_type}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_the_stand_in_creates_by_apply_and_refuses_what_it_cannot_merge(server: ApiServer) -> None:
+    """Server-side apply creates a missing object; applying to an existing one (field ownership)
+    or another patch type is refused rather than approximated; an invalid object is refused."""
+    path = "/api/v1/namespaces/x/configmaps/c"
+    config_map = yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
+    )
+    invalid = yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "d"}, "data": {"a": 1}}
+    )
+
+    created, stored = _request(server, "PATCH", path, config_map.encode(), "application/apply-patch+yaml")
+    again, _ = _request(server, "PATCH", path, config_map.encode(), "application/apply-patch+yaml")
+    merged, _ = _request(server, "PATCH", path, b'{"data": {}}', "application/merge-patch+json")
+    refused, status = _request(
+        server, "PATCH", "/api/v1/namespaces/x/configmaps/d", invalid.encode(), "application/apply-patch+yaml"
+    )
+
+    assert (created, stored["metadata"]["namespace"], stored["data"]) == (201, "x", {"a": "1"})
+    assert (again, merged) == (415, 415)
+    assert (refused, status["reason"]) == (422, "Invalid")
+    assert [item["metadata"]["name"] for item in server.objects("configmaps")] == ["c"]
+
+
+def test_the_stand_in_serves_discovery_for_the_install_kinds(server: ApiServer) -> None:
+    with urllib.request.urlopen(server.url + "/apis", timeout=10) as response:
+        groups = {group["name"] for group in json.loads(response.read())["groups"]}
+    with urllib.request.urlopen(server.url + "/apis/apps/v1", timeout=10) as response:
+        resources = {item["name"]: item for item in json.loads(response.read())["resources"]}
+
+    assert {"apps", "rbac.authorization.k8s.io", "admissionregistration.k8s.io", "resource.k8s.io"} <= groups
+    assert resources["daemonsets"]["namespaced"] is True
+    assert resources["daemonsets"]["kind"] == "DaemonSet"
