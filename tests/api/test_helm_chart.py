@@ -27,7 +27,9 @@ import pytest
 import yaml
 
 from dra_driver import __version__
-from dra_driver.manifests import ManifestOptions, chart_values, render
+from dra_driver.devices.node_config import MODES
+from dra_driver.hardware.simulated_nodes import node_profiles
+from dra_driver.manifests import LOG_FORMATS, ManifestOptions, chart_values, render
 from tests.e2e.deploy import e2e_chart_values, e2e_manifests
 from tests.support.apiserver import INSTALL_RESOURCE_TYPES, ApiServer
 from tests.support.k8s_schemas import validate_everywhere
@@ -361,6 +363,10 @@ def test_an_installation_by_the_command_is_not_taken_over(server: ApiServer, tmp
         ({"hamiCore": {"library": "libvgpu.so"}}, "library"),
         ({"nodeConfigs": {"mig": {"defaults": {}}}}, "defaults"),
         ({"nodeConfigs": {"bad name": {}}}, "bad name"),
+        ({"nodeConfigs": {"mig": {"default": {"mode": "warp-drive"}}}}, "/nodeConfigs/mig/default/mode"),
+        ({"nodeConfigs": {"mig": {"gpus": [{"index": 0, "uuid": "GPU-1", "mode": "gpu"}]}}}, "oneOf"),
+        ({"nodeConfigs": {"mig": {"gpus": [{"mode": "gpu"}]}}}, "oneOf"),
+        ({"hardware": "simulated:dgx-h10"}, "hardware"),
         ({"updateStrategy": {"type": "Sometimes"}}, "type"),
         ({"metrics": {"port": 0}}, "port"),
         ({"hardware": "cuda"}, "hardware"),
@@ -384,11 +390,16 @@ def test_a_too_long_release_name_is_refused(server: ApiServer, tmp_path: Path) -
         install(server, tmp_path, "x" * 49, "dra-driver", {})
 
 
-def test_the_schema_is_json_schema() -> None:
-    schema = json.loads((CHART / "values.schema.json").read_text())
+def test_the_schema_knows_what_the_agent_knows() -> None:
+    """The modes, profiles and log formats the schema allows are the agent's own."""
+    properties = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    node_config = properties["nodeConfigs"]["additionalProperties"]["properties"]
+    profiles = properties["hardware"]["pattern"].removeprefix("^(nvml|simulated:(").removesuffix("))$")
 
-    assert schema["additionalProperties"] is False
-    assert schema["properties"]["logFormat"]["enum"] == ["json", "console"]
+    assert node_config["default"]["properties"]["mode"]["enum"] == list(MODES)
+    assert node_config["gpus"]["items"]["properties"]["mode"]["enum"] == list(MODES)
+    assert profiles.split("|") == sorted(node_profiles())
+    assert properties["logFormat"]["enum"] == list(LOG_FORMATS)
 
 
 # --- What the stand-in adds for Helm ---------------------------------------------------------------
