@@ -76,6 +76,17 @@ kube label --overwrite "${workers[@]}" "$node_label"
 say "installing the driver with the Helm chart"
 kube create namespace "$namespace" --dry-run=client --output yaml | kube apply --filename - >/dev/null
 kube label --overwrite namespace "$namespace" pod-security.kubernetes.io/enforce=privileged >/dev/null
+# An installation applied without Helm (kind-up.sh before the chart) is not Helm's to take over,
+# and its DaemonSet's selector cannot change: remove it, all but the namespace.
+existing=$(kube get daemonset "$daemon_set" --namespace "$namespace" --ignore-not-found \
+  --output 'jsonpath={.metadata.name}/{.metadata.labels.app\.kubernetes\.io/managed-by}')
+if [ -n "$existing" ] && [ "$existing" != "$daemon_set/Helm" ]; then
+  say "removing the installation made without Helm"
+  (cd "$repo_root" && "$python" -m dra_driver manifests) | "$python" -c '
+import sys, yaml
+yaml.safe_dump_all([d for d in yaml.safe_load_all(sys.stdin) if d["kind"] != "Namespace"], sys.stdout)' |
+    kube delete --ignore-not-found --filename -
+fi
 if command -v helm >/dev/null; then
   values=$(mktemp)
   trap 'rm -f "$values"' EXIT
