@@ -6,7 +6,7 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: demo test lint unit bench protos clean
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
