@@ -9,10 +9,13 @@ INSTALLED := $(VENV)/.installed
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	# Helm 4 as a library, for tests/api/test_helm_chart.py and hack/kind-up.sh; the wheel says
+	# Python >= 3.12 but works on 3.11.
+	$(BIN)/pip install --quiet --ignore-requires-python helm-sdkpy==0.1.32
 	touch $@
 
 ## demo: prepare a sample claim on a simulated node, no cluster needed

@@ -218,32 +218,45 @@ def _manifests(args: argparse.Namespace) -> int:
     """Bad options raise ManifestError (a SettingsError), which main() prints and exits 2 on."""
     from dra_driver.hardware.simulated_nodes import names_a_file  # noqa: PLC0415
     from dra_driver.manifests import (  # noqa: PLC0415
-        DEFAULT_NODE_SELECTOR,
+        ManifestError,
         ManifestOptions,
         parse_node_selector,
         render_yaml,
+        split_node_config_argument,
     )
 
-    selector = (
-        DEFAULT_NODE_SELECTOR if args.node_selector is None else parse_node_selector(args.node_selector)
-    )
+    selector = parse_node_selector(args.node_selector or [])
     hardware = parse_hardware(args.hardware)
-    # A simulated node described by a local file travels in the ConfigMap; a profile name does not.
+    # A simulated node described by a local file travels in a ConfigMap; a profile name does not.
     simulated_node = (
         _manifest_file("--hardware", hardware.source)
         if hardware.kind == "simulated" and names_a_file(hardware.source)
         else None
     )
+    node_configs: dict[str, str] = {}
+    for argument in args.node_config or []:
+        name, path = split_node_config_argument(argument)
+        if name in node_configs:
+            raise ManifestError(f"--node-config: the config {name!r} is given twice")
+        node_configs[name] = _manifest_file(f"--node-config {name}", path)
     options = ManifestOptions(
+        name=args.name,
         driver_name=args.driver_name,
         image=args.image,
         namespace=args.namespace,
         hardware=args.hardware,
-        node_selector=dict(selector),
+        node_selector=selector,
         max_surge=args.max_surge,
-        node_config=_manifest_file("--node-config", args.node_config) if args.node_config else None,
+        node_configs=node_configs,
         simulated_node=simulated_node,
         hami_core_library=args.hami_core_library,
+        driver_root=args.driver_root,
+        registrar_dir=args.registrar_dir,
+        plugins_dir=args.plugins_dir,
+        priority_class_name=args.priority_class_name,
+        log_verbosity=args.log_verbosity,
+        log_format=args.log_format,
+        metrics_port=args.metrics_port,
     )
     sys.stdout.write(render_yaml(options))
     return 0
@@ -300,6 +313,73 @@ def _add_kubelet_client(commands: "argparse._SubParsersAction[argparse.ArgumentP
             help="a claim to send; repeat for several",
         )
     client.set_defaults(run=_kubelet_client)
+
+
+def _add_manifests_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from dra_driver import manifests as m  # noqa: PLC0415
+
+    manifests = commands.add_parser(
+        "manifests", help="print the objects that install the driver in a cluster, as a YAML stream"
+    )
+    add = manifests.add_argument
+    add(
+        "--name",
+        default=m.DEFAULT_NAME,
+        help="the installation's name (as a Helm release's): names its namespaced objects; "
+        "a second installation needs another name and driver name; default: %(default)s",
+    )
+    add("--driver-name", default=DEFAULT_DRIVER_NAME, help="default: %(default)s")
+    add("--image", default=m.DEFAULT_IMAGE, help="default: %(default)s")
+    add("--namespace", default=m.DEFAULT_NAMESPACE, help="default: %(default)s")
+    add(
+        "--hardware",
+        default=m.DEFAULT_HARDWARE,
+        help="'nvml', or 'simulated:<profile or local YAML file>'; default: %(default)s",
+    )
+    add(
+        "--node-selector",
+        action="append",
+        metavar="KEY=VALUE",
+        help="nodes to run the agent on; repeat for several; default: nodes labelled "
+        "feature.node.kubernetes.io/pci-10de.present=true or nvidia.com/gpu.present=true",
+    )
+    add(
+        "--node-config",
+        action="append",
+        metavar="[NAME=]FILE",
+        help="how GPUs are offered (whole, MIG, vGPU): FILE is the default config, NAME=FILE the "
+        "config that nodes labelled dra-driver.dev/config=NAME use; repeat for several",
+    )
+    add(
+        "--driver-root",
+        default=m.DEFAULT_DRIVER_ROOT,
+        metavar="PATH",
+        help="where the NVIDIA driver is on the nodes: / when installed on the host, "
+        "/run/nvidia/driver with the GPU Operator; default: %(default)s",
+    )
+    add("--registrar-dir", default=m.DEFAULT_REGISTRAR_DIR, metavar="PATH", help="default: %(default)s")
+    add("--plugins-dir", default=m.DEFAULT_PLUGINS_DIR, metavar="PATH", help="default: %(default)s")
+    add(
+        "--priority-class-name",
+        default=m.DEFAULT_PRIORITY_CLASS,
+        help="the agent pods' priority class; '' for none; default: %(default)s",
+    )
+    add("--log-verbosity", type=int, default=0, metavar="N", help="0 (default) to 10: more log detail")
+    add("--log-format", default="json", help="json (default) or console")
+    add("--metrics-port", type=int, default=m.DEFAULT_METRICS_PORT, help="default: %(default)s")
+    add(
+        "--max-surge",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="1: new agent pods overlap the old (kubelet >= 1.33); 0: one after the other; default: 1",
+    )
+    add(
+        "--hami-core-library",
+        metavar="PATH",
+        help="HAMi-core's libvgpu.so on the GPU nodes, to enforce vGPU limits (default: advisory only)",
+    )
+    manifests.set_defaults(run=_manifests)
 
 
 def _add_demo(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -372,44 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_kubelet_client(commands)
     _add_demo(commands)
-
-    manifests = commands.add_parser(
-        "manifests", help="print the objects that install the driver in a cluster, as a YAML stream"
-    )
-    manifests.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="default: %(default)s")
-    manifests.add_argument(
-        "--image", default=f"ghcr.io/dra-driver/dra-driver:{__version__}", help="default: %(default)s"
-    )
-    manifests.add_argument("--namespace", default="dra-driver", help="default: %(default)s")
-    manifests.add_argument(
-        "--hardware",
-        default="nvml",
-        help="'nvml', or 'simulated:<profile or local YAML file>'; default: %(default)s",
-    )
-    manifests.add_argument(
-        "--node-selector",
-        action="append",
-        metavar="KEY=VALUE",
-        help="nodes to run the agent on; repeat for several; default: nvidia.com/gpu.present=true",
-    )
-    manifests.add_argument(
-        "--node-config",
-        metavar="FILE",
-        help="how GPUs are offered (whole, MIG, vGPU); put in a ConfigMap the agents read",
-    )
-    manifests.add_argument(
-        "--max-surge",
-        type=int,
-        choices=(0, 1),
-        default=1,
-        help="1: new agent pods overlap the old (kubelet >= 1.33); 0: one after the other; default: 1",
-    )
-    manifests.add_argument(
-        "--hami-core-library",
-        metavar="PATH",
-        help="HAMi-core's libvgpu.so on the GPU nodes, to enforce vGPU limits (default: advisory only)",
-    )
-    manifests.set_defaults(run=_manifests)
+    _add_manifests_parser(commands)
     return parser
 
 

@@ -17,10 +17,25 @@ Choices a reader of the YAML cannot see the reasons for:
   (POD_UID from the downward API) and kubelet (>= 1.33) calls the newest; the two share the state
   directory under file locks, and one of them publishes. `--max-surge 0` replaces the pods one
   after the other instead, for kubelets older than 1.33, which keep one registration per driver.
-- The container is privileged because it opens /dev/nvidia* and creates MIG instances.
-- The NVIDIA driver's files are expected under /run/nvidia/driver (the GPU operator's driver
-  container), mounted read-only at /driver-root; the MPS directory is under /run, a tmpfs on the
-  host, mounted at the same path because workload containers get its subdirectories from CDI.
+- The container is privileged because it opens /dev/nvidia* and creates MIG instances;
+  NVIDIA_VISIBLE_DEVICES=void keeps the NVIDIA container runtime (where it is the default runtime)
+  from injecting GPUs and driver files into the agent, which reads them from the driver root.
+- The driver root (`--driver-root`: `/` for a driver installed on the host, /run/nvidia/driver
+  for the GPU Operator's driver container) is mounted read-only at /driver-root with
+  HostToContainer propagation and type DirectoryOrCreate, because the Operator mounts the driver
+  there after the agent may have started; the agent waits for it. The MPS directory is under
+  /run, a tmpfs on the host, mounted at the same path because workload containers get its
+  subdirectories from CDI.
+- `--name` is the installation's name (the Helm chart's release name): the DaemonSet, service
+  account and ConfigMaps are named after it, the pods carry it as `app.kubernetes.io/instance`
+  in the DaemonSet's selector, and the host directories of the agent (/run/<name>,
+  /var/lib/<name>) carry it too; cluster-scoped objects are named after the driver name. Two
+  installations with different names and driver names therefore share no object.
+- Node configs travel in the ConfigMap `<name>-node-configs`, one key `<config>.yaml` each; the
+  agent picks the one its Node's label names. Each is parsed here, so a broken one fails the
+  rendering instead of every agent.
+- deploy/helm/dra-driver renders the same objects from values (tests/api/test_helm_chart.py
+  installs it with real Helm and compares), plus Helm's own labels.
 """
 
 import re
@@ -32,32 +47,48 @@ import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME, __version__
 from dra_driver.devices.classes import APP_NAME, device_classes
+from dra_driver.devices.node_config import NodeConfigError, parse_node_config
+from dra_driver.hardware.model import HardwareError
+from dra_driver.hardware.simulated_nodes import names_a_file, parse_node_spec, resolve_node_spec
 from dra_driver.k8s_names import dns_label_problem, dns_subdomain_problem, driver_name_problem, shown
 from dra_driver.settings import DEFAULT_METRICS_ADDRESS, SettingsError, parse_hardware
 
 DEFAULT_IMAGE = f"ghcr.io/dra-driver/dra-driver:{__version__}"
+DEFAULT_NAME = APP_NAME
 DEFAULT_NAMESPACE = "dra-driver"
 DEFAULT_HARDWARE = "nvml"
-DEFAULT_NODE_SELECTOR: Mapping[str, str] = {"nvidia.com/gpu.present": "true"}
+DEFAULT_DRIVER_ROOT = "/"
+DEFAULT_REGISTRAR_DIR = "/var/lib/kubelet/plugins_registry"
+DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
+DEFAULT_PRIORITY_CLASS = "system-node-critical"
+DEFAULT_METRICS_PORT = int(DEFAULT_METRICS_ADDRESS.rpartition(":")[2])
+LOG_FORMATS = ("json", "console")
+# Nodes with an NVIDIA PCI device (Node Feature Discovery) or labelled by the GPU Operator.
+GPU_NODE_LABELS: tuple[tuple[str, str], ...] = (
+    ("feature.node.kubernetes.io/pci-10de.present", "true"),
+    ("nvidia.com/gpu.present", "true"),
+)
+DEFAULT_TOLERATIONS: tuple[Mapping[str, str], ...] = (
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+)
+# The longest suffix added to --name (`-simulated-node`) must still give a DNS label.
+NAME_MAX = 63 - len("-simulated-node")
 
-SERVICE_ACCOUNT = "dra-driver"
-METRICS_PORT = int(DEFAULT_METRICS_ADDRESS.rpartition(":")[2])
 # The claim of a pod-bound service-account token that names the pod's node.
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
-HOST_DRIVER_ROOT = "/run/nvidia/driver"
 CONTAINER_DRIVER_ROOT = "/driver-root"
-HOST_RUN_DIR = "/run/dra-driver"
-MPS_DIR = f"{HOST_RUN_DIR}/mps"
-HAMI_CORE_DIR = "/var/lib/dra-driver/vgpu"
-# Where the node's files from the ConfigMap appear in the agent's container.
-NODE_FILES_DIR = "/etc/dra-driver"
-NODE_CONFIG_KEY = "node-config.yaml"
+# Where the ConfigMaps appear in the agent's container.
+NODE_CONFIGS_DIR = "/etc/dra-driver/node-configs"
+SIMULATED_NODE_DIR = "/etc/dra-driver/simulated-node"
 SIMULATED_NODE_KEY = "simulated-node.yaml"
+# The node config a node without the config label uses.
+DEFAULT_NODE_CONFIG = "default"
 
-_LABELS = {"app.kubernetes.io/name": APP_NAME}
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_NAME_MAX = 63
+# An absolute path without a trailing slash, empty components or whitespace ("/" itself is one).
+ABSOLUTE_PATH = re.compile(r"/|(/[^/\s]+)+")
 
 
 class ManifestError(SettingsError):
@@ -66,20 +97,32 @@ class ManifestError(SettingsError):
 
 @dataclass(frozen=True, slots=True)
 class ManifestOptions:
+    # The installation's name (a Helm release's name): names the namespaced objects and pods.
+    name: str = DEFAULT_NAME
     driver_name: str = DEFAULT_DRIVER_NAME
     image: str = DEFAULT_IMAGE
     namespace: str = DEFAULT_NAMESPACE
     # "nvml", or "simulated:<profile>" for a test cluster without GPUs.
     hardware: str = DEFAULT_HARDWARE
-    node_selector: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_SELECTOR))
+    # Empty: the agent runs on GPU nodes (GPU_NODE_LABELS, as node affinity); else only there.
+    node_selector: Mapping[str, str] = field(default_factory=dict)
     # 1: the new agent pod overlaps the old one (kubelet >= 1.33); 0: old goes, then new starts.
     max_surge: int = 1
-    # A node config (how GPUs are offered: whole, MIG, vGPU), as YAML text for a ConfigMap.
-    node_config: str | None = None
+    # Named node configs (how GPUs are offered: whole, MIG, vGPU) as YAML text, by config name.
+    node_configs: Mapping[str, str] = field(default_factory=dict)
     # A simulated node description (YAML text) for `--hardware simulated:<file>`.
     simulated_node: str | None = None
     # HAMi-core's libvgpu.so on the hosts, which enforces vGPU limits; None: advisory limits.
     hami_core_library: str | None = None
+    # Where the NVIDIA driver is on the hosts: "/" or the GPU Operator's /run/nvidia/driver.
+    driver_root: str = DEFAULT_DRIVER_ROOT
+    registrar_dir: str = DEFAULT_REGISTRAR_DIR
+    plugins_dir: str = DEFAULT_PLUGINS_DIR
+    # "" leaves the pods without a priority class.
+    priority_class_name: str = DEFAULT_PRIORITY_CLASS
+    log_verbosity: int = 0
+    log_format: str = "json"
+    metrics_port: int = DEFAULT_METRICS_PORT
 
 
 def _label_part_problem(value: str) -> str | None:
@@ -106,6 +149,11 @@ def label_problem(key: str, value: str) -> str | None:
     return None
 
 
+def node_config_name_problem(name: str) -> str | None:
+    """A config is named by a Node label's value and stored as the key `<name>.yaml`."""
+    return _label_part_problem(name)
+
+
 def parse_node_selector(entries: Iterable[str]) -> dict[str, str]:
     """`key=value` entries as a nodeSelector; checked here so that a typo fails at rendering time,
     not as a DaemonSet the API server refuses."""
@@ -120,47 +168,133 @@ def parse_node_selector(entries: Iterable[str]) -> dict[str, str]:
     return selector
 
 
+def split_node_config_argument(argument: str) -> tuple[str, str]:
+    """`--node-config FILE` is the default config; `--node-config NAME=FILE` a named one. Text
+    before a '=' that is not a config name is part of a file name."""
+    name, equals, path = argument.partition("=")
+    if equals and path and node_config_name_problem(name) is None:
+        return name, path
+    return DEFAULT_NODE_CONFIG, argument
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's message on one line, with its line and column (1-based)."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"{error.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(error).split())
+
+
+def _load_yaml(flag: str, text: str) -> object:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ManifestError(f"{flag}: not valid YAML: {_yaml_problem(error)}") from None
+
+
+def _check_path(flag: str, value: str) -> None:
+    if not ABSOLUTE_PATH.fullmatch(value):
+        raise ManifestError(
+            f"{flag}: {shown(value)} must be an absolute path without a trailing '/' or spaces"
+        )
+
+
+def _check_node_files(options: ManifestOptions) -> None:
+    """Each node config and the simulated node parsed as the agent will parse them."""
+    for name, text in options.node_configs.items():
+        flag = f"--node-config {name}"
+        if problem := node_config_name_problem(name):
+            raise ManifestError(f"--node-config: config name {problem}")
+        try:
+            parse_node_config(_load_yaml(flag, text), f"node config {name!r}")
+        except NodeConfigError as error:
+            raise ManifestError(f"{flag}: {error}") from None
+    hardware = parse_hardware(options.hardware)  # its error already names --hardware
+    if options.simulated_node is not None:
+        if hardware.kind != "simulated":
+            raise ManifestError("--hardware: a simulated node file needs simulated hardware")
+        try:
+            raw = _load_yaml(f"--hardware: simulated node file {hardware.source}", options.simulated_node)
+            parse_node_spec(raw, f"file {hardware.source}")
+        except HardwareError as error:
+            raise ManifestError(f"--hardware: {error}") from None
+    elif hardware.kind == "simulated":
+        if names_a_file(hardware.source):
+            raise ManifestError(f"--hardware: the simulated node file {hardware.source} was not read")
+        try:
+            resolve_node_spec(hardware.source)
+        except HardwareError as error:
+            raise ManifestError(f"--hardware: {error}") from None
+
+
 def _check(options: ManifestOptions) -> None:
+    if problem := dns_label_problem(options.name):
+        raise ManifestError(f"--name: {problem}")
+    if len(options.name) > NAME_MAX:
+        raise ManifestError(f"--name: {shown(options.name)} is longer than {NAME_MAX} characters")
     if problem := driver_name_problem(options.driver_name):
         raise ManifestError(f"--driver-name: {problem}")
     if problem := dns_label_problem(options.namespace):
         raise ManifestError(f"--namespace: {problem}")
     if not options.image or any(character.isspace() for character in options.image):
         raise ManifestError(f"--image: {shown(options.image)} is not an image reference")
-    hardware = parse_hardware(options.hardware)  # its error already names --hardware
-    if options.simulated_node is not None and hardware.kind != "simulated":
-        raise ManifestError("--hardware: a simulated node file needs simulated hardware")
     if options.max_surge not in (0, 1):
         raise ManifestError(f"--max-surge: {options.max_surge} is not 0 or 1")
-    if options.hami_core_library is not None and not options.hami_core_library.startswith("/"):
-        raise ManifestError(
-            f"--hami-core-library: {shown(options.hami_core_library)} must be an absolute path"
-        )
+    if options.hami_core_library is not None:
+        _check_path("--hami-core-library", options.hami_core_library)
+    for flag, path in (
+        ("--driver-root", options.driver_root),
+        ("--registrar-dir", options.registrar_dir),
+        ("--plugins-dir", options.plugins_dir),
+    ):
+        _check_path(flag, path)
+    if options.priority_class_name and (problem := dns_subdomain_problem(options.priority_class_name)):
+        raise ManifestError(f"--priority-class-name: {problem}")
+    if not 0 <= options.log_verbosity <= 10:
+        raise ManifestError(f"--log-verbosity: {options.log_verbosity} is not between 0 and 10")
+    if options.log_format not in LOG_FORMATS:
+        raise ManifestError(f"--log-format: {shown(options.log_format)} is not 'json' or 'console'")
+    if not 1 <= options.metrics_port <= 65535:
+        raise ManifestError(f"--metrics-port: {options.metrics_port} is not a port (1-65535)")
     for key, value in options.node_selector.items():
         if problem := label_problem(key, value):
             raise ManifestError(f"--node-selector: {shown(f'{key}={value}')}: {problem}")
+    _check_node_files(options)
 
 
-def _metadata(name: str, namespace: str | None = None) -> dict[str, Any]:
+def selector_labels(options: ManifestOptions) -> dict[str, str]:
+    """What the DaemonSet selects its pods by: the app and the installation."""
+    return {"app.kubernetes.io/name": APP_NAME, "app.kubernetes.io/instance": options.name}
+
+
+def _labels(options: ManifestOptions) -> dict[str, str]:
+    return {**selector_labels(options), "app.kubernetes.io/version": __version__}
+
+
+def _metadata(options: ManifestOptions, name: str, namespace: str | None = None) -> dict[str, Any]:
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
-    metadata["labels"] = dict(_LABELS)
+    metadata["labels"] = _labels(options)
     return metadata
 
 
 def _namespace(options: ManifestOptions) -> dict[str, Any]:
     """Pod Security admission must let the privileged agent in, whatever the cluster's default."""
-    metadata = _metadata(options.namespace)
+    metadata = _metadata(options, options.namespace)
     metadata["labels"]["pod-security.kubernetes.io/enforce"] = "privileged"
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def service_account_name(options: ManifestOptions) -> str:
+    return options.name
 
 
 def _service_account(options: ManifestOptions) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _metadata(SERVICE_ACCOUNT, options.namespace),
+        "metadata": _metadata(options, service_account_name(options), options.namespace),
     }
 
 
@@ -170,21 +304,22 @@ def _cluster_role_name(options: ManifestOptions) -> str:
 
 
 def _cluster_role(options: ManifestOptions) -> dict[str, Any]:
-    """Exactly what the agent calls: GET of a claim it prepares and of its Node, its slices'
-    sync (list/watch, get, create, update, delete) and events (in the core group, which it posts)."""
+    """Exactly what the agent calls: GET of a claim it prepares, its own Node (read and watched
+    for the label that names its node config), its slices' sync (list/watch, get, create, update,
+    delete) and events (in the core group, which it posts and, repeated, patches)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
-        "metadata": _metadata(_cluster_role_name(options)),
+        "metadata": _metadata(options, _cluster_role_name(options)),
         "rules": [
             {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
             {
                 "apiGroups": ["resource.k8s.io"],
                 "resources": ["resourceslices"],
                 "verbs": ["get", "list", "watch", "create", "update", "delete"],
             },
-            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         ],
     }
 
@@ -193,18 +328,24 @@ def _cluster_role_binding(options: ManifestOptions) -> dict[str, Any]:
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
-        "metadata": _metadata(_cluster_role_name(options)),
+        "metadata": _metadata(options, _cluster_role_name(options)),
         "roleRef": {
             "apiGroup": "rbac.authorization.k8s.io",
             "kind": "ClusterRole",
             "name": _cluster_role_name(options),
         },
-        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": options.namespace}],
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": service_account_name(options),
+                "namespace": options.namespace,
+            }
+        ],
     }
 
 
-def service_account_username(namespace: str) -> str:
-    return f"system:serviceaccount:{namespace}:{SERVICE_ACCOUNT}"
+def service_account_username(namespace: str, name: str = DEFAULT_NAME) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
 
 
 def _policy_name(options: ManifestOptions) -> str:
@@ -225,11 +366,11 @@ def _admission_policy(options: ManifestOptions) -> dict[str, Any]:
         f' && size(request.userInfo.extra["{NODE_NAME_EXTRA}"]) > 0'
         f' ? request.userInfo.extra["{NODE_NAME_EXTRA}"][0] : ""'
     )
-    username = service_account_username(options.namespace)
+    username = service_account_username(options.namespace, service_account_name(options))
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": _metadata(_policy_name(options)),
+        "metadata": _metadata(options, _policy_name(options)),
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
@@ -284,7 +425,7 @@ def _admission_policy_binding(options: ManifestOptions) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": _metadata(_policy_name(options)),
+        "metadata": _metadata(options, _policy_name(options)),
         "spec": {"policyName": _policy_name(options), "validationActions": ["Deny"]},
     }
 
@@ -293,23 +434,23 @@ def _host_path(name: str, path: str, path_type: str) -> dict[str, Any]:
     return {"name": name, "hostPath": {"path": path, "type": path_type}}
 
 
-def _config_map_name(options: ManifestOptions) -> str:
-    return f"{APP_NAME}-node"
-
-
-def _node_files(options: ManifestOptions) -> dict[str, str]:
-    files = {NODE_CONFIG_KEY: options.node_config, SIMULATED_NODE_KEY: options.simulated_node}
-    return {key: text for key, text in files.items() if text is not None}
-
-
-def _config_map(options: ManifestOptions) -> dict[str, Any]:
-    """The node's files, which the same DaemonSet gives to every node it runs on."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _metadata(_config_map_name(options), options.namespace),
-        "data": _node_files(options),
-    }
+def _config_maps(options: ManifestOptions) -> list[dict[str, Any]]:
+    """The node configs and the simulated node, which the same DaemonSet gives to every node."""
+    maps = []
+    if options.node_configs:
+        data = {f"{name}.yaml": text for name, text in sorted(options.node_configs.items())}
+        maps.append((f"{options.name}-node-configs", data))
+    if options.simulated_node is not None:
+        maps.append((f"{options.name}-simulated-node", {SIMULATED_NODE_KEY: options.simulated_node}))
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _metadata(options, name, options.namespace),
+            "data": data,
+        }
+        for name, data in maps
+    ]
 
 
 def _optional_parts(
@@ -319,33 +460,52 @@ def _optional_parts(
     env: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
-    if _node_files(options):
-        mounts.append({"name": "node-files", "mountPath": NODE_FILES_DIR, "readOnly": True})
-        volumes.append({"name": "node-files", "configMap": {"name": _config_map_name(options)}})
-    if options.node_config is not None:
-        env.append({"name": "DRA_DRIVER_NODE_CONFIG", "value": f"{NODE_FILES_DIR}/{NODE_CONFIG_KEY}"})
+    if options.node_configs:
+        env.append({"name": "DRA_DRIVER_NODE_CONFIGS", "value": NODE_CONFIGS_DIR})
+        mounts.append({"name": "node-configs", "mountPath": NODE_CONFIGS_DIR, "readOnly": True})
+        volumes.append({"name": "node-configs", "configMap": {"name": f"{options.name}-node-configs"}})
+    if options.simulated_node is not None:
+        mounts.append({"name": "simulated-node", "mountPath": SIMULATED_NODE_DIR, "readOnly": True})
+        volumes.append({"name": "simulated-node", "configMap": {"name": f"{options.name}-simulated-node"}})
     if options.hami_core_library is not None:
         # Both at their host paths: the CDI mounts that put them into workloads name host paths.
         library = options.hami_core_library
+        hami_core_dir = f"/var/lib/{options.name}/vgpu"
         env.append({"name": "DRA_DRIVER_HAMI_CORE_LIBRARY", "value": library})
-        env.append({"name": "DRA_DRIVER_HAMI_CORE_DIR", "value": HAMI_CORE_DIR})
+        env.append({"name": "DRA_DRIVER_HAMI_CORE_DIR", "value": hami_core_dir})
         mounts.append({"name": "hami-core-library", "mountPath": library, "readOnly": True})
-        mounts.append({"name": "hami-core-dir", "mountPath": HAMI_CORE_DIR})
+        mounts.append({"name": "hami-core-dir", "mountPath": hami_core_dir})
         volumes.append(_host_path("hami-core-library", library, "File"))
-        volumes.append(_host_path("hami-core-dir", HAMI_CORE_DIR, "DirectoryOrCreate"))
+        volumes.append(_host_path("hami-core-dir", hami_core_dir, "DirectoryOrCreate"))
     return env, mounts, volumes
 
 
 def _hardware_value(options: ManifestOptions) -> str:
     if options.simulated_node is not None:
-        return f"simulated:{NODE_FILES_DIR}/{SIMULATED_NODE_KEY}"
+        return f"simulated:{SIMULATED_NODE_DIR}/{SIMULATED_NODE_KEY}"
     return options.hardware
 
 
+def _placement(options: ManifestOptions) -> dict[str, Any]:
+    """A node selector when one is given; else the GPU nodes, found by either label (ORed terms)."""
+    if options.node_selector:
+        return {"nodeSelector": dict(options.node_selector)}
+    terms = [
+        {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+        for key, value in GPU_NODE_LABELS
+    ]
+    return {
+        "affinity": {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
+        }
+    }
+
+
 def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
+    run_dir = f"/run/{options.name}"
     mounts: list[dict[str, Any]] = [
-        {"name": "plugins-registry", "mountPath": "/var/lib/kubelet/plugins_registry"},
-        {"name": "plugins", "mountPath": "/var/lib/kubelet/plugins"},
+        {"name": "plugins-registry", "mountPath": options.registrar_dir},
+        {"name": "plugins", "mountPath": options.plugins_dir},
         {"name": "cdi", "mountPath": "/var/run/cdi"},
         {"name": "dev", "mountPath": "/dev"},
         # The GPU operator's driver container may mount the driver after the agent has started.
@@ -355,15 +515,15 @@ def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
             "readOnly": True,
             "mountPropagation": "HostToContainer",
         },
-        {"name": "run", "mountPath": HOST_RUN_DIR},
+        {"name": "run", "mountPath": run_dir},
     ]
     volumes = [
-        _host_path("plugins-registry", "/var/lib/kubelet/plugins_registry", "Directory"),
-        _host_path("plugins", "/var/lib/kubelet/plugins", "DirectoryOrCreate"),
+        _host_path("plugins-registry", options.registrar_dir, "Directory"),
+        _host_path("plugins", options.plugins_dir, "DirectoryOrCreate"),
         _host_path("cdi", "/var/run/cdi", "DirectoryOrCreate"),
         _host_path("dev", "/dev", "Directory"),
-        _host_path("driver-root", HOST_DRIVER_ROOT, "DirectoryOrCreate"),
-        _host_path("run", HOST_RUN_DIR, "DirectoryOrCreate"),
+        _host_path("driver-root", options.driver_root, "DirectoryOrCreate"),
+        _host_path("run", run_dir, "DirectoryOrCreate"),
     ]
     env: list[dict[str, Any]] = [
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -371,9 +531,13 @@ def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
         {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         {"name": "DRA_DRIVER_HARDWARE", "value": _hardware_value(options)},
         {"name": "DRA_DRIVER_ROOT", "value": CONTAINER_DRIVER_ROOT},
-        {"name": "DRA_DRIVER_MPS_DIR", "value": MPS_DIR},
-        {"name": "DRA_DRIVER_METRICS_ADDRESS", "value": f":{METRICS_PORT}"},
-        {"name": "DRA_DRIVER_LOG_FORMAT", "value": "json"},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": "DRA_DRIVER_REGISTRAR_DIR", "value": options.registrar_dir},
+        {"name": "DRA_DRIVER_PLUGINS_DIR", "value": options.plugins_dir},
+        {"name": "DRA_DRIVER_MPS_DIR", "value": f"{run_dir}/mps"},
+        {"name": "DRA_DRIVER_METRICS_ADDRESS", "value": f":{options.metrics_port}"},
+        {"name": "DRA_DRIVER_LOG_FORMAT", "value": options.log_format},
+        {"name": "DRA_DRIVER_VERBOSITY", "value": str(options.log_verbosity)},
     ]
     optional_env, optional_mounts, optional_volumes = _optional_parts(options)
     env += optional_env
@@ -382,9 +546,10 @@ def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
     container = {
         "name": "node-agent",
         "image": options.image,
+        "imagePullPolicy": "IfNotPresent",
         "args": ["node"],
         "env": env,
-        "ports": [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}],
+        "ports": [{"name": "metrics", "containerPort": options.metrics_port, "protocol": "TCP"}],
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "metrics"},
             "periodSeconds": 10,
@@ -395,28 +560,33 @@ def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
         "securityContext": {"privileged": True},
         "volumeMounts": mounts,
     }
+    pod: dict[str, Any] = {"serviceAccountName": service_account_name(options)}
+    if options.priority_class_name:
+        pod["priorityClassName"] = options.priority_class_name
+    pod.update(_placement(options))
+    pod["tolerations"] = [dict(toleration) for toleration in DEFAULT_TOLERATIONS]
+    pod["containers"] = [container]
+    pod["volumes"] = volumes
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": _metadata(APP_NAME, options.namespace),
+        "metadata": _metadata(options, options.name, options.namespace),
         "spec": {
-            "selector": {"matchLabels": dict(_LABELS)},
+            "selector": {"matchLabels": selector_labels(options)},
             "updateStrategy": {
                 "type": "RollingUpdate",
-                "rollingUpdate": {"maxUnavailable": 1 - options.max_surge, "maxSurge": options.max_surge},
+                "rollingUpdate": {"maxSurge": options.max_surge, "maxUnavailable": 1 - options.max_surge},
             },
-            "template": {
-                "metadata": {"labels": dict(_LABELS)},
-                "spec": {
-                    "serviceAccountName": SERVICE_ACCOUNT,
-                    "nodeSelector": dict(options.node_selector),
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                    "containers": [container],
-                    "volumes": volumes,
-                },
-            },
+            "template": {"metadata": {"labels": selector_labels(options)}, "spec": pod},
         },
     }
+
+
+def _device_classes(options: ManifestOptions) -> list[dict[str, Any]]:
+    classes = device_classes(options.driver_name)
+    for device_class in classes:
+        device_class["metadata"]["labels"] = _labels(options)
+    return classes
 
 
 def render(options: ManifestOptions) -> list[dict[str, Any]]:
@@ -425,14 +595,14 @@ def render(options: ManifestOptions) -> list[dict[str, Any]]:
     _check(options)
     return [
         _namespace(options),
-        *([_config_map(options)] if _node_files(options) else []),
+        *_config_maps(options),
         _service_account(options),
         _cluster_role(options),
         _cluster_role_binding(options),
         _admission_policy(options),
         _admission_policy_binding(options),
         _daemon_set(options),
-        *device_classes(options.driver_name),
+        *_device_classes(options),
     ]
 
 
@@ -442,6 +612,42 @@ def render_yaml(options: ManifestOptions) -> str:
         f"# The DRA driver {options.driver_name}, rendered by `dra-driver manifests`; do not edit.\n"
         "# tests/api/test_manifests.py keeps deploy/dra-driver.yaml equal to the default rendering:\n"
         "#   dra-driver manifests > deploy/dra-driver.yaml\n"
+        "# The Helm chart deploy/helm/dra-driver installs the same objects from values.\n"
     )
     # A wide line keeps each CEL expression on one line, where it reads as the CEL it is.
     return header + yaml.safe_dump_all(render(options), sort_keys=False, explicit_start=True, width=4096)
+
+
+def chart_values(options: ManifestOptions) -> dict[str, Any]:
+    """The values of deploy/helm/dra-driver that install what `render(options)` renders (less the
+    Namespace, which the chart leaves to `--create-namespace` or the operator), as the release
+    `options.name` in the namespace `options.namespace`. tests/api/test_helm_chart.py proves the
+    two agree; the e2e setup installs the chart with them."""
+    _check(options)
+    repository, _, tag = options.image.rpartition(":")
+    if not repository or "/" in tag:
+        repository, tag = options.image, "latest"
+    values: dict[str, Any] = {
+        "driverName": options.driver_name,
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "IfNotPresent"},
+        "hardware": options.hardware if options.simulated_node is None else DEFAULT_HARDWARE,
+        "driverRoot": options.driver_root,
+        "kubeletRegistrarDir": options.registrar_dir,
+        "kubeletPluginsDir": options.plugins_dir,
+        "priorityClassName": options.priority_class_name,
+        "updateStrategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": options.max_surge, "maxUnavailable": 1 - options.max_surge},
+        },
+        "logVerbosity": options.log_verbosity,
+        "logFormat": options.log_format,
+        "nodeConfigs": {name: yaml.safe_load(text) or {} for name, text in options.node_configs.items()},
+        "hamiCore": {"library": options.hami_core_library or ""},
+        "metrics": {"port": options.metrics_port},
+    }
+    if options.simulated_node is not None:
+        values["simulatedNode"] = yaml.safe_load(options.simulated_node)
+    if options.node_selector:
+        values["nodeSelector"] = dict(options.node_selector)
+        values["affinity"] = None  # Helm merges maps into the defaults; null removes one
+    return values

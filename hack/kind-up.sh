@@ -3,13 +3,16 @@
 #   1. creates the cluster from hack/kind-config.yaml (DRA feature gates, CDI in containerd),
 #      or reuses it when it exists;
 #   2. builds the agent's image from the Dockerfile and loads it into the cluster's nodes;
-#   3. labels the worker(s) for the agent and installs `dra-driver manifests` for them, with the
-#      simulated node and node config in hack/e2e-node (they travel in a ConfigMap);
+#   3. labels the worker(s) for the agent and installs the Helm chart deploy/helm/dra-driver for
+#      them (helm upgrade --install: the helm CLI if there is one, else the Helm library from
+#      .venv), with the simulated node and node config in hack/e2e-node (they travel in
+#      ConfigMaps); the values are those of tests/e2e/deploy.py, which the API tests install;
 #   4. waits for the DaemonSet's rollout and the node's ResourceSlices.
 # Safe to run again: the image is tagged with its ID, so changed code rolls the agent out anew.
 #
 # Needs docker, kind (>= 0.30, or any with a Kubernetes >= 1.34 node image), kubectl, and the
-# repository's .venv (`make lint` creates it). Settings, from the environment:
+# repository's .venv (`make lint` creates it, with the Helm library); the helm CLI is optional.
+# Settings, from the environment:
 #   KIND_CLUSTER_NAME  cluster name (default dra-driver)
 #   KIND_NODE_IMAGE    node image, e.g. kindest/node:v1.35.0 (default: kind's own)
 #   KIND_CONFIG        kind config file (default hack/kind-config.yaml)
@@ -22,8 +25,10 @@ node_image=${KIND_NODE_IMAGE:-}
 kind_config=${KIND_CONFIG:-$repo_root/hack/kind-config.yaml}
 python=${PYTHON:-$repo_root/.venv/bin/python}
 context="kind-$cluster"
-# What the rendering names: the agent's namespace and DaemonSet, and the worker label.
+# What the installation names: the agent's namespace, the release and its DaemonSet, and the
+# worker label.
 namespace=dra-driver
+release=dra-driver
 daemon_set=dra-driver
 node_label=dra-driver.dev/e2e=true
 driver=gpu.dra-driver.dev
@@ -68,12 +73,29 @@ mapfile -t workers < <(kube get nodes --selector '!node-role.kubernetes.io/contr
 [ "${#workers[@]}" -gt 0 ] || die "the cluster has no worker node"
 kube label --overwrite "${workers[@]}" "$node_label"
 
-say "installing the driver"
-# The same arguments as e2e_manifest_args in tests/e2e/deploy.py, which the API tests check.
-(cd "$repo_root" && "$python" -m dra_driver manifests --image "$image" \
-  --hardware simulated:hack/e2e-node/simulated-node.yaml \
-  --node-config hack/e2e-node/node-config.yaml \
-  --node-selector "$node_label") | kube apply --filename -
+say "installing the driver with the Helm chart"
+kube create namespace "$namespace" --dry-run=client --output yaml | kube apply --filename - >/dev/null
+kube label --overwrite namespace "$namespace" pod-security.kubernetes.io/enforce=privileged >/dev/null
+# An installation applied without Helm (kind-up.sh before the chart) is not Helm's to take over,
+# and its DaemonSet's selector cannot change: remove it, all but the namespace.
+existing=$(kube get daemonset "$daemon_set" --namespace "$namespace" --ignore-not-found \
+  --output 'jsonpath={.metadata.name}/{.metadata.labels.app\.kubernetes\.io/managed-by}')
+if [ -n "$existing" ] && [ "$existing" != "$daemon_set/Helm" ]; then
+  say "removing the installation made without Helm"
+  (cd "$repo_root" && "$python" -m dra_driver manifests) | "$python" -c '
+import sys, yaml
+yaml.safe_dump_all([d for d in yaml.safe_load_all(sys.stdin) if d["kind"] != "Namespace"], sys.stdout)' |
+    kube delete --ignore-not-found --filename -
+fi
+if command -v helm >/dev/null; then
+  values=$(mktemp)
+  trap 'rm -f "$values"' EXIT
+  (cd "$repo_root" && "$python" -m tests.e2e.deploy values --image "$image") >"$values"
+  helm upgrade --install "$release" "$repo_root/deploy/helm/dra-driver" \
+    --kube-context "$context" --namespace "$namespace" --values "$values"
+else
+  (cd "$repo_root" && "$python" -m tests.e2e.deploy install --image "$image" --context "$context")
+fi
 kube rollout status --namespace "$namespace" "daemonset/$daemon_set" --timeout 180s
 
 say "waiting for the agent's ResourceSlices"

@@ -397,17 +397,21 @@ def test_the_e2e_installation_is_the_default_one_with_the_e2e_node_files() -> No
         item for item in default if item["kind"] != "DaemonSet"
     ]
     assert pod["nodeSelector"] == dict([NODE_LABEL])
-    assert sorted(only(objects, "ConfigMap")["data"].values()) == sorted(
+    config_maps = [item["data"] for item in objects if item["kind"] == "ConfigMap"]
+    assert sorted(text for data in config_maps for text in data.values()) == sorted(
         [E2E_HARDWARE_FILE.read_text(), E2E_NODE_CONFIG_FILE.read_text()]
     )
-    assert env["DRA_DRIVER_HARDWARE"].startswith("simulated:/") and env["DRA_DRIVER_NODE_CONFIG"]
+    assert env["DRA_DRIVER_HARDWARE"].startswith("simulated:/") and env["DRA_DRIVER_NODE_CONFIGS"]
 
 
-def test_kind_up_renders_the_e2e_installation_with_the_command(capsys: pytest.CaptureFixture[str]) -> None:
-    """kind-up.sh runs `dra-driver manifests` from the repository root with these arguments."""
+def test_kind_up_installs_the_e2e_chart_values(capsys: pytest.CaptureFixture[str]) -> None:
+    """kind-up.sh installs the chart with the values of tests/e2e/deploy.py (whose installation
+    tests/api/test_helm_chart.py compares with e2e_manifests); `dra-driver manifests` with
+    e2e_manifest_args renders the same objects for an install without Helm."""
     script = (REPOSITORY / "hack" / "kind-up.sh").read_text()
-    for argument in e2e_manifest_args("$image"):
-        assert argument in script.replace('"$image"', "$image").replace('"$node_label"', "=".join(NODE_LABEL))
+    assert '-m tests.e2e.deploy values --image "$image"' in script
+    assert '-m tests.e2e.deploy install --image "$image"' in script
+    assert '"$repo_root/deploy/helm/dra-driver"' in script
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(REPOSITORY)
         assert main(["manifests", *e2e_manifest_args("dra-driver:e2e-0123456789ab")]) == 0

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from cel_expr_python import cel
 
-from dra_driver import DEFAULT_DRIVER_NAME, __version__
+from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import main
 from dra_driver.devices.classes import device_classes
 from dra_driver.manifests import (
@@ -26,6 +26,7 @@ from dra_driver.manifests import (
     render,
     render_yaml,
     service_account_username,
+    split_node_config_argument,
 )
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 
@@ -38,13 +39,22 @@ OTHER = ManifestOptions(
     node_selector={"example.com/accelerator": "nvidia", "pool": ""},
 )
 NODE_CONFIG = "default:\n  mode: mig-dynamic\n"
+VGPU_CONFIG = "# the vGPU nodes\ngpus:\n  - {index: 0, mode: vgpu-capacity}\n"
 SIMULATED_NODE = "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\n"
 EVERYTHING = ManifestOptions(
+    name="gpus",
     hardware="simulated:node.yaml",
     max_surge=0,
-    node_config=NODE_CONFIG,
+    node_configs={"default": NODE_CONFIG, "vgpu": VGPU_CONFIG},
     simulated_node=SIMULATED_NODE,
     hami_core_library="/usr/local/vgpu/libvgpu.so",
+    driver_root="/run/nvidia/driver",
+    registrar_dir="/var/lib/k0s/kubelet/plugins_registry",
+    plugins_dir="/var/lib/k0s/kubelet/plugins",
+    priority_class_name="",
+    log_verbosity=4,
+    log_format="console",
+    metrics_port=9500,
 )
 
 
@@ -93,7 +103,13 @@ def test_the_order_is_namespace_rbac_policy_daemonset_classes() -> None:
         "DeviceClass",
         "DeviceClass",
     ]
-    assert render(OTHER)[-3:] == device_classes(OTHER.driver_name)
+    rendered_classes = render(OTHER)[-3:]
+    assert [item["spec"] for item in rendered_classes] == [
+        item["spec"] for item in device_classes(OTHER.driver_name)
+    ]
+    assert {item["metadata"]["labels"]["app.kubernetes.io/instance"] for item in rendered_classes} == {
+        OTHER.name
+    }
 
 
 # --- RBAC ---------------------------------------------------------------------------------------
@@ -113,12 +129,13 @@ def test_rbac_grants_exactly_what_the_agent_uses(options: ManifestOptions) -> No
 
     assert granted == {
         ("resource.k8s.io", "resourceclaims", "get"),
-        ("", "nodes", "get"),
+        *(("", "nodes", verb) for verb in ("get", "list", "watch")),
         *(
             ("resource.k8s.io", "resourceslices", verb)
             for verb in ("get", "list", "watch", "create", "update", "delete")
         ),
         ("", "events", "create"),
+        ("", "events", "patch"),
     }
     assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"])
     assert "*" not in str(role["rules"])
@@ -282,32 +299,56 @@ def test_the_daemon_set_runs_the_agent_as_configured() -> None:
     assert daemon_set["metadata"]["namespace"] == "gpu-system"
     assert container["image"] == OTHER.image
     assert pod["nodeSelector"] == OTHER.node_selector
+    assert "affinity" not in pod, "a node selector replaces the default placement"
+    assert pod["priorityClassName"] == "system-node-critical"
     assert env["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert env["POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}, "sockets named per pod"
     assert env["DRA_DRIVER_NAME"] == "gpu.example.com"
     assert env["DRA_DRIVER_HARDWARE"] == "simulated:dgx-h100"
     assert env["DRA_DRIVER_ROOT"] == "/driver-root"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void", "the NVIDIA runtime must not inject GPUs into the agent"
     assert env["DRA_DRIVER_MPS_DIR"].startswith(volumes["run"]["path"] + "/")
+    assert (env["DRA_DRIVER_LOG_FORMAT"], env["DRA_DRIVER_VERBOSITY"]) == ("json", "0")
     assert container["securityContext"] == {"privileged": True}
     assert container["ports"] == [{"name": "metrics", "containerPort": 9477, "protocol": "TCP"}]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     # The new agent pod starts next to the old one: the node never stops preparing claims.
     assert daemon_set["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
-    assert "DRA_DRIVER_NODE_CONFIG" not in env and "DRA_DRIVER_HAMI_CORE_LIBRARY" not in env
+    assert "DRA_DRIVER_NODE_CONFIGS" not in env and "DRA_DRIVER_HAMI_CORE_LIBRARY" not in env
     assert objects_of_kind(render(OTHER), "ConfigMap") == []
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
-    assert volumes["driver-root"]["path"] == "/run/nvidia/driver"
-    assert mounts["driver-root"]["readOnly"] is True
+    # The driver installed on the host by default, seen read-only, and later mounts propagate.
+    assert volumes["driver-root"] == {"path": "/", "type": "DirectoryOrCreate"}
+    assert mounts["driver-root"] == {
+        "name": "driver-root",
+        "mountPath": "/driver-root",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
     for path in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi", "/dev"):
         (name,) = [name for name, volume in volumes.items() if volume["path"] == path]
         assert mounts[name]["mountPath"] == path, "kubelet and the runtime see these paths as the agent does"
     assert set(mounts) == set(volumes)
 
 
-def test_node_files_hami_core_and_one_after_the_other_updates_when_asked() -> None:
+def test_by_default_the_agent_runs_on_nodes_with_either_gpu_label() -> None:
+    pod = only(render(ManifestOptions()), "DaemonSet")["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+
+    assert "nodeSelector" not in pod
+    # Terms are ORed; the expressions within one term are ANDed: one label per term.
+    assert terms == [
+        {"matchExpressions": [{"key": key, "operator": "In", "values": ["true"]}]}
+        for key in ("feature.node.kubernetes.io/pci-10de.present", "nvidia.com/gpu.present")
+    ]
+
+
+def test_node_configs_driver_root_kubelet_paths_hami_core_and_the_rest_when_asked() -> None:
     objects = render(EVERYTHING)
-    config_map = only(objects, "ConfigMap")
+    config_maps = {item["metadata"]["name"]: item for item in objects_of_kind(objects, "ConfigMap")}
     daemon_set = only(objects, "DaemonSet")
     pod = daemon_set["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -315,60 +356,186 @@ def test_node_files_hami_core_and_one_after_the_other_updates_when_asked() -> No
     mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
 
-    assert [item["kind"] for item in objects[:2]] == ["Namespace", "ConfigMap"]
-    assert config_map["data"] == {"node-config.yaml": NODE_CONFIG, "simulated-node.yaml": SIMULATED_NODE}
-    assert volumes["node-files"]["configMap"]["name"] == config_map["metadata"]["name"]
-    files_dir = mounts["node-files"]["mountPath"]
-    assert env["DRA_DRIVER_NODE_CONFIG"] == f"{files_dir}/node-config.yaml"
-    assert env["DRA_DRIVER_HARDWARE"] == f"simulated:{files_dir}/simulated-node.yaml"
+    assert [item["kind"] for item in objects[:3]] == ["Namespace", "ConfigMap", "ConfigMap"]
+    assert config_maps["gpus-node-configs"]["data"] == {"default.yaml": NODE_CONFIG, "vgpu.yaml": VGPU_CONFIG}
+    assert config_maps["gpus-simulated-node"]["data"] == {"simulated-node.yaml": SIMULATED_NODE}
+    assert volumes["node-configs"]["configMap"]["name"] == "gpus-node-configs"
+    assert mounts["node-configs"] == {
+        "name": "node-configs",
+        "mountPath": "/etc/dra-driver/node-configs",
+        "readOnly": True,
+    }
+    assert env["DRA_DRIVER_NODE_CONFIGS"] == "/etc/dra-driver/node-configs"
+    assert volumes["simulated-node"]["configMap"]["name"] == "gpus-simulated-node"
+    assert (
+        env["DRA_DRIVER_HARDWARE"] == f"simulated:{mounts['simulated-node']['mountPath']}/simulated-node.yaml"
+    )
     assert env["DRA_DRIVER_HAMI_CORE_LIBRARY"] == "/usr/local/vgpu/libvgpu.so"
     for name in ("hami-core-library", "hami-core-dir"):
         assert mounts[name]["mountPath"] == volumes[name]["hostPath"]["path"], "host paths, as CDI names them"
     assert volumes["hami-core-dir"]["hostPath"]["path"] == env["DRA_DRIVER_HAMI_CORE_DIR"]
     assert mounts["hami-core-library"]["readOnly"] is True
+    assert volumes["driver-root"]["hostPath"] == {"path": "/run/nvidia/driver", "type": "DirectoryOrCreate"}
+    for name, variable, path in (
+        ("plugins-registry", "DRA_DRIVER_REGISTRAR_DIR", "/var/lib/k0s/kubelet/plugins_registry"),
+        ("plugins", "DRA_DRIVER_PLUGINS_DIR", "/var/lib/k0s/kubelet/plugins"),
+    ):
+        assert volumes[name]["hostPath"]["path"] == mounts[name]["mountPath"] == env[variable] == path
+    assert "priorityClassName" not in pod
+    assert (env["DRA_DRIVER_LOG_FORMAT"], env["DRA_DRIVER_VERBOSITY"]) == ("console", "4")
+    assert env["DRA_DRIVER_METRICS_ADDRESS"] == ":9500"
+    assert container["ports"][0]["containerPort"] == 9500
     assert daemon_set["spec"]["updateStrategy"]["rollingUpdate"] == {"maxUnavailable": 1, "maxSurge": 0}
 
 
-def test_the_command_reads_node_files_into_the_config_map(
+def test_the_command_reads_node_files_into_config_maps(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "node.yaml").write_text(SIMULATED_NODE)
     (tmp_path / "config.yaml").write_text(NODE_CONFIG)
-    argv = ["manifests", "--hardware", f"simulated:{tmp_path / 'node.yaml'}", "--max-surge", "0"]
-    argv += [
-        "--node-config",
-        str(tmp_path / "config.yaml"),
-        "--hami-core-library",
-        "/usr/local/vgpu/libvgpu.so",
-    ]
+    (tmp_path / "vgpu.yaml").write_text(VGPU_CONFIG)
+    argv = ["manifests", "--name", "gpus", "--hardware", f"simulated:{tmp_path / 'node.yaml'}"]
+    argv += ["--max-surge", "0", "--node-config", str(tmp_path / "config.yaml")]
+    argv += ["--node-config", f"vgpu={tmp_path / 'vgpu.yaml'}"]
+    argv += ["--hami-core-library", "/usr/local/vgpu/libvgpu.so", "--driver-root", "/run/nvidia/driver"]
+    argv += ["--registrar-dir", EVERYTHING.registrar_dir, "--plugins-dir", EVERYTHING.plugins_dir]
+    argv += ["--priority-class-name", "", "--log-verbosity", "4", "--log-format", "console"]
+    argv += ["--metrics-port", "9500"]
     assert main(argv) == 0
     printed = list(yaml.safe_load_all(capsys.readouterr().out))
-    daemon_set = only(printed, "DaemonSet")
-    assert printed[1] == only(render(EVERYTHING), "ConfigMap")
-    assert daemon_set == only(render(EVERYTHING), "DaemonSet")
+    assert printed == render(EVERYTHING)
 
 
 def test_an_unreadable_node_file_exits_2_naming_its_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["manifests", "--node-config", str(tmp_path / "missing.yaml")]) == 2
-    assert capsys.readouterr().err.startswith("dra-driver manifests: --node-config: cannot read")
+    assert capsys.readouterr().err.startswith("dra-driver manifests: --node-config default: cannot read")
+    assert main(["manifests", "--node-config", f"mig={tmp_path / 'missing.yaml'}"]) == 2
+    assert capsys.readouterr().err.startswith("dra-driver manifests: --node-config mig: cannot read")
     assert main(["manifests", "--hardware", f"simulated:{tmp_path / 'missing.yaml'}"]) == 2
     assert capsys.readouterr().err.startswith("dra-driver manifests: --hardware: cannot read")
 
 
-# --- Options and the command ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argument", "config", "expected"),
+    [
+        ("{name}", "default:\n  mode: [mig-dynamic\n", "--node-config default: not valid YAML: "),
+        ("mig={name}", "gpus:\n  - index: 0\n   mode: x\n", "--node-config mig: not valid YAML: "),
+        ("{name}", "default:\n  mode: warp-drive\n", "--node-config default: node config 'default': "),
+        ("mig={name}", "gpus:\n  - {index: -1}\n", "--node-config mig: node config 'mig': gpus[0]"),
+        ("{name}", "defaults: {}\n", "--node-config default: node config 'default': "),
+    ],
+    ids=["bad-yaml", "bad-yaml-named", "unknown-mode", "bad-index", "unknown-field"],
+)
+def test_a_broken_node_config_exits_2_instead_of_being_installed(
+    argument: str, config: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+
+    assert main(["manifests", "--node-config", argument.format(name=path)]) == 2
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"dra-driver manifests: {expected}"), captured.err
+    assert captured.err.count("\n") == 1, "one line"
 
 
-def test_the_command_prints_the_default_rendering(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["manifests"]) == 0
+def test_the_same_config_name_twice_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a.yaml").write_text(NODE_CONFIG)
 
-    printed = capsys.readouterr().out
-    assert printed == render_yaml(ManifestOptions())
-    daemon_set = only(list(yaml.safe_load_all(printed)), "DaemonSet")
-    pod = daemon_set["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"] == f"ghcr.io/dra-driver/dra-driver:{__version__}"
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert (
+        main(["manifests", "--node-config", f"a={tmp_path}/a.yaml", "--node-config", f"a={tmp_path}/a.yaml"])
+        == 2
+    )
+    assert "--node-config: the config 'a' is given twice" in capsys.readouterr().err
+
+
+def test_an_unknown_simulated_profile_exits_2_listing_the_known_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["manifests", "--hardware", "simulated:dgx-h10"]) == 2
+
+    error = capsys.readouterr().err
+    assert error.startswith("dra-driver manifests: --hardware: unknown simulated node profile 'dgx-h10'")
+    assert "dgx-h100" in error.partition("known profiles:")[2]
+
+
+@pytest.mark.parametrize(
+    "node",
+    ["gpus:\n  - model: H100-SXM9\n    count: 2\n", "gpus: [\n", "gpu: []\n"],
+    ids=["model", "yaml", "field"],
+)
+def test_a_broken_simulated_node_file_exits_2(
+    node: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "node.yaml").write_text(node)
+
+    assert main(["manifests", "--hardware", f"simulated:{tmp_path / 'node.yaml'}"]) == 2
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("dra-driver manifests: --hardware: "), captured.err
+    assert captured.err.count("\n") == 1
+
+
+def test_a_node_config_argument_is_a_file_unless_it_starts_with_a_config_name() -> None:
+    assert split_node_config_argument("configs/mig.yaml") == ("default", "configs/mig.yaml")
+    assert split_node_config_argument("mig=configs/mig.yaml") == ("mig", "configs/mig.yaml")
+    assert split_node_config_argument("/tmp/a=b.yaml") == ("default", "/tmp/a=b.yaml")
+    assert split_node_config_argument("mig=") == ("default", "mig=")
+
+
+# --- Two installations side by side -------------------------------------------------------------
+
+
+def _identities(objects: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (item["kind"], item["metadata"].get("namespace", ""), item["metadata"]["name"]) for item in objects
+    }
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+@pytest.mark.parametrize("namespace", ["dra-driver", "gpu-system"], ids=["same-namespace", "other-namespace"])
+def test_two_installations_with_other_names_share_no_object(namespace: str) -> None:
+    first = render(ManifestOptions(node_configs={"default": NODE_CONFIG}, simulated_node=None))
+    second = render(
+        ManifestOptions(
+            name="gpus-b",
+            driver_name="gpu.b.example.com",
+            namespace=namespace,
+            node_configs={"default": NODE_CONFIG},
+            hami_core_library="/usr/local/vgpu/libvgpu.so",
+        )
+    )
+    shared = _identities(first) & _identities(second)
+    first_set, second_set = only(first, "DaemonSet"), only(second, "DaemonSet")
+
+    # Only the namespace they may share, which both render the same way.
+    assert shared == ({("Namespace", "", "dra-driver")} if namespace == "dra-driver" else set())
+    for one, other in ((first_set, second_set), (second_set, first_set)):
+        assert not _selects(
+            one["spec"]["selector"]["matchLabels"], other["spec"]["template"]["metadata"]["labels"]
+        )
+    paths = [
+        {
+            volume["hostPath"]["path"]
+            for volume in ds["spec"]["template"]["spec"]["volumes"]
+            if "hostPath" in volume and volume["name"] in ("run", "hami-core-dir")
+        }
+        for ds in (first_set, second_set)
+    ]
+    assert not paths[0] & paths[1], "each installation has its own host directories"
+
+
+def test_an_installation_name_must_fit_the_names_made_from_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["manifests", "--name", "x" * 49]) == 2
+    assert capsys.readouterr().err.startswith("dra-driver manifests: --name: ")
+    assert render(ManifestOptions(name="x" * 48))
 
 
 def test_the_command_applies_its_options(capsys: pytest.CaptureFixture[str]) -> None:
@@ -397,6 +564,16 @@ def test_the_command_applies_its_options(capsys: pytest.CaptureFixture[str]) -> 
         ("--hardware", "cuda"),
         ("--image", "has space:1"),
         ("--hami-core-library", "libvgpu.so"),
+        ("--driver-root", "run/nvidia/driver"),
+        ("--driver-root", "/run/nvidia/driver/"),
+        ("--driver-root", ""),
+        ("--registrar-dir", "plugins_registry"),
+        ("--plugins-dir", "/var/lib/kubelet//plugins"),
+        ("--priority-class-name", "Critical"),
+        ("--log-verbosity", "11"),
+        ("--log-format", "text"),
+        ("--metrics-port", "0"),
+        ("--name", "Dra_Driver"),
     ],
 )
 def test_a_bad_option_exits_2_naming_its_flag(

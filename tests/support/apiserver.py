@@ -94,6 +94,8 @@ class ResourceType:
     selectable_fields: tuple[str, ...] = ()
     # Whether metadata.generation counts the changes of the spec.
     has_generation: bool = False
+    # Whether kubernetes-validate has its schema; a custom resource's is the CRD's, not upstream's.
+    upstream_schema: bool = True
 
     @property
     def api_version(self) -> str:
@@ -152,6 +154,45 @@ RESOURCE_TYPES = (
 )
 # Field labels that are not the JSON path of their value.
 _FIELD_PATHS = {"source": "source.component"}
+
+# What an installation of the driver creates (`dra-driver manifests`, the Helm chart), served
+# only when a test asks for them (`ApiServer(install_types=True)`): stored and validated like the
+# rest, with no controller behind them. Helm's release records (Secrets) are kept apart.
+INSTALL_RESOURCE_TYPES = (
+    ResourceType("", "v1", "namespaces", "Namespace", False, True, False),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, False, False),
+    ResourceType("", "v1", "configmaps", "ConfigMap", True, False, False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, False, False),
+    ResourceType(
+        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, False, False
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        False,
+        True,
+        False,
+        has_generation=True,
+    ),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
+        False,
+        False,
+        has_generation=True,
+    ),
+    ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, True, False, has_generation=True),
+    ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False, False, False),
+    # The Prometheus Operator's, as if its CRD were installed; stored unvalidated.
+    ResourceType(
+        "monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True, False, False, upstream_schema=False
+    ),
+)
 
 
 def status_object(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
@@ -524,7 +565,9 @@ class Store:
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)
     succeeded: Counter[tuple[str, str]] = field(default_factory=Counter)
     history: dict[str, _History] = field(
-        default_factory=lambda: {rtype.plural: _History() for rtype in RESOURCE_TYPES}
+        default_factory=lambda: {
+            rtype.plural: _History() for rtype in (*RESOURCE_TYPES, *INSTALL_RESOURCE_TYPES)
+        }
     )
 
 
@@ -579,9 +622,15 @@ class ApiServer:
     feature gates it has off by default unless `disabled_features` names them."""
 
     def __init__(
-        self, version: str = DEFAULT_VERSION, disabled_features: Iterable[str] | None = None
+        self,
+        version: str = DEFAULT_VERSION,
+        disabled_features: Iterable[str] | None = None,
+        install_types: bool = False,
     ) -> None:
         self.version = version
+        self.resource_types = (*RESOURCE_TYPES, *(INSTALL_RESOURCE_TYPES if install_types else ()))
+        # Helm's release records as sent (see _add_release_records).
+        self.release_records: list[bytes] = []
         self.minor = _minor(version)
         self.schema_version = schema_version(self.minor)
         self._disabled = (
@@ -609,7 +658,10 @@ class ApiServer:
         app = web.Application(middlewares=[self._middleware])
         app.router.add_get("/version", self._version)
         app.router.add_get("/version/", self._version)  # the official client asks with the slash
-        for rtype in RESOURCE_TYPES:
+        self._add_discovery(app)
+        if self.resource_types != RESOURCE_TYPES:
+            self._add_release_records(app)
+        for rtype in self.resource_types:
             prefix = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else f"/api/{rtype.version}"
             collection = (
                 f"{prefix}/namespaces/{{namespace}}/{rtype.plural}"
@@ -623,10 +675,73 @@ class ApiServer:
             app.router.add_get(collection + "/{name}", self._handler(rtype, self._get))
             app.router.add_put(collection + "/{name}", self._handler(rtype, self._update))
             app.router.add_delete(collection + "/{name}", self._handler(rtype, self._delete))
+            if rtype in INSTALL_RESOURCE_TYPES:
+                app.router.add_patch(collection + "/{name}", self._handler(rtype, self._apply))
             if rtype.has_status:
                 app.router.add_get(collection + "/{name}/status", self._handler(rtype, self._get))
                 app.router.add_put(collection + "/{name}/status", self._handler(rtype, self._update_status))
         return app
+
+    def _add_discovery(self, app: web.Application) -> None:
+        """The legacy (unaggregated) discovery documents, which clients such as Helm's read to map
+        a kind to its resource: /api, /apis and one resource list per group version. A client that
+        asks for aggregated discovery gets these too, as from a server that predates it."""
+        versions: dict[tuple[str, str], list[ResourceType]] = {}
+        for rtype in self.resource_types:
+            versions.setdefault((rtype.group, rtype.version), []).append(rtype)
+
+        def answer(document: Obj) -> Callable[[web.Request], Awaitable[web.Response]]:
+            async def respond(request: web.Request) -> web.Response:
+                return web.json_response(document)
+
+            return respond
+
+        groups = sorted({group for group, _ in versions if group})
+        app.router.add_get("/api", answer({"kind": "APIVersions", "versions": ["v1"]}))
+        app.router.add_get(
+            "/apis",
+            answer(
+                {
+                    "kind": "APIGroupList",
+                    "apiVersion": "v1",
+                    "groups": [_discovery_group(group, versions) for group in groups],
+                }
+            ),
+        )
+        for (group, version), rtypes in versions.items():
+            path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+            app.router.add_get(path, answer(_resource_list(group, version, rtypes)))
+
+    def _add_release_records(self, app: web.Application) -> None:
+        """Where Helm keeps its release records (Secrets, one per revision). Helm sends them as
+        protobuf, which this stand-in does not decode: it keeps the bodies (`release_records`) and
+        lists none back, so that every install is a first install. The records are Helm's own
+        bookkeeping; the objects of a release are stored and validated like any other."""
+        collection = "/api/v1/namespaces/{namespace}/secrets"
+
+        async def listed(request: web.Request) -> web.Response:
+            return web.json_response({"apiVersion": "v1", "kind": "SecretList", "metadata": {}, "items": []})
+
+        async def written(request: web.Request) -> web.Response:
+            body = await request.read()
+            with self._lock:
+                self.release_records.append(body)
+                self.store.revision += 1
+                revision = self.store.revision
+            secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": request.match_info.get("name", f"release-record-{revision}"),
+                    "namespace": request.match_info["namespace"],
+                    "resourceVersion": str(revision),
+                },
+            }
+            return web.json_response(secret, status=201 if request.method == "POST" else 200)
+
+        app.router.add_get(collection, listed)
+        app.router.add_post(collection, written)
+        app.router.add_put(collection + "/{name}", written)
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._loop = asyncio.get_running_loop()
@@ -694,7 +809,7 @@ class ApiServer:
     def writes(self, plural: str) -> int:
         """Creates, updates and deletes of that resource answered with success (one that
         fail_after_commit_next answered 500 is stored, yet not counted)."""
-        _resource_type(plural)
+        _resource_type(plural, self.resource_types)
         with self._lock:
             return sum(self.store.succeeded[(verb, plural)] for verb in _WRITE_VERBS)
 
@@ -706,7 +821,7 @@ class ApiServer:
 
     def objects(self, plural: str) -> list[Obj]:
         """Copies of the stored objects of that resource, by name (then namespace)."""
-        _resource_type(plural)
+        _resource_type(plural, self.resource_types)
         with self._lock:
             found = [copy.deepcopy(obj) for (kind, _, _), obj in self.store.objects.items() if kind == plural]
         return sorted(found, key=lambda obj: (obj["metadata"]["name"], obj["metadata"].get("namespace", "")))
@@ -884,6 +999,8 @@ class ApiServer:
     # -- validation ----------------------------------------------------------------------------------
 
     def _validate(self, rtype: ResourceType, obj: Obj) -> None:
+        if not rtype.upstream_schema:
+            return
         try:
             kubernetes_validate.validate(obj, self.schema_version, strict=True)
         except kubernetes_validate.ValidationError as error:
@@ -1056,6 +1173,44 @@ class ApiServer:
 
         return web.json_response(self._replace(rtype, key, body, merge))
 
+    async def _apply(self, rtype: ResourceType, request: web.Request) -> web.Response:
+        """Server-side apply (Helm 4's default) of an object that does not exist yet, which
+        creates it as a POST would. Merging an apply into an existing object (field ownership)
+        and the other patch types are refused, not approximated."""
+        if request.content_type not in ("application/apply-patch+yaml", "application/apply-patch+json"):
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"this stand-in only creates by apply, not {request.content_type!r}",
+            )
+        if request.query.get("dryRun"):
+            raise _bad_request("dryRun is not supported by this stand-in API server")
+        try:
+            body = yaml.safe_load(await request.read())
+        except yaml.YAMLError as error:
+            raise _bad_request(f"invalid apply patch: {error}") from error
+        if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+            raise _bad_request("an apply patch is an object with metadata")
+        for field_name, expected in (("apiVersion", rtype.api_version), ("kind", rtype.kind)):
+            if body.get(field_name) != expected:
+                raise _bad_request(f"{field_name} {body.get(field_name)!r} does not match {expected!r}")
+        key = self._key(rtype, request)
+        if body["metadata"].get("name") != key[2]:
+            raise _bad_request("the name of the applied object does not match the name on the URL")
+        if rtype.namespaced and body["metadata"].setdefault("namespace", key[1]) != key[1]:
+            raise _bad_request("metadata.namespace does not match the request path")
+        self._prepare_create(rtype, body)
+        with self._lock:
+            if key in self.store.objects:
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"server-side apply to the existing {rtype.kind} {key[2]!r} is not supported here",
+                )
+            self._validate(rtype, body)
+            self._store(rtype, key, body, None)
+        return web.json_response(body, status=201)
+
     async def _update_status(self, rtype: ResourceType, request: web.Request) -> web.Response:
         key = self._key(rtype, request)
         body = await self._body(rtype, request)
@@ -1197,12 +1352,52 @@ class ApiServer:
             watch.sent(item)
 
 
-def _resource_type(plural: str) -> ResourceType:
+def _resource_type(plural: str, served: Iterable[ResourceType] = RESOURCE_TYPES) -> ResourceType:
     """Refuses a misspelt resource, which would otherwise read as an empty one."""
-    for rtype in RESOURCE_TYPES:
+    served = tuple(served)
+    for rtype in served:
         if rtype.plural == plural:
             return rtype
-    raise ValueError(f"the stand-in serves no {plural!r}; it serves {[r.plural for r in RESOURCE_TYPES]}")
+    raise ValueError(f"the stand-in serves no {plural!r}; it serves {[r.plural for r in served]}")
+
+
+def _discovery_group(group: str, versions: dict[tuple[str, str], list[ResourceType]]) -> Obj:
+    served = [
+        {"groupVersion": f"{group}/{version}", "version": version} for g, version in versions if g == group
+    ]
+    return {"name": group, "versions": served, "preferredVersion": served[0]}
+
+
+def _resource_list(group: str, version: str, rtypes: list[ResourceType]) -> Obj:
+    verbs = ["create", "delete", "get", "list", "update", "watch"]
+    resources: list[Obj] = []
+    for rtype in rtypes:
+        singular = rtype.kind.lower()
+        resources.append(
+            {
+                "name": rtype.plural,
+                "singularName": singular,
+                "namespaced": rtype.namespaced,
+                "kind": rtype.kind,
+                "verbs": verbs,
+            }
+        )
+        if rtype.has_status:
+            resources.append(
+                {
+                    "name": f"{rtype.plural}/status",
+                    "singularName": "",
+                    "namespaced": rtype.namespaced,
+                    "kind": rtype.kind,
+                    "verbs": ["get", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
 
 
 def main() -> None:
