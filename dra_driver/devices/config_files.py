@@ -68,8 +68,10 @@ def read_config_text(path: Path) -> bytes | None:
 
 
 def _setting(line: str, origin: str) -> str:
-    """The field path a parse problem starts with, for the metric label."""
-    return line.removeprefix(f"{origin}: ").split(": ", 1)[0]
+    """The field path a parse problem starts with, for the metric label; "file" for a problem of
+    the file as a whole (not YAML, not a mapping)."""
+    start = line.removeprefix(f"{origin}: ").split(": ", 1)[0]
+    return "file" if " " in start else start
 
 
 def parse_config_text(text: bytes, origin: str) -> NodeConfig:
