@@ -11,7 +11,7 @@ import signal
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import structlog
@@ -37,7 +37,7 @@ from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.config_reports import PostEvent, ProblemReporter
 from dra_driver.devices.config_files import ConfigChoice, choose_config, config_path, read_config_text
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
-from dra_driver.devices.node_config import NodeConfigError, load_node_config
+from dra_driver.devices.node_config import GpuPlan, NodeConfigError, load_node_config
 from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
@@ -215,6 +215,8 @@ class NodeAgent:
     config: ConfigChoice | None = None
     reporter: ProblemReporter | None = None
     named_configs: NamedConfigs | None = None
+    # The plan each GPU was last offered under (by UUID): what its prepared claims expect.
+    offered: dict[str, GpuPlan] = field(default_factory=dict)
     # What the slices should say now (health taints included), kept while a peer publishes.
     _wanted_slices: Inventory | None = None
     _publishing: "asyncio.Task[None] | None" = None
@@ -311,6 +313,7 @@ class NodeAgent:
             readiness=readiness,
             gpus=all_gpus,
             config=choice,
+            offered={plan.gpu.uuid: plan for plan in first.plans},
             reporter=reporter,
         )
         reporter.report(choice, first.problems, ())
@@ -353,7 +356,7 @@ class NodeAgent:
         result = replan(
             choice,
             self.gpus,
-            self.inventory.plans,
+            self.offered,
             gpus_in_use(self.engine.prepared_claims.values(), self.gpus),
             self.publisher.status.unsupported if self.publisher is not None else frozenset(),
         )
@@ -372,6 +375,7 @@ class NodeAgent:
     def _use_inventory(self, inventory: Inventory) -> None:
         """Publishing and preparing from now on; health taints stay on the GPUs that have them."""
         self.inventory = inventory
+        self.offered.update((plan.gpu.uuid, plan) for plan in inventory.plans)
         self.engine.use_inventory(inventory)
         for note in inventory.notes:
             log.warning("device left out", note=note)
@@ -481,6 +485,7 @@ class NodeAgent:
         for note in notes:
             log.warning("GPU offered differently: the API server lacks a feature", note=note)
         self.inventory = build_inventory(plans)
+        self.offered.update((plan.gpu.uuid, plan) for plan in plans)
         self.engine.use_inventory(self.inventory)
         if self.health is None:
             return self.inventory

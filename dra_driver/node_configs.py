@@ -12,7 +12,7 @@ its predecessor published, so a config changed while the agent was down applies 
 """
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,23 +67,25 @@ class Replan:
 def replan(
     choice: ConfigChoice,
     gpus: Sequence[Gpu],
-    current: Sequence[GpuPlan] | None,
+    offered: Mapping[str, GpuPlan] | None,
     in_use: frozenset[str],
     unsupported: frozenset[ApiFeature],
 ) -> Replan:
-    """The plans under `choice`, in modes the API server stores (`unsupported`), with every GPU
-    whose plan would change while claims use it (`in_use`) waiting. `current` None: nothing was
-    published by this process yet, so there is nothing to wait for."""
+    """The plans under `choice`, in modes the API server stores (`unsupported`). A GPU that
+    claims use (`in_use`) and whose plan differs from the one it was last offered under
+    (`offered`, by GPU UUID) waits. `offered` None: this process has offered nothing yet, so
+    there is nothing to wait for. A GPU left out meanwhile (a broken config) keeps its last
+    offered plan: when the config is mended its claims' plan comes back without waiting."""
     node_plan = plan_node(choice.config, gpus) if choice.config is not None else None
     wanted = node_plan.plans if node_plan is not None else ()
     if unsupported:
         wanted, _ = fall_back(wanted, unsupported)
     problems = choice.problems + (node_plan.problems if node_plan is not None else ())
-    if current is None:
+    if offered is None:
         return Replan(wanted, problems)
-    now = {plan.gpu.uuid: plan for plan in current}
-    new = {plan.gpu.uuid: plan for plan in wanted}
-    waiting = tuple(gpu for gpu in gpus if gpu.uuid in in_use and now.get(gpu.uuid) != new.get(gpu.uuid))
+    waiting = tuple(
+        plan.gpu for plan in wanted if plan.gpu.uuid in in_use and offered.get(plan.gpu.uuid) != plan
+    )
     held = {gpu.uuid for gpu in waiting}
     return Replan(tuple(plan for plan in wanted if plan.gpu.uuid not in held), problems, waiting)
 

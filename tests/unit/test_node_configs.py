@@ -10,7 +10,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
 from dra_driver.devices.config_files import ConfigChoice
-from dra_driver.devices.node_config import ConfigProblem, GpuEntry, GpuSettings, Mode, NodeConfig, plan_node
+from dra_driver.devices.node_config import (
+    ConfigProblem,
+    GpuEntry,
+    GpuPlan,
+    GpuSettings,
+    Mode,
+    NodeConfig,
+    plan_node,
+)
 from dra_driver.metrics import AgentMetrics
 from dra_driver.node_configs import NamedConfigs, gpus_in_use, replan
 from dra_driver.node_watch import NodeFacts
@@ -27,6 +35,10 @@ def choice(config: NodeConfig | None, *problems: ConfigProblem) -> ConfigChoice:
 
 def l4s(mode: Mode) -> NodeConfig:
     return NodeConfig(gpus=(GpuEntry("gpus[0]", None, None, GpuSettings(mode=mode), model="L4"),))
+
+
+def offered(plans: tuple[GpuPlan, ...]) -> dict[str, GpuPlan]:
+    return {plan.gpu.uuid: plan for plan in plans}
 
 
 def record(uid: str, *devices: str, mig_on: str | None = None) -> ClaimRecord:
@@ -49,7 +61,7 @@ def test_claims_are_traced_to_their_gpus_by_device_name_and_mig_instance() -> No
 
 
 def test_a_gpu_whose_plan_changes_while_claims_use_it_waits_and_the_others_change() -> None:
-    current = plan_node(l4s("gpu"), MIXED).plans
+    current = offered(plan_node(l4s("gpu"), MIXED).plans)
     result = replan(choice(l4s("vgpu-capacity")), MIXED, current, frozenset({MIXED[6].uuid}), frozenset())
     assert result.waiting == (MIXED[6],)
     assert {plan.gpu.index: plan.mode for plan in result.plans if plan.gpu.index >= 4} == {
@@ -58,16 +70,27 @@ def test_a_gpu_whose_plan_changes_while_claims_use_it_waits_and_the_others_chang
         7: "vgpu-capacity",
     }
     # Once its claims are gone the GPU takes the new plan.
-    later = replan(choice(l4s("vgpu-capacity")), MIXED, result.plans, frozenset(), frozenset())
+    later = replan(choice(l4s("vgpu-capacity")), MIXED, current, frozenset(), frozenset())
     assert later.waiting == ()
     assert [plan.mode for plan in later.plans if plan.gpu.index == 6] == ["vgpu-capacity"]
 
 
 def test_a_gpu_in_use_whose_plan_stays_does_not_wait() -> None:
-    current = plan_node(l4s("gpu"), MIXED).plans
+    plans = plan_node(l4s("gpu"), MIXED).plans
     in_use = frozenset(gpu.uuid for gpu in MIXED)
-    result = replan(choice(l4s("gpu")), MIXED, current, in_use, frozenset())
-    assert (result.plans, result.waiting) == (current, ())
+    result = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, frozenset())
+    assert (result.plans, result.waiting) == (plans, ())
+
+
+def test_a_gpu_left_out_meanwhile_comes_back_under_its_claims_plan_without_waiting() -> None:
+    """Its claims were prepared under the plan it was last offered under, which the broken
+    config in between did not change."""
+    plans = plan_node(l4s("gpu"), MIXED).plans
+    in_use = frozenset({MIXED[6].uuid})
+    broken = replan(choice(None, ConfigProblem("file", "broken")), MIXED, offered(plans), in_use, frozenset())
+    assert (broken.plans, broken.waiting) == ((), ())
+    mended = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, frozenset())
+    assert (mended.plans, mended.waiting) == (plans, ())
 
 
 def test_at_start_nothing_waits() -> None:
