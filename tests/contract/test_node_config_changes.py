@@ -130,8 +130,9 @@ def test_a_gpu_the_config_does_not_fit_is_left_out_reported_and_the_agent_serves
         for event, gpu in zip(misfits, MIXED[4:6], strict=True):
             assert (event["type"], event["involvedObject"]["name"]) == ("Warning", NODE_NAME)
             assert event["message"].startswith(f"node {NODE_NAME}: node config {configs}/dynamic.yaml: ")
-            assert f"gpus[0].mode: mig-dynamic on GPU {gpu.index} (NVIDIA A100-SXM4-80GB, {gpu.uuid})" in (
-                event["message"]
+            assert (
+                f"gpus[0].mode: mig-dynamic on GPU {gpu.index} (NVIDIA A100-SXM4-80GB, {gpu.uuid})"
+                in (event["message"])
             )
         assert problem_metrics(agent) == {("4", "gpus[0].mode"): 1.0, ("5", "gpus[0].mode"): 1.0}
 
@@ -190,5 +191,27 @@ def test_a_gpu_whose_mode_changes_under_a_prepared_claim_waits_for_the_claim(
         )
         assert unprepare(agent, claim)["error"] == ""
         publishes(apiserver, {**AUTO, 6: {"vgpu"}, 7: {"vgpu"}})
+    finally:
+        assert agent.terminate() == 0
+
+
+def test_a_single_node_config_file_that_does_not_fit_a_gpu_leaves_only_that_gpu_out(
+    apiserver: ApiServer, agent_dirs: AgentDirs, kubeconfig: Path, short_dir: Path
+) -> None:
+    """--node-config FILE: the same as a named config, checked once at start."""
+    node_config = short_dir / "node.yaml"
+    node_config.write_text("gpus: [{index: 1, mode: mig-dynamic}]\n")
+    agent = start_agent(agent_dirs, kubeconfig, "simulated:l4x8", ("--node-config", str(node_config)))
+    try:
+        publishes(apiserver, {index: {"gpu"} for index in range(8) if index != 1})
+        wait_until(lambda: len(events(apiserver, "NodeConfigDoesNotFit")) == 1)
+        (event,) = events(apiserver, "NodeConfigDoesNotFit")
+        gpu = simulated_node("l4x8", NODE_NAME)[1]
+        assert event["message"] == (
+            f"node {NODE_NAME}: node config {node_config}: gpus[0].mode: mig-dynamic on GPU 1 (NVIDIA L4, "
+            f"{gpu.uuid}): this GPU does not support MIG; GPU 1 is left out (offers no devices) until its "
+            "config fits"
+        )
+        assert problem_metrics(agent) == {("1", "gpus[0].mode"): 1.0}
     finally:
         assert agent.terminate() == 0
