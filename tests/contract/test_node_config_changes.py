@@ -4,6 +4,8 @@ restart, a config that does not fit a GPU leaves that GPU out with a Warning Eve
 while the agent serves on, and a GPU whose plan changes while a claim uses it waits for the claim."""
 
 import asyncio
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -215,3 +217,35 @@ def test_a_single_node_config_file_that_does_not_fit_a_gpu_leaves_only_that_gpu_
         assert problem_metrics(agent) == {("1", "gpus[0].mode"): 1.0}
     finally:
         assert agent.terminate() == 0
+
+
+def test_a_faulty_gpu_keeps_its_taints_when_the_config_changes(
+    apiserver: ApiServer, agent_dirs: AgentDirs, kubeconfig: Path, configs: Path
+) -> None:
+    write_configmap(configs, {"default.yaml": "default: {mode: auto}\n", "l4.yaml": SHARED_L4})
+    agent = start(agent_dirs, kubeconfig, configs)
+    try:
+        publishes(apiserver, AUTO)
+        fault = ("simulate-fault", "--state-dir", str(agent_dirs.state_dir), "--gpu", "6", "--lost")
+        subprocess.run(
+            [sys.executable, "-m", "dra_driver", *fault],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+        wait_until(lambda: tainted(apiserver) == {"gpu-6"})
+        set_label(apiserver, "l4")
+        publishes(apiserver, {**AUTO, 6: {"vgpu"}, 7: {"vgpu"}})
+        # GPU 6's new device (a shareable one, still named gpu-6) carries the lost GPU's taint.
+        assert tainted(apiserver) == {"gpu-6"}
+    finally:
+        assert agent.terminate() == 0
+
+
+def tainted(server: ApiServer) -> set[str]:
+    return {
+        device["name"]
+        for spec in published_specs(server)
+        for device in spec.get("devices") or []
+        if device.get("taints")
+    }
