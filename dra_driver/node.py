@@ -11,7 +11,7 @@ import signal
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import structlog
@@ -35,7 +35,7 @@ from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.config_reports import PostEvent, ProblemReporter
-from dra_driver.devices.config_files import ConfigChoice, choose_config, config_path, read_config_text
+from dra_driver.devices.config_files import ConfigChoice
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
 from dra_driver.devices.node_config import GpuPlan, NodeConfigError, load_node_config
 from dra_driver.group_commit import GroupCommitter
@@ -211,12 +211,10 @@ class NodeAgent:
     health: HealthMonitor | None = None
     # Every GPU found at start, offered or not: what node configs are planned against.
     gpus: tuple[Gpu, ...] = ()
-    # The node config in force, and what reports its problems.
-    config: ConfigChoice | None = None
     reporter: ProblemReporter | None = None
-    named_configs: NamedConfigs | None = None
-    # The plan each GPU was last offered under (by UUID): what its prepared claims expect.
-    offered: dict[str, GpuPlan] = field(default_factory=dict)
+    # The plan each GPU was last offered under (by UUID): what its prepared claims expect. None
+    # until this process offers something: claims of an earlier run cannot be told apart.
+    offered: dict[str, GpuPlan] | None = None
     # What the slices should say now (health taints included), kept while a peer publishes.
     _wanted_slices: Inventory | None = None
     _publishing: "asyncio.Task[None] | None" = None
@@ -237,7 +235,7 @@ class NodeAgent:
         metrics = metrics or AgentMetrics()
         readiness = readiness or Readiness()
         hardware, all_gpus = await discover_gpus(settings.inventory, settings.state_dir)
-        choice = initial_config(settings, slice_api is not None)
+        choice = initial_config(settings)
         first = replan(choice, all_gpus, None, frozenset(), frozenset())
         inventory = build_inventory(first.plans)
         log.info(
@@ -312,8 +310,7 @@ class NodeAgent:
             metrics=metrics,
             readiness=readiness,
             gpus=all_gpus,
-            config=choice,
-            offered={plan.gpu.uuid: plan for plan in first.plans},
+            offered=None if settings.node_configs else {plan.gpu.uuid: plan for plan in first.plans},
             reporter=reporter,
         )
         reporter.report(choice, first.problems, ())
@@ -337,7 +334,6 @@ class NodeAgent:
         then the node's config is unknown, and publishing any other would offer modes nobody
         asked for (and an empty pool would take the node's devices away)."""
         named = NamedConfigs(directory, self.settings.node_config_label, self._use_config)
-        self.named_configs = named
         tasks = [asyncio.create_task(named.poll_forever(), name="node-config-files")]
         if node_api is None:
             named.without_node()
@@ -360,7 +356,6 @@ class NodeAgent:
             gpus_in_use(self.engine.prepared_claims.values(), self.gpus),
             self.publisher.status.unsupported if self.publisher is not None else frozenset(),
         )
-        self.config = choice
         if self.reporter is not None:
             self.reporter.report(choice, result.problems, result.waiting)
         if result.plans != self.inventory.plans:
@@ -375,7 +370,7 @@ class NodeAgent:
     def _use_inventory(self, inventory: Inventory) -> None:
         """Publishing and preparing from now on; health taints stay on the GPUs that have them."""
         self.inventory = inventory
-        self.offered.update((plan.gpu.uuid, plan) for plan in inventory.plans)
+        self._offer(inventory.plans)
         self.engine.use_inventory(inventory)
         for note in inventory.notes:
             log.warning("device left out", note=note)
@@ -385,6 +380,9 @@ class NodeAgent:
             return
         self.health.republish()
         self._health_changed(self.health.node_health)
+
+    def _offer(self, plans: Sequence[GpuPlan]) -> None:
+        self.offered = {**(self.offered or {}), **{plan.gpu.uuid: plan for plan in plans}}
 
     async def _follow_registration(self) -> None:
         registration = self.server.registration
@@ -485,7 +483,7 @@ class NodeAgent:
         for note in notes:
             log.warning("GPU offered differently: the API server lacks a feature", note=note)
         self.inventory = build_inventory(plans)
-        self.offered.update((plan.gpu.uuid, plan) for plan in plans)
+        self._offer(plans)
         self.engine.use_inventory(self.inventory)
         if self.health is None:
             return self.inventory
@@ -510,18 +508,10 @@ class NodeAgent:
             await self.reporter.drain()
 
 
-def initial_config(settings: NodeSettings, in_cluster: bool) -> ConfigChoice:
-    """The config at start. Named configs in a cluster: none until the Node's label is read."""
-    if settings.node_configs is not None and in_cluster:
-        return ConfigChoice(f"the Node's label {settings.node_config_label} (not read yet)", None)
+def initial_config(settings: NodeSettings) -> ConfigChoice:
+    """The config at start. Named configs: none until the Node's label is read (follow_named_configs)."""
     if settings.node_configs is not None:
-        return choose_config(
-            settings.node_configs,
-            settings.node_config_label,
-            None,
-            read_config_text(config_path(settings.node_configs, None)),
-            (),
-        )
+        return ConfigChoice(f"the Node's label {settings.node_config_label} (not read yet)", None)
     origin = f"node config {settings.node_config}" if settings.node_config else "default settings"
     try:
         return ConfigChoice(origin, load_node_config(settings.node_config))

@@ -185,6 +185,13 @@ def test_a_gpu_whose_mode_changes_under_a_prepared_claim_waits_for_the_claim(
         claim = ClaimArg("default", "whole", uid)
         assert prepare(agent, claim)["error"] == ""
 
+        # A restarted agent cannot know the plan the claim was prepared under: it offers the GPU
+        # as the config says, without waiting.
+        assert agent.terminate() == 0
+        agent = start(agent_dirs, kubeconfig, configs)
+        agent.wait_for_log("node config applied")
+        publishes(apiserver, AUTO)
+
         set_label(apiserver, "l4")
         publishes(apiserver, {0: {"mig"}, 1: {"mig"}, 4: {"gpu"}, 5: {"gpu"}, 7: {"vgpu"}})
         agent.wait_for_log(
