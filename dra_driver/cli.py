@@ -1,5 +1,5 @@
 """The `dra-driver` command: `node`, `inspect`, `cleanup`, `simulate-fault`, `kubelet-client`,
-`demo` and `manifests`."""
+`demo`, `manifests` and `validate-config`."""
 
 import argparse
 import asyncio
@@ -24,6 +24,8 @@ from dra_driver.settings import (
 
 if TYPE_CHECKING:
     from dra_driver.devices.inventory import Inventory
+    from dra_driver.hardware.model import Gpu
+    from dra_driver.settings import HardwareSpec
 
 
 def _node(args: argparse.Namespace) -> int:
@@ -401,6 +403,70 @@ def _add_demo(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -
     demo.set_defaults(run=_demo)
 
 
+# -- validate-config ---------------------------------------------------------------------------------
+
+
+def _validate_config(args: argparse.Namespace) -> int:
+    """Exit 2 for configs the agent would refuse (and an unknown simulated node), 1 when the
+    hardware cannot be read."""
+    from dra_driver.hardware.model import HardwareError  # noqa: PLC0415
+    from dra_driver.validate_config import validate  # noqa: PLC0415
+
+    target = Path(args.target)
+    if not target.exists():
+        print(f"dra-driver validate-config: {target}: no such file or directory", file=sys.stderr)
+        return 2
+    try:
+        gpus = None if args.hardware is None else _validation_gpus(parse_hardware(args.hardware), args)
+    except HardwareError as error:
+        print(f"dra-driver validate-config: --hardware {args.hardware}: {error}", file=sys.stderr)
+        return 1 if args.hardware == "nvml" else 2
+    verdict = validate(target, gpus)
+    for line in verdict.errors:
+        print(f"dra-driver validate-config: {line}", file=sys.stderr)
+    if verdict.errors:
+        return 2
+    sys.stdout.write("".join(f"{line}\n" for line in verdict.summary))
+    return 0
+
+
+def _validation_gpus(hardware: "HardwareSpec", args: argparse.Namespace) -> "tuple[Gpu, ...]":
+    from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus  # noqa: PLC0415
+
+    if hardware.kind == "simulated":
+        return simulated_gpus(args.node_name, resolve_node_spec(hardware.source))
+
+    async def discover() -> "tuple[Gpu, ...]":
+        from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
+
+        backend = NvmlBackend()
+        try:
+            return tuple(await backend.discover())
+        finally:
+            await backend.close()
+
+    return asyncio.run(discover())
+
+
+def _add_validate_config(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    validate = commands.add_parser(
+        "validate-config",
+        help="check a node config file (or a directory of named configs) as the agent would",
+    )
+    validate.add_argument("target", metavar="FILE", help="a node config, or a directory of <name>.yaml")
+    validate.add_argument(
+        "--hardware",
+        metavar="nvml|simulated:<profile or file>",
+        help="also plan the config against this node's GPUs; a GPU it would leave out is an error",
+    )
+    validate.add_argument(
+        "--node-name",
+        default=socket.gethostname().lower(),
+        help="the node the simulated GPUs' UUIDs are derived from; default: this host's name",
+    )
+    validate.set_defaults(run=_validate_config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dra-driver", description="Kubernetes DRA driver for NVIDIA GPUs")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -453,6 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kubelet_client(commands)
     _add_demo(commands)
     _add_manifests_parser(commands)
+    _add_validate_config(commands)
     return parser
 
 

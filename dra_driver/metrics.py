@@ -8,6 +8,7 @@ on one registry, the one the /metrics endpoint serves.
 
 import platform
 from collections import Counter as Tally
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -20,6 +21,7 @@ from dra_driver.claims.identity import InvalidClaimIdentity
 from dra_driver.claims.opaque_config import OpaqueConfigError
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import DeviceType
+from dra_driver.devices.node_config import ConfigProblem
 from dra_driver.hardware.model import HardwareError
 from dra_driver.health.model import HealthStatus, NodeHealth
 
@@ -172,6 +174,8 @@ class AgentMetrics:
     devices: Gauge = field(init=False)
     kubelet_registered: Gauge = field(init=False)
     build_info: Gauge = field(init=False)
+    node_config_problems: Gauge = field(init=False)
+    node_config_info: Gauge = field(init=False)
 
     def __post_init__(self) -> None:
         self.publish = PublishMetrics(self.registry)
@@ -194,6 +198,29 @@ class AgentMetrics:
             registry=self.registry,
         )
         self.build_info.labels(version=__version__, python=platform.python_version()).set(1)
+        self.node_config_problems = Gauge(
+            "dra_driver_node_config_problems",
+            "Node config settings that cannot be applied: 1 per GPU (index; empty: the file as a "
+            "whole) and setting. A GPU with a problem offers nothing",
+            ["gpu", "setting"],
+            registry=self.registry,
+        )
+        self.node_config_info = Gauge(
+            "dra_driver_node_config_info",
+            "Always 1; the label says which named node config is in force (empty: none named)",
+            ["config"],
+            registry=self.registry,
+        )
+
+    def set_node_config(self, name: str, problems: Iterable[ConfigProblem]) -> None:
+        """Call whenever the node config in force or its problems change: series of problems
+        that went away are removed, not left at their last value."""
+        self.node_config_info.clear()
+        self.node_config_info.labels(config=name).set(1)
+        self.node_config_problems.clear()
+        for problem in problems:
+            gpu = "" if problem.gpu is None else str(problem.gpu.index)
+            self.node_config_problems.labels(gpu=gpu, setting=problem.setting).set(1)
 
     def set_devices(self, inventory: Inventory, node_health: NodeHealth) -> None:
         """Call whenever the published inventory or the health report changes."""

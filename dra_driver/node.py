@@ -34,8 +34,10 @@ from dra_driver.claims.mps import NvidiaMps, SimulatedMps
 from dra_driver.claims.records import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
+from dra_driver.config_reports import PostEvent, ProblemReporter
+from dra_driver.devices.config_files import ConfigChoice
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
-from dra_driver.devices.node_config import NodeConfigError, load_node_config
+from dra_driver.devices.node_config import GpuPlan, NodeConfigError, load_node_config
 from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
@@ -48,6 +50,8 @@ from dra_driver.health.simulated_faults import apply_pending_faults, open_inbox
 from dra_driver.health.taints import tainted_inventory
 from dra_driver.kubeconfig import load_kubeconfig
 from dra_driver.metrics import AgentMetrics
+from dra_driver.node_configs import NamedConfigs, gpus_in_use, replan
+from dra_driver.node_watch import NodeApi, NodeFacts, follow_node
 from dra_driver.observability import ObservabilityServer, Readiness, keep_heartbeat
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
@@ -55,7 +59,7 @@ from dra_driver.publish.capabilities import ApiFeature, fall_back
 from dra_driver.publish.controller import ResourceSliceController
 from dra_driver.publish.diff import Write
 from dra_driver.publish.dry_run import print_writes
-from dra_driver.publish.slice_api import SliceApi
+from dra_driver.publish.slice_api import ApiCallError, SliceApi
 from dra_driver.settings import HardwareSpec, InventorySettings, NodeSettings
 from dra_driver.shared_locks import exclusive, open_lock_file, try_exclusive
 
@@ -169,21 +173,29 @@ def environment_proxy(url: str) -> str | None:
     return urllib.request.getproxies_environment().get(parts.scheme)
 
 
-async def discover_inventory(
+async def discover_gpus(
     settings: InventorySettings, state_dir: Path | None = None
-) -> tuple[HardwareBackend, Inventory]:
-    """The hardware, opened, and what it offers under the node configuration."""
-    try:
-        node_config = load_node_config(settings.node_config)
-    except NodeConfigError as error:
-        raise SetupError(str(error)) from error
+) -> tuple[HardwareBackend, tuple[Gpu, ...]]:
+    """The hardware, opened, and its GPUs as they are at start."""
     try:
         hardware = open_hardware(settings.hardware, settings.node_name, state_dir)
-        gpus = await hardware.discover()
+        return hardware, tuple(await hardware.discover())
     except HardwareError as error:
         # A simulated node is the operator's description; real GPUs failing are a run-time matter.
         failure = SetupError if settings.hardware.kind == "simulated" else StartupError
         raise failure(f"--hardware {settings.hardware}: {error}") from error
+
+
+async def discover_inventory(
+    settings: InventorySettings, state_dir: Path | None = None
+) -> tuple[HardwareBackend, Inventory]:
+    """The hardware, opened, and what it offers under the node configuration; a GPU it does not
+    fit fails the whole call (`inspect` shows the mistake rather than hiding the GPU)."""
+    try:
+        node_config = load_node_config(settings.node_config)
+    except NodeConfigError as error:
+        raise SetupError(str(error)) from error
+    hardware, gpus = await discover_gpus(settings, state_dir)
     try:
         inventory = node_inventory(gpus, node_config)
     except NodeConfigError as error:
@@ -204,6 +216,12 @@ class NodeAgent:
     readiness: Readiness
     publisher: ResourceSliceController | None = None
     health: HealthMonitor | None = None
+    # Every GPU found at start, offered or not: what node configs are planned against.
+    gpus: tuple[Gpu, ...] = ()
+    reporter: ProblemReporter | None = None
+    # The plan each GPU was last offered under (by UUID): what its prepared claims expect. None
+    # until this process offers something: claims of an earlier run cannot be told apart.
+    offered: dict[str, GpuPlan] | None = None
     # What the slices should say now (health taints included), kept while a peer publishes.
     _wanted_slices: Inventory | None = None
     _publishing: "asyncio.Task[None] | None" = None
@@ -217,11 +235,16 @@ class NodeAgent:
         slice_api: SliceApi | None = None,
         metrics: AgentMetrics | None = None,
         readiness: Readiness | None = None,
+        node_api: NodeApi | None = None,
     ) -> "NodeAgent":
-        """`slice_api` None: no cluster (the demo), so nothing is published."""
+        """`slice_api` None: no cluster (the demo), so nothing is published. `node_api`: where
+        the Node's labels are read, which --node-configs needs in a cluster."""
         metrics = metrics or AgentMetrics()
         readiness = readiness or Readiness()
-        hardware, inventory = await discover_inventory(settings.inventory, settings.state_dir)
+        hardware, all_gpus = await discover_gpus(settings.inventory, settings.state_dir)
+        choice = initial_config(settings)
+        first = replan(choice, all_gpus, None, frozenset(), frozenset())
+        inventory = build_inventory(first.plans)
         log.info(
             "hardware discovered",
             hardware=hardware.description,
@@ -233,7 +256,7 @@ class NodeAgent:
         cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
         # Durable record writes of concurrent claims share one flush.
         committer = GroupCommitter()
-        gpus = tuple(plan.gpu for plan in inventory.plans)
+        gpus = all_gpus
         try:
             discovery = (
                 await asyncio.to_thread(driver_files, settings, gpus)
@@ -282,6 +305,9 @@ class NodeAgent:
             prepared_claims=len(engine.prepared_claims),
             state_dir=str(settings.state_dir),
         )
+        reporter = ProblemReporter(
+            settings.node_name, metrics, None if slice_api is None else _event_poster(slice_api)
+        )
         agent = cls(
             settings=settings,
             hardware=hardware,
@@ -290,15 +316,80 @@ class NodeAgent:
             server=server,
             metrics=metrics,
             readiness=readiness,
+            gpus=all_gpus,
+            offered=None if settings.node_configs else {plan.gpu.uuid: plan for plan in first.plans},
+            reporter=reporter,
         )
+        reporter.report(choice, first.problems, ())
         metrics.set_devices(inventory, NodeHealth(settings.node_name))
-        if slice_api is not None:
-            agent.start_publishing(slice_api)
-        else:
-            readiness.published(True)  # no cluster: nothing to publish
         agent.start_health_monitor()
+        if settings.node_configs is not None:
+            agent.follow_named_configs(settings.node_configs, slice_api, node_api)
+        elif slice_api is not None:
+            agent.start_publishing(slice_api)
+        if slice_api is None:
+            readiness.published(True)  # no cluster: nothing to publish
         agent._health_tasks += (asyncio.create_task(agent._follow_registration(), name="registration"),)
         return agent
+
+    # -- node configs changing while the agent runs ---------------------------------------------
+
+    def follow_named_configs(
+        self, directory: Path, slice_api: SliceApi | None, node_api: NodeApi | None
+    ) -> None:
+        """The Node's label picks the config. Publishing starts once the label was read: until
+        then the node's config is unknown, and publishing any other would offer modes nobody
+        asked for (and an empty pool would take the node's devices away)."""
+        named = NamedConfigs(directory, self.settings.node_config_label, self._use_config)
+        tasks = [asyncio.create_task(named.poll_forever(), name="node-config-files")]
+        if node_api is None:
+            named.without_node()
+        else:
+
+            def node_changed(facts: NodeFacts) -> None:
+                named.node_changed(facts)
+                if self._publishing is None and slice_api is not None:
+                    self.start_publishing(slice_api)
+
+            tasks.append(asyncio.create_task(follow_node(node_api, node_changed), name="node-watch"))
+        self._health_tasks += tuple(tasks)
+
+    def _use_config(self, choice: ConfigChoice) -> bool:
+        """Re-plans every GPU under `choice`; answers whether GPUs wait for their claims."""
+        result = replan(
+            choice,
+            self.gpus,
+            self.offered,
+            gpus_in_use(self.engine.prepared_claims.values(), self.gpus),
+            self.publisher.status.unsupported if self.publisher is not None else frozenset(),
+        )
+        if self.reporter is not None:
+            self.reporter.report(choice, result.problems, result.waiting)
+        if result.plans != self.inventory.plans:
+            log.info(
+                "node config applied",
+                config=choice.origin,
+                gpus={plan.gpu.index: plan.mode for plan in result.plans},
+            )
+            self._use_inventory(build_inventory(result.plans))
+        return bool(result.waiting)
+
+    def _use_inventory(self, inventory: Inventory) -> None:
+        """Publishing and preparing from now on; health taints stay on the GPUs that have them."""
+        self.inventory = inventory
+        self._offer(inventory.plans)
+        self.engine.use_inventory(inventory)
+        for note in inventory.notes:
+            log.warning("device left out", note=note)
+        if self.health is None:
+            self._publish(inventory)
+            self.metrics.set_devices(inventory, NodeHealth(self.settings.node_name))
+            return
+        self.health.republish()
+        self._health_changed(self.health.node_health)
+
+    def _offer(self, plans: Sequence[GpuPlan]) -> None:
+        self.offered = {**(self.offered or {}), **{plan.gpu.uuid: plan for plan in plans}}
 
     async def _follow_registration(self) -> None:
         registration = self.server.registration
@@ -347,7 +438,7 @@ class NodeAgent:
         self._health_tasks += tuple(tasks)
 
     def _simulated_gpus(self) -> dict[str, str]:
-        return {str(plan.gpu.index): plan.gpu.uuid for plan in self.inventory.plans}
+        return {str(gpu.index): gpu.uuid for gpu in self.gpus}
 
     async def _take_simulated_faults(self, hardware: SimulatedBackend) -> None:
         gpus = self._simulated_gpus()
@@ -404,6 +495,7 @@ class NodeAgent:
         for note in notes:
             log.warning("GPU offered differently: the API server lacks a feature", note=note)
         self.inventory = build_inventory(plans)
+        self._offer(plans)
         self.engine.use_inventory(self.inventory)
         if self.health is None:
             return self.inventory
@@ -424,6 +516,29 @@ class NodeAgent:
         await self.server.stop()
         self.engine.close()
         await self.hardware.close()
+        if self.reporter is not None:
+            await self.reporter.drain()
+
+
+def initial_config(settings: NodeSettings) -> ConfigChoice:
+    """The config at start. Named configs: none until the Node's label is read (follow_named_configs)."""
+    if settings.node_configs is not None:
+        return ConfigChoice(f"the Node's label {settings.node_config_label} (not read yet)", None)
+    origin = f"node config {settings.node_config}" if settings.node_config else "default settings"
+    try:
+        return ConfigChoice(origin, load_node_config(settings.node_config))
+    except NodeConfigError as error:  # checked with the settings; changed since
+        raise StartupError(str(error)) from error
+
+
+def _event_poster(slice_api: SliceApi) -> PostEvent:
+    async def post(reason: str, message: str) -> None:
+        try:
+            await slice_api.create_node_event(await slice_api.node_uid(), reason, message, "Warning")
+        except ApiCallError as error:
+            log.warning("could not post the Event on the Node", reason=reason, error=str(error))
+
+    return post
 
 
 def _termination_signal() -> "asyncio.Future[signal.Signals]":
@@ -450,7 +565,12 @@ async def run_node(settings: NodeSettings) -> None:
     try:
         slice_api = SliceApi(api_client, settings.driver_name, settings.node_name)
         agent = await NodeAgent.start(
-            settings, ApiServerClaimSource(api_client), slice_api, metrics, readiness
+            settings,
+            ApiServerClaimSource(api_client),
+            slice_api,
+            metrics,
+            readiness,
+            NodeApi(api_client, settings.node_name),
         )
         try:
             # After the start, so a start that fails says so in exactly one line.

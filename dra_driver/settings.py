@@ -6,13 +6,16 @@ flag, its variable and what was expected, instead of failing later in the middle
 
 import argparse
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
+from dra_driver.devices.node_config import NodeConfigError, load_node_config
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy
-from dra_driver.k8s_names import dns_subdomain_problem, driver_name_problem, uid_problem
+from dra_driver.k8s_names import DNS_LABEL_MAX, dns_subdomain_problem, driver_name_problem, uid_problem
 from dra_driver.observability import ListenAddress, MetricsAddressError, parse_metrics_address
 from dra_driver.plugin.sockets import dra_socket_name, registration_socket_path, socket_path_problem
 from dra_driver.yaml_files import YamlFileError, read_yaml_file
@@ -87,6 +90,10 @@ class NodeSettings:
     # The agent pod's UID, which names its sockets so that the old and the new pod of a rolling
     # update can serve side by side; None: the fixed names (one agent per node at a time).
     pod_uid: str | None = None
+    # Named node configs: a directory of <name>.yaml (a mounted ConfigMap), and the Node label
+    # whose value names the one for this node. None: `node_config` (or defaults) applies.
+    node_configs: Path | None = None
+    node_config_label: str = DEFAULT_NODE_CONFIG_LABEL
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -196,6 +203,19 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "5",
         "seconds from someone else changing or deleting our ResourceSlices to their repair",
     ),
+    # -- named node configs --
+    (
+        "--node-configs",
+        "DRA_DRIVER_NODE_CONFIGS",
+        None,
+        "directory of named node configs <name>.yaml (a mounted ConfigMap); the node's label picks one",
+    ),
+    (
+        "--node-config-label",
+        "DRA_DRIVER_NODE_CONFIG_LABEL",
+        DEFAULT_NODE_CONFIG_LABEL,
+        "Node label whose value names the node's config in --node-configs (none: default.yaml)",
+    ),
 )
 
 
@@ -288,12 +308,52 @@ def _kubeconfig(value: str | None) -> Path | None:
 
 
 def _node_config(value: str | None) -> Path | None:
+    """Checked whole at start: a malformed file given on the command line is the operator's
+    mistake to fix now, not a GPU to leave out."""
     if not value:
         return None
     path = Path(value)
     if not path.is_file():
         raise SettingsError(f"--node-config (DRA_DRIVER_NODE_CONFIG): {value} is not a file")
+    try:
+        load_node_config(path)
+    except NodeConfigError as error:
+        raise SettingsError(
+            "\n".join(f"--node-config (DRA_DRIVER_NODE_CONFIG): {line}" for line in error.problems)
+        ) from error
     return path
+
+
+# -- named node configs ----------------------------------------------------------------------------
+
+
+def _node_configs(value: str | None, single_file: Path | None) -> Path | None:
+    if not value:
+        return None
+    path = _directory("--node-configs", "DRA_DRIVER_NODE_CONFIGS", value)
+    if not path.is_dir():
+        raise SettingsError(f"--node-configs (DRA_DRIVER_NODE_CONFIGS): {value} is not a directory")
+    if single_file is not None:
+        raise SettingsError(
+            "--node-configs (DRA_DRIVER_NODE_CONFIGS) and --node-config (DRA_DRIVER_NODE_CONFIG): "
+            "give one or the other"
+        )
+    return path
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def _label_key(value: str) -> str:
+    """A label key as the API server takes it: an optional DNS-subdomain prefix and '/', then a
+    name of at most 63 letters, digits, '-', '_' and '.', starting and ending alphanumeric."""
+    prefix, slash, name = value.rpartition("/")
+    problem = dns_subdomain_problem(prefix) if slash else None
+    if problem is None and not (len(name) <= DNS_LABEL_MAX and _LABEL_NAME.fullmatch(name)):
+        problem = f"{name!r} is not a label name (up to 63 letters, digits, '-', '_', '.')"
+    if problem:
+        raise SettingsError(f"--node-config-label (DRA_DRIVER_NODE_CONFIG_LABEL): {problem}")
+    return value
 
 
 def _seconds(flag: str, env: str, value: str, maximum: float = 86400) -> float:
@@ -429,6 +489,8 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         dry_run=args.dry_run,
         metrics_address=_metrics_address(args.metrics_address),
         pod_uid=_pod_uid(args.pod_uid),
+        node_configs=_node_configs(args.node_configs, inventory.node_config),
+        node_config_label=_label_key(args.node_config_label),
     )
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),

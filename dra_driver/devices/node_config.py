@@ -1,8 +1,8 @@
 """The node configuration file: how each GPU of the node is offered (whole, MIG, vGPU).
 
-Decoded strictly and checked against the discovered hardware once, at start: a GPU that cannot
-be offered the way the file asks stops the agent with an error naming the GPU and the setting,
-instead of publishing devices that can never be prepared.
+Decoded strictly, then planned against the discovered GPUs. A GPU the file cannot be applied to
+is left out (a `ConfigProblem` names the GPU and the setting) rather than offered in a mode
+nobody asked for, or publishing devices that can never be prepared; the other GPUs go on.
 """
 
 import re
@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from dra_driver.devices.gpu_selection import select_entries
 from dra_driver.devices.model import QUANTITY_FACTORS
+from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
@@ -22,7 +24,19 @@ MIB = 2**20
 
 
 class NodeConfigError(ValueError):
-    """The node configuration is malformed or does not fit this node's GPUs."""
+    """The node configuration is malformed or does not fit this node's GPUs: one line per problem."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _Misfit(Exception):
+    """A setting that cannot be applied to one GPU; `setting` is its path in the file."""
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +58,32 @@ class GpuSettings:
 
 @dataclass(frozen=True, slots=True)
 class GpuEntry:
+    """One `gpus[]` entry; exactly one of index, uuid, model and product_name is set."""
+
     where: str
     index: int | None
     uuid: str | None
     settings: GpuSettings
+    # A key of the GPU catalog (hardware/catalog/gpus.yaml), e.g. A100-SXM4-80GB.
+    model: str | None = None
+    # NVML's name of the GPU, e.g. "NVIDIA L4".
+    product_name: str | None = None
+
+    @property
+    def names_one_gpu(self) -> bool:
+        """index/uuid entries name one GPU of one node and win over model/productName entries,
+        which name every GPU of a kind on any node of a fleet."""
+        return self.index is not None or self.uuid is not None
+
+    @property
+    def selector(self) -> str:
+        if self.index is not None:
+            return f"index {self.index}"
+        if self.uuid is not None:
+            return f"uuid {self.uuid}"
+        if self.model is not None:
+            return f"model {self.model}"
+        return f"productName {self.product_name!r}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +99,24 @@ class GpuPlan:
     gpu: Gpu
     mode: ResolvedMode
     settings: GpuSettings
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """A part of the node config that cannot be applied. `gpu`: the GPU left out because of it
+    (None: a problem of the file as a whole, or an entry that names no GPU of this node)."""
+
+    setting: str
+    message: str
+    gpu: Gpu | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    """The GPUs offered (in GPU order) and why any others are not."""
+
+    plans: tuple[GpuPlan, ...]
+    problems: tuple[ConfigProblem, ...] = ()
 
 
 _QUANTITY = re.compile(r"(0|[1-9][0-9]*)(Ki|Mi|Gi|Ti|k|M|G|T)?")
@@ -141,33 +195,69 @@ def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
 
 
 _SETTINGS_FIELDS = ("mode", "vgpu", "mig")
+_SELECTORS = ("index", "uuid", "model", "productName")
 
 
 def _entry(raw: object, where: str) -> GpuEntry:
-    fields = _mapping(raw, where, ("index", "uuid", *_SETTINGS_FIELDS))
-    index, uuid = fields.get("index"), fields.get("uuid")
-    if (index is None) == (uuid is None):
-        raise NodeConfigError(f"{where}: set exactly one of 'index' or 'uuid' to say which GPU this is")
+    fields = _mapping(raw, where, (*_SELECTORS, *_SETTINGS_FIELDS))
+    given = [name for name in _SELECTORS if fields.get(name) is not None]
+    if len(given) != 1:
+        raise NodeConfigError(
+            f"{where}: set exactly one of 'index', 'uuid', 'model' or 'productName' to say which GPUs "
+            f"this is for, got {given or 'none'}"
+        )
+    index, uuid, model, product_name = (fields.get(name) for name in _SELECTORS)
     if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
         raise NodeConfigError(f"{where}.index: expected a GPU index (an integer ≥ 0), got {index!r}")
     if uuid is not None and not isinstance(uuid, str):
         raise NodeConfigError(f"{where}.uuid: expected a GPU UUID string such as GPU-…, got {uuid!r}")
-    return GpuEntry(where=where, index=index, uuid=uuid, settings=_settings(fields, where))
+    if model is not None and model not in gpu_models():
+        raise NodeConfigError(
+            f"{where}.model: {model!r} is not a GPU model of the catalog; known: {', '.join(gpu_models())}"
+        )
+    if product_name is not None and (not isinstance(product_name, str) or not product_name.strip()):
+        raise NodeConfigError(
+            f"{where}.productName: expected the GPU's name as nvidia-smi shows it, such as 'NVIDIA L4', "
+            f"got {product_name!r}"
+        )
+    return GpuEntry(
+        where=where,
+        index=index,
+        uuid=uuid,
+        settings=_settings(fields, where),
+        model=model,
+        product_name=product_name,
+    )
+
+
+def _default(fields: Mapping[str, Any]) -> GpuSettings:
+    return _settings(_mapping(fields.get("default", {}), "default", _SETTINGS_FIELDS), "default")
 
 
 def parse_node_config(raw: object, origin: str) -> NodeConfig:
+    """Raises NodeConfigError with one line per malformed part (the default, each entry), each
+    starting with `origin`: an operator sees every problem of the file at once."""
     if raw is None:
         return NodeConfig()
+    problems: list[str] = []
+    default = GpuSettings()
+    entries: list[GpuEntry] = []
     try:
         fields = _mapping(raw, "node config", ("default", "gpus"))
-        default = _settings(_mapping(fields.get("default", {}), "default", _SETTINGS_FIELDS), "default")
-        entries = tuple(
-            _entry(entry, f"gpus[{number}]")
-            for number, entry in enumerate(_list(fields.get("gpus", []), "gpus"))
-        )
+        try:
+            default = _default(fields)
+        except NodeConfigError as error:
+            problems.extend(error.problems)
+        for number, entry in enumerate(_list(fields.get("gpus", []), "gpus")):
+            try:
+                entries.append(_entry(entry, f"gpus[{number}]"))
+            except NodeConfigError as error:
+                problems.extend(error.problems)
     except NodeConfigError as error:
-        raise NodeConfigError(f"{origin}: {error}") from error
-    return NodeConfig(default=default, gpus=entries)
+        problems.extend(error.problems)
+    if problems:
+        raise NodeConfigError(*(f"{origin}: {problem}" for problem in problems))
+    return NodeConfig(default=default, gpus=tuple(entries))
 
 
 def load_node_config(path: Path | None) -> NodeConfig:
@@ -180,26 +270,29 @@ def load_node_config(path: Path | None) -> NodeConfig:
     return parse_node_config(raw, f"node config {path}")
 
 
-def _describe(gpu: Gpu) -> str:
+def describe_gpu(gpu: Gpu) -> str:
     return f"GPU {gpu.index} ({gpu.product_name}, {gpu.uuid})"
 
 
 def _resolve_mode(gpu: Gpu, settings: GpuSettings, where: str) -> ResolvedMode:
     mode = settings.mode
+    setting = f"{where}.mode"
     if mode == "auto":
         return "mig-static" if gpu.mig_mode is MigMode.ENABLED else "gpu"
     if mode.startswith("mig-"):
         if gpu.mig_mode is MigMode.UNSUPPORTED:
-            raise NodeConfigError(f"{where}: mode {mode} on {_describe(gpu)}: this GPU does not support MIG")
+            raise _Misfit(setting, f"{mode} on {describe_gpu(gpu)}: this GPU does not support MIG")
         if gpu.mig_mode is MigMode.DISABLED:
-            raise NodeConfigError(
-                f"{where}: mode {mode} on {_describe(gpu)}: MIG mode is disabled on this GPU; "
-                f"enable it first (nvidia-smi -i {gpu.index} -mig 1)"
+            raise _Misfit(
+                setting,
+                f"{mode} on {describe_gpu(gpu)}: MIG mode is disabled on this GPU; "
+                f"enable it first (nvidia-smi -i {gpu.index} -mig 1)",
             )
     elif gpu.mig_mode is MigMode.ENABLED:
-        raise NodeConfigError(
-            f"{where}: mode {mode} on {_describe(gpu)}: MIG mode is enabled, so the GPU cannot be used "
-            "whole or shared; use mode mig-static or mig-dynamic, or disable MIG mode"
+        raise _Misfit(
+            setting,
+            f"{mode} on {describe_gpu(gpu)}: MIG mode is enabled, so the GPU cannot be used "
+            "whole or shared; use mode mig-static or mig-dynamic, or disable MIG mode",
         )
     return mode
 
@@ -210,53 +303,77 @@ def _check_fits(gpu: Gpu, mode: ResolvedMode, settings: GpuSettings, where: str)
         for number, partition in enumerate(settings.partitions):
             setting = f"{where}.vgpu.partitions[{number}].memory"
             if partition.memory_bytes > gpu.memory_bytes:
-                raise NodeConfigError(
-                    f"{setting}: {partition.memory_bytes // MIB}Mi does not fit {_describe(gpu)}, "
-                    f"which has {gpu.memory_bytes // MIB}Mi"
+                raise _Misfit(
+                    setting,
+                    f"{partition.memory_bytes // MIB}Mi does not fit {describe_gpu(gpu)}, "
+                    f"which has {gpu.memory_bytes // MIB}Mi",
                 )
             if partition.memory_bytes in sizes:
-                raise NodeConfigError(
-                    f"{setting}: two partition sizes with the same memory on {_describe(gpu)}"
-                )
+                raise _Misfit(setting, f"two partition sizes with the same memory on {describe_gpu(gpu)}")
             sizes.add(partition.memory_bytes)
     if mode == "vgpu-capacity" and settings.memory_step > gpu.memory_bytes:
-        raise NodeConfigError(
-            f"{where}.vgpu.memoryStep: {settings.memory_step // MIB}Mi is more than {_describe(gpu)} has"
+        raise _Misfit(
+            f"{where}.vgpu.memoryStep",
+            f"{settings.memory_step // MIB}Mi is more than {describe_gpu(gpu)} has",
         )
     if mode == "mig-dynamic":
         known = {profile.name for profile in gpu.mig_profiles}
         if unknown := sorted(set(settings.mig_profiles) - known):
-            raise NodeConfigError(
-                f"{where}.mig.profiles: {unknown} not offered by {_describe(gpu)}; "
-                f"its profiles: {', '.join(sorted(known))}"
+            raise _Misfit(
+                f"{where}.mig.profiles",
+                f"{unknown} not offered by {describe_gpu(gpu)}; its profiles: {', '.join(sorted(known))}",
             )
+
+
+def _plan_one(gpu: Gpu, where: str, settings: GpuSettings) -> GpuPlan | ConfigProblem:
+    try:
+        mode = _resolve_mode(gpu, settings, where)
+        _check_fits(gpu, mode, settings, where)
+    except _Misfit as misfit:
+        return ConfigProblem(misfit.setting, str(misfit), gpu)
+    return GpuPlan(gpu=gpu, mode=mode, settings=settings)
+
+
+def plan_node(config: NodeConfig, gpus: Sequence[Gpu]) -> NodePlan:
+    """Decides each GPU's mode. A GPU whose settings do not fit it, or that two entries of equal
+    rank both configure, is left out with a problem; so is nothing else."""
+    selection = select_entries(config.gpus, gpus)
+    problems = [
+        ConfigProblem(
+            f"{entry.where}.{'index' if entry.index is not None else 'uuid'}",
+            f"{entry.where}: no GPU with {entry.selector} on this node; GPUs present: "
+            f"{', '.join(f'{g.index} ({g.uuid})' for g in gpus) or 'none'}",
+        )
+        for entry in selection.unmatched
+    ]
+    plans = []
+    for gpu in gpus:
+        entries = selection.entries_of_gpu.get(gpu.uuid, ())
+        if len(entries) > 1:
+            problems.append(
+                ConfigProblem(
+                    entries[1].where,
+                    f"{entries[1].where}: {describe_gpu(gpu)} is already configured by {entries[0].where}",
+                    gpu,
+                )
+            )
+            continue
+        outcome = (
+            _plan_one(gpu, entries[0].where, entries[0].settings)
+            if entries
+            else _plan_one(gpu, "default", config.default)
+        )
+        if isinstance(outcome, ConfigProblem):
+            problems.append(outcome)
+        else:
+            plans.append(outcome)
+    return NodePlan(tuple(plans), tuple(problems))
 
 
 def plan_gpus(config: NodeConfig, gpus: Sequence[Gpu]) -> tuple[GpuPlan, ...]:
-    """Decides each GPU's mode; raises NodeConfigError naming the GPU and the setting."""
-    by_index = {gpu.index: gpu for gpu in gpus}
-    by_uuid = {gpu.uuid: gpu for gpu in gpus}
-    chosen: dict[str, tuple[GpuEntry, GpuSettings]] = {}
-    for entry in config.gpus:
-        gpu = by_index.get(entry.index) if entry.index is not None else by_uuid.get(entry.uuid or "")
-        if gpu is None:
-            present = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "none"
-            which = f"index {entry.index}" if entry.index is not None else f"uuid {entry.uuid}"
-            raise NodeConfigError(f"{entry.where}: no GPU with {which} on this node; GPUs present: {present}")
-        if gpu.uuid in chosen:
-            raise NodeConfigError(
-                f"{entry.where}: {_describe(gpu)} is already configured by {chosen[gpu.uuid][0].where}"
-            )
-        chosen[gpu.uuid] = (entry, entry.settings)
-    plans = []
-    for gpu in gpus:
-        entry_and_settings = chosen.get(gpu.uuid)
-        where, settings = (
-            (entry_and_settings[0].where, entry_and_settings[1])
-            if entry_and_settings
-            else ("default", config.default)
-        )
-        mode = _resolve_mode(gpu, settings, where)
-        _check_fits(gpu, mode, settings, where)
-        plans.append(GpuPlan(gpu=gpu, mode=mode, settings=settings))
-    return tuple(plans)
+    """Every GPU's plan, or NodeConfigError naming each GPU and setting that does not fit; for
+    the tools that check a config (`inspect`), where leaving a GPU out would hide the mistake."""
+    node_plan = plan_node(config, gpus)
+    if node_plan.problems:
+        raise NodeConfigError(*(problem.message for problem in node_plan.problems))
+    return node_plan.plans

@@ -68,21 +68,7 @@ class SliceApi:
     async def _call(
         self, call: str, request: Awaitable[aiohttp.ClientResponse], expected: tuple[int, ...] = (200, 201)
     ) -> JsonObject:
-        try:
-            response = await request
-            body = await response.read()
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise ApiCallError(call, 0, "", str(error) or type(error).__name__) from error
-        if response.status not in expected:
-            reason, message = status_reason_and_message(body)
-            raise ApiCallError(call, response.status, reason, message)
-        try:
-            decoded = json.loads(body)
-        except ValueError as error:
-            raise ApiCallError(call, response.status, "", f"invalid JSON: {error}") from error
-        if not isinstance(decoded, dict):
-            raise ApiCallError(call, response.status, "", "expected a JSON object")
-        return decoded
+        return await json_answer(call, request, expected)
 
     def _request(
         self,
@@ -125,38 +111,15 @@ class SliceApi:
     async def watch_slices(self, resource_version: str) -> AsyncIterator[WatchEvent]:
         """Events after `resource_version` until the server ends the watch. Raises ApiCallError,
         with `expired` set when the version is too old and the caller must list again."""
-        call = "WATCH resourceslices"
-        try:
-            response = await self._request(
-                "GET",
-                SLICES_PATH,
-                query=[
-                    ("allowWatchBookmarks", True),
-                    ("fieldSelector", self.field_selector),
-                    ("resourceVersion", resource_version),
-                    ("timeoutSeconds", WATCH_SECONDS),
-                    ("watch", True),
-                ],
-                timeout=WATCH_SECONDS + WATCH_READ_MARGIN_SECONDS,
-            )
-        except (aiohttp.ClientError, TimeoutError) as error:
-            raise ApiCallError(call, 0, "", str(error) or type(error).__name__) from error
-        try:
-            if response.status != 200:
-                reason, message = status_reason_and_message(await response.read())
-                raise ApiCallError(call, response.status, reason, message)
-            while True:
-                try:
-                    line = await response.content.readline()
-                except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as error:
-                    raise ApiCallError(
-                        call, 0, "", f"watch dropped: {error or type(error).__name__}"
-                    ) from error
-                if not line:
-                    return
-                yield _watch_event(call, line)
-        finally:
-            response.release()
+        query: list[tuple[str, str | int | bool]] = [
+            ("allowWatchBookmarks", True),
+            ("fieldSelector", self.field_selector),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", WATCH_SECONDS),
+            ("watch", True),
+        ]
+        async for event in watch_events(self._client, "WATCH resourceslices", SLICES_PATH, query):
+            yield event
 
     async def create_slice(self, body: JsonObject) -> JsonObject:
         return await self._call("CREATE resourceslice", self._request("POST", SLICES_PATH, body=body))
@@ -190,6 +153,56 @@ class SliceApi:
         await self._call(
             "CREATE event", self._request("POST", f"/api/v1/namespaces/{EVENT_NAMESPACE}/events", body=body)
         )
+
+
+async def json_answer(
+    call: str, request: Awaitable[aiohttp.ClientResponse], expected: tuple[int, ...] = (200, 201)
+) -> JsonObject:
+    """The decoded JSON object of an answer with an expected status; else ApiCallError."""
+    try:
+        response = await request
+        body = await response.read()
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise ApiCallError(call, 0, "", str(error) or type(error).__name__) from error
+    if response.status not in expected:
+        reason, message = status_reason_and_message(body)
+        raise ApiCallError(call, response.status, reason, message)
+    try:
+        decoded = json.loads(body)
+    except ValueError as error:
+        raise ApiCallError(call, response.status, "", f"invalid JSON: {error}") from error
+    if not isinstance(decoded, dict):
+        raise ApiCallError(call, response.status, "", "expected a JSON object")
+    return decoded
+
+
+async def watch_events(
+    client: KubeClient, call_name: str, path: str, query: Sequence[tuple[str, str | int | bool]]
+) -> AsyncIterator[WatchEvent]:
+    """The events of one watch request (`query` says what, from where, and `watch=true`) until the
+    server ends it. Raises ApiCallError, `expired` set when the version is too old to watch from."""
+    try:
+        response = await call(
+            client, "GET", path, query=query, request_timeout=WATCH_SECONDS + WATCH_READ_MARGIN_SECONDS
+        )
+    except (aiohttp.ClientError, TimeoutError) as error:
+        raise ApiCallError(call_name, 0, "", str(error) or type(error).__name__) from error
+    try:
+        if response.status != 200:
+            reason, message = status_reason_and_message(await response.read())
+            raise ApiCallError(call_name, response.status, reason, message)
+        while True:
+            try:
+                line = await response.content.readline()
+            except (aiohttp.ClientError, TimeoutError, asyncio.IncompleteReadError) as error:
+                raise ApiCallError(
+                    call_name, 0, "", f"watch dropped: {error or type(error).__name__}"
+                ) from error
+            if not line:
+                return
+            yield _watch_event(call_name, line)
+    finally:
+        response.release()
 
 
 def _watch_event(call: str, line: bytes) -> WatchEvent:

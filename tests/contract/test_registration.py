@@ -247,9 +247,11 @@ def test_unusable_hardware_fails_at_start_with_one_clear_line(
     assert expected in result.stderr
 
 
-def test_a_node_config_that_does_not_fit_the_gpus_stops_the_start(kubeconfig: Path, short_dir: Path) -> None:
+def test_a_malformed_node_config_file_stops_the_start_with_exit_2(kubeconfig: Path, short_dir: Path) -> None:
+    """A GPU the file does not fit is left out while the agent serves (test_node_config_changes);
+    a file given on the command line that is not a node config at all is refused at start."""
     node_config = short_dir / "node.yaml"
-    node_config.write_text("gpus: [{index: 1, mode: mig-dynamic}]\n")
+    node_config.write_text("gpus: [{model: A100, mode: gpu}]\n")
     result = _run_node_until_start_fails(
         kubeconfig, short_dir, "--hardware", "simulated:l4x8", "--node-config", str(node_config)
     )
@@ -257,9 +259,31 @@ def test_a_node_config_that_does_not_fit_the_gpus_stops_the_start(kubeconfig: Pa
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1, result.stderr
     assert result.stderr.startswith(
-        f"dra-driver node: node config {node_config}: gpus[0]: mode mig-dynamic on GPU 1"
+        f"dra-driver node: --node-config (DRA_DRIVER_NODE_CONFIG): node config {node_config}: "
+        "gpus[0].model: 'A100' is not a GPU model of the catalog"
     )
-    assert "this GPU does not support MIG" in result.stderr
+
+
+def test_named_configs_and_a_single_config_file_exclude_each_other(short_dir: Path) -> None:
+    node_config = short_dir / "node.yaml"
+    node_config.write_text("default: {mode: gpu}\n")
+    both = _run_node("--node-name", "a", "--node-config", str(node_config), "--node-configs", str(short_dir))
+    assert both.returncode == 2
+    assert both.stderr == (
+        "dra-driver node: --node-configs (DRA_DRIVER_NODE_CONFIGS) and --node-config "
+        "(DRA_DRIVER_NODE_CONFIG): give one or the other\n"
+    )
+    not_a_directory = _run_node("--node-name", "a", "--node-configs", str(node_config))
+    assert not_a_directory.returncode == 2
+    assert (
+        f"--node-configs (DRA_DRIVER_NODE_CONFIGS): {node_config} is not a directory"
+        in not_a_directory.stderr
+    )
+    bad_label = _run_node("--node-name", "a", "--node-config-label", "dra-driver.dev/no way")
+    assert bad_label.returncode == 2
+    assert bad_label.stderr.startswith(
+        "dra-driver node: --node-config-label (DRA_DRIVER_NODE_CONFIG_LABEL): "
+    )
 
 
 def test_missing_kubeconfig_fails_at_start_with_one_clear_line(short_dir: Path) -> None:

@@ -1,12 +1,24 @@
 """The node configuration: strict decoding, and errors that name the GPU and the setting."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from dra_driver.devices.gpu_selection import catalog_model
 from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import NodeConfigError, load_node_config, parse_node_config, plan_gpus
+from dra_driver.devices.node_config import (
+    NodeConfigError,
+    NodePlan,
+    load_node_config,
+    parse_node_config,
+    plan_gpus,
+    plan_node,
+)
+from dra_driver.hardware.catalog import gpu_models
+from dra_driver.hardware.model import MigMode
+from dra_driver.hardware.simulated_nodes import GpuGroupSpec, SimulatedNodeSpec, simulated_gpus
 from tests.support.nodes import simulated_node
 
 
@@ -44,7 +56,7 @@ gpus:
         (
             "l4x8",
             "gpus: [{index: 2, mode: mig-dynamic}]",
-            "gpus[0]: mode mig-dynamic on GPU 2 (NVIDIA L4, GPU-",
+            "gpus[0].mode: mig-dynamic on GPU 2 (NVIDIA L4, GPU-",
         ),
         ("l4x8", "gpus: [{index: 2, mode: mig-static}]", "this GPU does not support MIG"),
         (
@@ -55,7 +67,7 @@ gpus:
         (
             "dgx-h100-mig",
             "default: {mode: vgpu-capacity}",
-            "default: mode vgpu-capacity on GPU 0 (NVIDIA H100 80GB HBM3, GPU-",
+            "default.mode: vgpu-capacity on GPU 0 (NVIDIA H100 80GB HBM3, GPU-",
         ),
         (
             "l4x8",
@@ -98,8 +110,12 @@ def test_a_config_that_does_not_fit_the_gpus_names_the_gpu_and_the_setting(
         ("- gpu", "test config: node config: expected a mapping with fields ['default', 'gpus']"),
         ("gpu: []", "unknown field(s) ['gpu']; allowed: ['default', 'gpus']"),
         ("default: {mode: whole}", "default.mode: 'whole' is not one of auto, gpu, mig-static, mig-dynamic"),
-        ("gpus: [{mode: gpu}]", "gpus[0]: set exactly one of 'index' or 'uuid'"),
-        ("gpus: [{index: 0, uuid: GPU-x}]", "gpus[0]: set exactly one of 'index' or 'uuid'"),
+        ("gpus: [{mode: gpu}]", "gpus[0]: set exactly one of 'index', 'uuid', 'model' or 'productName'"),
+        ("gpus: [{index: 0, uuid: GPU-x}]", "this is for, got ['index', 'uuid']"),
+        ("gpus: [{model: L4, productName: NVIDIA L4}]", "this is for, got ['model', 'productName']"),
+        ("gpus: [{model: A100}]", "gpus[0].model: 'A100' is not a GPU model of the catalog; known: A100-"),
+        ("gpus: [{productName: ' '}]", "gpus[0].productName: expected the GPU's name as nvidia-smi shows it"),
+        ("gpus: [{productName: 7}]", "gpus[0].productName: expected the GPU's name"),
         ("gpus: [{index: -1}]", "gpus[0].index: expected a GPU index (an integer ≥ 0), got -1"),
         ("gpus: [{index: true}]", "gpus[0].index: expected a GPU index"),
         ("gpus: {index: 0}", "gpus: expected a list"),
@@ -165,3 +181,100 @@ def test_the_file_is_read_from_disk_and_bad_files_are_reported(tmp_path: Path) -
         load_node_config(broken)
     with pytest.raises(NodeConfigError, match="cannot read it"):
         load_node_config(tmp_path / "missing.yaml")
+
+
+# -- model and productName entries: one file for a mixed fleet -------------------------------------
+
+FLEET_CONFIG = """
+default: {mode: auto}
+gpus:
+  - {model: L4, mode: vgpu-capacity}
+  - {productName: NVIDIA A100-SXM4-80GB, mode: mig-dynamic}
+  - {model: H100-SXM5-80GB, mode: gpu}
+"""
+
+
+def node_plan(profile: str, text: str) -> NodePlan:
+    return plan_node(parse_node_config(yaml.safe_load(text), "test config"), simulated_node(profile))
+
+
+def test_one_file_configures_each_kind_of_node_by_model_and_product_name() -> None:
+    assert [p.mode for p in node_plan("l4x8", FLEET_CONFIG).plans] == ["vgpu-capacity"] * 8
+    assert [p.mode for p in node_plan("dgx-h100", FLEET_CONFIG).plans] == ["gpu"] * 8
+    # The mixed node: the productName entry applies to its A100s (GPUs 4 and 5 have MIG off, so
+    # they are left out), the model entry to its L4s.
+    mixed = node_plan("mixed", FLEET_CONFIG)
+    assert {p.gpu.index: p.mode for p in mixed.plans} == {
+        **dict.fromkeys((0, 1, 2, 3), "mig-dynamic"),
+        6: "vgpu-capacity",
+        7: "vgpu-capacity",
+    }
+    assert [problem.gpu.index for problem in mixed.problems if problem.gpu] == [4, 5]
+
+
+def test_index_and_uuid_entries_win_over_model_entries_which_win_over_the_default() -> None:
+    gpus = simulated_node("l4x8")
+    text = f"""
+default: {{mode: vgpu-capacity}}
+gpus:
+  - {{model: L4, mode: gpu}}
+  - {{index: 1, mode: vgpu-partitions, vgpu: {{partitions: [{{memory: 4Gi}}]}}}}
+  - {{uuid: {gpus[2].uuid}, mode: vgpu-capacity}}
+"""
+    result = node_plan("l4x8", text)
+    assert result.problems == ()
+    assert [p.mode for p in result.plans] == ["gpu", "vgpu-partitions", "vgpu-capacity", *["gpu"] * 5]
+
+
+def test_every_catalog_model_is_recognised_on_its_simulated_gpu() -> None:
+    for key, model in gpu_models().items():
+        group = GpuGroupSpec(model, 1, MigMode.DISABLED if model.mig else MigMode.UNSUPPORTED)
+        (gpu,) = simulated_gpus("n", SimulatedNodeSpec("test", (group,)))
+        assert catalog_model(gpu) == key
+    assert catalog_model(replace(simulated_node("l4x8")[0], product_name="NVIDIA Future GPU")) is None
+
+
+def test_a_gpu_that_does_not_fit_is_left_out_and_the_others_are_planned() -> None:
+    result = node_plan("mixed", "gpus: [{model: A100-SXM4-80GB, mode: mig-dynamic}]")
+    gpus = simulated_node("mixed")
+    # GPUs 4 and 5 have MIG mode off: left out, each with a problem naming it and the setting.
+    assert [p.gpu.index for p in result.plans] == [0, 1, 2, 3, 6, 7]
+    assert [(p.gpu, p.setting) for p in result.problems] == [
+        (gpus[4], "gpus[0].mode"),
+        (gpus[5], "gpus[0].mode"),
+    ]
+    assert result.problems[0].message.startswith(
+        f"gpus[0].mode: mig-dynamic on GPU 4 (NVIDIA A100-SXM4-80GB, {gpus[4].uuid}): MIG mode is disabled"
+    )
+
+
+def test_a_model_entry_that_matches_nothing_is_fine_but_an_index_entry_is_a_problem() -> None:
+    fine = node_plan("t4x4", "gpus: [{model: L4, mode: mig-dynamic}]")
+    assert fine.problems == () and len(fine.plans) == 4
+    unmatched = node_plan("t4x4", "gpus: [{index: 7, mode: gpu}]")
+    assert len(unmatched.plans) == 4  # nothing is offered in a mode nobody asked for: all default
+    (problem,) = unmatched.problems
+    assert (problem.gpu, problem.setting) == (None, "gpus[0].index")
+    assert problem.message.startswith("gpus[0]: no GPU with index 7 on this node")
+
+
+def test_two_entries_of_equal_rank_for_one_gpu_leave_it_out() -> None:
+    text = "gpus: [{model: L4, mode: gpu}, {productName: NVIDIA L4, mode: vgpu-capacity}]"
+    result = node_plan("l4x8", text)
+    assert result.plans == ()
+    assert len(result.problems) == 8
+    assert result.problems[3].setting == "gpus[1]"
+    assert "GPU 3 (NVIDIA L4" in result.problems[3].message
+    assert result.problems[3].message.endswith("is already configured by gpus[0]")
+
+
+def test_every_malformed_part_of_a_file_is_reported_at_once() -> None:
+    text = "default: {mode: whole}\ngpus: [{index: 0, mode: gpu}, {model: nope}, {index: 1, mode: odd}]"
+    with pytest.raises(NodeConfigError) as caught:
+        parse_node_config(yaml.safe_load(text), "f.yaml")
+    assert [line.split(":")[1].strip() for line in caught.value.problems] == [
+        "default.mode",
+        "gpus[1].model",
+        "gpus[2].mode",
+    ]
+    assert all(line.startswith("f.yaml: ") for line in str(caught.value).splitlines())
