@@ -81,11 +81,17 @@ PUBLISHER_LOCK = "publisher.lock"
 PUBLISHER_POLL_SECONDS = 0.2
 
 
-def open_hardware(spec: HardwareSpec, node_name: str, state_dir: Path | None = None) -> HardwareBackend:
+def open_hardware(
+    spec: HardwareSpec,
+    node_name: str,
+    state_dir: Path | None = None,
+    driver_root: Path = Path("/"),
+    sysfs_root: Path = Path("/sys"),
+) -> HardwareBackend:
     if spec.kind == "nvml":
         from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
 
-        return NvmlBackend()
+        return NvmlBackend(sysfs_root / "bus" / "pci" / "devices", driver_root)
     from dra_driver.hardware.simulated_nodes import resolve_node_spec  # noqa: PLC0415
 
     state_file = state_dir / SIMULATED_HARDWARE_STATE if state_dir is not None else None
@@ -173,7 +179,9 @@ async def discover_inventory(
     except NodeConfigError as error:
         raise StartupError(str(error)) from error
     try:
-        hardware = open_hardware(settings.hardware, settings.node_name, state_dir)
+        hardware = open_hardware(
+            settings.hardware, settings.node_name, state_dir, settings.driver_root, settings.sysfs_root
+        )
         gpus = await hardware.discover()
     except HardwareError as error:
         raise StartupError(f"--hardware {settings.hardware}: {error}") from error
@@ -436,13 +444,16 @@ async def run_node(settings: NodeSettings) -> None:
     heartbeat = asyncio.create_task(keep_heartbeat(readiness), name="heartbeat")
     endpoint = None
     try:
+        if settings.hardware.kind == "nvml":
+            # /healthz answers while the agent waits for the driver: waiting is not a failure.
+            endpoint = await wait_for_driver(settings, metrics, readiness)
         slice_api = SliceApi(api_client, settings.driver_name, settings.node_name)
         agent = await NodeAgent.start(
             settings, ApiServerClaimSource(api_client), slice_api, metrics, readiness
         )
         try:
             # After the start, so a start that fails says so in exactly one line.
-            endpoint = start_observability(settings, metrics, readiness)
+            endpoint = endpoint or start_observability(settings, metrics, readiness)
         except StartupError:
             await agent.stop()
             raise
@@ -459,6 +470,23 @@ async def run_node(settings: NodeSettings) -> None:
         if endpoint is not None:
             await asyncio.to_thread(endpoint.stop)
         await api_client.close()
+
+
+async def wait_for_driver(
+    settings: NodeSettings, metrics: AgentMetrics, readiness: Readiness
+) -> ObservabilityServer | None:
+    """Returns at once where the NVIDIA library loads; otherwise serves the probes while it waits
+    for the driver to appear under the driver root, and returns the running endpoint."""
+    from dra_driver.hardware.nvml_library import NvmlLibraryNotFound, load_nvml_library  # noqa: PLC0415
+    from dra_driver.hardware.nvml_wait import wait_for_nvml_library  # noqa: PLC0415
+
+    try:
+        await asyncio.to_thread(load_nvml_library, settings.driver_root)
+    except NvmlLibraryNotFound:
+        endpoint = start_observability(settings, metrics, readiness)
+        await wait_for_nvml_library(settings.driver_root)
+        return endpoint
+    return None
 
 
 def start_observability(
