@@ -20,6 +20,7 @@
  *                       fail-<function name>      the next call of that function returns the
  *                                                 NVML return code the file holds (decimal)
  *                       processes                 lines "<gpu> <gi|-1> <ci|-1> <pid> <bytes>"
+ *   MOCK_NVML_CALLS   a file each called function's name is appended to (which calls a test reached)
  *
  * Node file: one record per line, fields separated by single spaces, names last.
  *   driver <version string>
@@ -228,9 +229,22 @@ static int is_lost(int gpu) {
     return access(path, F_OK) == 0;
 }
 
+static void record(const char *function) {
+    const char *path = getenv("MOCK_NVML_CALLS");
+    if (!path || !*path) return;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    char line[128];
+    int length = snprintf(line, sizeof line, "%s\n", function);
+    if (write(fd, line, (size_t)length) < 0) { /* a lost record only weakens the coverage check */
+    }
+    close(fd);
+}
+
 /* Every public function starts here: the lock, initialization, then an injected failure. */
 #define ENTER(function)                                          \
     pthread_mutex_lock(&lock);                                   \
+    record(function);                                            \
     if (refcount == 0) return unlocked(NVML_ERROR_UNINITIALIZED); \
     do {                                                         \
         nvmlReturn_t failure_ = injected(function);              \
@@ -522,8 +536,9 @@ static unsigned int processes_on(int gpu, int gi, int ci, nvmlProcessInfo_t *out
 
 /* ---- init and system ------------------------------------------------------------------------ */
 
-static nvmlReturn_t init(void) {
+static nvmlReturn_t init(const char *function) {
     pthread_mutex_lock(&lock);
+    record(function);
     if (refcount > 0) {
         refcount++;
         return unlocked(NVML_SUCCESS);
@@ -540,21 +555,23 @@ static nvmlReturn_t init(void) {
     return unlocked(NVML_SUCCESS);
 }
 
-nvmlReturn_t nvmlInit_v2(void) { return init(); }
-nvmlReturn_t nvmlInit(void) { return init(); }
+nvmlReturn_t nvmlInit_v2(void) { return init("nvmlInit_v2"); }
+nvmlReturn_t nvmlInit(void) { return init("nvmlInit"); }
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
-    return init();
+    return init("nvmlInitWithFlags");
 }
 
 nvmlReturn_t nvmlShutdown(void) {
     pthread_mutex_lock(&lock);
+    record("nvmlShutdown");
     if (refcount == 0) return unlocked(NVML_ERROR_UNINITIALIZED);
     refcount--;
     return unlocked(NVML_SUCCESS);
 }
 
 const char *nvmlErrorString(nvmlReturn_t result) {
+    record("nvmlErrorString");
     switch (result) {
     case 0: return "Success";
     case 1: return "Uninitialized";
@@ -983,15 +1000,16 @@ nvmlReturn_t nvmlGpuInstanceDestroy(void *gpu_instance) {
 
 /* ---- compute instances ------------------------------------------------------------------------ */
 
-nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(void *gpu_instance, unsigned int constant, unsigned int engines,
-                                                           nvmlComputeInstanceProfileInfo_v2_t *info) {
+/* The v1 structure is the v2 one without its version and name. */
+static nvmlReturn_t ci_profile_info(const char *function, void *gpu_instance, unsigned int constant, unsigned int engines,
+                                    nvmlComputeInstanceProfileInfo_v2_t *info, int versioned) {
     gpu_t *gpu = NULL;
     gpu_instance_t *gi = NULL;
-    ENTER("nvmlGpuInstanceGetComputeInstanceProfileInfoV");
+    ENTER(function);
     nvmlReturn_t bad = gi_of(gpu_instance, &gpu, &gi);
     if (bad != NVML_SUCCESS) return unlocked(bad);
     if (!info || constant >= CI_PROFILE_COUNT || engines != 0) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
-    if (info->version != CI_PROFILE_INFO_V2) return unlocked(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    if (versioned && info->version != CI_PROFILE_INFO_V2) return unlocked(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     const profile_t *p = &gpu->profiles[gi->profile];
     unsigned int slices = CI_SLICES[constant];
     if (!ci_offered(slices, p->slices)) return unlocked(NVML_ERROR_NOT_SUPPORTED);
@@ -999,6 +1017,20 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(void *gpu_instance, u
                                                   p->sms / p->slices * slices, p->ce, p->dec, p->enc, p->jpeg, p->ofa, ""};
     snprintf(info->name, sizeof info->name, "MIG %uc.%ug.%llumb", slices, p->slices, p->memory_mib);
     return unlocked(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(void *gpu_instance, unsigned int constant, unsigned int engines,
+                                                           nvmlComputeInstanceProfileInfo_v2_t *info) {
+    return ci_profile_info("nvmlGpuInstanceGetComputeInstanceProfileInfoV", gpu_instance, constant, engines, info, 1);
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(void *gpu_instance, unsigned int constant, unsigned int engines,
+                                                          unsigned int *info_v1) {
+    nvmlComputeInstanceProfileInfo_v2_t info;
+    nvmlReturn_t result = ci_profile_info("nvmlGpuInstanceGetComputeInstanceProfileInfo", gpu_instance, constant,
+                                          engines, info_v1 ? &info : NULL, 0);
+    if (result == NVML_SUCCESS) memcpy(info_v1, &info.id, 9 * sizeof(unsigned int));
+    return result;
 }
 
 nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(void *gpu_instance, unsigned int profile_id, void **out) {
