@@ -98,8 +98,8 @@ def open_hardware(
     return SimulatedBackend(node_name, resolve_node_spec(spec.source), state_file)
 
 
-def edits_for(spec: HardwareSpec) -> DeviceEdits:
-    return NvmlEdits() if spec.kind == "nvml" else SimulatedEdits()
+def edits_for(spec: HardwareSpec, proc_root: Path = Path("/proc")) -> DeviceEdits:
+    return NvmlEdits(proc_root=proc_root) if spec.kind == "nvml" else SimulatedEdits()
 
 
 def driver_files(settings: NodeSettings, gpus: Sequence[Gpu]) -> DriverDiscovery:
@@ -243,6 +243,9 @@ class NodeAgent:
             )
             common_cdi_ids = await asyncio.to_thread(write_common_spec, settings, discovery, cdi_specs)
             sharing = sharing_controls(settings, gpus, discovery)
+        except HardwareError as error:  # a driver program missing from the driver root
+            await hardware.close()
+            raise StartupError(f"--driver-root {settings.driver_root}: {error}") from error
         except (OSError, ValueError) as error:
             await hardware.close()
             raise StartupError(f"cannot write the node's CDI spec in {settings.cdi_dir}: {error}") from error
@@ -250,7 +253,7 @@ class NodeAgent:
             driver_name=settings.driver_name,
             pool_name=settings.node_name,
             inventory=inventory,
-            edits=edits_for(settings.hardware),
+            edits=edits_for(settings.hardware, settings.proc_root),
             claim_source=claim_source,
             records=ClaimRecordStore(settings.state_dir, committer),
             cdi_specs=cdi_specs,

@@ -90,6 +90,8 @@ class NodeSettings:
 
     # Where the kernel's sysfs is read from (the GPUs' PCIe roots and NUMA nodes under NVML).
     sysfs_root: Path = Path("/sys")
+    # Where the kernel's procfs is read from (the NVIDIA driver's MIG capability files).
+    proc_root: Path = Path("/proc")
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -205,6 +207,12 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "DRA_DRIVER_SYSFS_ROOT",
         "/sys",
         "where the kernel's sysfs is mounted; NVML's GPUs are looked up under <sysfs-root>/bus/pci/devices",
+    ),
+    (
+        "--proc-root",
+        "DRA_DRIVER_PROC_ROOT",
+        "/proc",
+        "where the kernel's procfs is mounted; MIG capabilities are read under <proc-root>/driver/nvidia",
     ),
     (
         "--sync-delay",
@@ -421,6 +429,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         sync_delay=_sync_delay(args.sync_delay),
         driver_root=inventory.driver_root,
         sysfs_root=inventory.sysfs_root,
+        proc_root=_directory("--proc-root", "DRA_DRIVER_PROC_ROOT", args.proc_root),
         mps_dir=_directory("--mps-dir", "DRA_DRIVER_MPS_DIR", args.mps_dir),
         hami_core_library=_hami_core_library(args.hami_core_library),
         hami_core_dir=_directory("--hami-core-dir", "DRA_DRIVER_HAMI_CORE_DIR", args.hami_core_dir),

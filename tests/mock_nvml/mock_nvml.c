@@ -21,6 +21,10 @@
  *                                                 NVML return code the file holds (decimal)
  *                       processes                 lines "<gpu> <gi|-1> <ci|-1> <pid> <bytes>"
  *   MOCK_NVML_CALLS   a file each called function's name is appended to (which calls a test reached)
+ *   MOCK_NVML_PROC    a directory standing for /proc, where the kernel side of the driver is
+ *                     mimicked: each GPU and compute instance's MIG capability file
+ *                     (driver/nvidia/capabilities/gpu<minor>/mig/gi<id>[/ci<id>]/access) exists
+ *                     while the instance does, and so do the node-wide mig/config and mig/monitor.
  *
  * Node file: one record per line, fields separated by single spaces, names last.
  *   driver <version string>
@@ -42,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -486,8 +491,71 @@ static int load_state(const char *path) {
     return 1;
 }
 
+/* ---- MIG capability files (the kernel's side, under MOCK_NVML_PROC) --------------------------- */
+
+static void make_dirs(char *path) {
+    for (char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = 0;
+        mkdir(path, 0755);
+        *slash = '/';
+    }
+    mkdir(path, 0755);
+}
+
+static void write_capability(const char *directory, unsigned int minor) {
+    char path[8400];
+    snprintf(path, sizeof path, "%s", directory);
+    make_dirs(path);
+    snprintf(path, sizeof path, "%s/access", directory);
+    FILE *file = fopen(path, "w");
+    if (!file) return;
+    fprintf(file, "DeviceFileMinor: %u\nDeviceFileMode: 292\n", minor);
+    fclose(file);
+}
+
+static void remove_capability(const char *directory) {
+    char path[8400];
+    snprintf(path, sizeof path, "%s/access", directory);
+    unlink(path);
+    rmdir(directory);
+}
+
+/* Capability minors as the mock hands them out: distinct per GPU, GPU instance and compute instance. */
+static void sync_capabilities(void) {
+    const char *proc = getenv("MOCK_NVML_PROC");
+    if (!proc || !*proc) return;
+    char base[2048], gi_dir[4096], ci_dir[4200];
+    snprintf(base, sizeof base, "%s/driver/nvidia/capabilities/mig", proc);
+    make_dirs(base);
+    const char *admin[2] = {"config", "monitor"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(gi_dir, sizeof gi_dir, "%s/%s", base, admin[i]);
+        FILE *file = fopen(gi_dir, "w");
+        if (file) {
+            fprintf(file, "DeviceFileMinor: %d\nDeviceFileMode: 292\n", i + 1);
+            fclose(file);
+        }
+    }
+    for (int g = 0; g < gpu_count; g++) {
+        if (gpus[g].mig == MIG_UNSUPPORTED) continue;
+        for (int i = 1; i < MAX_GI_IDS; i++) {
+            gpu_instance_t *gi = &gpus[g].gis[i];
+            snprintf(gi_dir, sizeof gi_dir, "%s/driver/nvidia/capabilities/gpu%u/mig/gi%d", proc, gpus[g].minor, i);
+            unsigned int minor = 1000u + (unsigned)g * 256u + (unsigned)i * 16u;
+            for (int c = 0; c < MAX_CIS; c++) {
+                snprintf(ci_dir, sizeof ci_dir, "%s/ci%d", gi_dir, c);
+                if (gi->used && gi->cis[c].used) write_capability(ci_dir, minor + 1u + (unsigned)c);
+                else if (access(ci_dir, F_OK) == 0) remove_capability(ci_dir);
+            }
+            if (gi->used) write_capability(gi_dir, minor);
+            else if (access(gi_dir, F_OK) == 0) remove_capability(gi_dir);
+        }
+    }
+}
+
 /* Written to a temporary file and renamed, so a process killed mid-write leaves the old state. */
 static void save_state(void) {
+    sync_capabilities();
     const char *path = getenv("MOCK_NVML_STATE");
     if (!path || !*path) return;
     char temporary[4096];
@@ -551,6 +619,7 @@ static nvmlReturn_t init(const char *function) {
     if (load_node(node) != 0) return unlocked(NVML_ERROR_DRIVER_NOT_LOADED);
     const char *state = getenv("MOCK_NVML_STATE");
     if (!(state && *state && load_state(state))) boot_instances();
+    sync_capabilities();
     refcount = 1;
     return unlocked(NVML_SUCCESS);
 }

@@ -127,14 +127,25 @@ def make_sysfs(root: Path, gpus: Iterable[Gpu]) -> Path:
     return root
 
 
+# Driver programs the agent requires at start (time slicing, MPS); stand-ins that refuse to run,
+# so a test that reached one would fail loudly rather than pass on a fake.
+DRIVER_PROGRAMS = ("nvidia-smi", "nvidia-cuda-mps-control")
+
+
 def make_driver_root(root: Path, driver_version: str) -> Path:
-    """A driver root holding the mock as a real driver installs NVML: the versioned file and the
-    SONAME symlink beside it."""
+    """A driver root holding the mock as a real driver installs NVML (the versioned file and the
+    SONAME symlink beside it), and the driver programs the agent looks for."""
     directory = root / LIBRARY_DIR
     directory.mkdir(parents=True, exist_ok=True)
     versioned = directory / f"libnvidia-ml.so.{driver_version}"
     shutil.copyfile(build_library(), versioned)
     (directory / "libnvidia-ml.so.1").symlink_to(versioned.name)
+    programs = root / "usr" / "bin"
+    programs.mkdir(parents=True, exist_ok=True)
+    for name in DRIVER_PROGRAMS:
+        program = programs / name
+        program.write_text(f"#!/bin/sh\necho '{name} is not part of the mock driver' >&2\nexit 1\n")
+        program.chmod(0o755)
     return root
 
 
@@ -173,6 +184,11 @@ class MockNode:
         return self.directory / "sys"
 
     @property
+    def proc(self) -> Path:
+        """What stands for /proc: the mock keeps the MIG capability files there."""
+        return self.directory / "proc"
+
+    @property
     def pci_devices(self) -> Path:
         return self.sysfs / "bus" / "pci" / "devices"
 
@@ -181,6 +197,7 @@ class MockNode:
             "MOCK_NVML_NODE": str(self.node_file),
             "MOCK_NVML_STATE": str(self.state_file),
             "MOCK_NVML_FAULTS": str(self.faults),
+            "MOCK_NVML_PROC": str(self.proc),
         }
 
     def xid(self, gpu_index: int, xid: int) -> None:
