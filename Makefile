@@ -37,6 +37,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m tests.bench.memory --rounds 500 --runs 2 --variant plain:PYTHONOPTIMIZE=0 --output docs/bench/memory.json
 	$(BIN)/python -m tests.bench.claim_get --reps 6 --calls 1500 --output docs/bench/claim-get.json
 	$(BIN)/python -m tests.bench.agent_instructions --runs 2 --output docs/bench/agent-instructions.json
+	$(BIN)/python -m tests.bench.nvml_discovery --rounds 100 --output docs/bench/nvml-discovery.json
 
 ## mock-nvml: build the mock libnvidia-ml.so.1 the NVML tests load (the tests build it too)
 MOCK_NVML := build/mock-nvml/libnvidia-ml.so.1
