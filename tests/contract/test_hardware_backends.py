@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dra_driver.hardware.backend import HardwareBackend
@@ -39,6 +39,7 @@ from dra_driver.hardware.nvml_events import NvmlEvents
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import (
     DEFAULT_DRIVER_VERSION,
+    SimulatedNodeSpec,
     node_profiles,
     parse_node_spec,
     resolve_node_spec,
@@ -499,37 +500,71 @@ destroy_step = st.tuples(st.just("destroy"), st.integers(1, 8), st.just(0))
 @example(steps=[("create", 1, 0), ("create", 1, 2)])
 @example(steps=[("create", 1, 0), ("create", 3, 1), ("destroy", 1, 0), ("create", 3, 1)])
 def test_simulated_mig_decisions_match_a_brute_force_oracle(model: str, steps: list[Step]) -> None:
-    backend = SimulatedBackend(
-        "n", parse_node_spec({"gpus": [{"model": model, "count": 1, "migMode": "enabled"}]}, "t")
-    )
-    gpu = run(backend.discover())[0]
+    run(replay(SimulatedBackend("n", one_mig_gpu(model)), model, steps))
+
+
+def one_mig_gpu(model: str) -> SimulatedNodeSpec:
+    return parse_node_spec({"gpus": [{"model": model, "count": 1, "migMode": "enabled"}]}, "t")
+
+
+@pytest.fixture(scope="session")
+def oracle_nodes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, MockNode]:
+    """One mock node of one MIG-enabled GPU per model; each example starts it afresh."""
+    directory = tmp_path_factory.mktemp("oracle")
+    return {model: MockNode.create(directory / model, "n", one_mig_gpu(model)) for model in ORACLE_MODELS}
+
+
+@pytest.mark.parametrize("model", ORACLE_MODELS)
+# Fewer examples than the simulated run (100): each step is some fifty NVML calls through ctypes.
+@settings(max_examples=50)
+@given(steps=st.lists(st.one_of(create_step, destroy_step), max_size=40))
+@example(steps=[("create", 1, 0), ("create", 1, 2)])
+@example(steps=[("create", 1, 0), ("create", 3, 1), ("destroy", 1, 0), ("create", 3, 1)])
+def test_nvml_over_the_mock_makes_the_oracles_mig_decisions(
+    model: str, steps: list[Step], oracle_nodes: dict[str, MockNode], mock_driver_root: Path
+) -> None:
+    node = oracle_nodes[model]
+    node.state_file.unlink(missing_ok=True)
+    saved = {name: os.environ.get(name) for name in node.environment()}
+    os.environ.update(node.environment())
+    backend = NvmlBackend(node.pci_devices, mock_driver_root)
+    try:
+        run(replay(backend, model, steps))
+    finally:
+        run(backend.close())
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+async def replay(backend: HardwareBackend, model: str, steps: list[Step]) -> None:
+    """Replays `steps` on the backend's only GPU, checking each outcome against the oracle."""
+    gpu = (await backend.discover())[0]
     geometry = gpu_models()[model].mig
     assert geometry is not None
     oracle = Oracle(gpu, max_gpu_instances=geometry.max_gpu_instances)
-
-    async def replay() -> None:
-        for kind, number, where in steps:
-            if kind == "create":
-                profile = gpu.mig_profiles[number % len(gpu.mig_profiles)]
-                placement = (
-                    profile.placements[where % len(profile.placements)]
-                    if isinstance(where, int)
-                    else Placement(*where)
-                )
-                await check_create(backend, oracle, profile, placement)
-            else:
-                await check_destroy(backend, oracle, number)
-            current = (await backend.discover())[0].mig_instances
-            assert {i.gpu_instance_id: (i.profile_id, i.placement) for i in current} == {
-                gi: (p.profile_id, placement) for gi, (p, placement) in oracle.instances.items()
-            }
-            assert_invariants(gpu, current)
-
-    run(replay())
+    for kind, number, where in steps:
+        if kind == "create":
+            profile = gpu.mig_profiles[number % len(gpu.mig_profiles)]
+            placement = (
+                profile.placements[where % len(profile.placements)]
+                if isinstance(where, int)
+                else Placement(*where)
+            )
+            await check_create(backend, oracle, profile, placement)
+        else:
+            await check_destroy(backend, oracle, number)
+        current = (await backend.discover())[0].mig_instances
+        assert {i.gpu_instance_id: (i.profile_id, i.placement) for i in current} == {
+            gi: (p.profile_id, placement) for gi, (p, placement) in oracle.instances.items()
+        }
+        assert_invariants(gpu, current)
 
 
 async def check_create(
-    backend: SimulatedBackend, oracle: Oracle, profile: MigProfile, placement: Placement
+    backend: HardwareBackend, oracle: Oracle, profile: MigProfile, placement: Placement
 ) -> None:
     expected = oracle.decide(profile, placement)
     try:
@@ -542,7 +577,7 @@ async def check_create(
     oracle.instances[instance.gpu_instance_id] = (profile, placement)
 
 
-async def check_destroy(backend: SimulatedBackend, oracle: Oracle, gpu_instance_id: int) -> None:
+async def check_destroy(backend: HardwareBackend, oracle: Oracle, gpu_instance_id: int) -> None:
     try:
         await backend.destroy_mig_instance(oracle.gpu.uuid, gpu_instance_id)
     except HardwareError as error:
