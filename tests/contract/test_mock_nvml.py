@@ -17,7 +17,7 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from dra_driver.hardware.model import MigMode, Placement
+from dra_driver.hardware.model import HardwareError, MigMode, Placement
 from dra_driver.hardware.nvml import NvmlBackend
 from dra_driver.hardware.nvml_events import NvmlEvents
 from dra_driver.hardware.nvml_library import (
@@ -207,3 +207,26 @@ def test_the_library_is_found_through_the_roots_loader_cache(tmp_path: Path) -> 
     assert candidate_paths(tmp_path)[0] == f"/opt/nvidia/lib/{LIBRARY}"
     assert load_nvml_library(tmp_path) == str(library_dir / LIBRARY)
     assert cached_library_paths(b"not a loader cache\0/opt/nvidia/lib/libnvidia-ml.so.1\0") == []
+
+
+def test_a_mig_instance_with_a_process_on_it_is_in_use(node: MockNode, driver_root: Path) -> None:
+    backend = NvmlBackend(node.pci_devices, driver_root)
+    gpu = asyncio.run(backend.discover())[0]
+    instance = gpu.mig_instances[0]
+    node.run_processes([(0, instance.gpu_instance_id, instance.compute_instance_id, 4242, 2**30)])
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, 0)
+        on_gpu = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        on_mig = pynvml.nvmlDeviceGetComputeRunningProcesses(mig)
+        with pytest.raises(HardwareError) as raised:
+            asyncio.run(backend.destroy_mig_instance(gpu.uuid, instance.gpu_instance_id))
+        after = asyncio.run(backend.discover())[0]
+    finally:
+        asyncio.run(backend.close())
+
+    assert [(p.pid, p.usedGpuMemory, p.gpuInstanceId) for p in on_gpu] == [(4242, 2**30, 1)]
+    assert [p.pid for p in on_mig] == [4242]
+    assert str(raised.value).startswith(f"NVML nvmlComputeInstanceDestroy for GPU {gpu.uuid} GPU instance 1")
+    assert str(raised.value).endswith("failed: In use by another client")
+    assert after == gpu

@@ -1016,7 +1016,7 @@ nvmlReturn_t nvmlDeviceGetGpuInstances(void *device, unsigned int profile_id, vo
     if (!instances || !count) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
     if (mig_gpu(gpu) != NVML_SUCCESS) return unlocked(NVML_ERROR_NOT_SUPPORTED);
     const profile_t *p = profile_by_id(gpu, profile_id);
-    if (!p) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
+    if (!p) return unlocked(NVML_ERROR_NOT_SUPPORTED); /* nvml.h: "profileId isn't supported" */
     unsigned int found = 0;
     /* The caller's array holds the profile's instance count, which no GPU exceeds. */
     for (int i = 0; i < MAX_GI_IDS && found < p->instances; i++)
@@ -1109,8 +1109,8 @@ nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(void *gpu_instance, unsigned i
     nvmlReturn_t bad = gi_of(gpu_instance, &gpu, &gi);
     if (bad != NVML_SUCCESS) return unlocked(bad);
     const profile_t *p = &gpu->profiles[gi->profile];
-    if (!out || profile_id >= CI_PROFILE_COUNT || !ci_offered(CI_SLICES[profile_id], p->slices))
-        return unlocked(NVML_ERROR_INVALID_ARGUMENT);
+    if (!out || profile_id >= CI_PROFILE_COUNT) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
+    if (!ci_offered(CI_SLICES[profile_id], p->slices)) return unlocked(NVML_ERROR_NOT_SUPPORTED);
     unsigned int used = 0, same = 0;
     int free_id = -1;
     for (int c = 0; c < MAX_CIS; c++) {
@@ -1138,8 +1138,8 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstances(void *gpu_instance, unsigned int
     nvmlReturn_t bad = gi_of(gpu_instance, &gpu, &gi);
     if (bad != NVML_SUCCESS) return unlocked(bad);
     const profile_t *p = &gpu->profiles[gi->profile];
-    if (!instances || !count || profile_id >= CI_PROFILE_COUNT || !ci_offered(CI_SLICES[profile_id], p->slices))
-        return unlocked(NVML_ERROR_INVALID_ARGUMENT);
+    if (!instances || !count || profile_id >= CI_PROFILE_COUNT) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
+    if (!ci_offered(CI_SLICES[profile_id], p->slices)) return unlocked(NVML_ERROR_NOT_SUPPORTED);
     unsigned int found = 0, capacity = p->slices / CI_SLICES[profile_id];
     for (int c = 0; c < MAX_CIS && found < capacity; c++)
         if (gi->cis[c].used && gi->cis[c].profile_id == profile_id) instances[found++] = &gi->cis[c].self;
