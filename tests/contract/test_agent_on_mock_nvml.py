@@ -5,6 +5,7 @@ is not there yet instead of exiting."""
 
 import asyncio
 import json
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from dra_driver import kubelet_client
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import load_node_config
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
-from dra_driver.kubelet_client import ClaimArg
+from dra_driver.kubelet_client import ClaimArg, KubeletClientError
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate
@@ -32,7 +33,12 @@ WAITING = "the NVIDIA driver is not there yet"
 
 
 def agent_on_mock(
-    dirs: AgentDirs, kubeconfig: Path, node: MockNode, driver_root: Path, wait: bool = True
+    dirs: AgentDirs,
+    kubeconfig: Path,
+    node: MockNode,
+    driver_root: Path,
+    wait: bool = True,
+    env: dict[str, str] | None = None,
 ) -> AgentProcess:
     node_config = dirs.root / "node-config.yaml"
     node_config.write_text(NODE_CONFIG)
@@ -40,7 +46,7 @@ def agent_on_mock(
         *("--driver-root", str(driver_root), "--sysfs-root", str(node.sysfs), "--proc-root", str(node.proc)),
         *("--node-config", str(node_config), "--health-recovery", "300"),
     )
-    return start_agent(dirs, kubeconfig, "nvml", extra, wait=wait, env=node.environment())
+    return start_agent(dirs, kubeconfig, "nvml", extra, wait=wait, env={**node.environment(), **(env or {})})
 
 
 @pytest.fixture
@@ -79,11 +85,16 @@ def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepar
     assert pool_problems(apiserver, expected) == []
 
     whole = allocate(claims_api, "whole", {"gpu": "gpu-6"}, pool=NODE_NAME)
+    static = allocate(claims_api, "static", {"mig": "gpu-0-mig-1g10gb-2"}, pool=NODE_NAME)
     dynamic = allocate(claims_api, "dynamic", {"mig": "gpu-2-mig-1g10gb-3"}, pool=NODE_NAME)
-    claims = [ClaimArg("default", "whole", whole), ClaimArg("default", "dynamic", dynamic)]
+    claims = [
+        ClaimArg("default", "whole", whole),
+        ClaimArg("default", "static", static),
+        ClaimArg("default", "dynamic", dynamic),
+    ]
     prepared = asyncio.run(kubelet_client.prepare(dirs.dra_socket, "v1", claims))["claims"]
 
-    assert {uid: answer["error"] for uid, answer in prepared.items()} == {whole: "", dynamic: ""}
+    assert {uid: answer["error"] for uid, answer in prepared.items()} == {whole: "", static: "", dynamic: ""}
     assert mig_state(mock_node)[-2:] == ["gi 2 1 19 3 1", "ci 2 1 0 0"]
     specs = "".join(path.read_text() for path in dirs.cdi_dir.glob("*.json"))
     assert f"{dirs.root}/driver/{LIBRARY_DIR}/libnvidia-ml.so.{DEFAULT_DRIVER_VERSION}" in specs
@@ -92,9 +103,43 @@ def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepar
     # The GPU's node, and the GPU and compute instance's capabilities (the mock's minors).
     assert nodes == ["/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap1528", "/dev/nvidia-caps/nvidia-cap1529"]
 
+    static_spec = json.loads((dirs.cdi_dir / f"k8s.{DRIVER}-claim_{static}.json").read_text())
+    assert "/dev/nvidia-caps/nvidia-cap1033" in json.dumps(static_spec)  # GPU 0, GPU instance 2
+
     unprepared = asyncio.run(kubelet_client.unprepare(dirs.dra_socket, "v1", claims))["claims"]
-    assert unprepared == {whole: {"error": ""}, dynamic: {"error": ""}}
+    assert unprepared == {whole: {"error": ""}, static: {"error": ""}, dynamic: {"error": ""}}
     assert not any(line.startswith("gi 2 ") for line in mig_state(mock_node))
+    assert "gi 0 2 19 2 1" in mig_state(mock_node)  # a static instance stays
+
+
+def test_a_sigkill_after_nvml_created_an_instance_leaves_the_mock_whole(
+    agent_dirs: AgentDirs,
+    kubeconfig: Path,
+    apiserver: ApiServer,
+    claims_api: client.ResourceV1Api,
+    mock_node: MockNode,
+) -> None:
+    driver_root = make_driver_root(agent_dirs.root / "driver", DEFAULT_DRIVER_VERSION)
+    dynamic = allocate(claims_api, "dynamic", {"mig": "gpu-3-mig-3g40gb-4"}, pool=NODE_NAME)
+    claim = [ClaimArg("default", "dynamic", dynamic)]
+    doomed = agent_on_mock(
+        agent_dirs, kubeconfig, mock_node, driver_root, env={"DRA_DRIVER_FAILPOINTS": "prepare.mig-created"}
+    )
+    with pytest.raises(KubeletClientError):
+        asyncio.run(kubelet_client.prepare(agent_dirs.dra_socket, "v1", claim))
+    assert doomed.process.wait(30) == -signal.SIGKILL
+    assert [line for line in mig_state(mock_node) if line.startswith("gi 3 ")] == ["gi 3 1 9 4 4"]
+
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root)
+    try:
+        prepared = asyncio.run(kubelet_client.prepare(agent_dirs.dra_socket, "v1", claim))["claims"]
+        assert prepared[dynamic]["error"] == ""
+        assert [line for line in mig_state(mock_node) if line.startswith("gi 3 ")] == ["gi 3 1 9 4 4"]
+        unprepared = asyncio.run(kubelet_client.unprepare(agent_dirs.dra_socket, "v1", claim))["claims"]
+        assert unprepared == {dynamic: {"error": ""}}
+        assert not any(line.startswith("gi 3 ") for line in mig_state(mock_node))
+    finally:
+        agent.terminate()
 
 
 def test_an_xid_from_nvml_taints_its_gpu(
