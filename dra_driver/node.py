@@ -333,7 +333,7 @@ class NodeAgent:
         else:
             from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
 
-            source = NvmlEvents()
+            source = NvmlEvents(known_gpus={plan.gpu.index: plan.gpu.uuid for plan in self.inventory.plans})
         self.health = HealthMonitor(
             source,
             driver_name=self.settings.driver_name,

@@ -363,11 +363,12 @@ class Faults:
         else:
             self.node.xid(gpu.index, xid)
 
-    def events(self) -> HealthEventSource:
+    def events(self, gpus: tuple[Gpu, ...]) -> HealthEventSource:
+        """`gpus`: as discovered, which the NVML source reports lost GPUs under."""
         if self.node is None:
             assert isinstance(self.backend, SimulatedBackend)
             return SimulatedEvents(self.backend, interval_seconds=0.02)
-        return NvmlEvents(wait_ms=50)
+        return NvmlEvents(wait_ms=50, known_gpus={gpu.index: gpu.uuid for gpu in gpus})
 
 
 @pytest.fixture(params=["simulated", "mock-nvml"])
@@ -409,11 +410,12 @@ def test_a_lost_gpu_leaves_discovery_and_refuses_mig_changes(faulty: Faults) -> 
 
 
 def test_xids_and_a_lost_gpu_arrive_as_health_events(faulty: Faults) -> None:
-    first, second = run(faulty.backend.discover())[:2]
+    gpus = run(faulty.backend.discover())
+    first, second = gpus[:2]
 
     async def collect() -> list[HealthEvent]:
         """The GPU is lost only once the XID has arrived, that is once the source is watching."""
-        source = faulty.events()
+        source = faulty.events(gpus)
         source.start()
         faulty.xid(first, 48)
         async with asyncio.timeout(10):
@@ -431,6 +433,24 @@ def test_xids_and_a_lost_gpu_arrive_as_health_events(faulty: Faults) -> None:
     ]
     assert isinstance(events[0], XidEvent)
     assert events[0].xid == 48
+
+
+def test_a_gpu_lost_before_the_watch_starts_is_reported(faulty: Faults) -> None:
+    gpus = run(faulty.backend.discover())
+    gpu = gpus[3]
+    source = faulty.events(gpus)
+    faulty.lose(gpu)
+
+    async def first_event() -> HealthEvent:
+        source.start()
+        async with asyncio.timeout(10):
+            event = await anext(source)
+        await source.stop()
+        return event
+
+    event = run(first_event())
+
+    assert (type(event).__name__, event.gpu_uuid) == ("GpuLost", gpu.uuid)
 
 
 # --- the simulated rules against a brute-force oracle ---------------------------------------------
