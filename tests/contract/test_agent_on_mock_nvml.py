@@ -21,14 +21,20 @@ from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
 from dra_driver.kubelet_client import ClaimArg, KubeletClientError
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
-from tests.support.claims import allocate
+from tests.support.claims import allocate, allocate_results
 from tests.support.mock_nvml import LIBRARY_DIR, MockNode, make_driver_root
 from tests.support.nodes import simulated_node
 from tests.support.publishing import pool_problems, stored_slices
 from tests.support.waiting import wait_until
 
 DRIVER = "gpu.dra-driver.dev"
-NODE_CONFIG = "gpus:\n  - {index: 2, mode: mig-dynamic}\n  - {index: 3, mode: mig-dynamic}\n"
+NODE_CONFIG = """\
+gpus:
+  - {index: 2, mode: mig-dynamic}
+  - {index: 3, mode: mig-dynamic}
+  - {index: 4, mode: vgpu-capacity}
+"""
+SHARE = "3f0c2a9e-8b7d-4c6e-9a5f-1d2e3c4b5a69"
 WAITING = "the NVIDIA driver is not there yet"
 
 
@@ -87,14 +93,17 @@ def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepar
     whole = allocate(claims_api, "whole", {"gpu": "gpu-6"}, pool=NODE_NAME)
     static = allocate(claims_api, "static", {"mig": "gpu-0-mig-1g10gb-2"}, pool=NODE_NAME)
     dynamic = allocate(claims_api, "dynamic", {"mig": "gpu-2-mig-1g10gb-3"}, pool=NODE_NAME)
-    claims = [
-        ClaimArg("default", "whole", whole),
-        ClaimArg("default", "static", static),
-        ClaimArg("default", "dynamic", dynamic),
-    ]
+    share = {"shareID": SHARE, "consumedCapacity": {"memory": "8Gi", "cores": "20"}}
+    vgpu = allocate_results(
+        claims_api,
+        "vgpu",
+        [{"request": "v", "driver": DRIVER, "pool": NODE_NAME, "device": "gpu-4", **share}],
+    )
+    names = {whole: "whole", static: "static", dynamic: "dynamic", vgpu: "vgpu"}
+    claims = [ClaimArg("default", name, uid) for uid, name in names.items()]
     prepared = asyncio.run(kubelet_client.prepare(dirs.dra_socket, "v1", claims))["claims"]
 
-    assert {uid: answer["error"] for uid, answer in prepared.items()} == {whole: "", static: "", dynamic: ""}
+    assert {uid: answer["error"] for uid, answer in prepared.items()} == dict.fromkeys(names, "")
     assert mig_state(mock_node)[-2:] == ["gi 2 1 19 3 1", "ci 2 1 0 0"]
     specs = "".join(path.read_text() for path in dirs.cdi_dir.glob("*.json"))
     assert f"{dirs.root}/driver/{LIBRARY_DIR}/libnvidia-ml.so.{DEFAULT_DRIVER_VERSION}" in specs
@@ -106,8 +115,11 @@ def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepar
     static_spec = json.loads((dirs.cdi_dir / f"k8s.{DRIVER}-claim_{static}.json").read_text())
     assert "/dev/nvidia-caps/nvidia-cap1033" in json.dumps(static_spec)  # GPU 0, GPU instance 2
 
+    vgpu_spec = json.loads((dirs.cdi_dir / f"k8s.{DRIVER}-claim_{vgpu}.json").read_text())
+    assert "/dev/nvidia4" in json.dumps(vgpu_spec)
+
     unprepared = asyncio.run(kubelet_client.unprepare(dirs.dra_socket, "v1", claims))["claims"]
-    assert unprepared == {whole: {"error": ""}, static: {"error": ""}, dynamic: {"error": ""}}
+    assert unprepared == {uid: {"error": ""} for uid in names}
     assert not any(line.startswith("gi 2 ") for line in mig_state(mock_node))
     assert "gi 0 2 19 2 1" in mig_state(mock_node)  # a static instance stays
 
