@@ -230,3 +230,35 @@ def test_a_mig_instance_with_a_process_on_it_is_in_use(node: MockNode, driver_ro
     assert str(raised.value).startswith(f"NVML nvmlComputeInstanceDestroy for GPU {gpu.uuid} GPU instance 1")
     assert str(raised.value).endswith("failed: In use by another client")
     assert after == gpu
+
+
+def test_the_calls_beside_the_drivers_answer_like_the_ones_it_uses(node: MockNode, driver_root: Path) -> None:
+    """The older and newer variants the mock also exports, through nvidia-ml-py, so that a driver
+    change to one of them meets the same node."""
+    backend = NvmlBackend(node.pci_devices, driver_root)
+    gpus = asyncio.run(backend.discover())
+    try:
+        empty = next(g for g in gpus if g.mig_mode is MigMode.ENABLED and not g.mig_instances)
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(empty.pci_bus_id)
+        assert pynvml.nvmlDeviceGetUUID(handle) == empty.uuid
+        assert pynvml.nvmlSystemGetCudaDriverVersion_v2() == 13000
+        memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        assert memory.total == empty.memory_bytes
+        v1 = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, empty.mig_profiles[0].nvml_enum, version=1)
+        assert (v1.id, v1.memorySizeMB) == (
+            empty.mig_profiles[0].profile_id,
+            empty.mig_profiles[0].memory_bytes >> 20,
+        )
+
+        gpu_instance = pynvml.nvmlDeviceCreateGpuInstance(handle, 0)  # the first free placement
+        ci_v1 = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gpu_instance, 4, 0, version=1)
+        compute_instance = pynvml.nvmlGpuInstanceCreateComputeInstance(gpu_instance, ci_v1.id)
+        mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, 0)
+        assert pynvml.nvmlDeviceIsMigDeviceHandle(mig) and not pynvml.nvmlDeviceIsMigDeviceHandle(handle)
+        parent = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+        assert pynvml.nvmlDeviceGetUUID(parent) == empty.uuid
+        assert (ci_v1.sliceCount, pynvml.nvmlDeviceGetAttributes(mig).multiprocessorCount) == (7, 98)
+        pynvml.nvmlComputeInstanceDestroy(compute_instance)
+        pynvml.nvmlGpuInstanceDestroy(gpu_instance)
+    finally:
+        asyncio.run(backend.close())
