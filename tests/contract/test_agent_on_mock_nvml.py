@@ -22,7 +22,7 @@ from dra_driver.kubelet_client import ClaimArg, KubeletClientError
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate, allocate_results
-from tests.support.mock_nvml import LIBRARY_DIR, MockNode, make_driver_root
+from tests.support.mock_nvml import LIBRARY_DIR, WITHOUT_HOST_NVML, MockNode, make_driver_root
 from tests.support.nodes import simulated_node
 from tests.support.publishing import pool_problems, stored_slices
 from tests.support.waiting import wait_until
@@ -165,6 +165,7 @@ def test_an_xid_from_nvml_taints_its_gpu(
     assert taints(apiserver) == {"gpu-6": [(f"{DRIVER}/xid", "48", "NoExecute")]}
 
 
+@WITHOUT_HOST_NVML
 def test_the_agent_waits_for_the_driver_and_starts_once_it_appears(
     agent_dirs: AgentDirs, kubeconfig: Path, apiserver: ApiServer, mock_node: MockNode
 ) -> None:

@@ -27,7 +27,7 @@ from dra_driver.hardware.nvml_library import (
     load_nvml_library,
 )
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
-from tests.support.mock_nvml import MockNode, build_library, make_driver_root
+from tests.support.mock_nvml import WITHOUT_HOST_NVML, MockNode, build_library, make_driver_root
 
 HARDWARE_CODE = Path(__file__).resolve().parents[2] / "dra_driver" / "hardware"
 NODE = "contract-node"
@@ -169,6 +169,7 @@ def test_mig_instances_outlive_the_process_that_made_them(node: MockNode, driver
     assert created.uuid.startswith("MIG-")
 
 
+@WITHOUT_HOST_NVML
 def test_inspect_without_a_driver_lists_where_it_looked(tmp_path: Path) -> None:
     shown = subprocess.run(
         inspect_command("--driver-root", str(tmp_path)),

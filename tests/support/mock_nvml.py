@@ -6,6 +6,7 @@ simulated backend, so the NVML backend over the mock and the simulated backend d
 GPUs, and any difference between them is a bug in one of the two.
 """
 
+import ctypes.util
 import shutil
 import subprocess
 import time
@@ -13,6 +14,8 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.hardware.nvml import _ARCHITECTURES, _BRANDS
@@ -31,6 +34,12 @@ MIB = 2**20
 _MIG_MODES = {MigMode.UNSUPPORTED: 0, MigMode.DISABLED: 1, MigMode.ENABLED: 2}
 _ARCHITECTURE_CODES = {name: code for code, name in _ARCHITECTURES.items()}
 _BRAND_CODES = {name: code for code, name in _BRANDS.items()}
+
+
+# On a machine with an NVIDIA driver installed, the default search path finds its NVML whatever
+# the driver root: there is no "driver missing" to test.
+HOST_HAS_NVML = ctypes.util.find_library("nvidia-ml") is not None
+WITHOUT_HOST_NVML = pytest.mark.skipif(HOST_HAS_NVML, reason="this machine has its own libnvidia-ml")
 
 
 def build_library() -> Path:

@@ -34,6 +34,7 @@ from dra_driver.hardware.model import (
 )
 from dra_driver.hardware.nvml import NvmlBackend
 from dra_driver.hardware.nvml_calls import normalize_bus_id, numa_node_of, nvml_call, pcie_root_of
+from tests.support.mock_nvml import WITHOUT_HOST_NVML
 
 MIB = 2**20
 GPU_UUID = "GPU-5a0e2c07-37f9-4c2b-8d6e-1f3b2c4d5e6f"
@@ -512,6 +513,7 @@ def discover_one(backend: NvmlBackend) -> Gpu:
     return gpus[0]
 
 
+@WITHOUT_HOST_NVML
 def test_a_missing_nvml_library_is_a_clear_hardware_error(tmp_path: Path) -> None:
     """In a process of its own: once any test has loaded a libnvidia-ml.so.1, the loader finds it
     by name for the rest of the process."""
