@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-deps lint unit bench protos clean
+.PHONY: demo test test-deps lint unit bench protos clean mock-nvml
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
@@ -47,6 +47,14 @@ bench: $(INSTALLED)
 	$(BIN)/python -m tests.bench.memory --rounds 500 --runs 2 --variant plain:PYTHONOPTIMIZE=0 --output docs/bench/memory.json
 	$(BIN)/python -m tests.bench.claim_get --reps 6 --calls 1500 --output docs/bench/claim-get.json
 	$(BIN)/python -m tests.bench.agent_instructions --runs 2 --output docs/bench/agent-instructions.json
+	$(BIN)/python -m tests.bench.nvml_discovery --rounds 100 --output docs/bench/nvml-discovery.json
+
+## mock-nvml: build the mock libnvidia-ml.so.1 the NVML tests load (the tests build it too)
+MOCK_NVML := build/mock-nvml/libnvidia-ml.so.1
+mock-nvml: $(MOCK_NVML)
+$(MOCK_NVML): tests/mock_nvml/mock_nvml.c
+	mkdir -p $(dir $@)
+	cc -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< -lpthread
 
 ## protos: regenerate dra_driver/_proto from api/kubelet
 protos: $(INSTALLED)

@@ -90,19 +90,25 @@ PUBLISHER_LOCK = "publisher.lock"
 PUBLISHER_POLL_SECONDS = 0.2
 
 
-def open_hardware(spec: HardwareSpec, node_name: str, state_dir: Path | None = None) -> HardwareBackend:
+def open_hardware(
+    spec: HardwareSpec,
+    node_name: str,
+    state_dir: Path | None = None,
+    driver_root: Path = Path("/"),
+    sysfs_root: Path = Path("/sys"),
+) -> HardwareBackend:
     if spec.kind == "nvml":
         from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
 
-        return NvmlBackend()
+        return NvmlBackend(sysfs_root / "bus" / "pci" / "devices", driver_root)
     from dra_driver.hardware.simulated_nodes import resolve_node_spec  # noqa: PLC0415
 
     state_file = state_dir / SIMULATED_HARDWARE_STATE if state_dir is not None else None
     return SimulatedBackend(node_name, resolve_node_spec(spec.source), state_file)
 
 
-def edits_for(spec: HardwareSpec) -> DeviceEdits:
-    return NvmlEdits() if spec.kind == "nvml" else SimulatedEdits()
+def edits_for(spec: HardwareSpec, proc_root: Path = Path("/proc")) -> DeviceEdits:
+    return NvmlEdits(proc_root=proc_root) if spec.kind == "nvml" else SimulatedEdits()
 
 
 def driver_files(settings: NodeSettings, gpus: Sequence[Gpu]) -> DriverDiscovery:
@@ -178,7 +184,9 @@ async def discover_gpus(
 ) -> tuple[HardwareBackend, tuple[Gpu, ...]]:
     """The hardware, opened, and its GPUs as they are at start."""
     try:
-        hardware = open_hardware(settings.hardware, settings.node_name, state_dir)
+        hardware = open_hardware(
+            settings.hardware, settings.node_name, state_dir, settings.driver_root, settings.sysfs_root
+        )
         return hardware, tuple(await hardware.discover())
     except HardwareError as error:
         # A simulated node is the operator's description; real GPUs failing are a run-time matter.
@@ -265,6 +273,9 @@ class NodeAgent:
             )
             common_cdi_ids = await asyncio.to_thread(write_common_spec, settings, discovery, cdi_specs)
             sharing = sharing_controls(settings, gpus, discovery)
+        except HardwareError as error:  # a driver program missing from the driver root
+            await hardware.close()
+            raise StartupError(f"--driver-root {settings.driver_root}: {error}") from error
         except (OSError, ValueError) as error:
             await hardware.close()
             raise StartupError(f"cannot write the node's CDI spec in {settings.cdi_dir}: {error}") from error
@@ -272,7 +283,7 @@ class NodeAgent:
             driver_name=settings.driver_name,
             pool_name=settings.node_name,
             inventory=inventory,
-            edits=edits_for(settings.hardware),
+            edits=edits_for(settings.hardware, settings.proc_root),
             claim_source=claim_source,
             records=ClaimRecordStore(settings.state_dir, committer),
             cdi_specs=cdi_specs,
@@ -422,7 +433,7 @@ class NodeAgent:
         else:
             from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
 
-            source = NvmlEvents()
+            source = NvmlEvents(known_gpus={plan.gpu.index: plan.gpu.uuid for plan in self.inventory.plans})
         self.health = HealthMonitor(
             source,
             driver_name=self.settings.driver_name,
@@ -563,6 +574,9 @@ async def run_node(settings: NodeSettings) -> None:
     heartbeat = asyncio.create_task(keep_heartbeat(readiness), name="heartbeat")
     endpoint = None
     try:
+        if settings.hardware.kind == "nvml":
+            # /healthz answers while the agent waits for the driver: waiting is not a failure.
+            endpoint = await wait_for_driver(settings, metrics, readiness)
         slice_api = SliceApi(api_client, settings.driver_name, settings.node_name)
         agent = await NodeAgent.start(
             settings,
@@ -574,7 +588,7 @@ async def run_node(settings: NodeSettings) -> None:
         )
         try:
             # After the start, so a start that fails says so in exactly one line.
-            endpoint = start_observability(settings, metrics, readiness)
+            endpoint = endpoint or start_observability(settings, metrics, readiness)
         except StartupError:
             await agent.stop()
             raise
@@ -591,6 +605,23 @@ async def run_node(settings: NodeSettings) -> None:
         if endpoint is not None:
             await asyncio.to_thread(endpoint.stop)
         await api_client.close()
+
+
+async def wait_for_driver(
+    settings: NodeSettings, metrics: AgentMetrics, readiness: Readiness
+) -> ObservabilityServer | None:
+    """Returns at once where the NVIDIA library loads; otherwise serves the probes while it waits
+    for the driver to appear under the driver root, and returns the running endpoint."""
+    from dra_driver.hardware.nvml_library import NvmlLibraryNotFound, load_nvml_library  # noqa: PLC0415
+    from dra_driver.hardware.nvml_wait import wait_for_nvml_library  # noqa: PLC0415
+
+    try:
+        await asyncio.to_thread(load_nvml_library, settings.driver_root)
+    except NvmlLibraryNotFound:
+        endpoint = start_observability(settings, metrics, readiness)
+        await wait_for_nvml_library(settings.driver_root)
+        return endpoint
+    return None
 
 
 def start_observability(

@@ -95,9 +95,21 @@ class NodeSettings:
     node_configs: Path | None = None
     node_config_label: str = DEFAULT_NODE_CONFIG_LABEL
 
+    # Where the kernel's sysfs is read from (the GPUs' PCIe roots and NUMA nodes under NVML).
+    sysfs_root: Path = Path("/sys")
+    # Where the kernel's procfs is read from (the NVIDIA driver's MIG capability files).
+    proc_root: Path = Path("/proc")
+
     @property
     def inventory(self) -> "InventorySettings":
-        return InventorySettings(self.node_name, self.driver_name, self.hardware, self.node_config)
+        return InventorySettings(
+            self.node_name,
+            self.driver_name,
+            self.hardware,
+            self.node_config,
+            self.driver_root,
+            self.sysfs_root,
+        )
 
     @property
     def registration_socket(self) -> Path:
@@ -198,6 +210,18 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "UID of the agent's pod (downward API); names the sockets so rolling updates can overlap",
     ),
     (
+        "--sysfs-root",
+        "DRA_DRIVER_SYSFS_ROOT",
+        "/sys",
+        "where the kernel's sysfs is mounted; NVML's GPUs are looked up under <sysfs-root>/bus/pci/devices",
+    ),
+    (
+        "--proc-root",
+        "DRA_DRIVER_PROC_ROOT",
+        "/proc",
+        "where the kernel's procfs is mounted; MIG capabilities are read under <proc-root>/driver/nvidia",
+    ),
+    (
         "--sync-delay",
         "DRA_DRIVER_SYNC_DELAY",
         "5",
@@ -220,7 +244,14 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
 
 
 # What decides the devices a node offers; `inspect` takes exactly these.
-INVENTORY_FLAGS = ("--node-name", "--driver-name", "--hardware", "--node-config")
+INVENTORY_FLAGS = (
+    "--node-name",
+    "--driver-name",
+    "--hardware",
+    "--node-config",
+    "--driver-root",
+    "--sysfs-root",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +260,9 @@ class InventorySettings:
     driver_name: str
     hardware: HardwareSpec
     node_config: Path | None
+    # Where libnvidia-ml.so.1 is looked for first, and the sysfs NVML's GPUs are found in.
+    driver_root: Path = Path("/")
+    sysfs_root: Path = Path("/sys")
 
 
 def add_inventory_options(parser: argparse.ArgumentParser, default_node_name: str) -> None:
@@ -427,6 +461,8 @@ def inventory_settings(args: argparse.Namespace) -> InventorySettings:
         driver_name=driver_name,
         hardware=parse_hardware(args.hardware),
         node_config=_node_config(args.node_config),
+        driver_root=_directory("--driver-root", "DRA_DRIVER_ROOT", args.driver_root),
+        sysfs_root=_directory("--sysfs-root", "DRA_DRIVER_SYSFS_ROOT", args.sysfs_root),
     )
 
 
@@ -478,7 +514,9 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         log_format=_log_format(args.log_format, stderr_is_terminal),
         verbosity=_verbosity(args.verbosity),
         sync_delay=_sync_delay(args.sync_delay),
-        driver_root=_directory("--driver-root", "DRA_DRIVER_ROOT", args.driver_root),
+        driver_root=inventory.driver_root,
+        sysfs_root=inventory.sysfs_root,
+        proc_root=_directory("--proc-root", "DRA_DRIVER_PROC_ROOT", args.proc_root),
         mps_dir=_directory("--mps-dir", "DRA_DRIVER_MPS_DIR", args.mps_dir),
         hami_core_library=_hami_core_library(args.hami_core_library),
         hami_core_dir=_directory("--hami-core-dir", "DRA_DRIVER_HAMI_CORE_DIR", args.hami_core_dir),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pynvml
+import structlog
 
 from dra_driver.hardware import nvml_mig
 from dra_driver.hardware.catalog import gpu_models
@@ -41,8 +42,10 @@ from dra_driver.hardware.nvml_calls import (
     nvml_text,
     pcie_root_of,
 )
+from dra_driver.hardware.nvml_library import load_nvml_library
 
 _T = TypeVar("_T")
+log = structlog.get_logger("dra_driver.hardware")
 
 # Names as the NVIDIA tooling (go-nvlib) prints them, so selectors written for other drivers still match.
 _BRANDS = {
@@ -158,21 +161,32 @@ def _discover(sysfs_devices: Path) -> tuple[Gpu, ...]:
     cuda = nvml_call("nvmlSystemGetCudaDriverVersion", pynvml.nvmlSystemGetCudaDriverVersion)
     cuda_driver_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
     count = nvml_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)
-    return tuple(
-        _read_gpu(index, driver_version, cuda_driver_version, sysfs_devices) for index in range(count)
-    )
+    gpus = []
+    for index in range(count):
+        try:
+            gpus.append(_read_gpu(index, driver_version, cuda_driver_version, sysfs_devices))
+        except HardwareError as error:
+            # Lost until the node reboots (the health monitor has tainted it): the other GPUs stay
+            # offered, as they would after a reboot without it.
+            if error.reason is not HardwareErrorReason.GPU_LOST:
+                raise
+            log.warning("GPU is lost; leaving it out", gpu_index=index, error=str(error))
+    return tuple(gpus)
 
 
 class NvmlBackend:
-    def __init__(self, sysfs_devices: Path = SYSFS_PCI_DEVICES) -> None:
-        """`sysfs_devices` is where the GPUs' PCI entries are read from (PCIe root, NUMA node)."""
+    def __init__(self, sysfs_devices: Path = SYSFS_PCI_DEVICES, driver_root: Path = Path("/")) -> None:
+        """`sysfs_devices` is where the GPUs' PCI entries are read from (PCIe root, NUMA node);
+        `driver_root` where libnvidia-ml.so.1 is looked for first (see nvml_library)."""
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml")
         self._initialized = False
         self._sysfs_devices = sysfs_devices
+        self._driver_root = driver_root
+        self._library = ""
 
     @property
     def description(self) -> str:
-        return "NVML (nvidia-ml-py)"
+        return f"NVML (nvidia-ml-py, {self._library})" if self._library else "NVML (nvidia-ml-py)"
 
     async def _on_nvml_thread(self, function: Callable[[], _T]) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, function)
@@ -183,6 +197,7 @@ class NvmlBackend:
 
         def call() -> _T:
             if not self._initialized:
+                self._library = load_nvml_library(self._driver_root)
                 nvml_call("nvmlInit", pynvml.nvmlInit)
                 self._initialized = True
             return function()

@@ -16,7 +16,7 @@ import contextlib
 import ctypes
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pynvml
@@ -41,12 +41,18 @@ def _address(handle: NvmlObject) -> int:
 
 class NvmlEvents(QueuedEvents):
     def __init__(
-        self, wait_ms: int = 1000, retry_seconds: float = 30.0, clock: Callable[[], float] = time.time
+        self,
+        wait_ms: int = 1000,
+        retry_seconds: float = 30.0,
+        clock: Callable[[], float] = time.time,
+        known_gpus: Mapping[int, str] | None = None,
     ) -> None:
         """`wait_ms`: how long one NVML wait blocks, which bounds how long stop() takes.
         `retry_seconds`: the pause before watching again after an error. `clock`: the time an event
-        is stamped with on arrival (NVML's events carry none)."""
+        is stamped with on arrival (NVML's events carry none). `known_gpus`: the UUIDs of the GPUs
+        discovery found, by index, so that one lost before the watch starts is still reported."""
         super().__init__()
+        self._known_gpus = dict(known_gpus or {})
         self._wait_ms = wait_ms
         self._retry_seconds = retry_seconds
         self._clock = clock
@@ -94,8 +100,8 @@ class NvmlEvents(QueuedEvents):
         """Returns when stopped, or when there is nothing to watch; raises on errors."""
         nvml_call("nvmlInit", pynvml.nvmlInit)
         try:
-            gpus = self._gpus()
             lost: set[str] = set()
+            gpus = self._gpus(lost)
             while not self._stopping.is_set():
                 event_set = nvml_call("nvmlEventSetCreate", pynvml.nvmlEventSetCreate)
                 try:
@@ -109,9 +115,10 @@ class NvmlEvents(QueuedEvents):
         finally:
             _quietly("nvmlShutdown", pynvml.nvmlShutdown)
 
-    def _gpus(self) -> dict[str, NvmlObject]:
-        """Every GPU NVML can still reach, by UUID. One it cannot is skipped: without a handle there
-        is no UUID to report it lost under, and the other GPUs must still be watched."""
+    def _gpus(self, lost: set[str]) -> dict[str, NvmlObject]:
+        """Every GPU NVML can still reach, by UUID. One it cannot is skipped, so that the others are
+        still watched, and reported lost under the UUID discovery knew it by (NVML gives none
+        without a handle)."""
         gpus = {}
         for index in range(nvml_call("nvmlDeviceGetCount", pynvml.nvmlDeviceGetCount)):
             try:
@@ -123,6 +130,8 @@ class NvmlEvents(QueuedEvents):
                 if error.reason is not HardwareErrorReason.GPU_LOST:
                     raise
                 log.warning("GPU is lost; its XIDs cannot be watched", gpu_index=index, error=str(error))
+                if index in self._known_gpus and self._known_gpus[index] not in lost:
+                    self._lose(self._known_gpus[index], lost)
                 continue
             gpus[nvml_text(uuid)] = handle
         return gpus

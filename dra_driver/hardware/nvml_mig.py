@@ -120,9 +120,16 @@ def _mig_profile(
 
 
 def mig_profiles(handle: NvmlObject, gpu_memory_bytes: int, where: str) -> tuple[MigProfile, ...]:
-    return tuple(
+    """Smallest first (compute slices, then memory, then the constant), the catalog's order: NVML's
+    own order is that of the constants, and the devices offered must not depend on the backend."""
+    profiles = (
         _mig_profile(handle, nvml_enum, info, gpu_memory_bytes, where)
         for nvml_enum, info in _gpu_instance_profile_infos(handle, where)
+    )
+    return tuple(
+        sorted(
+            profiles, key=lambda profile: (profile.compute_slices, profile.memory_bytes, profile.nvml_enum)
+        )
     )
 
 

@@ -1,9 +1,12 @@
 """One contract for every hardware backend: what the rest of the driver may rely on.
 
-The simulated backend always runs. The NVML backend joins on a machine with NVIDIA GPUs when
-DRA_DRIVER_TEST_NVML=1, and its MIG cases (which create and destroy real GPU instances on a GPU
-that has MIG mode enabled) only when DRA_DRIVER_TEST_NVML_MIG=1 as well. Both lists are fixed at
-collection time: a requested real backend that is missing fails, it is never skipped.
+The simulated backend always runs, and so does the NVML backend over the mock libnvidia-ml.so.1
+(tests/mock_nvml), loaded from a driver root through the real nvidia-ml-py: "mock-nvml" presents
+the same node as "simulated", so every difference between the two is a bug in one of them. The
+NVML backend on real GPUs joins on a machine with NVIDIA GPUs when DRA_DRIVER_TEST_NVML=1, and its
+MIG cases (which create and destroy real GPU instances on a GPU that has MIG mode enabled) only
+when DRA_DRIVER_TEST_NVML_MIG=1 as well. The lists are fixed at collection time: a requested real
+backend that is missing fails, it is never skipped.
 """
 
 import asyncio
@@ -12,14 +15,16 @@ import re
 from collections import Counter
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.catalog import gpu_models
+from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.model import (
     Gpu,
     HardwareError,
@@ -29,15 +34,29 @@ from dra_driver.hardware.model import (
     MigProfile,
     Placement,
 )
+from dra_driver.hardware.nvml import NvmlBackend
+from dra_driver.hardware.nvml_events import NvmlEvents
 from dra_driver.hardware.simulated import SimulatedBackend
-from dra_driver.hardware.simulated_nodes import parse_node_spec, resolve_node_spec
+from dra_driver.hardware.simulated_nodes import (
+    DEFAULT_DRIVER_VERSION,
+    SimulatedNodeSpec,
+    node_profiles,
+    parse_node_spec,
+    resolve_node_spec,
+)
+from dra_driver.health.tracker import HealthEvent, XidEvent
+from tests.support.mock_nvml import MockNode, make_driver_root
 
 _T = TypeVar("_T")
 
 NVML = os.environ.get("DRA_DRIVER_TEST_NVML") == "1"
 NVML_MIG = NVML and os.environ.get("DRA_DRIVER_TEST_NVML_MIG") == "1"
-BACKENDS = ["simulated", *(["nvml"] if NVML else [])]
-MIG_BACKENDS = ["simulated", *(["nvml"] if NVML_MIG else [])]
+BACKENDS = ["simulated", "mock-nvml", *(["nvml"] if NVML else [])]
+MIG_BACKENDS = ["simulated", "mock-nvml", *(["nvml"] if NVML_MIG else [])]
+# Every GPU state at once: MIG with instances, MIG empty, MIG disabled, no MIG.
+CONTRACT_PROFILE = "mixed"
+CONTRACT_NODE = "contract-node"
+NVML_INSUFFICIENT_RESOURCES = 23  # NVML_ERROR_INSUFFICIENT_RESOURCES (nvml.h)
 # go-nvlib's architecture strings: selectors written for NVIDIA's own driver match on them.
 ARCHITECTURES = {
     "Kepler",
@@ -52,13 +71,30 @@ ARCHITECTURES = {
 }
 
 
-def open_backend(kind: str) -> HardwareBackend:
-    if kind == "nvml":
-        from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
+@pytest.fixture(scope="session")
+def mock_driver_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One driver root for the session: the process keeps the first libnvidia-ml.so.1 it loads."""
+    return make_driver_root(tmp_path_factory.mktemp("driver-root"), DEFAULT_DRIVER_VERSION)
 
+
+def open_mock_nvml(
+    directory: Path, driver_root: Path, monkeypatch: pytest.MonkeyPatch, profile: str = CONTRACT_PROFILE
+) -> tuple[NvmlBackend, MockNode]:
+    """The NVML backend over the mock, presenting `profile` as the simulated backend would."""
+    node = MockNode.create(directory, CONTRACT_NODE, profile)
+    for name, value in node.environment().items():
+        monkeypatch.setenv(name, value)
+    return NvmlBackend(node.pci_devices, driver_root), node
+
+
+def open_backend(
+    kind: str, directory: Path, driver_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> HardwareBackend:
+    if kind == "nvml":
         return NvmlBackend()
-    # Every GPU state at once: MIG with instances, MIG empty, MIG disabled, no MIG.
-    return SimulatedBackend("contract-node", resolve_node_spec("mixed"))
+    if kind == "mock-nvml":
+        return open_mock_nvml(directory, driver_root, monkeypatch)[0]
+    return SimulatedBackend(CONTRACT_NODE, resolve_node_spec(CONTRACT_PROFILE))
 
 
 def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
@@ -72,15 +108,19 @@ def refused(coroutine: Coroutine[Any, Any, object]) -> HardwareError:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> Iterator[HardwareBackend]:
-    opened = open_backend(request.param)
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path, mock_driver_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HardwareBackend]:
+    opened = open_backend(request.param, tmp_path, mock_driver_root, monkeypatch)
     yield opened
     run(opened.close())
 
 
 @pytest.fixture(params=MIG_BACKENDS)
-def mig_backend(request: pytest.FixtureRequest) -> Iterator[HardwareBackend]:
-    opened = open_backend(request.param)
+def mig_backend(
+    request: pytest.FixtureRequest, tmp_path: Path, mock_driver_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HardwareBackend]:
+    opened = open_backend(request.param, tmp_path, mock_driver_root, monkeypatch)
     yield opened
     run(opened.close())
 
@@ -279,6 +319,140 @@ def test_destroying_an_unknown_instance_is_not_found(mig_backend: HardwareBacken
     assert gpu_by_uuid(mig_backend, gpu.uuid) == gpu
 
 
+# --- every shipped profile, faults, events: the simulated backend and NVML over the mock -------
+
+
+@pytest.mark.parametrize("profile", sorted(node_profiles()))
+def test_nvml_over_the_mock_discovers_what_the_simulated_backend_does(
+    profile: str, tmp_path: Path, mock_driver_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nvml, _node = open_mock_nvml(tmp_path, mock_driver_root, monkeypatch, profile)
+    simulated = SimulatedBackend(CONTRACT_NODE, resolve_node_spec(profile))
+    try:
+        assert run(nvml.discover()) == run(simulated.discover())
+    finally:
+        run(nvml.close())
+
+
+class Faults:
+    """Faults injected the way each backend takes them: the simulated backend's hooks, or files
+    the mock library reads (so the NVML backend meets them as NVML return codes)."""
+
+    def __init__(self, backend: HardwareBackend, node: MockNode | None) -> None:
+        self.backend = backend
+        self.node = node
+
+    def fail_compute_instance_creation(self) -> None:
+        if self.node is None:
+            assert isinstance(self.backend, SimulatedBackend)
+            self.backend.fail_next("create_mig_instance", HardwareErrorReason.INSUFFICIENT_RESOURCES)
+        else:
+            self.node.fail_next("nvmlGpuInstanceCreateComputeInstance", NVML_INSUFFICIENT_RESOURCES)
+
+    def lose(self, gpu: Gpu) -> None:
+        if self.node is None:
+            assert isinstance(self.backend, SimulatedBackend)
+            self.backend.lose_gpu(gpu.uuid)
+        else:
+            self.node.lose(gpu.index)
+
+    def xid(self, gpu: Gpu, xid: int) -> None:
+        if self.node is None:
+            assert isinstance(self.backend, SimulatedBackend)
+            self.backend.raise_xid(gpu.uuid, xid)
+        else:
+            self.node.xid(gpu.index, xid)
+
+    def events(self, gpus: tuple[Gpu, ...]) -> HealthEventSource:
+        """`gpus`: as discovered, which the NVML source reports lost GPUs under."""
+        if self.node is None:
+            assert isinstance(self.backend, SimulatedBackend)
+            return SimulatedEvents(self.backend, interval_seconds=0.02)
+        return NvmlEvents(wait_ms=50, known_gpus={gpu.index: gpu.uuid for gpu in gpus})
+
+
+@pytest.fixture(params=["simulated", "mock-nvml"])
+def faulty(
+    request: pytest.FixtureRequest, tmp_path: Path, mock_driver_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Faults]:
+    if request.param == "simulated":
+        opened: HardwareBackend = SimulatedBackend(CONTRACT_NODE, resolve_node_spec(CONTRACT_PROFILE))
+        node = None
+    else:
+        opened, node = open_mock_nvml(tmp_path, mock_driver_root, monkeypatch)
+    yield Faults(opened, node)
+    run(opened.close())
+
+
+def test_a_failed_creation_leaves_nothing_behind(faulty: Faults) -> None:
+    gpu = mig_gpu(faulty.backend)
+    profile, placement = free_slot(gpu)
+    before = run(faulty.backend.discover())
+
+    faulty.fail_compute_instance_creation()
+    error = refused(faulty.backend.create_mig_instance(gpu.uuid, profile.profile_id, placement))
+
+    assert error.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES, error
+    assert run(faulty.backend.discover()) == before
+
+
+def test_a_lost_gpu_leaves_discovery_and_refuses_mig_changes(faulty: Faults) -> None:
+    gpu = mig_gpu(faulty.backend)
+    profile, placement = free_slot(gpu)
+    before = run(faulty.backend.discover())
+
+    faulty.lose(gpu)
+    after = run(faulty.backend.discover())
+    create = refused(faulty.backend.create_mig_instance(gpu.uuid, profile.profile_id, placement))
+
+    assert after == tuple(other for other in before if other.uuid != gpu.uuid)
+    assert create.reason is HardwareErrorReason.GPU_LOST, create
+
+
+def test_xids_and_a_lost_gpu_arrive_as_health_events(faulty: Faults) -> None:
+    gpus = run(faulty.backend.discover())
+    first, second = gpus[:2]
+
+    async def collect() -> list[HealthEvent]:
+        """The GPU is lost only once the XID has arrived, that is once the source is watching."""
+        source = faulty.events(gpus)
+        source.start()
+        faulty.xid(first, 48)
+        async with asyncio.timeout(10):
+            received = [await anext(source)]
+            faulty.lose(second)
+            received.append(await anext(source))
+        await source.stop()
+        return received
+
+    events = run(collect())
+
+    assert [(type(event).__name__, event.gpu_uuid) for event in events] == [
+        ("XidEvent", first.uuid),
+        ("GpuLost", second.uuid),
+    ]
+    assert isinstance(events[0], XidEvent)
+    assert events[0].xid == 48
+
+
+def test_a_gpu_lost_before_the_watch_starts_is_reported(faulty: Faults) -> None:
+    gpus = run(faulty.backend.discover())
+    gpu = gpus[3]
+    source = faulty.events(gpus)
+    faulty.lose(gpu)
+
+    async def first_event() -> HealthEvent:
+        source.start()
+        async with asyncio.timeout(10):
+            event = await anext(source)
+        await source.stop()
+        return event
+
+    event = run(first_event())
+
+    assert (type(event).__name__, event.gpu_uuid) == ("GpuLost", gpu.uuid)
+
+
 # --- the simulated rules against a brute-force oracle ---------------------------------------------
 
 
@@ -346,37 +520,71 @@ destroy_step = st.tuples(st.just("destroy"), st.integers(1, 8), st.just(0))
 @example(steps=[("create", 1, 0), ("create", 1, 2)])
 @example(steps=[("create", 1, 0), ("create", 3, 1), ("destroy", 1, 0), ("create", 3, 1)])
 def test_simulated_mig_decisions_match_a_brute_force_oracle(model: str, steps: list[Step]) -> None:
-    backend = SimulatedBackend(
-        "n", parse_node_spec({"gpus": [{"model": model, "count": 1, "migMode": "enabled"}]}, "t")
-    )
-    gpu = run(backend.discover())[0]
+    run(replay(SimulatedBackend("n", one_mig_gpu(model)), model, steps))
+
+
+def one_mig_gpu(model: str) -> SimulatedNodeSpec:
+    return parse_node_spec({"gpus": [{"model": model, "count": 1, "migMode": "enabled"}]}, "t")
+
+
+@pytest.fixture(scope="session")
+def oracle_nodes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, MockNode]:
+    """One mock node of one MIG-enabled GPU per model; each example starts it afresh."""
+    directory = tmp_path_factory.mktemp("oracle")
+    return {model: MockNode.create(directory / model, "n", one_mig_gpu(model)) for model in ORACLE_MODELS}
+
+
+@pytest.mark.parametrize("model", ORACLE_MODELS)
+# Fewer examples than the simulated run (100): each step is some fifty NVML calls through ctypes.
+@settings(max_examples=50)
+@given(steps=st.lists(st.one_of(create_step, destroy_step), max_size=40))
+@example(steps=[("create", 1, 0), ("create", 1, 2)])
+@example(steps=[("create", 1, 0), ("create", 3, 1), ("destroy", 1, 0), ("create", 3, 1)])
+def test_nvml_over_the_mock_makes_the_oracles_mig_decisions(
+    model: str, steps: list[Step], oracle_nodes: dict[str, MockNode], mock_driver_root: Path
+) -> None:
+    node = oracle_nodes[model]
+    node.state_file.unlink(missing_ok=True)
+    saved = {name: os.environ.get(name) for name in node.environment()}
+    os.environ.update(node.environment())
+    backend = NvmlBackend(node.pci_devices, mock_driver_root)
+    try:
+        run(replay(backend, model, steps))
+    finally:
+        run(backend.close())
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+async def replay(backend: HardwareBackend, model: str, steps: list[Step]) -> None:
+    """Replays `steps` on the backend's only GPU, checking each outcome against the oracle."""
+    gpu = (await backend.discover())[0]
     geometry = gpu_models()[model].mig
     assert geometry is not None
     oracle = Oracle(gpu, max_gpu_instances=geometry.max_gpu_instances)
-
-    async def replay() -> None:
-        for kind, number, where in steps:
-            if kind == "create":
-                profile = gpu.mig_profiles[number % len(gpu.mig_profiles)]
-                placement = (
-                    profile.placements[where % len(profile.placements)]
-                    if isinstance(where, int)
-                    else Placement(*where)
-                )
-                await check_create(backend, oracle, profile, placement)
-            else:
-                await check_destroy(backend, oracle, number)
-            current = (await backend.discover())[0].mig_instances
-            assert {i.gpu_instance_id: (i.profile_id, i.placement) for i in current} == {
-                gi: (p.profile_id, placement) for gi, (p, placement) in oracle.instances.items()
-            }
-            assert_invariants(gpu, current)
-
-    run(replay())
+    for kind, number, where in steps:
+        if kind == "create":
+            profile = gpu.mig_profiles[number % len(gpu.mig_profiles)]
+            placement = (
+                profile.placements[where % len(profile.placements)]
+                if isinstance(where, int)
+                else Placement(*where)
+            )
+            await check_create(backend, oracle, profile, placement)
+        else:
+            await check_destroy(backend, oracle, number)
+        current = (await backend.discover())[0].mig_instances
+        assert {i.gpu_instance_id: (i.profile_id, i.placement) for i in current} == {
+            gi: (p.profile_id, placement) for gi, (p, placement) in oracle.instances.items()
+        }
+        assert_invariants(gpu, current)
 
 
 async def check_create(
-    backend: SimulatedBackend, oracle: Oracle, profile: MigProfile, placement: Placement
+    backend: HardwareBackend, oracle: Oracle, profile: MigProfile, placement: Placement
 ) -> None:
     expected = oracle.decide(profile, placement)
     try:
@@ -389,7 +597,7 @@ async def check_create(
     oracle.instances[instance.gpu_instance_id] = (profile, placement)
 
 
-async def check_destroy(backend: SimulatedBackend, oracle: Oracle, gpu_instance_id: int) -> None:
+async def check_destroy(backend: HardwareBackend, oracle: Oracle, gpu_instance_id: int) -> None:
     try:
         await backend.destroy_mig_instance(oracle.gpu.uuid, gpu_instance_id)
     except HardwareError as error:

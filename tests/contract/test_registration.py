@@ -15,9 +15,11 @@ import pytest
 from kubernetes import client
 
 from dra_driver import kubelet_client
+from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate
+from tests.support.mock_nvml import make_driver_root
 from tests.support.waiting import wait_until
 
 
@@ -228,18 +230,19 @@ def _run_node_until_start_fails(
     [
         # A simulated node that cannot be is the operator's input: 2.
         ("simulated:dgx-h999", "unknown simulated node profile 'dgx-h999'; known profiles: ", 2),
-        # GPUs that cannot be reached are a failure of the node: 1.
-        (
-            "nvml",
-            "NVML nvmlInit failed: NVML Shared Library Not Found (libnvidia-ml.so.1 is not installed",
-            1,
-        ),
+        # GPUs that cannot be reached are a failure of the node: 1. The library is there (the
+        # mock, with no node to present), the driver is not loaded. A missing library is waited
+        # for instead: test_agent_on_mock_nvml.
+        ("nvml", "NVML nvmlInit failed: Driver Not Loaded", 1),
     ],
 )
 def test_unusable_hardware_fails_at_start_with_one_clear_line(
     hardware: str, expected: str, status: int, kubeconfig: Path, short_dir: Path
 ) -> None:
-    result = _run_node_until_start_fails(kubeconfig, short_dir, "--hardware", hardware)
+    driver_root = make_driver_root(short_dir / "driver", DEFAULT_DRIVER_VERSION)
+    result = _run_node_until_start_fails(
+        kubeconfig, short_dir, "--hardware", hardware, "--driver-root", str(driver_root)
+    )
 
     assert result.returncode == status
     assert result.stderr.count("\n") == 1, result.stderr

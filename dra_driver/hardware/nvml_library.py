@@ -1,0 +1,126 @@
+"""Finding libnvidia-ml.so.1 under the driver root and handing it to nvidia-ml-py.
+
+nvidia-ml-py loads the library by its SONAME only (`CDLL("libnvidia-ml.so.1")`), which searches
+the agent's own container, where there is no driver: the driver lives under the driver root (`/`
+on a plain host, `/run/nvidia/driver` with the GPU Operator). So the library is looked up in the
+root's own loader cache and usual library directories, and loaded from there first. The dynamic
+loader matches an already loaded library by its SONAME, so nvidia-ml-py's own `CDLL` then gets
+this very library, through its own loading code and bindings. Where the root has none, the
+default search path (LD_LIBRARY_PATH, the container's ld.so.cache) still gets its turn.
+"""
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from dra_driver.claims.driver_root import UnusablePathError, resolve_in_root
+from dra_driver.hardware.model import HardwareError, HardwareErrorReason
+
+LIBRARY = "libnvidia-ml.so.1"
+# Where distributions put 64-bit libraries (Debian/Ubuntu multiarch first, then the RPM world's
+# lib64), the arm64 ones, and the plain directories last.
+LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/lib64",
+    "/usr/lib",
+    "/lib",
+)
+LOADER_CACHE = "/etc/ld.so.cache"
+DEFAULT_SEARCH = f"the default library search path ({LIBRARY} by name)"
+# Both layouts glibc has written: the old one (which newer glibc still prefixes in compat mode)
+# and the new one. Either way the file ends in a table of NUL-terminated strings.
+_CACHE_MAGICS = (b"ld.so-1.7.0", b"glibc-ld.so.cache")
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One place the library was looked for, and what was there."""
+
+    where: str
+    outcome: str
+
+    def __str__(self) -> str:
+        return f"{self.where} ({self.outcome})"
+
+
+class NvmlLibraryNotFound(HardwareError):
+    """No libnvidia-ml.so.1 could be loaded; `attempts` says where it was looked for."""
+
+    def __init__(self, driver_root: Path, attempts: tuple[Attempt, ...]) -> None:
+        tried = "; ".join(map(str, attempts))
+        super().__init__(
+            f"{LIBRARY} not found under driver root {driver_root} (--driver-root, DRA_DRIVER_ROOT); "
+            f"tried: {tried}",
+            HardwareErrorReason.LIBRARY_NOT_FOUND,
+        )
+        self.driver_root = driver_root
+        self.attempts = attempts
+
+
+def cached_library_paths(cache: bytes) -> list[str]:
+    """The paths of libnvidia-ml.so.1 that an ld.so.cache names, in the cache's order.
+
+    The cache's string table holds every library's full path; that is all that is needed, so the
+    binary entries (whose layout differs between glibc versions) are not decoded. A file that is
+    not a loader cache yields nothing.
+    """
+    if not cache.startswith(_CACHE_MAGICS):
+        return []
+    paths: list[str] = []
+    for raw in cache.split(b"\0"):
+        text = raw.decode("utf-8", "replace")
+        if text.startswith("/") and PurePosixPath(text).name == LIBRARY and text not in paths:
+            paths.append(text)
+    return paths
+
+
+def candidate_paths(driver_root: Path) -> list[str]:
+    """Where the library may be, as paths inside the root: its loader cache's entries first (what
+    the root's own programs would load), then the usual directories."""
+    cache_file = driver_root / LOADER_CACHE.lstrip("/")
+    try:
+        cached = cached_library_paths(cache_file.read_bytes())
+    except OSError:
+        cached = []
+    usual = [f"{directory}/{LIBRARY}" for directory in LIBRARY_DIRS]
+    return [*cached, *(path for path in usual if path not in cached)]
+
+
+def _load_from_root(driver_root: Path, path: str) -> tuple[Path | None, Attempt]:
+    try:
+        resolved = resolve_in_root(driver_root, path)
+    except UnusablePathError as error:
+        return None, Attempt(str(driver_root / path.lstrip("/")), str(error.problem.reason))
+    host_path = driver_root / path.lstrip("/")
+    if resolved is None:
+        return None, Attempt(str(host_path), "absent")
+    real = driver_root / str(resolved).lstrip("/")
+    try:
+        ctypes.CDLL(str(real))
+    except OSError as error:
+        return None, Attempt(str(host_path), f"cannot be loaded: {error}")
+    return real, Attempt(str(host_path), "loaded")
+
+
+def load_nvml_library(driver_root: Path) -> str:
+    """Loads libnvidia-ml.so.1, from the driver root if it has one; returns where it came from.
+
+    Loading twice is harmless (the loader counts references), so callers need not remember.
+    Raises NvmlLibraryNotFound listing every place tried.
+    """
+    attempts: list[Attempt] = []
+    for path in candidate_paths(driver_root):
+        loaded, attempt = _load_from_root(driver_root, path)
+        attempts.append(attempt)
+        if loaded is not None:
+            return str(loaded)
+    try:
+        ctypes.CDLL(LIBRARY)
+    except OSError as error:
+        attempts.append(Attempt(DEFAULT_SEARCH, f"cannot be loaded: {error}"))
+        raise NvmlLibraryNotFound(driver_root, tuple(attempts)) from None
+    return DEFAULT_SEARCH

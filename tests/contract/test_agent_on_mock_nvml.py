@@ -1,0 +1,195 @@
+"""`dra-driver node --hardware nvml` as a real process on the mock libnvidia-ml.so.1 under a driver
+root: it publishes what `--hardware simulated:<same profile>` publishes, prepares whole GPUs and
+dynamic MIG devices through NVML, turns an injected XID into a taint, and waits for a driver that
+is not there yet instead of exiting."""
+
+import asyncio
+import json
+import signal
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from dra_driver import kubelet_client
+from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.node_config import load_node_config
+from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
+from dra_driver.kubelet_client import ClaimArg, KubeletClientError
+from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
+from tests.support.apiserver import ApiServer
+from tests.support.claims import allocate, allocate_results
+from tests.support.mock_nvml import LIBRARY_DIR, WITHOUT_HOST_NVML, MockNode, make_driver_root
+from tests.support.nodes import simulated_node
+from tests.support.publishing import pool_problems, stored_slices
+from tests.support.waiting import wait_until
+
+DRIVER = "gpu.dra-driver.dev"
+NODE_CONFIG = """\
+gpus:
+  - {index: 2, mode: mig-dynamic}
+  - {index: 3, mode: mig-dynamic}
+  - {index: 4, mode: vgpu-capacity}
+"""
+SHARE = "3f0c2a9e-8b7d-4c6e-9a5f-1d2e3c4b5a69"
+WAITING = "the NVIDIA driver is not there yet"
+
+
+def agent_on_mock(
+    dirs: AgentDirs,
+    kubeconfig: Path,
+    node: MockNode,
+    driver_root: Path,
+    wait: bool = True,
+    env: dict[str, str] | None = None,
+) -> AgentProcess:
+    node_config = dirs.root / "node-config.yaml"
+    node_config.write_text(NODE_CONFIG)
+    extra = (
+        *("--driver-root", str(driver_root), "--sysfs-root", str(node.sysfs), "--proc-root", str(node.proc)),
+        *("--node-config", str(node_config), "--health-recovery", "300"),
+    )
+    return start_agent(dirs, kubeconfig, "nvml", extra, wait=wait, env={**node.environment(), **(env or {})})
+
+
+@pytest.fixture
+def mock_node(agent_dirs: AgentDirs) -> MockNode:
+    return MockNode.create(agent_dirs.root / "mock", NODE_NAME, "mixed")
+
+
+@pytest.fixture
+def nvml_agent(agent_dirs: AgentDirs, kubeconfig: Path, mock_node: MockNode) -> Iterator[AgentProcess]:
+    driver_root = make_driver_root(agent_dirs.root / "driver", DEFAULT_DRIVER_VERSION)
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root)
+    agent.wait_for_log("resourceslices published")
+    yield agent
+    agent.terminate()
+
+
+def taints(server: ApiServer) -> dict[str, list[tuple[str, str, str]]]:
+    return {
+        device["name"]: [(t["key"], t.get("value", ""), t["effect"]) for t in device["taints"]]
+        for stored in stored_slices(server)
+        for device in stored["spec"].get("devices", [])
+        if device.get("taints")
+    }
+
+
+def mig_state(node: MockNode) -> list[str]:
+    return node.state_file.read_text().splitlines() if node.state_file.exists() else []
+
+
+def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepares_through_nvml(
+    nvml_agent: AgentProcess, apiserver: ApiServer, claims_api: client.ResourceV1Api, mock_node: MockNode
+) -> None:
+    dirs = nvml_agent.dirs
+    config = dirs.root / "node-config.yaml"
+    expected = node_inventory(simulated_node("mixed", NODE_NAME), load_node_config(config))
+    assert pool_problems(apiserver, expected) == []
+
+    whole = allocate(claims_api, "whole", {"gpu": "gpu-6"}, pool=NODE_NAME)
+    static = allocate(claims_api, "static", {"mig": "gpu-0-mig-1g10gb-2"}, pool=NODE_NAME)
+    dynamic = allocate(claims_api, "dynamic", {"mig": "gpu-2-mig-1g10gb-3"}, pool=NODE_NAME)
+    share = {"shareID": SHARE, "consumedCapacity": {"memory": "8Gi", "cores": "20"}}
+    vgpu = allocate_results(
+        claims_api,
+        "vgpu",
+        [{"request": "v", "driver": DRIVER, "pool": NODE_NAME, "device": "gpu-4", **share}],
+    )
+    names = {whole: "whole", static: "static", dynamic: "dynamic", vgpu: "vgpu"}
+    claims = [ClaimArg("default", name, uid) for uid, name in names.items()]
+    prepared = asyncio.run(kubelet_client.prepare(dirs.dra_socket, "v1", claims))["claims"]
+
+    assert {uid: answer["error"] for uid, answer in prepared.items()} == dict.fromkeys(names, "")
+    assert mig_state(mock_node)[-2:] == ["gi 2 1 19 3 1", "ci 2 1 0 0"]
+    specs = "".join(path.read_text() for path in dirs.cdi_dir.glob("*.json"))
+    assert f"{dirs.root}/driver/{LIBRARY_DIR}/libnvidia-ml.so.{DEFAULT_DRIVER_VERSION}" in specs
+    dynamic_spec = json.loads((dirs.cdi_dir / f"k8s.{DRIVER}-claim_{dynamic}.json").read_text())
+    nodes = [n["path"] for d in dynamic_spec["devices"] for n in d["containerEdits"]["deviceNodes"]]
+    # The GPU's node, and the GPU and compute instance's capabilities (the mock's minors).
+    assert nodes == ["/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap1528", "/dev/nvidia-caps/nvidia-cap1529"]
+
+    static_spec = json.loads((dirs.cdi_dir / f"k8s.{DRIVER}-claim_{static}.json").read_text())
+    assert "/dev/nvidia-caps/nvidia-cap1033" in json.dumps(static_spec)  # GPU 0, GPU instance 2
+
+    vgpu_spec = json.loads((dirs.cdi_dir / f"k8s.{DRIVER}-claim_{vgpu}.json").read_text())
+    assert "/dev/nvidia4" in json.dumps(vgpu_spec)
+
+    unprepared = asyncio.run(kubelet_client.unprepare(dirs.dra_socket, "v1", claims))["claims"]
+    assert unprepared == {uid: {"error": ""} for uid in names}
+    assert not any(line.startswith("gi 2 ") for line in mig_state(mock_node))
+    assert "gi 0 2 19 2 1" in mig_state(mock_node)  # a static instance stays
+
+
+def test_a_sigkill_after_nvml_created_an_instance_leaves_the_mock_whole(
+    agent_dirs: AgentDirs,
+    kubeconfig: Path,
+    apiserver: ApiServer,
+    claims_api: client.ResourceV1Api,
+    mock_node: MockNode,
+) -> None:
+    driver_root = make_driver_root(agent_dirs.root / "driver", DEFAULT_DRIVER_VERSION)
+    dynamic = allocate(claims_api, "dynamic", {"mig": "gpu-3-mig-3g40gb-4"}, pool=NODE_NAME)
+    claim = [ClaimArg("default", "dynamic", dynamic)]
+    doomed = agent_on_mock(
+        agent_dirs, kubeconfig, mock_node, driver_root, env={"DRA_DRIVER_FAILPOINTS": "prepare.mig-created"}
+    )
+    with pytest.raises(KubeletClientError):
+        asyncio.run(kubelet_client.prepare(agent_dirs.dra_socket, "v1", claim))
+    assert doomed.process.wait(30) == -signal.SIGKILL
+    assert [line for line in mig_state(mock_node) if line.startswith("gi 3 ")] == ["gi 3 1 9 4 4"]
+
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root)
+    try:
+        prepared = asyncio.run(kubelet_client.prepare(agent_dirs.dra_socket, "v1", claim))["claims"]
+        assert prepared[dynamic]["error"] == ""
+        assert [line for line in mig_state(mock_node) if line.startswith("gi 3 ")] == ["gi 3 1 9 4 4"]
+        unprepared = asyncio.run(kubelet_client.unprepare(agent_dirs.dra_socket, "v1", claim))["claims"]
+        assert unprepared == {dynamic: {"error": ""}}
+        assert not any(line.startswith("gi 3 ") for line in mig_state(mock_node))
+    finally:
+        agent.terminate()
+
+
+def test_an_xid_from_nvml_taints_its_gpu(
+    nvml_agent: AgentProcess, apiserver: ApiServer, mock_node: MockNode
+) -> None:
+    assert taints(apiserver) == {}
+
+    mock_node.xid(6, 48)
+
+    wait_until(lambda: bool(taints(apiserver)), timeout=10)
+    assert taints(apiserver) == {"gpu-6": [(f"{DRIVER}/xid", "48", "NoExecute")]}
+
+
+@WITHOUT_HOST_NVML
+def test_the_agent_waits_for_the_driver_and_starts_once_it_appears(
+    agent_dirs: AgentDirs, kubeconfig: Path, apiserver: ApiServer, mock_node: MockNode
+) -> None:
+    driver_root = agent_dirs.root / "driver"
+    driver_root.mkdir(parents=True)
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False)
+    try:
+        wait_until(lambda: any(e.startswith(WAITING) for e in agent.log_events()), timeout=30)
+        port = agent.wait_for_log("observability endpoint listening")["port"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+            assert answer.status == 200
+        time.sleep(2.5)  # two more looks, logged at debug level only
+        assert agent.process.poll() is None
+
+        make_driver_root(driver_root, DEFAULT_DRIVER_VERSION)
+
+        agent.wait_for_log("node agent running", timeout=30)
+        agent.wait_for_log("resourceslices published")
+    finally:
+        agent.terminate()
+    waiting = [line for line in agent.log_lines() if str(line.get("event")).startswith(WAITING)]
+    assert len(waiting) == 1
+    assert waiting[0]["event"].startswith(
+        f"{WAITING}: libnvidia-ml.so.1 cannot be loaded from driver root {driver_root}; looking again"
+    )
+    assert f"{driver_root}/{LIBRARY_DIR}/libnvidia-ml.so.1 (absent)" in waiting[0]["tried"]
+    assert "the NVIDIA driver has appeared; starting" in agent.log_events()
