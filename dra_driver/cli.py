@@ -3,6 +3,7 @@
 
 import argparse
 import asyncio
+import os
 import socket
 import sys
 from pathlib import Path
@@ -412,6 +413,12 @@ def _validate_config(args: argparse.Namespace) -> int:
     from dra_driver.hardware.model import HardwareError  # noqa: PLC0415
     from dra_driver.validate_config import validate  # noqa: PLC0415
 
+    if not Path(args.driver_root).is_absolute():
+        print(
+            f"dra-driver validate-config: --driver-root {args.driver_root!r} must be an absolute path",
+            file=sys.stderr,
+        )
+        return 2
     target = Path(args.target)
     if not target.exists():
         print(f"dra-driver validate-config: {target}: no such file or directory", file=sys.stderr)
@@ -439,7 +446,7 @@ def _validation_gpus(hardware: "HardwareSpec", args: argparse.Namespace) -> "tup
     async def discover() -> "tuple[Gpu, ...]":
         from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
 
-        backend = NvmlBackend()
+        backend = NvmlBackend(driver_root=Path(args.driver_root))
         try:
             return tuple(await backend.discover())
         finally:
@@ -463,6 +470,12 @@ def _add_validate_config(commands: "argparse._SubParsersAction[argparse.Argument
         "--node-name",
         default=socket.gethostname().lower(),
         help="the node the simulated GPUs' UUIDs are derived from; default: this host's name",
+    )
+    validate.add_argument(
+        "--driver-root",
+        default=os.environ.get("DRA_DRIVER_ROOT", "/"),
+        help="with --hardware nvml: where libnvidia-ml.so.1 is looked for first "
+        "[env DRA_DRIVER_ROOT; default /]",
     )
     validate.set_defaults(run=_validate_config)
 

@@ -118,6 +118,29 @@ CASES = {
     "inspect: a node config that does not exist": Case(
         ("inspect", "--node-config", "{tmp}/absent.yaml"), "--node-config"
     ),
+    "validate-config: a relative driver root": Case(
+        ("validate-config", "{tmp}/node.yaml", "--hardware", "nvml", "--driver-root", "run/nvidia/driver"),
+        "--driver-root",
+        files={"node.yaml": "default: {mode: gpu}\n"},
+    ),
+    "validate-config: an unknown mode": Case(
+        ("validate-config", "{tmp}/node.yaml"),
+        "default.mode: 'mig-dinamic' is not one of",
+        files={"node.yaml": "default: {mode: mig-dinamic}\n"},
+    ),
+    "validate-config: an unknown profile": Case(
+        ("validate-config", "{tmp}/node.yaml", "--hardware", "simulated:dgx-h10"),
+        "--hardware",
+        files={"node.yaml": "default: {mode: gpu}\n"},
+    ),
+    "manifests: a node config with an unknown mode": Case(
+        ("manifests", "--node-config", "{tmp}/node.yaml"),
+        "mig-dinamic",
+        files={"node.yaml": "default: {mode: mig-dinamic}\n"},
+    ),
+    "manifests: an unknown simulated profile": Case(
+        ("manifests", "--hardware", "simulated:dgx-h10"), "dgx-h10"
+    ),
 }
 
 
