@@ -180,12 +180,6 @@ def test_lint_finds_a_broken_template(tmp_path: Path) -> None:
     assert [message["Path"] for message in errors] == ["templates/"]
 
 
-def test_the_chart_version_is_the_package_version() -> None:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-
-    assert (chart["version"], chart["appVersion"]) == (__version__, __version__)
-
-
 # --- Installed with real Helm, equal to the command's rendering -----------------------------------
 
 
@@ -305,6 +299,26 @@ def test_the_chart_only_settings_reach_the_daemon_set(server: ApiServer, tmp_pat
     assert pod["nodeSelector"] == {"pool": "gpu"}
     assert "nodeAffinity" in pod["affinity"], "a nodeSelector narrows the default affinity, ANDed"
     assert daemon_set["spec"]["updateStrategy"] == {"type": "OnDelete"}
+
+
+def test_the_notes_say_the_default_image_must_be_built_and_made_pullable(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    result = install(server, tmp_path, "dra-driver", "dra-driver", {})
+
+    notes = result["info"]["notes"]
+    assert f"docker build -t dra-driver:{__version__} ." in notes
+    assert "--set image.repository=<registry>/dra-driver" in notes
+
+
+def test_the_notes_say_nothing_of_building_for_an_image_elsewhere(server: ApiServer, tmp_path: Path) -> None:
+    values = {"image": {"repository": "registry.example.com/gpu/dra-driver"}}
+
+    result = install(server, tmp_path, "dra-driver", "dra-driver", values)
+
+    notes = result["info"]["notes"]
+    assert "docker build" not in notes and "image.repository" not in notes
+    assert "installed as release dra-driver" in notes
 
 
 # --- Two releases side by side ----------------------------------------------------------------------
