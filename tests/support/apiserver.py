@@ -1237,7 +1237,7 @@ class ApiServer:
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
-                f"this stand-in only creates by apply, not {request.content_type!r}",
+                f"this stand-in takes only server-side apply patches, not {request.content_type!r}",
             )
         if request.query.get("dryRun"):
             raise _bad_request("dryRun is not supported by this stand-in API server")
