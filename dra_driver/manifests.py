@@ -53,7 +53,10 @@ from dra_driver.hardware.simulated_nodes import names_a_file, parse_node_spec, r
 from dra_driver.k8s_names import dns_label_problem, dns_subdomain_problem, driver_name_problem, shown
 from dra_driver.settings import DEFAULT_METRICS_ADDRESS, SettingsError, parse_hardware
 
-DEFAULT_IMAGE = f"ghcr.io/dra-driver/dra-driver:{__version__}"
+# What the documented build tags (the Dockerfile's header: `docker build -t dra-driver:<version> .`);
+# nothing publishes an image, so the default names the one a user builds, and the operator points
+# --image (image.repository in the chart) at the registry the nodes pull from.
+DEFAULT_IMAGE = f"dra-driver:{__version__}"
 DEFAULT_NAME = APP_NAME
 DEFAULT_NAMESPACE = "dra-driver"
 DEFAULT_HARDWARE = "nvml"

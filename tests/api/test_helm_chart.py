@@ -5,8 +5,10 @@ The stand-in serves discovery and the kinds the chart creates, and validates eac
 the upstream schemas as it arrives (kubernetes-validate, strict), so an install that succeeds has
 sent only valid objects. Helm installs by server-side apply (PATCH, the Helm 4 CLI's default) or
 client-side apply (POST, the library's default): both are tested. Helm's own release records
-(Secrets, sent as protobuf) the stand-in keeps apart and does not list back, so every install
-here is a first install (tests/support/apiserver.py).
+(Secrets, sent as protobuf) the stand-in keeps as sent and lists back by labels
+(tests/support/release_records.py), so upgrade and uninstall run too; an upgrade is tested after a
+server-side apply install only, because the stand-in re-applies for a sole field manager but does
+not do the strategic-merge patches of a client-side apply upgrade.
 
 The objects installed are compared with `dra-driver manifests` for the same settings
 (`chart_values` maps one to the other), so the chart and the command cannot drift apart.
@@ -180,12 +182,6 @@ def test_lint_finds_a_broken_template(tmp_path: Path) -> None:
     assert [message["Path"] for message in errors] == ["templates/"]
 
 
-def test_the_chart_version_is_the_package_version() -> None:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-
-    assert (chart["version"], chart["appVersion"]) == (__version__, __version__)
-
-
 # --- Installed with real Helm, equal to the command's rendering -----------------------------------
 
 
@@ -307,6 +303,26 @@ def test_the_chart_only_settings_reach_the_daemon_set(server: ApiServer, tmp_pat
     assert daemon_set["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
+def test_the_notes_say_the_default_image_must_be_built_and_made_pullable(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    result = install(server, tmp_path, "dra-driver", "dra-driver", {})
+
+    notes = result["info"]["notes"]
+    assert f"docker build -t dra-driver:{__version__} ." in notes
+    assert "--set image.repository=<registry>/dra-driver" in notes
+
+
+def test_the_notes_say_nothing_of_building_for_an_image_elsewhere(server: ApiServer, tmp_path: Path) -> None:
+    values = {"image": {"repository": "registry.example.com/gpu/dra-driver"}}
+
+    result = install(server, tmp_path, "dra-driver", "dra-driver", values)
+
+    notes = result["info"]["notes"]
+    assert "docker build" not in notes and "image.repository" not in notes
+    assert "installed as release dra-driver" in notes
+
+
 # --- Two releases side by side ----------------------------------------------------------------------
 
 
@@ -352,6 +368,117 @@ def test_an_installation_by_the_command_is_not_taken_over(server: ApiServer, tmp
 
     with pytest.raises(helm_sdkpy.InstallError, match="not made by Helm"):
         install(server, tmp_path, "dra-driver", "dra-driver", {})
+
+
+# --- Upgrade and uninstall --------------------------------------------------------------------------
+
+
+def upgrade(server: ApiServer, tmp_path: Path, release: str, namespace: str, values: dict[str, Any]) -> Any:
+    """As `helm upgrade` does by default: the apply method the release was installed with."""
+    config = helm_config(server, namespace, tmp_path)
+    action = helm_sdkpy.Upgrade(config).run(release, str(CHART), values=values, wait=False, timeout=30)
+    return asyncio.run(action)
+
+
+def stored(server: ApiServer, release: str) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The release's objects as stored, server metadata included."""
+    return {
+        (item["kind"], item["metadata"].get("namespace", ""), item["metadata"]["name"]): item
+        for item in installed(server, release)
+    }
+
+
+def test_an_upgrade_changes_only_what_its_values_change(server: ApiServer, tmp_path: Path) -> None:
+    """helm upgrade --set logVerbosity=5: the DaemonSet's environment changes, and no other
+    object is written at all (each keeps its resourceVersion)."""
+    install(server, tmp_path, "dra-driver", "dra-driver", {})
+    before = stored(server, "dra-driver")
+
+    result = upgrade(server, tmp_path, "dra-driver", "dra-driver", {"logVerbosity": 5})
+
+    assert (result["version"], result["info"]["status"], result["apply_method"]) == (2, "deployed", "ssa")
+    after = stored(server, "dra-driver")
+    assert by_identity(list(after.values())) == rendered_by_the_command(ManifestOptions(log_verbosity=5))
+    changed = {key for key in before if before[key] != after[key]}
+    assert changed == {("DaemonSet", "dra-driver", "dra-driver")}
+    old, new = (
+        before[("DaemonSet", "dra-driver", "dra-driver")],
+        after[("DaemonSet", "dra-driver", "dra-driver")],
+    )
+    (old_container,), (new_container,) = (
+        item["spec"]["template"]["spec"]["containers"] for item in (old, new)
+    )
+    changed_env = [
+        pair for pair in zip(old_container["env"], new_container["env"], strict=True) if pair[0] != pair[1]
+    ]
+    assert changed_env == [
+        ({"name": "DRA_DRIVER_VERBOSITY", "value": "0"}, {"name": "DRA_DRIVER_VERBOSITY", "value": "5"})
+    ]
+    assert {**old_container, "env": None} == {**new_container, "env": None}
+    assert new["metadata"]["uid"] == old["metadata"]["uid"]
+    assert new["metadata"]["generation"] == old["metadata"]["generation"] + 1
+    history = asyncio.run(helm_sdkpy.History(helm_config(server, "dra-driver", tmp_path)).run("dra-driver"))
+    assert [(entry["version"], entry["info"]["status"]) for entry in history] == [
+        (1, "superseded"),
+        (2, "deployed"),
+    ]
+
+
+def test_uninstall_removes_what_the_install_created_and_leaves_the_slices(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    """Every object of the release goes, with Helm's records; the ResourceSlices the agents
+    published are not the release's and stay for `dra-driver cleanup`."""
+    values = {
+        "nodeConfigs": {"default": {"default": {"mode": "mig-dynamic"}}},
+        "metrics": {"podMonitor": {"enabled": True}},
+    }
+    install(server, tmp_path, "dra-driver", "dra-driver", values)
+    kinds = {item["kind"] for item in installed(server, "dra-driver")}
+    published = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "node-a-gpu.dra-driver.dev"},
+        "spec": {
+            "driver": "gpu.dra-driver.dev",
+            "nodeName": "node-a",
+            "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
+    status, _ = _request(
+        server,
+        "POST",
+        "/apis/resource.k8s.io/v1/resourceslices",
+        json.dumps(published).encode(),
+        "application/json",
+    )
+    assert status == 201
+
+    config = helm_config(server, "dra-driver", tmp_path)
+    asyncio.run(helm_sdkpy.Uninstall(config).run("dra-driver", wait=False))
+
+    assert kinds >= {"ConfigMap", "DaemonSet", "DeviceClass", "PodMonitor", "ValidatingAdmissionPolicy"}
+    assert installed(server, "dra-driver") == []
+    assert [rtype.plural for rtype in INSTALL_RESOURCE_TYPES if server.objects(rtype.plural)] == []
+    assert server.release_records == {"dra-driver": {}}
+    assert [item["metadata"]["name"] for item in server.objects("resourceslices")] == [
+        "node-a-gpu.dra-driver.dev"
+    ]
+
+
+def test_a_release_installed_again_after_uninstall_is_a_first_install(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    install(server, tmp_path, "dra-driver", "dra-driver", {})
+    asyncio.run(
+        helm_sdkpy.Uninstall(helm_config(server, "dra-driver", tmp_path)).run("dra-driver", wait=False)
+    )
+
+    result = install(server, tmp_path, "dra-driver", "dra-driver", {})
+
+    assert (result["version"], result["info"]["status"]) == (1, "deployed")
+    assert by_identity(installed(server, "dra-driver")) == rendered_by_the_command(ManifestOptions())
 
 
 # --- values.schema.json, through Helm ----------------------------------------------------------------
@@ -445,6 +572,51 @@ def test_the_stand_in_creates_by_apply_and_refuses_what_it_cannot_merge(server: 
     assert (again, merged) == (415, 415)
     assert (refused, status["reason"]) == (422, "Invalid")
     assert [item["metadata"]["name"] for item in server.objects("configmaps")] == ["c"]
+
+
+def test_the_stand_in_re_applies_only_for_the_manager_that_applied(server: ApiServer) -> None:
+    """The sole applier's configuration replaces the object (a key it leaves out goes); an apply
+    by another manager, or after a PUT took the fields over, would need field ownership."""
+    path = "/api/v1/namespaces/x/configmaps/c"
+    apply = "application/apply-patch+yaml"
+
+    def config_map(data: dict[str, str]) -> bytes:
+        return yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data}
+        ).encode()
+
+    _request(server, "PATCH", path + "?fieldManager=helm", config_map({"a": "1", "b": "2"}), apply)
+    (created,) = server.objects("configmaps")
+    same, _ = _request(server, "PATCH", path + "?fieldManager=helm", config_map({"a": "1", "b": "2"}), apply)
+    (unchanged,) = server.objects("configmaps")
+    changed, stored = _request(server, "PATCH", path + "?fieldManager=helm", config_map({"a": "3"}), apply)
+    other, _ = _request(server, "PATCH", path + "?fieldManager=kubectl", config_map({"a": "4"}), apply)
+    put, _ = _request(
+        server, "PUT", path, json.dumps({**stored, "data": {"a": "5"}}).encode(), "application/json"
+    )
+    after_put, _ = _request(server, "PATCH", path + "?fieldManager=helm", config_map({"a": "6"}), apply)
+
+    assert (same, unchanged) == (200, created), "a no-op apply writes nothing"
+    assert (changed, stored["data"], stored["metadata"]["uid"]) == (
+        200,
+        {"a": "3"},
+        created["metadata"]["uid"],
+    )
+    assert stored["metadata"]["resourceVersion"] != created["metadata"]["resourceVersion"]
+    assert (other, put, after_put) == (415, 200, 415)
+    assert server.objects("configmaps")[0]["data"] == {"a": "5"}
+
+
+def test_the_stand_in_keeps_only_protobuf_release_records(server: ApiServer) -> None:
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sh.helm.release.v1.x.v1"}}
+
+    status, answer = _request(
+        server, "POST", "/api/v1/namespaces/x/secrets", json.dumps(secret).encode(), "application/json"
+    )
+
+    assert (status, answer["reason"]) == (415, "UnsupportedMediaType")
+    assert "application/vnd.kubernetes.protobuf" in answer["message"]
+    assert server.release_records == {}
 
 
 def test_the_stand_in_serves_discovery_for_the_install_kinds(server: ApiServer) -> None:

@@ -46,6 +46,7 @@ from aiohttp import web
 from kubernetes_validate.utils import all_versions
 
 from dra_driver.k8s_names import dns_label_problem, dns_subdomain_problem
+from tests.support import release_records
 
 Obj = dict[str, Any]
 
@@ -629,8 +630,8 @@ class ApiServer:
     ) -> None:
         self.version = version
         self.resource_types = (*RESOURCE_TYPES, *(INSTALL_RESOURCE_TYPES if install_types else ()))
-        # Helm's release records as sent (see _add_release_records).
-        self.release_records: list[bytes] = []
+        # Helm's release records as sent, by namespace and name (see _add_release_records).
+        self.release_records: dict[str, dict[str, release_records.Record]] = {}
         self.minor = _minor(version)
         self.schema_version = schema_version(self.minor)
         self._disabled = (
@@ -640,6 +641,9 @@ class ApiServer:
         )
         self.store = Store()
         self.faults = Faults()
+        # The field manager that created each object by server-side apply (None: by another verb,
+        # or no manager named); forgotten when anything else writes it (see _reapply).
+        self._appliers: dict[tuple[str, str, str], str | None] = {}
         # How often a watch that allows bookmarks gets one.
         self.bookmark_interval_seconds = 1.0
         # Reentrant: fault counters are taken both with and without it held.
@@ -714,34 +718,82 @@ class ApiServer:
 
     def _add_release_records(self, app: web.Application) -> None:
         """Where Helm keeps its release records (Secrets, one per revision). Helm sends them as
-        protobuf, which this stand-in does not decode: it keeps the bodies (`release_records`) and
-        lists none back, so that every install is a first install. The records are Helm's own
+        protobuf, which this stand-in does not decode: it keeps each body as sent
+        (`release_records`, by namespace and name) and answers a get or a list (by labels, as
+        Helm asks) with those bytes (tests/support/release_records.py). So Helm sees its earlier
+        revisions, and upgrade, history and uninstall work. The records are Helm's own
         bookkeeping; the objects of a release are stored and validated like any other."""
         collection = "/api/v1/namespaces/{namespace}/secrets"
 
-        async def listed(request: web.Request) -> web.Response:
-            return web.json_response({"apiVersion": "v1", "kind": "SecretList", "metadata": {}, "items": []})
+        def protobuf(body: bytes, status: int = 200) -> web.Response:
+            return web.Response(body=body, status=status, content_type=release_records.MEDIA_TYPE)
 
-        async def written(request: web.Request) -> web.Response:
-            body = await request.read()
+        def not_found(name: str) -> ApiError:
+            return ApiError(404, "NotFound", f'secrets "{name}" not found', {"name": name, "kind": "secrets"})
+
+        async def received(request: web.Request) -> release_records.Record:
+            try:
+                record = release_records.parse_record(await request.read())
+            except release_records.RecordError as error:
+                raise ApiError(415, "UnsupportedMediaType", str(error)) from error
+            if request.match_info.get("name", record.name) != record.name:
+                raise _bad_request("the name of the object does not match the name on the URL")
+            return record
+
+        async def listed(request: web.Request) -> web.Response:
+            wanted = (
+                _label_selector(request.query["labelSelector"]) if request.query.get("labelSelector") else ()
+            )
             with self._lock:
-                self.release_records.append(body)
-                self.store.revision += 1
-                revision = self.store.revision
-            secret = {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {
-                    "name": request.match_info.get("name", f"release-record-{revision}"),
-                    "namespace": request.match_info["namespace"],
-                    "resourceVersion": str(revision),
-                },
-            }
-            return web.json_response(secret, status=201 if request.method == "POST" else 200)
+                records = self.release_records.get(request.match_info["namespace"], {})
+                chosen = [
+                    record
+                    for _, record in sorted(records.items())
+                    if all(term.matches({"metadata": {"labels": dict(record.labels)}}) for term in wanted)
+                ]
+            return protobuf(release_records.secret_list(chosen))
+
+        async def got(request: web.Request) -> web.Response:
+            name = request.match_info["name"]
+            with self._lock:
+                record = self.release_records.get(request.match_info["namespace"], {}).get(name)
+            if record is None:
+                raise not_found(name)
+            return protobuf(record.body)
+
+        async def created(request: web.Request) -> web.Response:
+            record = await received(request)
+            with self._lock:
+                records = self.release_records.setdefault(request.match_info["namespace"], {})
+                if record.name in records:
+                    raise ApiError(
+                        409, "AlreadyExists", f'secrets "{record.name}" already exists', {"name": record.name}
+                    )
+                records[record.name] = record
+            return protobuf(record.body, status=201)
+
+        async def replaced(request: web.Request) -> web.Response:
+            record = await received(request)
+            with self._lock:
+                records = self.release_records.get(request.match_info["namespace"], {})
+                if record.name not in records:
+                    raise not_found(record.name)
+                records[record.name] = record
+            return protobuf(record.body)
+
+        async def deleted(request: web.Request) -> web.Response:
+            name = request.match_info["name"]
+            with self._lock:
+                record = self.release_records.get(request.match_info["namespace"], {}).pop(name, None)
+            if record is None:
+                raise not_found(name)
+            return protobuf(record.body)
 
         app.router.add_get(collection, listed)
-        app.router.add_post(collection, written)
-        app.router.add_put(collection + "/{name}", written)
+        app.router.add_post(collection, created)
+        app.router.add_get(collection + "/{name}", got)
+        app.router.add_put(collection + "/{name}", replaced)
+        app.router.add_delete(collection + "/{name}", deleted)
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._loop = asyncio.get_running_loop()
@@ -1171,17 +1223,21 @@ class ApiServer:
             self._prepare_update(rtype, updated, current)
             return updated
 
-        return web.json_response(self._replace(rtype, key, body, merge))
+        replaced = self._replace(rtype, key, body, merge)
+        with self._lock:
+            self._appliers.pop(key, None)  # a PUT takes over every field; no applier owns them now
+        return web.json_response(replaced)
 
     async def _apply(self, rtype: ResourceType, request: web.Request) -> web.Response:
-        """Server-side apply (Helm 4's default) of an object that does not exist yet, which
-        creates it as a POST would. Merging an apply into an existing object (field ownership)
-        and the other patch types are refused, not approximated."""
+        """Server-side apply (Helm 4's default): an object that does not exist yet is created as a
+        POST would; an existing one only by its sole applier (`_reapply`). Merging applies of
+        several managers (field ownership) and the other patch types are refused, not
+        approximated."""
         if request.content_type not in ("application/apply-patch+yaml", "application/apply-patch+json"):
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
-                f"this stand-in only creates by apply, not {request.content_type!r}",
+                f"this stand-in takes only server-side apply patches, not {request.content_type!r}",
             )
         if request.query.get("dryRun"):
             raise _bad_request("dryRun is not supported by this stand-in API server")
@@ -1199,17 +1255,44 @@ class ApiServer:
             raise _bad_request("the name of the applied object does not match the name on the URL")
         if rtype.namespaced and body["metadata"].setdefault("namespace", key[1]) != key[1]:
             raise _bad_request("metadata.namespace does not match the request path")
-        self._prepare_create(rtype, body)
+        manager = request.query.get("fieldManager") or None
         with self._lock:
             if key in self.store.objects:
-                raise ApiError(
-                    415,
-                    "UnsupportedMediaType",
-                    f"server-side apply to the existing {rtype.kind} {key[2]!r} is not supported here",
-                )
+                return web.json_response(self._reapply(rtype, key, body, manager))
+            self._prepare_create(rtype, body)
             self._validate(rtype, body)
             self._store(rtype, key, body, None)
+            self._appliers[key] = manager
         return web.json_response(body, status=201)
+
+    def _reapply(self, rtype: ResourceType, key: tuple[str, str, str], body: Obj, manager: str | None) -> Obj:
+        """An apply to an object that the same field manager created by apply, and nobody else
+        wrote since: that manager owns every field it set, so the applied configuration replaces
+        them all (what it leaves out goes), and status and the server's metadata stay. That is
+        what `helm upgrade` does to a release installed by server-side apply. Any other apply
+        would need field ownership and is refused. Called with the lock held."""
+        current = self.store.objects[key]
+        if manager is None or self._appliers.get(key) != manager:
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                f"server-side apply to the existing {rtype.kind} {key[2]!r} is supported here only "
+                "for the field manager that created it by apply",
+            )
+        updated = {**body, "metadata": dict(body["metadata"])}
+        updated.pop("status", None)
+        if "status" in current:
+            updated["status"] = current["status"]
+        for name in _SERVER_OWNED_METADATA:
+            if name in current["metadata"]:
+                updated["metadata"][name] = current["metadata"][name]
+        self._prepare_update(rtype, updated, current)
+        unchanged = {**current, "metadata": {**current["metadata"], "resourceVersion": None}}
+        if {**updated, "metadata": {**updated["metadata"], "resourceVersion": None}} == unchanged:
+            return current  # as the real server does, a no-op apply writes nothing
+        self._validate(rtype, updated)
+        self._store(rtype, key, updated, current)
+        return updated
 
     async def _update_status(self, rtype: ResourceType, request: web.Request) -> web.Response:
         key = self._key(rtype, request)
@@ -1262,6 +1345,7 @@ class ApiServer:
                 raise _conflict(rtype, key[2], _MODIFIED)
             self._check_preconditions(rtype, key, preconditions, current)
             del self.store.objects[key]
+            self._appliers.pop(key, None)
             self.store.revision += 1
             # Like etcd, the deleted object comes back at the revision of its deletion.
             deleted = _with_revision(current, self.store.revision)
