@@ -88,7 +88,9 @@ def _cleanup(args: argparse.Namespace) -> int:
     async def cleanup() -> int:
         api_client = await kubernetes_api_client(settings.kubeconfig)
         try:
-            refused = "" if args.force else await refusal(api_client, settings.node_name)
+            refused = (
+                "" if args.force else await refusal(api_client, settings.driver_name, settings.node_name)
+            )
             if refused:
                 print(f"dra-driver cleanup: {refused}", file=sys.stderr)
                 return 1

@@ -6,10 +6,13 @@ gone); an operator removing the driver from a node that keeps running uses this 
 A node whose agent still runs would publish its slices again at once (and fight the deletes), so
 cleanup first looks for agent pods: a pod labelled app.kubernetes.io/name=dra-driver (the label
 every object of the shipped manifests carries) on the node, in any phase but Succeeded or Failed,
-counts as a serving agent, and cleanup refuses unless forced.
+whose container runs with DRA_DRIVER_NAME set to this driver, counts as a serving agent, and
+cleanup refuses unless forced. Another installation's agents (another driver name) do not count:
+they never publish this driver's slices.
 """
 
 import json
+from typing import Any
 
 import aiohttp
 
@@ -22,6 +25,7 @@ from dra_driver.publish.slice_api import REQUEST_TIMEOUT_SECONDS, ApiCallError, 
 # changing (an agent still running) is reported instead of fought.
 ATTEMPTS = 5
 AGENT_LABEL_SELECTOR = "app.kubernetes.io/name=dra-driver"
+DRIVER_NAME_VARIABLE = "DRA_DRIVER_NAME"
 _ENDED_PHASES = "status.phase!=Succeeded,status.phase!=Failed"
 
 
@@ -32,9 +36,20 @@ def every_node_slice_api(client: KubeClient, driver_name: str) -> SliceApi:
     return api
 
 
-async def agent_pods(client: KubeClient, node_name: str | None) -> list[str]:
-    """`namespace/name on node` of every agent pod that is not finished, on `node_name` (None:
-    on any node). Raises ApiCallError when the pods cannot be listed."""
+def _runs_driver(pod: dict[str, Any], driver_name: str) -> bool:
+    """Whether a container of the pod is an agent of `driver_name` (the DaemonSet sets its name
+    in the environment)."""
+    containers = pod.get("spec", {}).get("containers") or []
+    return any(
+        variable.get("name") == DRIVER_NAME_VARIABLE and variable.get("value") == driver_name
+        for container in containers
+        for variable in container.get("env") or []
+    )
+
+
+async def agent_pods(client: KubeClient, driver_name: str, node_name: str | None) -> list[str]:
+    """`namespace/name on node` of every agent pod of `driver_name` that is not finished, on
+    `node_name` (None: on any node). Raises ApiCallError when the pods cannot be listed."""
     selector = _ENDED_PHASES if node_name is None else f"spec.nodeName={node_name},{_ENDED_PHASES}"
     what = "LIST pods"
     try:
@@ -59,15 +74,16 @@ async def agent_pods(client: KubeClient, node_name: str | None) -> list[str]:
         f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']} on "
         f"{pod.get('spec', {}).get('nodeName') or '(no node yet)'}"
         for pod in items
+        if _runs_driver(pod, driver_name)
     ]
 
 
-async def refusal(client: KubeClient, node_name: str | None) -> str:
+async def refusal(client: KubeClient, driver_name: str, node_name: str | None) -> str:
     """Empty when no agent pod serves the node (None: any node); else the line saying why
     cleanup must not go on, which --force overrides."""
     where = node_name or "every node"
     try:
-        agents = await agent_pods(client, node_name)
+        agents = await agent_pods(client, driver_name, node_name)
     except ApiCallError as error:
         return f"cannot tell whether an agent still serves {where}: {error}; --force skips this check"
     if not agents:

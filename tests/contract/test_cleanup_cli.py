@@ -26,14 +26,23 @@ def publish(server: ApiServer, node: str, driver: str = DRIVER) -> None:
         json_request("POST", f"{server.url}/apis/resource.k8s.io/v1/resourceslices", body)
 
 
-def agent_pod(server: ApiServer, name: str, node: str, phase: str) -> None:
-    """A pod of the shipped DaemonSet, as kubelet reports it."""
+def agent_pod(server: ApiServer, name: str, node: str, phase: str, driver: str = DRIVER) -> None:
+    """A pod of the shipped DaemonSet for `driver`, as kubelet reports it."""
     path = f"{server.url}/api/v1/namespaces/{AGENT_NAMESPACE}/pods"
     pod: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "dra-driver"}},
-        "spec": {"nodeName": node, "containers": [{"name": "agent", "image": "dra-driver"}]},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {
+                    "name": "agent",
+                    "image": "dra-driver",
+                    "env": [{"name": "DRA_DRIVER_NAME", "value": driver}],
+                }
+            ],
+        },
     }
     created = json_request("POST", path, pod)
     json_request("PUT", f"{path}/{name}/status", {**created, "status": {"phase": phase}})
@@ -64,6 +73,7 @@ def test_cleanup_refuses_while_an_agent_pod_runs_on_the_node_unless_forced(
     agent_pod(cluster, "dra-driver-abcde", "node-a", "Running")
     agent_pod(cluster, "dra-driver-old", "node-a", "Succeeded")  # finished: no agent
     agent_pod(cluster, "dra-driver-fghij", "node-b", "Running")  # another node's
+    agent_pod(cluster, "other-klmno", "node-a", "Running", OTHER_DRIVER)  # another installation's
     flags = ("--node-name", "node-a", "--kubeconfig", str(kubeconfig))
 
     code, _, err = cleanup(capsys, *flags)
