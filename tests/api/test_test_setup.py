@@ -14,9 +14,9 @@ INSTALLER = REPOSITORY / "hack" / "install-test-deps.sh"
 
 
 def readme_test_command() -> str:
-    """The command of the README's 'two commands' block whose comment names the tests."""
-    block = re.search(r"## The two commands\n\n```sh\n(.*?)```", (REPOSITORY / "README.md").read_text(), re.S)
-    assert block, "README.md lost its 'The two commands' block"
+    """The command of the README's Development block whose comment names the tests."""
+    block = re.search(r"## Development\n\n```sh\n(.*?)```", (REPOSITORY / "README.md").read_text(), re.S)
+    assert block, "README.md lost its Development block with the two commands"
     commands = [line.split("#")[0].strip() for line in block[1].splitlines() if "test" in line]
     assert len(commands) == 1, commands
     return commands[0]
