@@ -75,6 +75,9 @@ class NodeSettings:
     # Where the NVIDIA driver's user-space files are: / on a plain host, /run/nvidia/driver
     # with the GPU operator's driver container.
     driver_root: Path = Path("/")
+    # The same driver root as the host sees it, for the host paths of CDI specs: the container
+    # runtime resolves them on the host, where the agent's view (`driver_root`) may not exist.
+    host_driver_root: Path = Path("/")
     # Per-claim MPS daemon directories (a tmpfs, mounted at the same path in the agent's pod).
     mps_dir: Path = Path("/run/dra-driver/mps")
     # HAMi-core's libvgpu.so on the host; None: vGPU limits are advisory env only.
@@ -227,6 +230,14 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "5",
         "seconds from someone else changing or deleting our ResourceSlices to their repair",
     ),
+    # -- the driver root as the host sees it --
+    (
+        "--host-driver-root",
+        "DRA_DRIVER_HOST_ROOT",
+        None,
+        "the --driver-root directory as the host sees it, used for host paths in CDI specs "
+        "(default: the same as --driver-root)",
+    ),
     # -- named node configs --
     (
         "--node-configs",
@@ -330,6 +341,13 @@ def _directory(flag: str, env: str, value: str) -> Path:
     if not path.is_absolute():
         raise SettingsError(f"{flag} ({env}): {value!r} must be an absolute path")
     return path
+
+
+def _host_driver_root(value: str | None, driver_root: Path) -> Path:
+    """Unset where the agent sees the driver root at the host's own path (run on the host)."""
+    if not value:
+        return driver_root
+    return _directory("--host-driver-root", "DRA_DRIVER_HOST_ROOT", value)
 
 
 def _kubeconfig(value: str | None) -> Path | None:
@@ -529,6 +547,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         pod_uid=_pod_uid(args.pod_uid),
         node_configs=_node_configs(args.node_configs, inventory.node_config),
         node_config_label=_label_key(args.node_config_label),
+        host_driver_root=_host_driver_root(args.host_driver_root, inventory.driver_root),
     )
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),

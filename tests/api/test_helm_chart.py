@@ -78,6 +78,7 @@ SETTINGS = {
         log_verbosity=5,
         log_format="console",
         metrics_port=9500,
+        extra_env={"MOCK_NVML_NODE": "/run/mock-nvidia/node.txt", "EMPTY": ""},
     ),
 }
 
@@ -378,6 +379,8 @@ def test_an_installation_by_the_command_is_not_taken_over(server: ApiServer, tmp
         ({"metrics": {"port": 0}}, "port"),
         ({"hardware": "cuda"}, "hardware"),
         ({"nodeSelektor": {}}, "nodeSelektor"),
+        ({"extraEnv": [{"name": "1ST", "value": "x"}]}, "name"),
+        ({"extraEnv": [{"name": "A", "value": 1}]}, "value"),
     ],
 )
 def test_the_schema_refuses_bad_values(
