@@ -131,8 +131,8 @@ def write_common_spec(
     need none."""
     if discovery is None:
         return ()
-    nodes = control_device_nodes(device_root(settings.driver_root, settings.host_driver_root))
-    cdi_specs.write_node_spec(common_edits(discovery, nodes, settings.host_driver_root))
+    nodes = control_device_nodes(device_root(settings.driver_root, settings.host_root))
+    cdi_specs.write_node_spec(common_edits(discovery, nodes, settings.host_root))
     return (cdi.common_device_id(settings.driver_name),)
 
 
@@ -289,7 +289,7 @@ class NodeAgent:
             edits=edits_for(
                 settings.hardware,
                 settings.proc_root,
-                device_root(settings.driver_root, settings.host_driver_root).host,
+                device_root(settings.driver_root, settings.host_root).host,
             ),
             claim_source=claim_source,
             records=ClaimRecordStore(settings.state_dir, committer),

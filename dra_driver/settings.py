@@ -77,7 +77,8 @@ class NodeSettings:
     driver_root: Path = Path("/")
     # The same driver root as the host sees it, for the host paths of CDI specs: the container
     # runtime resolves them on the host, where the agent's view (`driver_root`) may not exist.
-    host_driver_root: Path = Path("/")
+    # None: the agent sees it where the host does (see `host_root`).
+    host_driver_root: Path | None = None
     # Per-claim MPS daemon directories (a tmpfs, mounted at the same path in the agent's pod).
     mps_dir: Path = Path("/run/dra-driver/mps")
     # HAMi-core's libvgpu.so on the host; None: vGPU limits are advisory env only.
@@ -113,6 +114,10 @@ class NodeSettings:
             self.driver_root,
             self.sysfs_root,
         )
+
+    @property
+    def host_root(self) -> Path:
+        return self.driver_root if self.host_driver_root is None else self.host_driver_root
 
     @property
     def registration_socket(self) -> Path:
@@ -343,11 +348,9 @@ def _directory(flag: str, env: str, value: str) -> Path:
     return path
 
 
-def _host_driver_root(value: str | None, driver_root: Path) -> Path:
+def _host_driver_root(value: str | None) -> Path | None:
     """Unset where the agent sees the driver root at the host's own path (run on the host)."""
-    if not value:
-        return driver_root
-    return _directory("--host-driver-root", "DRA_DRIVER_HOST_ROOT", value)
+    return _directory("--host-driver-root", "DRA_DRIVER_HOST_ROOT", value) if value else None
 
 
 def _kubeconfig(value: str | None) -> Path | None:
@@ -547,7 +550,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         pod_uid=_pod_uid(args.pod_uid),
         node_configs=_node_configs(args.node_configs, inventory.node_config),
         node_config_label=_label_key(args.node_config_label),
-        host_driver_root=_host_driver_root(args.host_driver_root, inventory.driver_root),
+        host_driver_root=_host_driver_root(args.host_driver_root),
     )
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),
