@@ -8,4 +8,4 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY mock_nvml.c /src/
 # The flags of `make mock-nvml` (tests/api/test_kind_mock_driver.py keeps them equal).
-RUN cc -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o /libnvidia-ml.so.1 /src/mock_nvml.c -lpthread
+RUN gcc -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o /libnvidia-ml.so.1 /src/mock_nvml.c -lpthread

@@ -133,7 +133,7 @@ def test_the_nvidia_smi_stand_in_accepts_a_time_slice_and_refuses_the_rest(tmp_p
 def test_the_mock_is_built_with_the_flags_of_make_mock_nvml() -> None:
     makefile = (REPOSITORY / "Makefile").read_text()
     dockerfile = (REPOSITORY / "hack" / "e2e-node" / "mock-nvml.Dockerfile").read_text()
-    flags = re.compile(r"cc (?P<flags>-std=\S+ .*?-Wl,-soname,libnvidia-ml\.so\.1) -o ")
+    flags = re.compile(r"\bg?cc (?P<flags>-std=\S+ .*?-Wl,-soname,libnvidia-ml\.so\.1) -o ")
 
     made, built = flags.search(makefile), flags.search(dockerfile)
     assert made and built
