@@ -225,6 +225,7 @@ def _manifests(args: argparse.Namespace) -> int:
     from dra_driver.manifests import (  # noqa: PLC0415
         ManifestError,
         ManifestOptions,
+        parse_env,
         parse_node_selector,
         render_yaml,
         split_node_config_argument,
@@ -262,6 +263,7 @@ def _manifests(args: argparse.Namespace) -> int:
         log_verbosity=args.log_verbosity,
         log_format=args.log_format,
         metrics_port=args.metrics_port,
+        extra_env=parse_env(args.env or []),
     )
     sys.stdout.write(render_yaml(options))
     return 0
@@ -383,6 +385,12 @@ def _add_manifests_parser(commands: "argparse._SubParsersAction[argparse.Argumen
         "--hami-core-library",
         metavar="PATH",
         help="HAMi-core's libvgpu.so on the GPU nodes, to enforce vGPU limits (default: advisory only)",
+    )
+    add(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="more environment for the agent's container (e.g. a test library's settings); repeat for more",
     )
     manifests.set_defaults(run=_manifests)
 

@@ -89,6 +89,8 @@ SIMULATED_NODE_KEY = "simulated-node.yaml"
 DEFAULT_NODE_CONFIG = "default"
 
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+# The API server's rule for a container's environment variable name.
+_ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 _LABEL_NAME_MAX = 63
 # An absolute path without a trailing slash, empty components or whitespace ("/" itself is one).
 ABSOLUTE_PATH = re.compile(r"/|(/[^/\s]+)+")
@@ -126,6 +128,8 @@ class ManifestOptions:
     log_verbosity: int = 0
     log_format: str = "json"
     metrics_port: int = DEFAULT_METRICS_PORT
+    # More environment for the agent's container, after its own (e.g. a test library's settings).
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
 def _label_part_problem(value: str) -> str | None:
@@ -169,6 +173,30 @@ def parse_node_selector(entries: Iterable[str]) -> dict[str, str]:
             raise ManifestError(f"--node-selector: {shown(entry)}: {problem}")
         selector[key] = value
     return selector
+
+
+def parse_env(entries: Iterable[str]) -> dict[str, str]:
+    """`NAME=VALUE` entries as the agent's extra environment; the name follows the API server's
+    rule, so that a typo fails at rendering time."""
+    env: dict[str, str] = {}
+    for entry in entries:
+        name, equals, value = entry.partition("=")
+        if not equals:
+            raise ManifestError(f"--env: {shown(entry)} is not NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def _check_extra_env(options: ManifestOptions) -> None:
+    taken = {entry["name"] for entry in _agent_env(options, f"/run/{options.name}")}
+    for name in options.extra_env:
+        if not _ENV_NAME.fullmatch(name):
+            raise ManifestError(
+                f"--env: {shown(name)} is not an environment variable name "
+                "(letters, digits, '_', '-' or '.', not starting with a digit)"
+            )
+        if name in taken:
+            raise ManifestError(f"--env: {name} is set by the installation itself")
 
 
 def split_node_config_argument(argument: str) -> tuple[str, str]:
@@ -263,6 +291,7 @@ def _check(options: ManifestOptions) -> None:
         if problem := label_problem(key, value):
             raise ManifestError(f"--node-selector: {shown(f'{key}={value}')}: {problem}")
     _check_node_files(options)
+    _check_extra_env(options)
 
 
 def selector_labels(options: ManifestOptions) -> dict[str, str]:
@@ -504,6 +533,27 @@ def _placement(options: ManifestOptions) -> dict[str, Any]:
     }
 
 
+def _agent_env(options: ManifestOptions, run_dir: str) -> list[dict[str, Any]]:
+    """The agent container's own environment. It reads the driver root at CONTAINER_DRIVER_ROOT
+    and names it in CDI specs as the host has it: the container runtime resolves them on the host."""
+    env: list[dict[str, Any]] = [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "DRA_DRIVER_NAME", "value": options.driver_name},
+        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": "DRA_DRIVER_HARDWARE", "value": _hardware_value(options)},
+        {"name": "DRA_DRIVER_ROOT", "value": CONTAINER_DRIVER_ROOT},
+        {"name": "DRA_DRIVER_HOST_ROOT", "value": options.driver_root},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
+        {"name": "DRA_DRIVER_REGISTRAR_DIR", "value": options.registrar_dir},
+        {"name": "DRA_DRIVER_PLUGINS_DIR", "value": options.plugins_dir},
+        {"name": "DRA_DRIVER_MPS_DIR", "value": f"{run_dir}/mps"},
+        {"name": "DRA_DRIVER_METRICS_ADDRESS", "value": f":{options.metrics_port}"},
+        {"name": "DRA_DRIVER_LOG_FORMAT", "value": options.log_format},
+        {"name": "DRA_DRIVER_VERBOSITY", "value": str(options.log_verbosity)},
+    ]
+    return env + _optional_parts(options)[0]
+
+
 def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
     run_dir = f"/run/{options.name}"
     mounts: list[dict[str, Any]] = [
@@ -528,22 +578,9 @@ def _daemon_set(options: ManifestOptions) -> dict[str, Any]:
         _host_path("driver-root", options.driver_root, "DirectoryOrCreate"),
         _host_path("run", run_dir, "DirectoryOrCreate"),
     ]
-    env: list[dict[str, Any]] = [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-        {"name": "DRA_DRIVER_NAME", "value": options.driver_name},
-        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-        {"name": "DRA_DRIVER_HARDWARE", "value": _hardware_value(options)},
-        {"name": "DRA_DRIVER_ROOT", "value": CONTAINER_DRIVER_ROOT},
-        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"},
-        {"name": "DRA_DRIVER_REGISTRAR_DIR", "value": options.registrar_dir},
-        {"name": "DRA_DRIVER_PLUGINS_DIR", "value": options.plugins_dir},
-        {"name": "DRA_DRIVER_MPS_DIR", "value": f"{run_dir}/mps"},
-        {"name": "DRA_DRIVER_METRICS_ADDRESS", "value": f":{options.metrics_port}"},
-        {"name": "DRA_DRIVER_LOG_FORMAT", "value": options.log_format},
-        {"name": "DRA_DRIVER_VERBOSITY", "value": str(options.log_verbosity)},
-    ]
-    optional_env, optional_mounts, optional_volumes = _optional_parts(options)
-    env += optional_env
+    env = _agent_env(options, run_dir)
+    _, optional_mounts, optional_volumes = _optional_parts(options)
+    env += [{"name": name, "value": value} for name, value in options.extra_env.items()]
     mounts += optional_mounts
     volumes += optional_volumes
     container = {
@@ -647,6 +684,7 @@ def chart_values(options: ManifestOptions) -> dict[str, Any]:
         "nodeConfigs": {name: yaml.safe_load(text) or {} for name, text in options.node_configs.items()},
         "hamiCore": {"library": options.hami_core_library or ""},
         "metrics": {"port": options.metrics_port},
+        "extraEnv": [{"name": name, "value": value} for name, value in options.extra_env.items()],
     }
     if options.simulated_node is not None:
         values["simulatedNode"] = yaml.safe_load(options.simulated_node)

@@ -26,6 +26,7 @@ from dra_driver.claims.driver_root import (
     DriverDiscovery,
     common_edits,
     control_device_nodes,
+    device_root,
     discover_driver,
 )
 from dra_driver.claims.engine import ClaimEngine, SharingControls
@@ -107,8 +108,9 @@ def open_hardware(
     return SimulatedBackend(node_name, resolve_node_spec(spec.source), state_file)
 
 
-def edits_for(spec: HardwareSpec, proc_root: Path = Path("/proc")) -> DeviceEdits:
-    return NvmlEdits(proc_root=proc_root) if spec.kind == "nvml" else SimulatedEdits()
+def edits_for(spec: HardwareSpec, proc_root: Path = Path("/proc"), dev_root: Path = Path("/")) -> DeviceEdits:
+    """`dev_root`: the host directory whose dev/ holds the GPUs' device nodes (see device_root)."""
+    return NvmlEdits(proc_root=proc_root, dev_root=dev_root) if spec.kind == "nvml" else SimulatedEdits()
 
 
 def driver_files(settings: NodeSettings, gpus: Sequence[Gpu]) -> DriverDiscovery:
@@ -129,7 +131,8 @@ def write_common_spec(
     need none."""
     if discovery is None:
         return ()
-    cdi_specs.write_node_spec(common_edits(discovery, control_device_nodes(settings.driver_root)))
+    nodes = control_device_nodes(device_root(settings.driver_root, settings.host_root))
+    cdi_specs.write_node_spec(common_edits(discovery, nodes, settings.host_root))
     return (cdi.common_device_id(settings.driver_name),)
 
 
@@ -283,7 +286,11 @@ class NodeAgent:
             driver_name=settings.driver_name,
             pool_name=settings.node_name,
             inventory=inventory,
-            edits=edits_for(settings.hardware, settings.proc_root),
+            edits=edits_for(
+                settings.hardware,
+                settings.proc_root,
+                device_root(settings.driver_root, settings.host_root).host,
+            ),
             claim_source=claim_source,
             records=ClaimRecordStore(settings.state_dir, committer),
             cdi_specs=cdi_specs,

@@ -75,6 +75,10 @@ class NodeSettings:
     # Where the NVIDIA driver's user-space files are: / on a plain host, /run/nvidia/driver
     # with the GPU operator's driver container.
     driver_root: Path = Path("/")
+    # The same driver root as the host sees it, for the host paths of CDI specs: the container
+    # runtime resolves them on the host, where the agent's view (`driver_root`) may not exist.
+    # None: the agent sees it where the host does (see `host_root`).
+    host_driver_root: Path | None = None
     # Per-claim MPS daemon directories (a tmpfs, mounted at the same path in the agent's pod).
     mps_dir: Path = Path("/run/dra-driver/mps")
     # HAMi-core's libvgpu.so on the host; None: vGPU limits are advisory env only.
@@ -110,6 +114,10 @@ class NodeSettings:
             self.driver_root,
             self.sysfs_root,
         )
+
+    @property
+    def host_root(self) -> Path:
+        return self.driver_root if self.host_driver_root is None else self.host_driver_root
 
     @property
     def registration_socket(self) -> Path:
@@ -227,6 +235,14 @@ _OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
         "5",
         "seconds from someone else changing or deleting our ResourceSlices to their repair",
     ),
+    # -- the driver root as the host sees it --
+    (
+        "--host-driver-root",
+        "DRA_DRIVER_HOST_ROOT",
+        None,
+        "the --driver-root directory as the host sees it, used for host paths in CDI specs "
+        "(default: the same as --driver-root)",
+    ),
     # -- named node configs --
     (
         "--node-configs",
@@ -330,6 +346,11 @@ def _directory(flag: str, env: str, value: str) -> Path:
     if not path.is_absolute():
         raise SettingsError(f"{flag} ({env}): {value!r} must be an absolute path")
     return path
+
+
+def _host_driver_root(value: str | None) -> Path | None:
+    """Unset where the agent sees the driver root at the host's own path (run on the host)."""
+    return _directory("--host-driver-root", "DRA_DRIVER_HOST_ROOT", value) if value else None
 
 
 def _kubeconfig(value: str | None) -> Path | None:
@@ -529,6 +550,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         pod_uid=_pod_uid(args.pod_uid),
         node_configs=_node_configs(args.node_configs, inventory.node_config),
         node_config_label=_label_key(args.node_config_label),
+        host_driver_root=_host_driver_root(args.host_driver_root),
     )
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Brings up the kind cluster of the e2e tests with the node agent on simulated GPUs (docs/e2e.md):
+# Brings up the kind cluster of the e2e tests with the node agent on the mock NVIDIA driver
+# (docs/e2e.md):
 #   1. creates the cluster from hack/kind-config.yaml (DRA feature gates, CDI in containerd),
 #      or reuses it when it exists;
 #   2. builds the agent's image from the Dockerfile and loads it into the cluster's nodes;
-#   3. labels the worker(s) for the agent and installs the Helm chart deploy/helm/dra-driver for
+#   3. builds the mock libnvidia-ml.so.1 (hack/e2e-node/mock-nvml.Dockerfile, on the agent's base
+#      image) and unpacks the mock driver on each worker: a driver root under
+#      /run/mock-nvidia/driver and the mock's node file for the simulated node of hack/e2e-node
+#      (tests/e2e/mock_driver.py);
+#   4. labels the worker(s) for the agent and installs the Helm chart deploy/helm/dra-driver for
 #      them (helm upgrade --install: the helm CLI if there is one, else the Helm library from
-#      .venv), with the simulated node and node config in hack/e2e-node (they travel in
-#      ConfigMaps); the values are those of tests/e2e/deploy.py, which the API tests install;
-#   4. waits for the DaemonSet's rollout and the node's ResourceSlices.
+#      .venv) with hardware nvml, driverRoot at the mock and the mock's environment in extraEnv;
+#      the values are those of tests/e2e/deploy.py, which the API tests install;
+#   5. waits for the DaemonSet's rollout and the node's ResourceSlices.
 # Safe to run again: the image is tagged with its ID, so changed code rolls the agent out anew.
 #
 # Needs docker, kind (>= 0.30, or any with a Kubernetes >= 1.34 node image), kubectl, and the
@@ -42,6 +47,8 @@ for tool in docker kind kubectl; do
 done
 [ -x "$python" ] || die "$python not found: run 'make lint' to create .venv, or set PYTHON"
 kube() { kubectl --context "$context" "$@"; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 
 if kind get clusters | grep -qx "$cluster"; then
   say "reusing kind cluster $cluster"
@@ -71,6 +78,18 @@ kind load docker-image "$image" --name "$cluster"
 
 mapfile -t workers < <(kube get nodes --selector '!node-role.kubernetes.io/control-plane' --output name)
 [ "${#workers[@]}" -gt 0 ] || die "the cluster has no worker node"
+
+say "building the mock NVIDIA driver"
+docker build --quiet --tag dra-driver-mock-nvml:e2e \
+  --file "$repo_root/hack/e2e-node/mock-nvml.Dockerfile" "$repo_root/tests/mock_nvml" >/dev/null
+docker run --rm dra-driver-mock-nvml:e2e cat /libnvidia-ml.so.1 >"$work/libnvidia-ml.so.1"
+for worker in "${workers[@]}"; do
+  # A kind node's container is named after the node.
+  node=${worker#node/}
+  say "unpacking the mock NVIDIA driver on $node"
+  (cd "$repo_root" && "$python" -m tests.e2e.mock_driver archive --node-name "$node" \
+    --library "$work/libnvidia-ml.so.1") | docker exec --interactive "$node" tar -x -f - -C /
+done
 kube label --overwrite "${workers[@]}" "$node_label"
 
 say "installing the driver with the Helm chart"
@@ -88,8 +107,7 @@ yaml.safe_dump_all([d for d in yaml.safe_load_all(sys.stdin) if d["kind"] != "Na
     kube delete --ignore-not-found --filename -
 fi
 if command -v helm >/dev/null; then
-  values=$(mktemp)
-  trap 'rm -f "$values"' EXIT
+  values=$work/values.json
   (cd "$repo_root" && "$python" -m tests.e2e.deploy values --image "$image") >"$values"
   helm upgrade --install "$release" "$repo_root/deploy/helm/dra-driver" \
     --kube-context "$context" --namespace "$namespace" --values "$values"

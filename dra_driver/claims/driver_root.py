@@ -281,14 +281,38 @@ def discover_driver(root: Path, version: str) -> DriverDiscovery:
     )
 
 
-def control_device_nodes(dev_root: Path) -> tuple[DeviceNode, ...]:
-    """The device nodes every GPU container opens, as they exist below `dev_root` (`/`, or the
-    driver container's root where it made the nodes), the optional ones only where present."""
-    optional = [path for path in OPTIONAL_DEVICE_NODES if dev_root.joinpath(path[1:]).exists()]
-    return tuple(DeviceNode.under(dev_root, path) for path in (*CONTROL_DEVICE_NODES, *optional))
+@dataclass(frozen=True, slots=True)
+class DeviceRoot:
+    """The directory whose dev/ holds the NVIDIA device nodes: `seen` as the agent sees it,
+    `host` as the host (and so the container runtime, which resolves CDI host paths) sees it."""
+
+    seen: Path
+    host: Path
 
 
-def common_edits(discovery: DriverDiscovery, device_nodes: tuple[DeviceNode, ...]) -> ContainerEdits:
+def device_root(driver_root: Path, host_driver_root: Path) -> DeviceRoot:
+    """The driver root where it has a dev/ directory, else the host's own /.
+
+    The GPU operator's driver container makes the device nodes in its own /dev, which the host
+    sees under /run/nvidia/driver/dev; a driver installed on the host makes them in /dev. A
+    driver root without dev/ (a tree of libraries only) leaves the nodes to the host's /dev.
+    This is the rule NVIDIA's own tools apply to their driver root.
+    """
+    if driver_root.joinpath("dev").is_dir():
+        return DeviceRoot(driver_root, host_driver_root)
+    return DeviceRoot(Path("/"), Path("/"))
+
+
+def control_device_nodes(dev_root: DeviceRoot) -> tuple[DeviceNode, ...]:
+    """The device nodes every GPU container opens, named as the host has them below
+    `dev_root.host`; the optional ones only where the agent sees them."""
+    optional = [path for path in OPTIONAL_DEVICE_NODES if dev_root.seen.joinpath(path[1:]).exists()]
+    return tuple(DeviceNode.under(dev_root.host, path) for path in (*CONTROL_DEVICE_NODES, *optional))
+
+
+def common_edits(
+    discovery: DriverDiscovery, device_nodes: tuple[DeviceNode, ...], host_root: Path
+) -> ContainerEdits:
     """The node-wide edits: `device_nodes` and read-only bind mounts of every file found.
 
     Each file is mounted where it was found, one of the usual directories, and each library a
@@ -297,11 +321,13 @@ def common_edits(discovery: DriverDiscovery, device_nodes: tuple[DeviceNode, ...
     library it looks in its built-in directories, which are the usual ones (a container whose
     distribution uses other directories than the driver root needs them in LD_LIBRARY_PATH).
     The host side of a mount is the resolved file, never a symlink the runtime would follow on
-    the host, outside the driver root.
+    the host, outside the driver root. It is named below `host_root`, the driver root as the host
+    sees it: the runtime resolves it on the host, where the agent's own view of the driver root
+    (`discovery.root`, a mount in its container) does not exist.
     """
     mounts = []
     for file in (*discovery.libraries, *discovery.binaries, *discovery.firmware):
-        host_path = str(discovery.root.joinpath(file.resolved[1:]))
+        host_path = str(host_root.joinpath(file.resolved[1:]))
         mounts.append(Mount(host_path, file.path, READ_ONLY_BIND))
         if file.soname_path:
             mounts.append(Mount(host_path, file.soname_path, READ_ONLY_BIND))

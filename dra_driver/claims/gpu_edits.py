@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dra_driver.claims.allocation import ClaimRejected
-from dra_driver.claims.cdi import ContainerEdits
+from dra_driver.claims.cdi import ContainerEdits, DeviceNode
 from dra_driver.claims.mig_caps import (
     CapabilityFileError,
     capability_edits,
@@ -75,7 +75,7 @@ class NvmlEdits:
     def gpu(self, device_name: str, gpu: Gpu) -> ContainerEdits:
         return ContainerEdits(
             env=("NVIDIA_VISIBLE_DEVICES=void", *_describing_env(device_name, gpu)),
-            device_nodes=(f"/dev/nvidia{gpu.minor}",),
+            device_nodes=(DeviceNode.under(self.dev_root, f"/dev/nvidia{gpu.minor}"),),
         )
 
     def mig(self, device_name: str, gpu: Gpu, instance: MigInstance) -> ContainerEdits:
@@ -88,7 +88,7 @@ class NvmlEdits:
         caps = capability_edits(capabilities, self.dev_root)
         return ContainerEdits(
             env=("NVIDIA_VISIBLE_DEVICES=void", *_describing_mig_env(device_name, gpu, instance)),
-            device_nodes=(f"/dev/nvidia{gpu.minor}", *caps.device_nodes),
+            device_nodes=(DeviceNode.under(self.dev_root, f"/dev/nvidia{gpu.minor}"), *caps.device_nodes),
         )
 
     def mig_monitor(self, device_name: str, gpu: Gpu) -> ContainerEdits:

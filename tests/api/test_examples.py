@@ -43,6 +43,7 @@ from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.manifests import ManifestOptions, render
+from tests.e2e import mock_driver
 from tests.e2e.deploy import NODE_LABEL, e2e_manifest_args, e2e_manifests
 from tests.support.cel import CelEvaluationError, parse_quantity, selects
 from tests.support.examples import (
@@ -386,22 +387,30 @@ def test_the_e2e_installation_is_valid_for_every_supported_kubernetes() -> None:
     validate_everywhere(e2e_manifests("dra-driver:e2e-0123456789ab"))
 
 
-def test_the_e2e_installation_is_the_default_one_with_the_e2e_node_files() -> None:
+def test_the_e2e_installation_is_the_default_one_on_the_mock_driver() -> None:
+    """The agent runs the real NVML backend on the mock driver tests/e2e/mock_driver.py lays out
+    on the worker: the driver root there, the mock's environment, the e2e node config."""
     image = "dra-driver:e2e-0123456789ab"
     objects = e2e_manifests(image)
     default = render(ManifestOptions(image=image, node_selector=dict([NODE_LABEL])))
     pod = only(objects, "DaemonSet")["spec"]["template"]["spec"]
     env = {item["name"]: item.get("value") for item in pod["containers"][0]["env"]}
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
 
     assert [item for item in objects if item["kind"] not in ("ConfigMap", "DaemonSet")] == [
         item for item in default if item["kind"] != "DaemonSet"
     ]
     assert pod["nodeSelector"] == dict([NODE_LABEL])
     config_maps = [item["data"] for item in objects if item["kind"] == "ConfigMap"]
-    assert sorted(text for data in config_maps for text in data.values()) == sorted(
-        [E2E_HARDWARE_FILE.read_text(), E2E_NODE_CONFIG_FILE.read_text()]
+    assert [text for data in config_maps for text in data.values()] == [E2E_NODE_CONFIG_FILE.read_text()]
+    assert env["DRA_DRIVER_HARDWARE"] == "nvml" and env["DRA_DRIVER_NODE_CONFIGS"]
+    assert (
+        volumes["driver-root"]["hostPath"]["path"] == env["DRA_DRIVER_HOST_ROOT"] == mock_driver.DRIVER_ROOT
     )
-    assert env["DRA_DRIVER_HARDWARE"].startswith("simulated:/") and env["DRA_DRIVER_NODE_CONFIGS"]
+    assert {name: env[name] for name in mock_driver.mock_environment()} == mock_driver.mock_environment()
+    # The mock's files are in the agent's run directory, mounted read-write at its own path.
+    run = volumes["run"]["hostPath"]["path"]
+    assert all(path.startswith(f"{run}/") for path in mock_driver.mock_environment().values())
 
 
 def test_kind_up_installs_the_e2e_chart_values(capsys: pytest.CaptureFixture[str]) -> None:

@@ -80,6 +80,7 @@ SETTINGS = {
         log_verbosity=5,
         log_format="console",
         metrics_port=9500,
+        extra_env={"MOCK_NVML_NODE": "/run/mock-nvidia/node.txt", "EMPTY": ""},
     ),
 }
 
@@ -505,6 +506,8 @@ def test_a_release_installed_again_after_uninstall_is_a_first_install(
         ({"metrics": {"port": 0}}, "port"),
         ({"hardware": "cuda"}, "hardware"),
         ({"nodeSelektor": {}}, "nodeSelektor"),
+        ({"extraEnv": [{"name": "1ST", "value": "x"}]}, "name"),
+        ({"extraEnv": [{"name": "A", "value": 1}]}, "value"),
     ],
 )
 def test_the_schema_refuses_bad_values(

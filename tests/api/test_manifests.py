@@ -22,6 +22,7 @@ from dra_driver.manifests import (
     NODE_NAME_EXTRA,
     ManifestError,
     ManifestOptions,
+    parse_env,
     parse_node_selector,
     render,
     render_yaml,
@@ -55,6 +56,7 @@ EVERYTHING = ManifestOptions(
     log_verbosity=4,
     log_format="console",
     metrics_port=9500,
+    extra_env={"MOCK_NVML_NODE": "/run/mock-nvidia/node.txt", "EMPTY": ""},
 )
 
 
@@ -306,6 +308,8 @@ def test_the_daemon_set_runs_the_agent_as_configured() -> None:
     assert env["DRA_DRIVER_NAME"] == "gpu.example.com"
     assert env["DRA_DRIVER_HARDWARE"] == "simulated:dgx-h100"
     assert env["DRA_DRIVER_ROOT"] == "/driver-root"
+    # CDI specs name the driver root as the host has it: the runtime resolves them there.
+    assert env["DRA_DRIVER_HOST_ROOT"] == volumes["driver-root"]["path"] == "/"
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void", "the NVIDIA runtime must not inject GPUs into the agent"
     assert env["DRA_DRIVER_MPS_DIR"].startswith(volumes["run"]["path"] + "/")
     assert (env["DRA_DRIVER_LOG_FORMAT"], env["DRA_DRIVER_VERBOSITY"]) == ("json", "0")
@@ -376,6 +380,12 @@ def test_node_configs_driver_root_kubelet_paths_hami_core_and_the_rest_when_aske
     assert volumes["hami-core-dir"]["hostPath"]["path"] == env["DRA_DRIVER_HAMI_CORE_DIR"]
     assert mounts["hami-core-library"]["readOnly"] is True
     assert volumes["driver-root"]["hostPath"] == {"path": "/run/nvidia/driver", "type": "DirectoryOrCreate"}
+    assert env["DRA_DRIVER_HOST_ROOT"] == "/run/nvidia/driver"
+    assert mounts["driver-root"]["mountPath"] == env["DRA_DRIVER_ROOT"] == "/driver-root"
+    assert container["env"][-2:] == [
+        {"name": "MOCK_NVML_NODE", "value": "/run/mock-nvidia/node.txt"},
+        {"name": "EMPTY", "value": ""},
+    ]
     for name, variable, path in (
         ("plugins-registry", "DRA_DRIVER_REGISTRAR_DIR", "/var/lib/k0s/kubelet/plugins_registry"),
         ("plugins", "DRA_DRIVER_PLUGINS_DIR", "/var/lib/k0s/kubelet/plugins"),
@@ -400,7 +410,7 @@ def test_the_command_reads_node_files_into_config_maps(
     argv += ["--hami-core-library", "/usr/local/vgpu/libvgpu.so", "--driver-root", "/run/nvidia/driver"]
     argv += ["--registrar-dir", EVERYTHING.registrar_dir, "--plugins-dir", EVERYTHING.plugins_dir]
     argv += ["--priority-class-name", "", "--log-verbosity", "4", "--log-format", "console"]
-    argv += ["--metrics-port", "9500"]
+    argv += ["--metrics-port", "9500", "--env", "MOCK_NVML_NODE=/run/mock-nvidia/node.txt", "--env", "EMPTY="]
     assert main(argv) == 0
     printed = list(yaml.safe_load_all(capsys.readouterr().out))
     assert printed == render(EVERYTHING)
@@ -574,6 +584,10 @@ def test_the_command_applies_its_options(capsys: pytest.CaptureFixture[str]) -> 
         ("--log-format", "text"),
         ("--metrics-port", "0"),
         ("--name", "Dra_Driver"),
+        ("--env", "NO_EQUALS_SIGN"),
+        ("--env", "1ST=x"),
+        ("--env", "A B=x"),
+        ("--env", "DRA_DRIVER_ROOT=/elsewhere"),
     ],
 )
 def test_a_bad_option_exits_2_naming_its_flag(
@@ -597,3 +611,6 @@ def test_render_refuses_bad_options_itself() -> None:
     with pytest.raises(ManifestError, match="--hardware: a simulated node file needs simulated hardware"):
         render(ManifestOptions(simulated_node=SIMULATED_NODE))
     assert parse_node_selector(["a=1", "example.com/b="]) == {"a": "1", "example.com/b": ""}
+    with pytest.raises(ManifestError, match="--env: DRA_DRIVER_HOST_ROOT is set by the installation itself"):
+        render(ManifestOptions(extra_env={"DRA_DRIVER_HOST_ROOT": "/"}))
+    assert parse_env(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}

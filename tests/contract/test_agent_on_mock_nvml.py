@@ -45,12 +45,14 @@ def agent_on_mock(
     driver_root: Path,
     wait: bool = True,
     env: dict[str, str] | None = None,
+    host_driver_root: str | None = None,
 ) -> AgentProcess:
     node_config = dirs.root / "node-config.yaml"
     node_config.write_text(NODE_CONFIG)
     extra = (
         *("--driver-root", str(driver_root), "--sysfs-root", str(node.sysfs), "--proc-root", str(node.proc)),
         *("--node-config", str(node_config), "--health-recovery", "300"),
+        *(("--host-driver-root", host_driver_root) if host_driver_root else ()),
     )
     return start_agent(dirs, kubeconfig, "nvml", extra, wait=wait, env={**node.environment(), **(env or {})})
 
@@ -122,6 +124,57 @@ def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepar
     assert unprepared == {uid: {"error": ""} for uid in names}
     assert not any(line.startswith("gi 2 ") for line in mig_state(mock_node))
     assert "gi 0 2 19 2 1" in mig_state(mock_node)  # a static instance stays
+
+
+def host_paths(document: object) -> list[str]:
+    """Every host path a CDI spec names: mounts' and device nodes' (a node without one is the
+    same path on the host as in the container)."""
+    if isinstance(document, list):
+        return [path for item in document for path in host_paths(item)]
+    if not isinstance(document, dict):
+        return []
+    found: list[str] = []
+    for key, value in document.items():
+        if key == "mounts":
+            found += [mount["hostPath"] for mount in value]
+        elif key == "deviceNodes":
+            found += [node.get("hostPath", node["path"]) for node in value]
+        else:
+            found += host_paths(value)
+    return found
+
+
+def test_cdi_specs_name_the_driver_root_as_the_host_sees_it_not_as_the_agent_does(
+    agent_dirs: AgentDirs,
+    kubeconfig: Path,
+    apiserver: ApiServer,
+    claims_api: client.ResourceV1Api,
+    mock_node: MockNode,
+) -> None:
+    """In its pod the agent sees the driver root at /driver-root; the container runtime resolves
+    the specs' host paths on the host, where that directory is not."""
+    seen = make_driver_root(agent_dirs.root / "container-view", DEFAULT_DRIVER_VERSION)
+    (seen / "dev").mkdir()  # the driver container's /dev: device nodes are below the root too
+    host = "/some/host/path"
+    whole = allocate(claims_api, "whole", {"gpu": "gpu-6"}, pool=NODE_NAME)
+    dynamic = allocate(claims_api, "dynamic", {"mig": "gpu-2-mig-1g10gb-3"}, pool=NODE_NAME)
+    claims = [ClaimArg("default", "whole", whole), ClaimArg("default", "dynamic", dynamic)]
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, seen, host_driver_root=host)
+    try:
+        prepared = asyncio.run(kubelet_client.prepare(agent_dirs.dra_socket, "v1", claims))["claims"]
+        assert {uid: answer["error"] for uid, answer in prepared.items()} == {whole: "", dynamic: ""}
+        specs = [json.loads(path.read_text()) for path in sorted(agent_dirs.cdi_dir.glob("*.json"))]
+        asyncio.run(kubelet_client.unprepare(agent_dirs.dra_socket, "v1", claims))
+    finally:
+        agent.terminate()
+
+    paths = host_paths(specs)
+    assert f"{host}/{LIBRARY_DIR}/libnvidia-ml.so.{DEFAULT_DRIVER_VERSION}" in paths
+    assert f"{host}/dev/nvidiactl" in paths
+    assert f"{host}/dev/nvidia6" in paths
+    assert f"{host}/dev/nvidia-caps/nvidia-cap1528" in paths
+    assert [path for path in paths if not path.startswith(f"{host}/")] == []
+    assert str(seen) not in json.dumps(specs)
 
 
 def test_a_sigkill_after_nvml_created_an_instance_leaves_the_mock_whole(

@@ -178,6 +178,11 @@ def _run_node(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
             "--cdi-dir (DRA_DRIVER_CDI_DIR): 'relative/cdi' must be an absolute path",
         ),
         (
+            ("--node-name", "a"),
+            {"DRA_DRIVER_HOST_ROOT": "run/nvidia/driver"},
+            "--host-driver-root (DRA_DRIVER_HOST_ROOT): 'run/nvidia/driver' must be an absolute path",
+        ),
+        (
             ("--node-name", "a", "--log-format", "xml"),
             {},
             "--log-format (DRA_DRIVER_LOG_FORMAT): 'xml' must be 'json' or 'console'",

@@ -4,8 +4,10 @@
 kind-up.sh installs deploy/helm/dra-driver with `e2e_chart_values` (through helm-sdkpy, or the
 helm CLI with the values this module prints); the API tests check that those values install
 exactly `e2e_manifests` (tests/api/test_helm_chart.py), which they check against the upstream
-schemas and the examples against the node's devices. The node files (hack/e2e-node/) travel in
-ConfigMaps.
+schemas and the examples against the node's devices. The agent runs `--hardware nvml` on the
+mock driver kind-up.sh unpacks on the worker (tests/e2e/mock_driver.py): the chart's driverRoot
+points there and `extraEnv` at the mock's files. The node config (hack/e2e-node/) travels in a
+ConfigMap.
 
     python -m tests.e2e.deploy values --image IMAGE            # the values, as JSON
     python -m tests.e2e.deploy install --image IMAGE --kubeconfig FILE --context NAME
@@ -18,7 +20,8 @@ import sys
 from typing import Any
 
 from dra_driver.manifests import DEFAULT_NAME, DEFAULT_NAMESPACE, ManifestOptions, chart_values, render
-from tests.support.examples import E2E_HARDWARE_FILE, E2E_NODE_CONFIG_FILE, REPOSITORY
+from tests.e2e.mock_driver import DRIVER_ROOT, mock_environment
+from tests.support.examples import E2E_NODE_CONFIG_FILE, REPOSITORY
 
 # hack/kind-up.sh labels the kind worker with this; the control plane stays without the agent.
 NODE_LABEL = ("dra-driver.dev/e2e", "true")
@@ -29,10 +32,11 @@ RELEASE = DEFAULT_NAME
 def e2e_options(image: str) -> ManifestOptions:
     return ManifestOptions(
         image=image,
-        hardware=f"simulated:{E2E_HARDWARE_FILE.relative_to(REPOSITORY)}",
-        simulated_node=E2E_HARDWARE_FILE.read_text(),
+        hardware="nvml",
+        driver_root=DRIVER_ROOT,
         node_configs={"default": E2E_NODE_CONFIG_FILE.read_text()},
         node_selector=dict([NODE_LABEL]),
+        extra_env=mock_environment(),
     )
 
 
@@ -43,11 +47,18 @@ def e2e_manifest_args(image: str) -> list[str]:
         "--image",
         image,
         "--hardware",
-        f"simulated:{E2E_HARDWARE_FILE.relative_to(REPOSITORY)}",
+        "nvml",
+        "--driver-root",
+        DRIVER_ROOT,
         "--node-config",
         str(E2E_NODE_CONFIG_FILE.relative_to(REPOSITORY)),
         "--node-selector",
         "=".join(NODE_LABEL),
+        *(
+            argument
+            for name, value in mock_environment().items()
+            for argument in ("--env", f"{name}={value}")
+        ),
     ]
 
 

@@ -1,6 +1,7 @@
-"""The examples in deploy/examples on a kind cluster (hack/e2e.sh): the node agent on simulated
-GPUs, the real scheduler, kubelet and containerd with CDI. Each test runs an example's pod to
-completion and checks what the driver put into its containers.
+"""The examples in deploy/examples on a kind cluster (hack/e2e.sh): the node agent's NVML backend
+on the mock driver (tests/e2e/mock_driver.py), the real scheduler, kubelet and containerd with
+CDI. Each test runs an example's pod to completion and checks what the driver put into its
+containers.
 
 Not part of `make test` (pyproject's norecursedirs leaves tests/e2e out): it needs Docker, kind
 and a cluster. tests/api/test_examples.py checks the same examples without one.
@@ -54,6 +55,9 @@ def test_two_whole_gpu_pods_get_different_gpus(run_example: RunExample) -> None:
     for run in (first, second):
         (result,) = run.results
         assert whole_gpu_uuids(run.reports["main"].env) == _gpu_env(run.node, result["device"])
+        # containerd injected the nodes the CDI specs name below the driver root on the worker.
+        minor = e2e_node_inventory(run.node).gpu_of_device[result["device"]].minor
+        assert {f"nvidia{minor}", "nvidiactl", "nvidia-uvm"} <= run.reports["main"].dev
         devices.append((run.node, result["device"]))
     assert devices[0] != devices[1]
 

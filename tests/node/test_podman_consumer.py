@@ -16,7 +16,7 @@ from kubernetes import client
 
 from dra_driver import kubelet_client, podman
 from dra_driver.claims.cdi import CdiSpecDirectory, common_device_id
-from dra_driver.claims.driver_root import common_edits, control_device_nodes, discover_driver
+from dra_driver.claims.driver_root import DeviceRoot, common_edits, control_device_nodes, discover_driver
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
 from dra_driver.kubelet_client import ClaimArg
 from tests.support import podman_tier
@@ -96,7 +96,9 @@ def test_the_node_spec_gives_a_container_the_driver_files_and_control_nodes(
         os.mknod(root / "dev" / node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     # A driver name of this test run's own: the spec lands in the runtime's real CDI directory.
     driver = f"n{secrets.token_hex(4)}.podman-test.dra-driver.dev"
-    edits = common_edits(discover_driver(root, "580.95.05"), control_device_nodes(root))
+    edits = common_edits(
+        discover_driver(root, "580.95.05"), control_device_nodes(DeviceRoot(root, root)), root
+    )
     spec_path = CdiSpecDirectory(podman.CDI_DIRS[1], driver).write_node_spec(edits)
     try:
         seen = podman.run_with_cdi_devices(

@@ -141,13 +141,14 @@ def make_sysfs(root: Path, gpus: Iterable[Gpu]) -> Path:
 DRIVER_PROGRAMS = ("nvidia-smi", "nvidia-cuda-mps-control")
 
 
-def make_driver_root(root: Path, driver_version: str) -> Path:
-    """A driver root holding the mock as a real driver installs NVML (the versioned file and the
-    SONAME symlink beside it), and the driver programs the agent looks for."""
+def make_driver_root(root: Path, driver_version: str, library: Path | None = None) -> Path:
+    """A driver root holding the mock (`library`, else the one built here) as a real driver
+    installs NVML (the versioned file and the SONAME symlink beside it), and the driver programs
+    the agent looks for."""
     directory = root / LIBRARY_DIR
     directory.mkdir(parents=True, exist_ok=True)
     versioned = directory / f"libnvidia-ml.so.{driver_version}"
-    shutil.copyfile(build_library(), versioned)
+    shutil.copyfile(library or build_library(), versioned)
     (directory / "libnvidia-ml.so.1").symlink_to(versioned.name)
     programs = root / "usr" / "bin"
     programs.mkdir(parents=True, exist_ok=True)

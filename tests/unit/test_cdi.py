@@ -24,7 +24,7 @@ from dra_driver.claims.cdi import (
     node_spec,
     node_spec_file_name,
 )
-from dra_driver.claims.driver_root import common_edits, control_device_nodes, discover_driver
+from dra_driver.claims.driver_root import DeviceRoot, common_edits, control_device_nodes, discover_driver
 from dra_driver.claims.mig_caps import capability_edits, mig_instance_capabilities
 
 UID = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"
@@ -235,9 +235,11 @@ def test_generated_specs_match_the_cdi_schema_and_a_version_podman_accepts(
     caps = mig_instance_capabilities(tmp_path / "proc", gpu_minor=0, gpu_instance=1, compute_instance=0)
 
     specs = {
-        "common, plain host": node_spec(DRIVER, common_edits(discovery, control_device_nodes(Path("/")))),
+        "common, plain host": node_spec(
+            DRIVER, common_edits(discovery, control_device_nodes(DeviceRoot(Path("/"), Path("/"))), Path("/"))
+        ),
         "common, driver container": node_spec(
-            DRIVER, common_edits(discovery, control_device_nodes(tmp_path))
+            DRIVER, common_edits(discovery, control_device_nodes(DeviceRoot(tmp_path, tmp_path)), tmp_path)
         ),
         "claim with a MIG device": claim_spec(
             DRIVER,

@@ -8,11 +8,13 @@ from dra_driver.claims.cdi import DeviceNode, Mount
 from dra_driver.claims.driver_root import (
     BINARIES,
     READ_ONLY_BIND,
+    DeviceRoot,
     DriverFile,
     UnusablePath,
     UnusablePathError,
     common_edits,
     control_device_nodes,
+    device_root,
     discover_driver,
     resolve_in_root,
 )
@@ -92,7 +94,7 @@ def test_a_plain_x86_64_install_is_found_whole(tmp_path: Path) -> None:
 def test_each_library_is_mounted_read_only_where_found_and_at_its_soname(tmp_path: Path) -> None:
     install_driver(tmp_path, "/usr/lib64")
 
-    edits = common_edits(discover_driver(tmp_path, VERSION), device_nodes=())
+    edits = common_edits(discover_driver(tmp_path, VERSION), (), tmp_path)
     mounts = {mount.container_path: mount for mount in edits.mounts}
 
     versioned = f"{tmp_path}/usr/lib64/libcuda.so.{VERSION}"
@@ -125,7 +127,7 @@ def test_aarch64_merged_usr_layout(tmp_path: Path) -> None:
     )
     assert [file.path for file in found.binaries] == [f"/usr/bin/{name}" for name in BINARIES]
     assert found.missing == ()
-    mounts = {m.container_path: m.host_path for m in common_edits(found, ()).mounts}
+    mounts = {m.container_path: m.host_path for m in common_edits(found, (), found.root).mounts}
     assert mounts[f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"] == (
         f"{tmp_path}/usr/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
     )
@@ -144,7 +146,7 @@ def test_absolute_symlinks_mean_paths_inside_the_driver_root(tmp_path: Path) -> 
     )
     assert (
         Mount(f"{root}/opt/nvidia/lib/libcuda.so.{VERSION}", "/usr/lib64/libcuda.so.1", READ_ONLY_BIND)
-        in common_edits(found, ()).mounts
+        in common_edits(found, (), found.root).mounts
     )
 
 
@@ -174,7 +176,7 @@ def test_dangling_and_escaping_symlinks_are_refused_and_reported(tmp_path: Path)
     assert found.missing == tuple(
         f"lib{name}.so.{VERSION}" for name in ("nvidia-allocator", "nvidia-cfg", "nvidia-opencl")
     )
-    mounts = common_edits(found, ()).mounts
+    mounts = common_edits(found, (), found.root).mounts
     assert all(mount.host_path.startswith(f"{root}/") for mount in mounts)
     assert not [
         mount for mount in mounts if "opencl" in mount.container_path or "cfg" in mount.container_path
@@ -203,7 +205,7 @@ def test_files_of_another_driver_version_are_ignored(tmp_path: Path) -> None:
     assert f"libnvidia-ml.so.{VERSION}" in found.missing
     assert f"/lib/firmware/nvidia/{VERSION}/gsp*.bin" in found.missing
     assert len(found.binaries) == len(BINARIES)  # tools carry no version in their names
-    assert not [m for m in common_edits(found, ()).mounts if OLD_VERSION in m.host_path]
+    assert not [m for m in common_edits(found, (), found.root).mounts if OLD_VERSION in m.host_path]
 
 
 def test_unknown_version_takes_the_newest_driver_found(tmp_path: Path) -> None:
@@ -243,19 +245,57 @@ def test_resolution_follows_relative_links_and_refuses_loops(tmp_path: Path) -> 
 
 
 def test_control_device_nodes_below_a_dev_root(tmp_path: Path) -> None:
-    assert control_device_nodes(tmp_path) == (
-        DeviceNode("/dev/nvidiactl", f"{tmp_path}/dev/nvidiactl"),
-        DeviceNode("/dev/nvidia-uvm", f"{tmp_path}/dev/nvidia-uvm"),
-        DeviceNode("/dev/nvidia-uvm-tools", f"{tmp_path}/dev/nvidia-uvm-tools"),
+    """Checked for in the agent's view, named in the host's."""
+    seen = tmp_path / "driver-root"
+    dev_root = DeviceRoot(seen, Path("/run/nvidia/driver"))
+    assert control_device_nodes(dev_root) == (
+        DeviceNode("/dev/nvidiactl", "/run/nvidia/driver/dev/nvidiactl"),
+        DeviceNode("/dev/nvidia-uvm", "/run/nvidia/driver/dev/nvidia-uvm"),
+        DeviceNode("/dev/nvidia-uvm-tools", "/run/nvidia/driver/dev/nvidia-uvm-tools"),
     )
-    put(tmp_path, "/dev/nvidia-modeset")
-    assert control_device_nodes(tmp_path)[-1] == DeviceNode(
-        "/dev/nvidia-modeset", f"{tmp_path}/dev/nvidia-modeset"
+    put(seen, "/dev/nvidia-modeset")
+    assert control_device_nodes(dev_root)[-1] == DeviceNode(
+        "/dev/nvidia-modeset", "/run/nvidia/driver/dev/nvidia-modeset"
     )
 
 
 def test_on_a_plain_host_device_nodes_need_no_host_path() -> None:
-    nodes = control_device_nodes(Path("/"))
+    nodes = control_device_nodes(DeviceRoot(Path("/"), Path("/")))
     assert [node.path for node in nodes][:3] == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
     assert all(node.host_path == "" for node in nodes)
     assert ("/dev/nvidia-modeset" in [node.path for node in nodes]) == Path("/dev/nvidia-modeset").exists()
+
+
+def test_the_device_root_is_the_driver_root_only_where_it_has_a_dev_directory(tmp_path: Path) -> None:
+    seen = tmp_path / "driver-root"
+    seen.mkdir()
+    assert device_root(seen, Path("/run/nvidia/driver")) == DeviceRoot(Path("/"), Path("/"))
+    (seen / "dev").mkdir()
+    assert device_root(seen, Path("/run/nvidia/driver")) == DeviceRoot(seen, Path("/run/nvidia/driver"))
+
+
+@pytest.mark.parametrize("host_root", ["/", "/run/nvidia/driver"])
+def test_mounts_name_the_files_below_the_host_root_not_the_agents_view(
+    tmp_path: Path, host_root: str
+) -> None:
+    """The agent reads the driver root where its pod mounts it; the runtime that reads the spec
+    resolves host paths on the host, where only `host_root` means the driver root."""
+    seen = tmp_path / "driver-root"
+    install_driver(seen, "/usr/lib/x86_64-linux-gnu")
+    (seen / "dev").mkdir()
+    found = discover_driver(seen, VERSION)
+    nodes = control_device_nodes(device_root(seen, Path(host_root)))
+    edits = common_edits(found, nodes, Path(host_root))
+
+    prefix = host_root.rstrip("/")
+    host_paths = [mount.host_path for mount in edits.mounts]
+    assert f"{prefix}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{VERSION}" in host_paths
+    assert f"{prefix}/usr/bin/nvidia-smi" in host_paths
+    assert all(path.startswith(f"{prefix}/") for path in host_paths)
+    assert not [path for path in host_paths if str(seen) in path]
+    node_paths = [node.host_path or node.path for node in edits.nodes()]
+    assert node_paths[:3] == [
+        f"{prefix}/dev/nvidiactl",
+        f"{prefix}/dev/nvidia-uvm",
+        f"{prefix}/dev/nvidia-uvm-tools",
+    ]
