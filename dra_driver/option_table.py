@@ -25,6 +25,11 @@ T = TypeVar("T")
 
 # dcgm-exporter takes 9400; this port is free on a GPU node running NVIDIA's usual agents.
 DEFAULT_METRICS_ADDRESS = ":9477"
+# Also what `dra-driver manifests` sets up on every node unless told otherwise.
+DEFAULT_HARDWARE = "nvml"
+DEFAULT_DRIVER_ROOT = "/"
+DEFAULT_REGISTRAR_DIR = "/var/lib/kubelet/plugins_registry"
+DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +94,7 @@ DRIVER_NAME = Option(
 HARDWARE = Option(
     "--hardware",
     "DRA_DRIVER_HARDWARE",
-    "nvml",
+    DEFAULT_HARDWARE,
     "'nvml', or 'simulated:<profile name or YAML path>'",
     v.hardware,
 )
@@ -103,14 +108,14 @@ NODE_CONFIG = Option(
 REGISTRAR_DIR = Option(
     "--registrar-dir",
     "DRA_DRIVER_REGISTRAR_DIR",
-    "/var/lib/kubelet/plugins_registry",
+    DEFAULT_REGISTRAR_DIR,
     "directory kubelet watches for plugin registration sockets",
     v.absolute_path,
 )
 PLUGINS_DIR = Option(
     "--plugins-dir",
     "DRA_DRIVER_PLUGINS_DIR",
-    "/var/lib/kubelet/plugins",
+    DEFAULT_PLUGINS_DIR,
     "kubelet plugins directory; the DRA socket goes in <plugins-dir>/<driver-name>/",
     v.absolute_path,
 )
@@ -145,7 +150,7 @@ LOG_FORMAT = Option(
 DRIVER_ROOT = Option(
     "--driver-root",
     "DRA_DRIVER_ROOT",
-    "/",
+    DEFAULT_DRIVER_ROOT,
     "where the NVIDIA driver's libraries and tools are (/run/nvidia/driver with the GPU operator)",
     v.absolute_path,
 )

@@ -43,15 +43,11 @@ from dra_driver.manifests.chart import chart_values
 from dra_driver.manifests.objects import render, render_yaml
 from dra_driver.manifests.options import (
     CONTAINER_DRIVER_ROOT,
-    DEFAULT_DRIVER_ROOT,
-    DEFAULT_HARDWARE,
     DEFAULT_IMAGE,
     DEFAULT_METRICS_PORT,
     DEFAULT_NAME,
     DEFAULT_NAMESPACE,
-    DEFAULT_PLUGINS_DIR,
     DEFAULT_PRIORITY_CLASS,
-    DEFAULT_REGISTRAR_DIR,
     LOG_FORMATS,
     NODE_NAME_EXTRA,
     ManifestError,
@@ -63,6 +59,12 @@ from dra_driver.manifests.validation import (
     node_config_name_problem,
     parse_node_selector,
     split_node_config_argument,
+)
+from dra_driver.option_table import (
+    DEFAULT_DRIVER_ROOT,
+    DEFAULT_HARDWARE,
+    DEFAULT_PLUGINS_DIR,
+    DEFAULT_REGISTRAR_DIR,
 )
 
 __all__ = [

@@ -4,8 +4,9 @@ from typing import Any
 
 import yaml
 
-from dra_driver.manifests.options import DEFAULT_HARDWARE, ManifestOptions
+from dra_driver.manifests.options import ManifestOptions
 from dra_driver.manifests.validation import check_options
+from dra_driver.option_table import DEFAULT_HARDWARE
 
 
 def chart_values(options: ManifestOptions) -> dict[str, Any]:

@@ -7,7 +7,14 @@ from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME, __version__
 from dra_driver.devices.classes import APP_NAME
-from dra_driver.settings import DEFAULT_METRICS_ADDRESS, SettingsError
+from dra_driver.option_table import (
+    DEFAULT_DRIVER_ROOT,
+    DEFAULT_HARDWARE,
+    DEFAULT_METRICS_ADDRESS,
+    DEFAULT_PLUGINS_DIR,
+    DEFAULT_REGISTRAR_DIR,
+)
+from dra_driver.settings import SettingsError
 
 # What the documented build tags (the Dockerfile's header: `docker build -t dra-driver:<version> .`);
 # nothing publishes an image, so the default names the one a user builds, and the operator points
@@ -15,10 +22,6 @@ from dra_driver.settings import DEFAULT_METRICS_ADDRESS, SettingsError
 DEFAULT_IMAGE = f"dra-driver:{__version__}"
 DEFAULT_NAME = APP_NAME
 DEFAULT_NAMESPACE = "dra-driver"
-DEFAULT_HARDWARE = "nvml"
-DEFAULT_DRIVER_ROOT = "/"
-DEFAULT_REGISTRAR_DIR = "/var/lib/kubelet/plugins_registry"
-DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 DEFAULT_PRIORITY_CLASS = "system-node-critical"
 DEFAULT_METRICS_PORT = int(DEFAULT_METRICS_ADDRESS.rpartition(":")[2])
 LOG_FORMATS = ("json", "console")
