@@ -1,4 +1,5 @@
-"""Every option of `dra-driver node` in one typed place: a flag and an environment variable each.
+"""The typed settings of `dra-driver node`, `inspect` and `cleanup`, read from the parsed
+command line through the option table (`option_table.py`).
 
 Values are checked once, at start, so a bad option stops the agent with one line that names the
 flag, its variable and what was expected, instead of failing later in the middle of a claim.
@@ -6,52 +7,33 @@ flag, its variable and what was expected, instead of failing later in the middle
 
 import argparse
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver import option_table as o
 from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
-from dra_driver.devices.node_config import NodeConfigError, load_node_config
-from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy
-from dra_driver.k8s_names import DNS_LABEL_MAX, dns_subdomain_problem, driver_name_problem, uid_problem
-from dra_driver.observability import ListenAddress, MetricsAddressError, parse_metrics_address
+from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy
+from dra_driver.k8s_names import dns_subdomain_problem, driver_name_problem
+from dra_driver.observability import ListenAddress
+from dra_driver.option_table import DEFAULT_METRICS_ADDRESS
+from dra_driver.option_values import HardwareKind, HardwareSpec, LogFormat, SettingsError, parse_hardware
 from dra_driver.plugin.sockets import dra_socket_name, registration_socket_path, socket_path_problem
-from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
-HardwareKind = Literal["nvml", "simulated"]
-LogFormat = Literal["json", "console"]
-
-
-# dcgm-exporter takes 9400; this port is free on a GPU node running NVIDIA's usual agents.
-DEFAULT_METRICS_ADDRESS = ":9477"
-
-
-class SettingsError(ValueError):
-    """An invalid option; the message is the single line printed before exiting."""
-
-
-@dataclass(frozen=True, slots=True)
-class HardwareSpec:
-    kind: HardwareKind
-    # Profile name or YAML path for the simulated backend; empty for NVML.
-    source: str = ""
-
-    def __str__(self) -> str:
-        return f"simulated:{self.source}" if self.kind == "simulated" else self.kind
-
-
-def parse_hardware(value: str) -> HardwareSpec:
-    if value == "nvml":
-        return HardwareSpec("nvml")
-    kind, _, source = value.partition(":")
-    if kind == "simulated" and source:
-        return HardwareSpec("simulated", source)
-    raise SettingsError(
-        f"--hardware (DRA_DRIVER_HARDWARE): {value!r} is not 'nvml' "
-        "or 'simulated:<profile name or YAML path>'"
-    )
+# Where other modules have always imported them from.
+__all__ = [
+    "DEFAULT_METRICS_ADDRESS",
+    "CleanupSettings",
+    "HardwareKind",
+    "HardwareSpec",
+    "InventorySettings",
+    "LogFormat",
+    "NodeSettings",
+    "SettingsError",
+    "cleanup_settings",
+    "inventory_settings",
+    "node_settings",
+    "parse_hardware",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,144 +114,6 @@ class NodeSettings:
         return self.plugin_dir / dra_socket_name(self.pod_uid)
 
 
-# (flag, environment variable, default, help)
-_OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
-    ("--node-name", "NODE_NAME", None, "name of this Kubernetes node (required); also the pool name"),
-    ("--driver-name", "DRA_DRIVER_NAME", DEFAULT_DRIVER_NAME, "DRA driver name published in ResourceSlices"),
-    ("--hardware", "DRA_DRIVER_HARDWARE", "nvml", "'nvml', or 'simulated:<profile name or YAML path>'"),
-    (
-        "--node-config",
-        "DRA_DRIVER_NODE_CONFIG",
-        None,
-        "YAML file saying how each GPU is offered: whole, MIG (static/dynamic) or vGPU",
-    ),
-    (
-        "--registrar-dir",
-        "DRA_DRIVER_REGISTRAR_DIR",
-        "/var/lib/kubelet/plugins_registry",
-        "directory kubelet watches for plugin registration sockets",
-    ),
-    (
-        "--plugins-dir",
-        "DRA_DRIVER_PLUGINS_DIR",
-        "/var/lib/kubelet/plugins",
-        "kubelet plugins directory; the DRA socket goes in <plugins-dir>/<driver-name>/",
-    ),
-    (
-        "--cdi-dir",
-        "DRA_DRIVER_CDI_DIR",
-        "/var/run/cdi",
-        "directory the container runtime reads CDI specs from",
-    ),
-    ("--state-dir", "DRA_DRIVER_STATE_DIR", None, "durable state (default <plugins-dir>/<driver-name>)"),
-    ("--kubeconfig", "KUBECONFIG", None, "kubeconfig file (default: in-cluster service account)"),
-    (
-        "--log-format",
-        "DRA_DRIVER_LOG_FORMAT",
-        None,
-        "json or console (default: console on a terminal, else json)",
-    ),
-    (
-        "--driver-root",
-        "DRA_DRIVER_ROOT",
-        "/",
-        "where the NVIDIA driver's libraries and tools are (/run/nvidia/driver with the GPU operator)",
-    ),
-    (
-        "--mps-dir",
-        "DRA_DRIVER_MPS_DIR",
-        "/run/dra-driver/mps",
-        "where per-claim MPS control daemons keep their pipes and logs (a tmpfs)",
-    ),
-    (
-        "--hami-core-library",
-        "DRA_DRIVER_HAMI_CORE_LIBRARY",
-        None,
-        "HAMi-core's libvgpu.so on the host, which enforces vGPU limits (unset: limits are advisory)",
-    ),
-    (
-        "--hami-core-dir",
-        "DRA_DRIVER_HAMI_CORE_DIR",
-        "/var/lib/dra-driver/vgpu",
-        "host directory for HAMi-core's per-claim shared caches and its lock directory",
-    ),
-    (
-        "--xid-policy",
-        "DRA_DRIVER_XID_POLICY",
-        None,
-        "YAML file classing XIDs as ignored, informational, degraded or fatal (default: built in)",
-    ),
-    (
-        "--health-recovery",
-        "DRA_DRIVER_HEALTH_RECOVERY",
-        "300",
-        "seconds a faulty GPU must stay quiet before its taints are removed",
-    ),
-    (
-        "--metrics-address",
-        "DRA_DRIVER_METRICS_ADDRESS",
-        DEFAULT_METRICS_ADDRESS,
-        "host:port for /metrics, /healthz and /readyz; empty: not served",
-    ),
-    (
-        "--pod-uid",
-        "POD_UID",
-        None,
-        "UID of the agent's pod (downward API); names the sockets so rolling updates can overlap",
-    ),
-    (
-        "--sysfs-root",
-        "DRA_DRIVER_SYSFS_ROOT",
-        "/sys",
-        "where the kernel's sysfs is mounted; NVML's GPUs are looked up under <sysfs-root>/bus/pci/devices",
-    ),
-    (
-        "--proc-root",
-        "DRA_DRIVER_PROC_ROOT",
-        "/proc",
-        "where the kernel's procfs is mounted; MIG capabilities are read under <proc-root>/driver/nvidia",
-    ),
-    (
-        "--sync-delay",
-        "DRA_DRIVER_SYNC_DELAY",
-        "5",
-        "seconds from someone else changing or deleting our ResourceSlices to their repair",
-    ),
-    # -- the driver root as the host sees it --
-    (
-        "--host-driver-root",
-        "DRA_DRIVER_HOST_ROOT",
-        None,
-        "the --driver-root directory as the host sees it, used for host paths in CDI specs "
-        "(default: the same as --driver-root)",
-    ),
-    # -- named node configs --
-    (
-        "--node-configs",
-        "DRA_DRIVER_NODE_CONFIGS",
-        None,
-        "directory of named node configs <name>.yaml (a mounted ConfigMap); the node's label picks one",
-    ),
-    (
-        "--node-config-label",
-        "DRA_DRIVER_NODE_CONFIG_LABEL",
-        DEFAULT_NODE_CONFIG_LABEL,
-        "Node label whose value names the node's config in --node-configs (none: default.yaml)",
-    ),
-)
-
-
-# What decides the devices a node offers; `inspect` takes exactly these.
-INVENTORY_FLAGS = (
-    "--node-name",
-    "--driver-name",
-    "--hardware",
-    "--node-config",
-    "--driver-root",
-    "--sysfs-root",
-)
-
-
 @dataclass(frozen=True, slots=True)
 class InventorySettings:
     node_name: str
@@ -279,17 +123,6 @@ class InventorySettings:
     # Where libnvidia-ml.so.1 is looked for first, and the sysfs NVML's GPUs are found in.
     driver_root: Path = Path("/")
     sysfs_root: Path = Path("/sys")
-
-
-def add_inventory_options(parser: argparse.ArgumentParser, default_node_name: str) -> None:
-    for flag, env, default, help_text in _OPTIONS:
-        if flag in INVENTORY_FLAGS:
-            fallback = default_node_name if flag == "--node-name" else default
-            parser.add_argument(flag, default=os.environ.get(env, fallback), help=f"{help_text} [env {env}]")
-
-
-# What `cleanup` needs to find this node's slices.
-CLEANUP_FLAGS = ("--node-name", "--driver-name")
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,161 +136,6 @@ class CleanupSettings:
     kubeconfig_note: str = ""
 
 
-def add_cleanup_options(parser: argparse.ArgumentParser) -> None:
-    """--kubeconfig has no environment default here: KUBECONFIG is a list, read as kubectl does."""
-    nodes = parser.add_mutually_exclusive_group()
-    for flag, env, default, help_text in _OPTIONS:
-        if flag in CLEANUP_FLAGS:
-            group = nodes if flag == "--node-name" else parser
-            group.add_argument(flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}]")
-    nodes.add_argument("--all-nodes", action="store_true", help="the driver's slices of every node")
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="FILE",
-        help="kubeconfig file; default: the first existing file of KUBECONFIG, else ~/.kube/config, "
-        "else the pod's service account",
-    )
-
-
-def add_node_options(parser: argparse.ArgumentParser) -> None:
-    for flag, env, default, help_text in _OPTIONS:
-        shown_default = f"; default {default}" if default else ""
-        parser.add_argument(
-            flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}{shown_default}]"
-        )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        default=os.environ.get("DRA_DRIVER_DRY_RUN", "") in ("1", "true"),
-        help="print the ResourceSlice writes instead of making them [env DRA_DRIVER_DRY_RUN=1]",
-    )
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        dest="verbosity",
-        action="count",
-        default=None,
-        help="more log detail; repeat for more [env DRA_DRIVER_VERBOSITY]",
-    )
-
-
-def _directory(flag: str, env: str, value: str) -> Path:
-    path = Path(value)
-    if not path.is_absolute():
-        raise SettingsError(f"{flag} ({env}): {value!r} must be an absolute path")
-    return path
-
-
-def _host_driver_root(value: str | None) -> Path | None:
-    """Unset where the agent sees the driver root at the host's own path (run on the host)."""
-    return _directory("--host-driver-root", "DRA_DRIVER_HOST_ROOT", value) if value else None
-
-
-def _kubeconfig(value: str | None) -> Path | None:
-    if not value:
-        return None
-    path = Path(value)
-    if not path.is_file():
-        raise SettingsError(f"--kubeconfig (KUBECONFIG): {value} is not a file")
-    return path
-
-
-def _node_config(value: str | None) -> Path | None:
-    """Checked whole at start: a malformed file given on the command line is the operator's
-    mistake to fix now, not a GPU to leave out."""
-    if not value:
-        return None
-    path = Path(value)
-    if not path.is_file():
-        raise SettingsError(f"--node-config (DRA_DRIVER_NODE_CONFIG): {value} is not a file")
-    try:
-        load_node_config(path)
-    except NodeConfigError as error:
-        raise SettingsError(
-            "\n".join(f"--node-config (DRA_DRIVER_NODE_CONFIG): {line}" for line in error.problems)
-        ) from error
-    return path
-
-
-# -- named node configs ----------------------------------------------------------------------------
-
-
-def _node_configs(value: str | None, single_file: Path | None) -> Path | None:
-    if not value:
-        return None
-    path = _directory("--node-configs", "DRA_DRIVER_NODE_CONFIGS", value)
-    if not path.is_dir():
-        raise SettingsError(f"--node-configs (DRA_DRIVER_NODE_CONFIGS): {value} is not a directory")
-    if single_file is not None:
-        raise SettingsError(
-            "--node-configs (DRA_DRIVER_NODE_CONFIGS) and --node-config (DRA_DRIVER_NODE_CONFIG): "
-            "give one or the other"
-        )
-    return path
-
-
-_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-
-
-def _label_key(value: str) -> str:
-    """A label key as the API server takes it: an optional DNS-subdomain prefix and '/', then a
-    name of at most 63 letters, digits, '-', '_' and '.', starting and ending alphanumeric."""
-    prefix, slash, name = value.rpartition("/")
-    problem = dns_subdomain_problem(prefix) if slash else None
-    if problem is None and not (len(name) <= DNS_LABEL_MAX and _LABEL_NAME.fullmatch(name)):
-        problem = f"{name!r} is not a label name (up to 63 letters, digits, '-', '_', '.')"
-    if problem:
-        raise SettingsError(f"--node-config-label (DRA_DRIVER_NODE_CONFIG_LABEL): {problem}")
-    return value
-
-
-def _seconds(flag: str, env: str, value: str, maximum: float = 86400) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= maximum:
-        raise SettingsError(f"{flag} ({env}): {value!r} must be a number of seconds from 0 to {maximum:g}")
-    return seconds
-
-
-def _metrics_address(value: str | None) -> ListenAddress | None:
-    try:
-        return parse_metrics_address(value or "")
-    except MetricsAddressError as error:
-        raise SettingsError(str(error)) from error
-
-
-def _sync_delay(value: str) -> float:
-    return _seconds("--sync-delay", "DRA_DRIVER_SYNC_DELAY", value, maximum=3600)
-
-
-def _xid_policy(value: str | None) -> XidPolicy:
-    if not value:
-        return DEFAULT_XID_POLICY
-    try:
-        return parse_xid_policy(read_yaml_file(Path(value)), f"--xid-policy {value}")
-    except (YamlFileError, XidPolicyError) as error:
-        raise SettingsError(f"--xid-policy (DRA_DRIVER_XID_POLICY): {error}") from error
-
-
-def _hami_core_library(value: str | None) -> Path | None:
-    if not value:
-        return None
-    path = _directory("--hami-core-library", "DRA_DRIVER_HAMI_CORE_LIBRARY", value)
-    if not path.is_file():
-        raise SettingsError(f"--hami-core-library (DRA_DRIVER_HAMI_CORE_LIBRARY): {value} is not a file")
-    return path
-
-
-def _pod_uid(value: str | None) -> str | None:
-    if not value:
-        return None
-    if problem := uid_problem(value):
-        raise SettingsError(f"--pod-uid (POD_UID): {problem}")
-    return value
-
-
 def _verbosity(from_flags: int | None) -> int:
     if from_flags is not None:
         return from_flags
@@ -465,26 +143,6 @@ def _verbosity(from_flags: int | None) -> int:
     if not raw.isdigit():
         raise SettingsError(f"DRA_DRIVER_VERBOSITY: {raw!r} must be a non-negative integer")
     return int(raw)
-
-
-def _log_format(value: str | None, stderr_is_terminal: bool) -> LogFormat:
-    if value is None:
-        return "console" if stderr_is_terminal else "json"
-    if value not in ("json", "console"):
-        raise SettingsError(f"--log-format (DRA_DRIVER_LOG_FORMAT): {value!r} must be 'json' or 'console'")
-    return "json" if value == "json" else "console"
-
-
-def inventory_settings(args: argparse.Namespace) -> InventorySettings:
-    node_name, driver_name = _identity(args)
-    return InventorySettings(
-        node_name=node_name,
-        driver_name=driver_name,
-        hardware=parse_hardware(args.hardware),
-        node_config=_node_config(args.node_config),
-        driver_root=_directory("--driver-root", "DRA_DRIVER_ROOT", args.driver_root),
-        sysfs_root=_directory("--sysfs-root", "DRA_DRIVER_SYSFS_ROOT", args.sysfs_root),
-    )
 
 
 def _identity(args: argparse.Namespace) -> tuple[str, str]:
@@ -495,6 +153,28 @@ def _identity(args: argparse.Namespace) -> tuple[str, str]:
     if problem := driver_name_problem(args.driver_name):
         raise SettingsError(f"--driver-name (DRA_DRIVER_NAME): {problem}")
     return args.node_name, args.driver_name
+
+
+def _node_configs(args: argparse.Namespace, single_file: Path | None) -> Path | None:
+    path = o.NODE_CONFIGS.value(args)
+    if path is not None and single_file is not None:
+        raise SettingsError(
+            "--node-configs (DRA_DRIVER_NODE_CONFIGS) and --node-config (DRA_DRIVER_NODE_CONFIG): "
+            "give one or the other"
+        )
+    return path
+
+
+def inventory_settings(args: argparse.Namespace) -> InventorySettings:
+    node_name, driver_name = _identity(args)
+    return InventorySettings(
+        node_name=node_name,
+        driver_name=driver_name,
+        hardware=o.HARDWARE.value(args),
+        node_config=o.NODE_CONFIG.value(args),
+        driver_root=o.DRIVER_ROOT.value(args),
+        sysfs_root=o.SYSFS_ROOT.value(args),
+    )
 
 
 def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
@@ -517,40 +197,35 @@ def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
 
 def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSettings:
     inventory = inventory_settings(args)
-    plugins_dir = _directory("--plugins-dir", "DRA_DRIVER_PLUGINS_DIR", args.plugins_dir)
+    plugins_dir = o.PLUGINS_DIR.value(args)
+    log_format = o.LOG_FORMAT.value(args)
     settings = NodeSettings(
         node_name=inventory.node_name,
         driver_name=inventory.driver_name,
         hardware=inventory.hardware,
         node_config=inventory.node_config,
-        registrar_dir=_directory("--registrar-dir", "DRA_DRIVER_REGISTRAR_DIR", args.registrar_dir),
+        registrar_dir=o.REGISTRAR_DIR.value(args),
         plugins_dir=plugins_dir,
-        cdi_dir=_directory("--cdi-dir", "DRA_DRIVER_CDI_DIR", args.cdi_dir),
-        state_dir=(
-            _directory("--state-dir", "DRA_DRIVER_STATE_DIR", args.state_dir)
-            if args.state_dir
-            else plugins_dir / args.driver_name
-        ),
-        kubeconfig=_kubeconfig(args.kubeconfig),
-        log_format=_log_format(args.log_format, stderr_is_terminal),
+        cdi_dir=o.CDI_DIR.value(args),
+        state_dir=o.STATE_DIR.value(args) or plugins_dir / args.driver_name,
+        kubeconfig=o.KUBECONFIG.value(args),
+        log_format=log_format or ("console" if stderr_is_terminal else "json"),
         verbosity=_verbosity(args.verbosity),
-        sync_delay=_sync_delay(args.sync_delay),
+        sync_delay=o.SYNC_DELAY.value(args),
         driver_root=inventory.driver_root,
         sysfs_root=inventory.sysfs_root,
-        proc_root=_directory("--proc-root", "DRA_DRIVER_PROC_ROOT", args.proc_root),
-        mps_dir=_directory("--mps-dir", "DRA_DRIVER_MPS_DIR", args.mps_dir),
-        hami_core_library=_hami_core_library(args.hami_core_library),
-        hami_core_dir=_directory("--hami-core-dir", "DRA_DRIVER_HAMI_CORE_DIR", args.hami_core_dir),
-        xid_policy=_xid_policy(args.xid_policy),
-        health_recovery_seconds=_seconds(
-            "--health-recovery", "DRA_DRIVER_HEALTH_RECOVERY", args.health_recovery
-        ),
+        proc_root=o.PROC_ROOT.value(args),
+        mps_dir=o.MPS_DIR.value(args),
+        hami_core_library=o.HAMI_CORE_LIBRARY.value(args),
+        hami_core_dir=o.HAMI_CORE_DIR.value(args),
+        xid_policy=o.XID_POLICY.value(args),
+        health_recovery_seconds=o.HEALTH_RECOVERY.value(args),
         dry_run=args.dry_run,
-        metrics_address=_metrics_address(args.metrics_address),
-        pod_uid=_pod_uid(args.pod_uid),
-        node_configs=_node_configs(args.node_configs, inventory.node_config),
-        node_config_label=_label_key(args.node_config_label),
-        host_driver_root=_host_driver_root(args.host_driver_root),
+        metrics_address=o.METRICS_ADDRESS.value(args),
+        pod_uid=o.POD_UID.value(args),
+        node_configs=_node_configs(args, inventory.node_config),
+        node_config_label=o.NODE_CONFIG_LABEL.value(args),
+        host_driver_root=o.HOST_DRIVER_ROOT.value(args),
     )
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.option_table import POD_UID
 from dra_driver.plugin.sockets import (
     DRA_SOCKETS_PATTERN,
     MAX_SOCKET_PATH_BYTES,
@@ -14,7 +15,7 @@ from dra_driver.plugin.sockets import (
     registration_sockets_pattern,
     socket_path_problem,
 )
-from dra_driver.settings import SettingsError, _pod_uid
+from dra_driver.settings import SettingsError
 
 POD = "3c9d2f4e-8a1b-4c6d-9e0f-1a2b3c4d5e6f"
 OTHER_POD = "7e6d5c4b-3a29-4817-8695-a4b3c2d1e0f9"
@@ -64,6 +65,6 @@ def test_the_sweep_patterns_match_our_names_and_no_one_elses() -> None:
 
 
 def test_a_pod_uid_that_is_not_a_uid_is_refused() -> None:
-    assert _pod_uid(POD) == POD and _pod_uid("") is None
+    assert POD_UID.check(POD) == POD and POD_UID.check("") is None
     with pytest.raises(SettingsError, match="--pod-uid"):
-        _pod_uid("x/../y")
+        POD_UID.check("x/../y")

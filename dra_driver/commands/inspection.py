@@ -1,0 +1,71 @@
+"""`dra-driver inspect`: the devices and ResourceSlices a node would publish, with no cluster."""
+
+import argparse
+import asyncio
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+from dra_driver.option_table import INVENTORY_OPTIONS, NODE_NAME, add_options
+from dra_driver.settings import inventory_settings
+
+if TYPE_CHECKING:
+    from dra_driver.devices.inventory import Inventory
+
+
+def run(args: argparse.Namespace) -> int:
+    from dra_driver.devices.slices import SlicePlanError, layout_for  # noqa: PLC0415
+    from dra_driver.inspect import inventory_table, slices_yaml  # noqa: PLC0415
+    from dra_driver.node import SetupError, StartupError, discover_inventory  # noqa: PLC0415
+
+    settings = inventory_settings(args)
+
+    async def discover() -> tuple[str, "Inventory"]:
+        hardware, inventory = await discover_inventory(settings)
+        await hardware.close()
+        return hardware.description, inventory
+
+    try:
+        description, inventory = asyncio.run(discover())
+        if args.output == "yaml":
+            layout = layout_for(args.kubernetes_version)
+            sys.stdout.write(slices_yaml(inventory, layout, settings.driver_name, settings.node_name))
+        else:
+            sys.stdout.write(inventory_table(inventory, description))
+    except (StartupError, SlicePlanError) as error:
+        print(f"dra-driver inspect: {error}", file=sys.stderr)
+        return 2 if isinstance(error, SetupError) else 1
+    return 0
+
+
+def _kubernetes_version(text: str) -> tuple[int, int]:
+    major, _, minor = text.partition(".")
+    if not (major.isdigit() and minor.isdigit()) or (int(major), int(minor)) < (1, 34):
+        raise argparse.ArgumentTypeError(
+            f"expected a Kubernetes version from 1.34 on, such as 1.35; got {text!r}"
+        )
+    return int(major), int(minor)
+
+
+def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    inspect = commands.add_parser(
+        "inspect", help="show the devices and ResourceSlices this node would publish; no cluster needed"
+    )
+    # Run on the node itself, it needs no name: the host's is the Node's unless kubelet overrides it.
+    this_host = NODE_NAME.but(default=socket.gethostname().lower(), help=NODE_NAME.help)
+    add_options(inspect, [this_host if option is NODE_NAME else option for option in INVENTORY_OPTIONS])
+    inspect.add_argument(
+        "-o",
+        "--output",
+        choices=("table", "yaml"),
+        default="table",
+        help="a table, or the ResourceSlices as YAML",
+    )
+    inspect.add_argument(
+        "--kubernetes-version",
+        type=_kubernetes_version,
+        default=(1, 35),
+        metavar="MAJOR.MINOR",
+        help="the cluster's version, which decides the slice layout (1.34, or 1.35 and later); default 1.35",
+    )
+    inspect.set_defaults(run=run)

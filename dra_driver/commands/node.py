@@ -1,0 +1,29 @@
+"""`dra-driver node`: the node agent (kubelet plugin)."""
+
+import argparse
+import asyncio
+import sys
+
+from dra_driver.option_table import AGENT_OPTIONS, add_agent_switches, add_options
+from dra_driver.settings import node_settings
+
+
+def run(args: argparse.Namespace) -> int:
+    from dra_driver.logging import configure_logging  # noqa: PLC0415 - keep `--help` fast
+    from dra_driver.node import SetupError, StartupError, run_node  # noqa: PLC0415
+
+    settings = node_settings(args, stderr_is_terminal=sys.stderr.isatty())
+    configure_logging(settings.log_format, settings.verbosity)
+    try:
+        asyncio.run(run_node(settings))
+    except StartupError as error:
+        print(f"dra-driver node: {error}", file=sys.stderr)
+        return 2 if isinstance(error, SetupError) else 1
+    return 0
+
+
+def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    node = commands.add_parser("node", help="run the node agent (kubelet plugin)")
+    add_options(node, AGENT_OPTIONS)
+    add_agent_switches(node)
+    node.set_defaults(run=run)

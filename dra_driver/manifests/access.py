@@ -1,0 +1,157 @@
+"""Who the agent is and what it may do: its namespace, service account, RBAC, and the admission
+policy that confines its ResourceSlice writes to its own node (the package docstring says why)."""
+
+from typing import Any
+
+from dra_driver.manifests.options import DEFAULT_NAME, NODE_NAME_EXTRA, ManifestOptions, object_metadata
+
+
+def namespace_object(options: ManifestOptions) -> dict[str, Any]:
+    """Pod Security admission must let the privileged agent in, whatever the cluster's default."""
+    metadata = object_metadata(options, options.namespace)
+    metadata["labels"]["pod-security.kubernetes.io/enforce"] = "privileged"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
+
+
+def service_account_name(options: ManifestOptions) -> str:
+    return options.name
+
+
+def service_account(options: ManifestOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": object_metadata(options, service_account_name(options), options.namespace),
+    }
+
+
+def _cluster_role_name(options: ManifestOptions) -> str:
+    """Named after the driver, so that two installations under different names keep their own."""
+    return f"{options.driver_name}-node-agent"
+
+
+def cluster_role(options: ManifestOptions) -> dict[str, Any]:
+    """Exactly what the agent calls: GET of a claim it prepares, its own Node (read and watched
+    for the label that names its node config), its slices' sync (list/watch, get, create, update,
+    delete) and events (in the core group, which it posts and, repeated, patches)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": object_metadata(options, _cluster_role_name(options)),
+        "rules": [
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]},
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceslices"],
+                "verbs": ["get", "list", "watch", "create", "update", "delete"],
+            },
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        ],
+    }
+
+
+def cluster_role_binding(options: ManifestOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": object_metadata(options, _cluster_role_name(options)),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": _cluster_role_name(options),
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": service_account_name(options),
+                "namespace": options.namespace,
+            }
+        ],
+    }
+
+
+def service_account_username(namespace: str, name: str = DEFAULT_NAME) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def _policy_name(options: ManifestOptions) -> str:
+    return f"{options.driver_name}-node-slices"
+
+
+def _slice_on_the_agents_node(slice_variable: str) -> str:
+    return f"has({slice_variable}.spec.nodeName) && {slice_variable}.spec.nodeName == variables.nodeName"
+
+
+def admission_policy(options: ManifestOptions) -> dict[str, Any]:
+    """Only the agent's own node's slices, checked on the new object (CREATE, UPDATE) and the old
+    one (UPDATE, DELETE), so that the agent can neither write a slice onto another node nor move
+    or delete one that is there. A token without the node claim (not pod-bound) writes nothing.
+    The match condition keeps the policy off everyone else, the scheduler and admins included."""
+    node_name = (
+        f'has(request.userInfo.extra) && "{NODE_NAME_EXTRA}" in request.userInfo.extra'
+        f' && size(request.userInfo.extra["{NODE_NAME_EXTRA}"]) > 0'
+        f' ? request.userInfo.extra["{NODE_NAME_EXTRA}"][0] : ""'
+    )
+    username = service_account_username(options.namespace, service_account_name(options))
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": object_metadata(options, _policy_name(options)),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["resource.k8s.io"],
+                        "apiVersions": ["*"],
+                        "operations": ["CREATE", "UPDATE", "DELETE"],
+                        "resources": ["resourceslices"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "is-the-node-agent",
+                    "expression": f'request.userInfo.username == "{username}"',
+                }
+            ],
+            "variables": [{"name": "nodeName", "expression": node_name}],
+            "validations": [
+                {
+                    "expression": 'variables.nodeName != ""',
+                    "message": "the node agent's service-account token must be bound to a pod on a node",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": (
+                        f'request.operation == "DELETE" || ({_slice_on_the_agents_node("object")})'
+                    ),
+                    "messageExpression": (
+                        '"the node agent on " + variables.nodeName'
+                        ' + " may only write ResourceSlices of its own node"'
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": (
+                        f'request.operation == "CREATE" || ({_slice_on_the_agents_node("oldObject")})'
+                    ),
+                    "messageExpression": (
+                        '"the node agent on " + variables.nodeName'
+                        ' + " may only change or delete ResourceSlices of its own node"'
+                    ),
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+
+
+def admission_policy_binding(options: ManifestOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": object_metadata(options, _policy_name(options)),
+        "spec": {"policyName": _policy_name(options), "validationActions": ["Deny"]},
+    }

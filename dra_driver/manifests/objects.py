@@ -1,0 +1,54 @@
+"""The whole installation as one ordered list of objects, and as the YAML stream printed."""
+
+from typing import Any
+
+import yaml
+
+from dra_driver.devices.classes import device_classes
+from dra_driver.manifests.access import (
+    admission_policy,
+    admission_policy_binding,
+    cluster_role,
+    cluster_role_binding,
+    namespace_object,
+    service_account,
+)
+from dra_driver.manifests.daemon_set import config_maps, daemon_set
+from dra_driver.manifests.options import ManifestOptions, common_labels
+from dra_driver.manifests.validation import check_options
+
+
+def _device_classes(options: ManifestOptions) -> list[dict[str, Any]]:
+    classes = device_classes(options.driver_name)
+    for device_class in classes:
+        device_class["metadata"]["labels"] = common_labels(options)
+    return classes
+
+
+def render(options: ManifestOptions) -> list[dict[str, Any]]:
+    """The objects in the order `kubectl apply` needs them: the namespace before what lives in it,
+    permissions and the policy before the agent that uses them, and the DeviceClasses last."""
+    check_options(options)
+    return [
+        namespace_object(options),
+        *config_maps(options),
+        service_account(options),
+        cluster_role(options),
+        cluster_role_binding(options),
+        admission_policy(options),
+        admission_policy_binding(options),
+        daemon_set(options),
+        *_device_classes(options),
+    ]
+
+
+def render_yaml(options: ManifestOptions) -> str:
+    """The objects as a YAML stream, headed by how it was made."""
+    header = (
+        f"# The DRA driver {options.driver_name}, rendered by `dra-driver manifests`; do not edit.\n"
+        "# tests/api/test_manifests.py keeps deploy/dra-driver.yaml equal to the default rendering:\n"
+        "#   dra-driver manifests > deploy/dra-driver.yaml\n"
+        "# The Helm chart deploy/helm/dra-driver installs the same objects from values.\n"
+    )
+    # A wide line keeps each CEL expression on one line, where it reads as the CEL it is.
+    return header + yaml.safe_dump_all(render(options), sort_keys=False, explicit_start=True, width=4096)

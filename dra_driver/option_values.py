@@ -1,0 +1,170 @@
+"""How the text of one option becomes a typed value: the validator column of the option table.
+
+Each parser checks one value on its own and raises `OptionProblem` with what was wrong; the
+table's row adds its flag and variable, so the operator's line always names where the value came
+from and no parser repeats them. Checks that need two options together stay in `settings.py`.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from dra_driver.devices.node_config import NodeConfigError, load_node_config
+from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy
+from dra_driver.k8s_names import DNS_LABEL_MAX, dns_subdomain_problem, uid_problem
+from dra_driver.observability import ListenAddress, MetricsAddressError, parse_metrics_address
+from dra_driver.yaml_files import YamlFileError, read_yaml_file
+
+HardwareKind = Literal["nvml", "simulated"]
+LogFormat = Literal["json", "console"]
+
+
+class SettingsError(ValueError):
+    """An invalid option; the message is the single line printed before exiting."""
+
+
+class OptionProblem(ValueError):
+    """What is wrong with one value, one argument per line; the option table prefixes its flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareSpec:
+    kind: HardwareKind
+    # Profile name or YAML path for the simulated backend; empty for NVML.
+    source: str = ""
+
+    def __str__(self) -> str:
+        return f"simulated:{self.source}" if self.kind == "simulated" else self.kind
+
+
+def parse_hardware(value: str) -> HardwareSpec:
+    """Also used by `demo` and `manifests`, whose --hardware means the same, hence the whole line."""
+    if value == "nvml":
+        return HardwareSpec("nvml")
+    kind, _, source = value.partition(":")
+    if kind == "simulated" and source:
+        return HardwareSpec("simulated", source)
+    raise SettingsError(
+        f"--hardware (DRA_DRIVER_HARDWARE): {value!r} is not 'nvml' "
+        "or 'simulated:<profile name or YAML path>'"
+    )
+
+
+def text(value: str | None) -> str | None:
+    """Taken as given; what it must be is checked where it is used with other options."""
+    return value
+
+
+def absolute_path(value: str | None) -> Path:
+    path = Path(value or "")
+    if not value or not path.is_absolute():
+        raise OptionProblem(f"{value!r} must be an absolute path")
+    return path
+
+
+def optional_absolute_path(value: str | None) -> Path | None:
+    return absolute_path(value) if value else None
+
+
+def existing_file(value: str | None) -> Path | None:
+    if not value:
+        return None
+    path = Path(value)
+    if not path.is_file():
+        raise OptionProblem(f"{value} is not a file")
+    return path
+
+
+def absolute_file(value: str | None) -> Path | None:
+    return existing_file(str(absolute_path(value))) if value else None
+
+
+def absolute_directory(value: str | None) -> Path | None:
+    if not value:
+        return None
+    path = absolute_path(value)
+    if not path.is_dir():
+        raise OptionProblem(f"{value} is not a directory")
+    return path
+
+
+def node_config_file(value: str | None) -> Path | None:
+    """Checked whole at start: a malformed file given on the command line is the operator's
+    mistake to fix now, not a GPU to leave out."""
+    path = existing_file(value)
+    if path is not None:
+        try:
+            load_node_config(path)
+        except NodeConfigError as error:
+            raise OptionProblem(*error.problems) from error
+    return path
+
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def label_key(value: str | None) -> str:
+    """A label key as the API server takes it: an optional DNS-subdomain prefix and '/', then a
+    name of at most 63 letters, digits, '-', '_' and '.', starting and ending alphanumeric."""
+    prefix, slash, name = (value or "").rpartition("/")
+    problem = dns_subdomain_problem(prefix) if slash else None
+    if problem is None and not (len(name) <= DNS_LABEL_MAX and _LABEL_NAME.fullmatch(name)):
+        problem = f"{name!r} is not a label name (up to 63 letters, digits, '-', '_', '.')"
+    if problem:
+        raise OptionProblem(problem)
+    return value or ""
+
+
+@dataclass(frozen=True, slots=True)
+class SecondsParser:
+    """A number of seconds from 0 to a bound that keeps a typo (ms for s) from a silent stall."""
+
+    maximum: float
+
+    def __call__(self, value: str | None) -> float:
+        try:
+            seconds = float(value or "")
+        except ValueError:
+            seconds = -1.0
+        if not 0 <= seconds <= self.maximum:
+            raise OptionProblem(f"{value!r} must be a number of seconds from 0 to {self.maximum:g}")
+        return seconds
+
+
+def metrics_address(value: str | None) -> ListenAddress | None:
+    """Its own error already names the flag (the observability module also checks it)."""
+    try:
+        return parse_metrics_address(value or "")
+    except MetricsAddressError as error:
+        raise SettingsError(str(error)) from error
+
+
+def xid_policy(value: str | None) -> XidPolicy:
+    if not value:
+        return DEFAULT_XID_POLICY
+    try:
+        return parse_xid_policy(read_yaml_file(Path(value)), f"--xid-policy {value}")
+    except (YamlFileError, XidPolicyError) as error:
+        raise OptionProblem(str(error)) from error
+
+
+def pod_uid(value: str | None) -> str | None:
+    if not value:
+        return None
+    if problem := uid_problem(value):
+        raise OptionProblem(problem)
+    return value
+
+
+def log_format(value: str | None) -> LogFormat | None:
+    """None: chosen at start from whether stderr is a terminal."""
+    if value is None:
+        return None
+    if value not in ("json", "console"):
+        raise OptionProblem(f"{value!r} must be 'json' or 'console'")
+    return "json" if value == "json" else "console"
+
+
+def hardware(value: str | None) -> HardwareSpec:
+    return parse_hardware(value or "")
