@@ -22,9 +22,6 @@ DeviceType = Literal["gpu", "mig", "vgpu"]
 TaintEffect = Literal["None", "NoSchedule", "NoExecute"]
 
 
-_DEVICE_TYPES: dict[AttributeValue, DeviceType] = {"gpu": "gpu", "mig": "mig", "vgpu": "vgpu"}
-
-
 @dataclass(frozen=True, slots=True)
 class ValidRange:
     minimum: int
@@ -75,10 +72,10 @@ class Device:
     consumes_counters: tuple[CounterConsumption, ...] = ()
     allow_multiple_allocations: bool = False
     taints: tuple[Taint, ...] = field(default=())
-
-    @property
-    def type(self) -> DeviceType:
-        return _DEVICE_TYPES[self.attributes["type"]]
+    # Which kind of device this is, for the driver's own decisions (opaque config kinds, what
+    # prepare does). Set by the builder next to the published `type` attribute, never read back
+    # from it: attributes are for users and may be renamed.
+    type: DeviceType = field(kw_only=True)
 
 
 def semantic_version(dotted: str) -> Version:
