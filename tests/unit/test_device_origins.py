@@ -11,7 +11,7 @@ from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.opaque_config import GpuConfig, MigDeviceConfig, VgpuConfig
 from dra_driver.claims.records import MigInstanceRecord
 from dra_driver.devices.inventory import Inventory, node_inventory
-from dra_driver.devices.model import device_to_api
+from dra_driver.devices.model import AttributeValue, Device, device_to_api
 from dra_driver.devices.origins import DynamicMig, StaticMig, VgpuPartition, VgpuShare, WholeGpu
 from tests.support.nodes import mode_configs, simulated_node
 
@@ -43,13 +43,12 @@ def _results(inventory: Inventory) -> list[AllocatedDevice]:
 def _renamed(inventory: Inventory, rename: dict[str, str | None]) -> Inventory:
     """The same inventory with the published attributes renamed (or dropped, for None)."""
 
-    def attributes(device_attributes: dict[str, object]) -> dict[str, object]:
-        kept = {rename.get(name, name): value for name, value in device_attributes.items()}
+    def attributes(device: Device) -> dict[str, AttributeValue]:
+        kept = {rename.get(name, name): value for name, value in device.attributes.items()}
         return {name: value for name, value in kept.items() if name is not None}
 
     devices = tuple(
-        dataclasses.replace(device, attributes=attributes(dict(device.attributes)))  # type: ignore[arg-type]
-        for device in inventory.devices
+        dataclasses.replace(device, attributes=attributes(device)) for device in inventory.devices
     )
     return dataclasses.replace(
         inventory, devices=devices, device_by_name={device.name: device for device in devices}
@@ -81,7 +80,7 @@ def test_renaming_or_dropping_published_attributes_leaves_the_prepare_plan_uncha
     profile: str, mode: str, strip_all: bool
 ) -> None:
     inventory = _inventory(profile, mode)
-    rename = (
+    rename: dict[str, str | None] = (
         {name: None for device in inventory.devices for name in device.attributes}
         if strip_all
         else _RENAMES[0]
