@@ -85,14 +85,6 @@ def semantic_version(dotted: str) -> Version:
     return Version(".".join(map(str, numbers)))
 
 
-# The suffixes of Kubernetes quantities that name whole numbers, and what each multiplies by.
-QUANTITY_FACTORS: Mapping[str, int] = {
-    "": 1,
-    **{suffix: 1024**power for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)},
-    **{suffix: 1000**power for power, suffix in enumerate(("k", "M", "G", "T", "P", "E"), start=1)},
-}
-
-
 def quantity(value: int) -> str:
     """The quantity in the API server's canonical spelling (binary suffix where exact, else a
     decimal one where exact), so what the server stores reads back equal to what we sent and the

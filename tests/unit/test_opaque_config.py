@@ -271,8 +271,14 @@ BAD_INPUTS: list[tuple[object, str]] = [
         params("GpuConfig", sharing={"strategy": "MPS", "mps": {"bad\nname": 1}}),
         f'sharing.mps."bad\\nname": unknown field (allowed here: {MPS_FIELDS})',
     ),
-    (params("GpuConfig", sharing="MPS"), 'sharing: expected an object, got the string "MPS"'),
-    (params("GpuConfig", sharing=None), "sharing: expected an object, got null"),
+    (
+        params("GpuConfig", sharing="MPS"),
+        'sharing: expected an object with fields strategy, timeSlicing, mps, got the string "MPS"',
+    ),
+    (
+        params("GpuConfig", sharing=None),
+        "sharing: expected an object with fields strategy, timeSlicing, mps, got null",
+    ),
     (params("GpuConfig", sharing={}), "sharing.strategy: required (one of TimeSlicing, MPS)"),
     (
         params("GpuConfig", sharing={"strategy": "Timeslicing"}),
