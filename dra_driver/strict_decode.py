@@ -129,6 +129,12 @@ def integer(value: object, path: str, minimum: int, maximum: int, *, json_number
     return value
 
 
+def string(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        raise DecodeError(path, f"expected a string, got {described(value)}")
+    return value
+
+
 def boolean(value: object, path: str) -> bool:
     if not isinstance(value, bool):
         raise DecodeError(path, f"expected true or false, got {described(value)}")
