@@ -6,12 +6,13 @@ exactly what is wrong.
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.k8s_names import shown
+from dra_driver.strict_decode import DecodeError, boolean, described, items, mapping, string
 
 
 class ClaimRejected(Exception):
@@ -48,50 +49,54 @@ class AllocatedDevice:
         return self.request.split("/", 1)[0]
 
 
-def _field(obj: Mapping[str, Any], key: str, path: str, expected: type, required: bool = True) -> Any:
+def _field(
+    obj: Mapping[str, Any], key: str, path: str, decode: Callable[[Any, str], Any], required: bool = True
+) -> Any:
+    """A field of an API object; other fields are the API server's business, so no strictness there."""
     value = obj.get(key)
     if value is None:
         if required:
             raise ClaimRejected(f"{path}.{key} is missing")
         return None
-    if not isinstance(value, expected):
-        raise ClaimRejected(f"{path}.{key}: expected {expected.__name__}, got {type(value).__name__}")
-    return value
+    try:
+        return decode(value, f"{path}.{key}")
+    except DecodeError as error:
+        raise ClaimRejected(str(error)) from error
 
 
 def allocated_devices(claim: object, ref: ClaimRef, driver_name: str) -> tuple[AllocatedDevice, ...]:
     """The results of `claim` that belong to `driver_name`, after checking it is the claim kubelet meant."""
     if not isinstance(claim, Mapping):
         raise ClaimRejected(f"claim {ref}: the API server returned {type(claim).__name__}, not an object")
-    metadata = _field(claim, "metadata", "claim", Mapping)
-    uid = _field(metadata, "uid", "metadata", str)
+    metadata = _field(claim, "metadata", "claim", mapping)
+    uid = _field(metadata, "uid", "metadata", string)
     if uid != ref.uid:
         raise ClaimRejected(
             f"claim {ref.namespace}/{ref.name} now has UID {shown(uid)}, kubelet asked for {ref.uid}: "
             "the claim was deleted and re-created"
         )
-    status = _field(claim, "status", "claim", Mapping, required=False) or {}
-    allocation = _field(status, "allocation", "status", Mapping, required=False)
+    status = _field(claim, "status", "claim", mapping, required=False) or {}
+    allocation = _field(status, "allocation", "status", mapping, required=False)
     if allocation is None:
         raise ClaimRejected(f"claim {ref} is not allocated (status.allocation is missing)")
-    devices = _field(allocation, "devices", "status.allocation", Mapping, required=False) or {}
-    results = _field(devices, "results", "status.allocation.devices", list, required=False) or []
+    devices = _field(allocation, "devices", "status.allocation", mapping, required=False) or {}
+    results = _field(devices, "results", "status.allocation.devices", items, required=False) or []
     ours = []
     for position, result in enumerate(results):
         path = f"status.allocation.devices.results[{position}]"
         if not isinstance(result, Mapping):
-            raise ClaimRejected(f"{path}: expected an object, got {type(result).__name__}")
-        if _field(result, "driver", path, str) != driver_name:
+            raise ClaimRejected(f"{path}: expected an object, got {described(result)}")
+        if _field(result, "driver", path, string) != driver_name:
             continue
-        share_id = _field(result, "shareID", path, str, required=False)
+        share_id = _field(result, "shareID", path, string, required=False)
         if share_id is not None and not _SHARE_ID.fullmatch(share_id):
             raise ClaimRejected(f"{path}.shareID: expected a lowercase UUID, got {shown(share_id)}")
         ours.append(
             AllocatedDevice(
-                request=_field(result, "request", path, str),
-                pool=_field(result, "pool", path, str),
-                device=_field(result, "device", path, str),
-                admin_access=bool(_field(result, "adminAccess", path, bool, required=False)),
+                request=_field(result, "request", path, string),
+                pool=_field(result, "pool", path, string),
+                device=_field(result, "device", path, string),
+                admin_access=bool(_field(result, "adminAccess", path, boolean, required=False)),
                 share_id=share_id,
                 consumed_capacity=_consumed_capacity(result, path),
                 position=position,
@@ -101,10 +106,10 @@ def allocated_devices(claim: object, ref: ClaimRef, driver_name: str) -> tuple[A
 
 
 def _consumed_capacity(result: Mapping[str, Any], path: str) -> dict[str, str]:
-    consumed = _field(result, "consumedCapacity", path, Mapping, required=False) or {}
+    consumed = _field(result, "consumedCapacity", path, mapping, required=False) or {}
     for name, quantity in consumed.items():
         if not isinstance(quantity, str):
             raise ClaimRejected(
-                f"{path}.consumedCapacity.{name}: expected a quantity string, got {type(quantity).__name__}"
+                f"{path}.consumedCapacity.{name}: expected a quantity string, got {described(quantity)}"
             )
     return dict(consumed)

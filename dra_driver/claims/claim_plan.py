@@ -1,9 +1,10 @@
 """What preparing one claim takes, decided before anything is touched (pure).
 
-Each allocation result of ours becomes a PlannedDevice: the device and GPU behind it, the opaque
-config in force for its request, the MIG instance to create (dynamic MIG), the existing one to
-use (static MIG), and the key that makes it exclusive. Every reason to refuse the claim is found
-here, so side effects only start for claims that can be prepared.
+Each allocation result of ours becomes a PlannedDevice: the device and what it stands for (its
+origin in the inventory), the opaque config in force for its request, the MIG instance to create
+(dynamic MIG), the existing one to use (static MIG), and the key that makes it exclusive. Every
+reason to refuse the claim is found here, so side effects only start for claims that can be
+prepared. Nothing here reads the published attributes: they belong to users.
 """
 
 from collections.abc import Sequence
@@ -15,6 +16,7 @@ from dra_driver.claims.opaque_config import ConfigEntry, DeviceConfig, effective
 from dra_driver.claims.records import MigInstanceRecord
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device
+from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig
 from dra_driver.hardware.model import Gpu, MigInstance
 
 
@@ -22,7 +24,7 @@ from dra_driver.hardware.model import Gpu, MigInstance
 class PlannedDevice:
     result: AllocatedDevice
     device: Device
-    gpu: Gpu
+    origin: DeviceOrigin
     config: DeviceConfig
     # Dynamic MIG without admin access: the instance prepare creates.
     create_mig: MigInstanceRecord | None = None
@@ -32,6 +34,10 @@ class PlannedDevice:
     @property
     def name(self) -> str:
         return self.result.device
+
+    @property
+    def gpu(self) -> Gpu:
+        return self.origin.gpu
 
     @property
     def exclusive_key(self) -> str | None:
@@ -49,27 +55,13 @@ class PlannedDevice:
         return f"{self.name}-{self.result.share_id}" if self.result.share_id else self.name
 
 
-def _mig_to_create(device: Device, gpu: Gpu, inventory: Inventory) -> MigInstanceRecord | None:
-    if "uuid" in device.attributes:
-        return None  # static MIG: the instance exists
-    plan = next((plan for plan in inventory.plans if plan.gpu.uuid == gpu.uuid), None)
-    if plan is None or plan.mode != "mig-dynamic":
+def _mig_to_create(origin: DeviceOrigin, admin_access: bool) -> MigInstanceRecord | None:
+    """Admin access only watches the GPU (KEP-5018), so it never creates an instance."""
+    if admin_access or not isinstance(origin, DynamicMig):
         return None
-    profile_id, start, size = (
-        device.attributes.get(key) for key in ("profileId", "placementStart", "placementSize")
+    return MigInstanceRecord(
+        origin.gpu.uuid, origin.profile.profile_id, origin.placement.start, origin.placement.size
     )
-    if not (isinstance(profile_id, int) and isinstance(start, int) and isinstance(size, int)):
-        raise ClaimRejected(
-            f"device {device.name} lacks its MIG profile or placement; the inventory is wrong"
-        )
-    return MigInstanceRecord(gpu.uuid, profile_id, start, size)
-
-
-def _existing_mig(device: Device, gpu: Gpu) -> MigInstance | None:
-    uuid = device.attributes.get("uuid")
-    if device.type != "mig" or not isinstance(uuid, str):
-        return None
-    return next((instance for instance in gpu.mig_instances if instance.uuid == uuid), None)
 
 
 def plan_claim(
@@ -96,13 +88,11 @@ def plan_claim(
                 f"{where}.shareID is missing: device {device.name} allows multiple allocations, so "
                 "each allocation must name its share"
             )
-        gpu = inventory.gpu_of_device[result.device]
-        config = effective_config(entries, driver_name, result.request, device.type)
-        create = None if result.admin_access else _mig_to_create(device, gpu, inventory)
-        existing = _existing_mig(device, gpu)
-        if device.type == "mig" and create is None and existing is None and not result.admin_access:
-            raise ClaimRejected(f"{where}: MIG device {device.name} has no instance on {gpu.label}")
-        planned.append(PlannedDevice(result, device, gpu, config, create, existing))
+        origin = inventory.origin_of_device[result.device]
+        config = effective_config(entries, driver_name, result.request, origin.device_type)
+        create = _mig_to_create(origin, result.admin_access)
+        existing = origin.instance if isinstance(origin, StaticMig) else None
+        planned.append(PlannedDevice(result, device, origin, config, create, existing))
     names = [device.cdi_name for device in planned]
     if len(set(names)) != len(names):
         raise ClaimRejected(f"claim {ref}: a device is allocated twice to the same claim")

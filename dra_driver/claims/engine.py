@@ -644,15 +644,8 @@ class ClaimEngine:
 
     def _mig_device_name(self, record: MigInstanceRecord) -> str:
         """The published device a MIG instance stands for, for log lines."""
-        wanted = {
-            "parentUUID": record.gpu_uuid,
-            "profileId": record.profile_id,
-            "placementStart": record.placement_start,
-        }
-        for device in self._inventory.devices:
-            if device.type == "mig" and all(device.attributes.get(k) == v for k, v in wanted.items()):
-                return device.name
-        return f"{record.gpu_uuid} profile {record.profile_id} at slice {record.placement_start}"
+        name = self._inventory.dynamic_mig_name(record.gpu_uuid, record.profile_id, record.placement_start)
+        return name or f"{record.gpu_uuid} profile {record.profile_id} at slice {record.placement_start}"
 
     async def _destroy_mig_instances(self, wanted: tuple[MigInstanceRecord, ...]) -> None:
         if not wanted or self._hardware is None:

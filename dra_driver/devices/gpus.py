@@ -55,6 +55,7 @@ def whole_gpu_capacity(gpu: Gpu) -> dict[str, Capacity]:
 def whole_gpu_device(gpu: Gpu) -> Device:
     return Device(
         name=gpu_device_name(gpu),
+        type="gpu",
         attributes=gpu_identity_attributes(gpu, "gpu"),
         capacity=whole_gpu_capacity(gpu),
     )

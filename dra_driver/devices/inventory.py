@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from dra_driver.devices.gpus import whole_gpu_device
 from dra_driver.devices.mig import (
-    dynamic_mig_devices,
+    dynamic_mig_device,
+    dynamic_mig_origins,
     mig_counter_set,
     static_mig_device,
     usable_static_instance,
@@ -15,29 +16,50 @@ from dra_driver.devices.mig import (
 from dra_driver.devices.model import CounterSet, Device
 from dra_driver.devices.naming import natural_key
 from dra_driver.devices.node_config import GpuPlan, NodeConfig, plan_gpus
+from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig, VgpuShare, WholeGpu
 from dra_driver.devices.vgpu import (
     partitioned_whole_gpu_device,
     shareable_gpu_device,
     vgpu_counter_set,
-    vgpu_partition_devices,
+    vgpu_partition_device,
+    vgpu_partition_origins,
 )
 from dra_driver.hardware.model import Gpu
+
+# A device together with what it stands for.
+Offer = tuple[Device, DeviceOrigin]
 
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    """What this node offers: devices sorted by name, counter sets, and the GPU behind each device."""
+    """What this node offers: devices sorted by name, counter sets, and what each device stands for."""
 
     devices: tuple[Device, ...]
     counter_sets: tuple[CounterSet, ...]
     device_by_name: Mapping[str, Device]
+    # The typed facts behind each device, by device name: what prepare reads (never the attributes).
+    origin_of_device: Mapping[str, DeviceOrigin]
     gpu_of_device: Mapping[str, Gpu]
     plans: tuple[GpuPlan, ...]
     # Things an operator should know (instances left out, and why).
     notes: tuple[str, ...] = ()
 
+    def dynamic_mig_name(self, gpu_uuid: str, profile_id: int, placement_start: int) -> str | None:
+        """The published name of a dynamic MIG placement, for messages about its instance."""
+        return next(
+            (
+                name
+                for name, origin in self.origin_of_device.items()
+                if isinstance(origin, DynamicMig)
+                and origin.gpu.uuid == gpu_uuid
+                and origin.profile.profile_id == profile_id
+                and origin.placement.start == placement_start
+            ),
+            None,
+        )
 
-def _static_mig(gpu: Gpu, notes: list[str]) -> Iterator[Device]:
+
+def _static_mig(gpu: Gpu, notes: list[str]) -> Iterator[Offer]:
     if not gpu.mig_instances:
         notes.append(
             f"{gpu.label} is in MIG mode without MIG instances, so it offers nothing; "
@@ -46,52 +68,57 @@ def _static_mig(gpu: Gpu, notes: list[str]) -> Iterator[Device]:
     compute_instances_per_gpu_instance = Counter(instance.gpu_instance_id for instance in gpu.mig_instances)
     for instance in gpu.mig_instances:
         where = f"{gpu.label} MIG GPU instance {instance.gpu_instance_id}"
+        profile = gpu.mig_profile(instance.profile_id)
         if not usable_static_instance(instance):
             notes.append(f"{where} has no compute instance; not published")
         elif compute_instances_per_gpu_instance[instance.gpu_instance_id] > 1:
             notes.append(f"{where} is split into several compute instances; not published")
-        elif gpu.mig_profile(instance.profile_id) is None:
+        elif profile is None:
             notes.append(
                 f"{where} has profile id {instance.profile_id}, which the GPU does not list; not published"
             )
         else:
-            yield static_mig_device(gpu, instance)
+            origin = StaticMig(gpu, profile, instance)
+            yield static_mig_device(origin), origin
 
 
-def _devices_of(plan: GpuPlan, notes: list[str]) -> tuple[list[Device], list[CounterSet]]:
+def _offers_of(plan: GpuPlan, notes: list[str]) -> tuple[list[Offer], list[CounterSet]]:
     gpu = plan.gpu
     match plan.mode:
         case "gpu":
-            return [whole_gpu_device(gpu)], []
+            return [(whole_gpu_device(gpu), WholeGpu(gpu))], []
         case "mig-static":
             return list(_static_mig(gpu, notes)), []
         case "mig-dynamic":
-            return list(dynamic_mig_devices(gpu, plan.settings.mig_profiles)), [mig_counter_set(gpu)]
+            origins = dynamic_mig_origins(gpu, plan.settings.mig_profiles)
+            return [(dynamic_mig_device(origin), origin) for origin in origins], [mig_counter_set(gpu)]
         case "vgpu-capacity":
-            return [shareable_gpu_device(gpu, plan.settings.memory_step)], []
+            step = plan.settings.memory_step
+            return [(shareable_gpu_device(gpu, step), VgpuShare(gpu, step))], []
         case "vgpu-partitions":
-            devices = [
-                partitioned_whole_gpu_device(gpu),
-                *vgpu_partition_devices(gpu, plan.settings.partitions),
+            offers: list[Offer] = [(partitioned_whole_gpu_device(gpu), WholeGpu(gpu))]
+            offers += [
+                (vgpu_partition_device(origin), origin)
+                for origin in vgpu_partition_origins(gpu, plan.settings.partitions)
             ]
-            return devices, [vgpu_counter_set(gpu)]
+            return offers, [vgpu_counter_set(gpu)]
 
 
 def build_inventory(plans: Sequence[GpuPlan]) -> Inventory:
-    devices: list[Device] = []
+    offers: list[Offer] = []
     counter_sets: list[CounterSet] = []
-    gpu_of_device: dict[str, Gpu] = {}
     notes: list[str] = []
     for plan in plans:
-        gpu_devices, gpu_counter_sets = _devices_of(plan, notes)
-        devices.extend(gpu_devices)
+        gpu_offers, gpu_counter_sets = _offers_of(plan, notes)
+        offers.extend(gpu_offers)
         counter_sets.extend(gpu_counter_sets)
-        gpu_of_device.update((device.name, plan.gpu) for device in gpu_devices)
+    devices = [device for device, _ in offers]
     return Inventory(
         devices=tuple(sorted(devices, key=lambda device: natural_key(device.name))),
         device_by_name={device.name: device for device in devices},
         counter_sets=tuple(sorted(counter_sets, key=lambda counter_set: natural_key(counter_set.name))),
-        gpu_of_device=gpu_of_device,
+        origin_of_device={device.name: origin for device, origin in offers},
+        gpu_of_device={device.name: origin.gpu for device, origin in offers},
         plans=tuple(plans),
         notes=tuple(notes),
     )

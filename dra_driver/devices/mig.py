@@ -12,6 +12,7 @@ from dataclasses import asdict, replace
 from dra_driver.devices.gpus import parent_attributes, shared_gpu_attributes
 from dra_driver.devices.model import AttributeValue, Capacity, CounterConsumption, CounterSet, Device
 from dra_driver.devices.naming import counter_set_name, mig_device_name
+from dra_driver.devices.origins import DynamicMig, StaticMig
 from dra_driver.hardware.model import Gpu, MigInstance, MigProfile, MigResources, Placement, mig_capacity
 
 # MigResources field -> (capacity name, counter name): capacity names are C identifiers, counter
@@ -67,18 +68,25 @@ def _mig_capacity(profile: MigProfile, multiprocessors: int) -> dict[str, Capaci
     return {capacity: Capacity(amounts[field]) for field, (capacity, _) in _RESOURCE_NAMES.items()}
 
 
-def dynamic_mig_devices(gpu: Gpu, profile_names: tuple[str, ...] = ()) -> Iterator[Device]:
-    """Every placement of every profile (or of the named ones), each consuming its counters."""
+def dynamic_mig_origins(gpu: Gpu, profile_names: tuple[str, ...] = ()) -> Iterator[DynamicMig]:
+    """Every placement of every profile (or of the named ones)."""
     for profile in gpu.mig_profiles:
         if profile_names and profile.name not in profile_names:
             continue
         for placement in profile.placements:
-            yield Device(
-                name=mig_device_name(gpu, profile, placement.start),
-                attributes=_mig_attributes(gpu, profile, placement),
-                capacity=_mig_capacity(profile, profile.multiprocessors),
-                consumes_counters=(_placement_consumption(gpu, profile, placement),),
-            )
+            yield DynamicMig(gpu, profile, placement)
+
+
+def dynamic_mig_device(origin: DynamicMig) -> Device:
+    """A placement as a device that consumes its memory slices and engines from the GPU's counters."""
+    gpu, profile, placement = origin.gpu, origin.profile, origin.placement
+    return Device(
+        name=mig_device_name(gpu, profile, placement.start),
+        type=origin.device_type,
+        attributes=_mig_attributes(gpu, profile, placement),
+        capacity=_mig_capacity(profile, profile.multiprocessors),
+        consumes_counters=(_placement_consumption(gpu, profile, placement),),
+    )
 
 
 def usable_static_instance(instance: MigInstance) -> bool:
@@ -86,13 +94,13 @@ def usable_static_instance(instance: MigInstance) -> bool:
     return bool(instance.uuid) and instance.compute_slices > 0
 
 
-def static_mig_device(gpu: Gpu, instance: MigInstance) -> Device:
-    profile = gpu.mig_profile(instance.profile_id)
-    assert profile is not None, f"instance {instance.uuid} has a profile its GPU does not list"
+def static_mig_device(origin: StaticMig) -> Device:
+    gpu, profile, instance = origin.gpu, origin.profile, origin.instance
     attributes = _mig_attributes(gpu, profile, instance.placement)
     attributes["uuid"] = instance.uuid
     return Device(
         name=mig_device_name(gpu, profile, instance.placement.start),
+        type=origin.device_type,
         attributes=attributes,
         capacity=_mig_capacity(profile, instance.multiprocessors),
     )

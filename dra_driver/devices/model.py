@@ -22,9 +22,6 @@ DeviceType = Literal["gpu", "mig", "vgpu"]
 TaintEffect = Literal["None", "NoSchedule", "NoExecute"]
 
 
-_DEVICE_TYPES: dict[AttributeValue, DeviceType] = {"gpu": "gpu", "mig": "mig", "vgpu": "vgpu"}
-
-
 @dataclass(frozen=True, slots=True)
 class ValidRange:
     minimum: int
@@ -75,10 +72,10 @@ class Device:
     consumes_counters: tuple[CounterConsumption, ...] = ()
     allow_multiple_allocations: bool = False
     taints: tuple[Taint, ...] = field(default=())
-
-    @property
-    def type(self) -> DeviceType:
-        return _DEVICE_TYPES[self.attributes["type"]]
+    # Which kind of device this is, for the driver's own decisions (opaque config kinds, what
+    # prepare does). Set by the builder next to the published `type` attribute, never read back
+    # from it: attributes are for users and may be renamed.
+    type: DeviceType = field(kw_only=True)
 
 
 def semantic_version(dotted: str) -> Version:
@@ -86,14 +83,6 @@ def semantic_version(dotted: str) -> Version:
     numbers = [int(part) for part in dotted.split(".")[:3]]
     numbers += [0] * (3 - len(numbers))
     return Version(".".join(map(str, numbers)))
-
-
-# The suffixes of Kubernetes quantities that name whole numbers, and what each multiplies by.
-QUANTITY_FACTORS: Mapping[str, int] = {
-    "": 1,
-    **{suffix: 1024**power for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)},
-    **{suffix: 1000**power for power, suffix in enumerate(("k", "M", "G", "T", "P", "E"), start=1)},
-}
 
 
 def quantity(value: int) -> str:

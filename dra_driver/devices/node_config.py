@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from dra_driver.devices.gpu_selection import select_entries
-from dra_driver.devices.model import QUANTITY_FACTORS
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import Gpu, MigMode
+from dra_driver.strict_decode import QUANTITY_FACTORS, DecodeError, choice, items, literal_options, mapping
 from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
 Mode = Literal["auto", "gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
@@ -133,17 +133,17 @@ def _bytes(value: object, where: str) -> int:
 
 
 def _mapping(raw: object, where: str, allowed: Sequence[str]) -> Mapping[str, Any]:
-    if not isinstance(raw, dict):
-        raise NodeConfigError(f"{where}: expected a mapping with fields {list(allowed)}, got {raw!r}")
-    if unknown := sorted(str(key) for key in raw if key not in allowed):
-        raise NodeConfigError(f"{where}: unknown field(s) {unknown}; allowed: {list(allowed)}")
-    return raw
+    try:
+        return mapping(raw, where, allowed)
+    except DecodeError as error:
+        raise NodeConfigError(f"{error.path or 'node config'}: {error.problem}") from error
 
 
 def _list(raw: object, where: str) -> list[Any]:
-    if not isinstance(raw, list):
-        raise NodeConfigError(f"{where}: expected a list, got {raw!r}")
-    return raw
+    try:
+        return items(raw, where)
+    except DecodeError as error:
+        raise NodeConfigError(str(error)) from error
 
 
 def _partition(raw: object, where: str) -> VgpuPartitionSize:
@@ -162,9 +162,10 @@ def _partition(raw: object, where: str) -> VgpuPartitionSize:
 
 
 def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
-    mode = raw.get("mode", "auto")
-    if mode not in MODES:
-        raise NodeConfigError(f"{where}.mode: {mode!r} is not one of {', '.join(MODES)}")
+    try:
+        mode: Mode = choice(raw.get("mode", "auto"), f"{where}.mode", literal_options(Mode))
+    except DecodeError as error:
+        raise NodeConfigError(str(error)) from error
     vgpu = _mapping(raw.get("vgpu", {}), f"{where}.vgpu", ("memoryStep", "partitions"))
     mig = _mapping(raw.get("mig", {}), f"{where}.mig", ("profiles",))
     if vgpu and not str(mode).startswith("vgpu-"):
@@ -243,7 +244,7 @@ def parse_node_config(raw: object, origin: str) -> NodeConfig:
     default = GpuSettings()
     entries: list[GpuEntry] = []
     try:
-        fields = _mapping(raw, "node config", ("default", "gpus"))
+        fields = _mapping(raw, "", ("default", "gpus"))
         try:
             default = _default(fields)
         except NodeConfigError as error:

@@ -26,6 +26,7 @@ from dra_driver.devices.model import (
 )
 from dra_driver.devices.naming import counter_set_name, gpu_device_name, vgpu_partition_name
 from dra_driver.devices.node_config import VgpuPartitionSize
+from dra_driver.devices.origins import VgpuPartition
 from dra_driver.hardware.model import Gpu
 
 ALL_CORES = 100
@@ -41,6 +42,7 @@ def shareable_gpu_device(gpu: Gpu, memory_step: int) -> Device:
         attributes["multiprocessors"] = gpu.multiprocessors
     return Device(
         name=gpu_device_name(gpu),
+        type="vgpu",
         attributes=attributes,
         capacity={
             "memory": Capacity(
@@ -84,19 +86,26 @@ def partitioned_whole_gpu_device(gpu: Gpu) -> Device:
     only when no partition is, and the other way round."""
     return Device(
         name=gpu_device_name(gpu),
+        type="gpu",
         attributes=gpu_identity_attributes(gpu, "gpu"),
         capacity=whole_gpu_capacity(gpu),
         consumes_counters=_consumes(gpu, gpu.memory_bytes, ALL_CORES),
     )
 
 
-def vgpu_partition_devices(gpu: Gpu, sizes: tuple[VgpuPartitionSize, ...]) -> Iterator[Device]:
+def vgpu_partition_origins(gpu: Gpu, sizes: tuple[VgpuPartitionSize, ...]) -> Iterator[VgpuPartition]:
     for size in sizes:
         cores = partition_cores(gpu, size)
         for slot in range(partition_slots(gpu, size)):
-            yield Device(
-                name=vgpu_partition_name(gpu, size.memory_bytes, slot),
-                attributes={"type": "vgpu", **parent_attributes(gpu), **shared_gpu_attributes(gpu)},
-                capacity={"memory": Capacity(size.memory_bytes), "cores": Capacity(cores)},
-                consumes_counters=_consumes(gpu, size.memory_bytes, cores),
-            )
+            yield VgpuPartition(gpu, size.memory_bytes, cores, slot)
+
+
+def vgpu_partition_device(origin: VgpuPartition) -> Device:
+    gpu = origin.gpu
+    return Device(
+        name=vgpu_partition_name(gpu, origin.memory_bytes, origin.slot),
+        type=origin.device_type,
+        attributes={"type": origin.device_type, **parent_attributes(gpu), **shared_gpu_attributes(gpu)},
+        capacity={"memory": Capacity(origin.memory_bytes), "cores": Capacity(origin.cores)},
+        consumes_counters=_consumes(gpu, origin.memory_bytes, origin.cores),
+    )

@@ -23,6 +23,7 @@ from dra_driver.hardware.model import (
     MigProfile,
     Placement,
 )
+from dra_driver.strict_decode import DecodeError, choice, integer, items, mapping
 from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
 MAX_SIMULATED_GPUS = 16
@@ -70,44 +71,22 @@ _INSTANCE_FIELDS = ("profile", "start")
 _MIG_MODES = {"enabled": MigMode.ENABLED, "disabled": MigMode.DISABLED}
 
 
-class _FieldError(Exception):
-    """A decoding error deep in the document; parse_node_spec adds the origin."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(message)
-        self.path = path
-        self.message = message
-
-
-def _type_name(value: object) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _mapping(raw: object, path: str, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[Any, Any]:
-    if not isinstance(raw, dict):
-        raise _FieldError(path, f"expected a mapping with fields {', '.join(allowed)}, got {_type_name(raw)}")
-    if unknown := [key for key in raw if key not in allowed]:
-        raise _FieldError(
-            path, f"unknown field(s) {sorted(map(str, unknown))}; allowed: {', '.join(allowed)}"
-        )
-    if missing := [field for field in required if field not in raw]:
-        raise _FieldError(_child(path, missing[0]), "required field is missing")
-    return raw
+def _mapping(
+    raw: object, path: str, allowed: tuple[str, ...], required: tuple[str, ...]
+) -> Mapping[str, Any]:
+    fields = mapping(raw, path, allowed)
+    if missing := [field for field in required if field not in fields]:
+        raise DecodeError(_child(path, missing[0]), "required field is missing")
+    return fields
 
 
 def _child(path: str, field: str) -> str:
     return f"{path}.{field}" if path else field
 
 
-def _integer(raw: object, path: str, minimum: int, maximum: int) -> int:
-    if not isinstance(raw, int) or isinstance(raw, bool) or not minimum <= raw <= maximum:
-        raise _FieldError(path, f"expected an integer from {minimum} to {maximum}, got {raw!r}")
-    return raw
-
-
 def _version(raw: object, path: str, example: str) -> str:
     if not isinstance(raw, str) or not all(part.isdigit() for part in raw.split(".")):
-        raise _FieldError(path, f"expected a dotted version string like {example!r}, got {raw!r}")
+        raise DecodeError(path, f"expected a dotted version string like {example!r}, got {raw!r}")
     return raw
 
 
@@ -125,24 +104,23 @@ def _fabric_clique(raw: object, path: str) -> str:
         cluster, _, clique = raw.rpartition(".")
         if _is_uuid(cluster) and clique.isdigit():
             return raw
-    raise _FieldError(path, f"expected '<cluster UUID>.<clique id>' like '{uuid.UUID(int=1)}.0', got {raw!r}")
+    raise DecodeError(path, f"expected '<cluster UUID>.<clique id>' like '{uuid.UUID(int=1)}.0', got {raw!r}")
 
 
 def _model(raw: object, path: str) -> GpuModel:
     models = gpu_models()
     if not isinstance(raw, str) or raw not in models:
-        raise _FieldError(path, f"unknown GPU model {raw!r}; known models: {', '.join(sorted(models))}")
+        raise DecodeError(path, f"unknown GPU model {raw!r}; known models: {', '.join(sorted(models))}")
     return models[raw]
 
 
 def _mig_mode(raw: object, path: str, model: GpuModel) -> MigMode:
-    if not isinstance(raw, str) or raw not in _MIG_MODES:
-        raise _FieldError(path, f"expected 'enabled' or 'disabled', got {raw!r}")
+    mode = choice(raw, path, _MIG_MODES)
     if model.mig is None:
-        if _MIG_MODES[raw] is MigMode.ENABLED:
-            raise _FieldError(path, f"model {model.key} does not support MIG; only 'disabled' is allowed")
+        if mode is MigMode.ENABLED:
+            raise DecodeError(path, f"model {model.key} does not support MIG; only 'disabled' is allowed")
         return MigMode.UNSUPPORTED
-    return _MIG_MODES[raw]
+    return mode
 
 
 def _mig_instance(
@@ -153,28 +131,27 @@ def _mig_instance(
     profile = geometry.profile_named(name) if isinstance(name, str) else None
     if profile is None:
         known = ", ".join(p.name for p in geometry.profiles)
-        raise _FieldError(f"{path}.profile", f"unknown MIG profile {name!r}; this model's profiles: {known}")
+        raise DecodeError(f"{path}.profile", f"unknown MIG profile {name!r}; this model's profiles: {known}")
     start = item["start"]
     placement = next((p for p in profile.placements if p.start == start and type(start) is int), None)
     if placement is None:
         starts = ", ".join(str(p.start) for p in profile.placements)
-        raise _FieldError(
+        raise DecodeError(
             f"{path}.start", f"{start!r} is not a placement start of {profile.name}; allowed: {starts}"
         )
     if rejection := mig_rejection(geometry, [(s.profile, s.placement) for s in accepted], profile, placement):
-        raise _FieldError(
+        raise DecodeError(
             path, f"{profile.name} at placement {format_placement(placement)}: {rejection.detail}"
         )
     return MigInstanceSpec(profile, placement)
 
 
 def _mig_instances(raw: object, path: str, model: GpuModel, mode: MigMode) -> tuple[MigInstanceSpec, ...]:
-    if not isinstance(raw, list):
-        raise _FieldError(path, f"expected a list of {{profile, start}} mappings, got {_type_name(raw)}")
+    raw = items(raw, path, "a list of {profile, start} mappings")
     if not raw:
         return ()
     if model.mig is None or mode is not MigMode.ENABLED:
-        raise _FieldError(path, "pre-existing MIG instances need migMode: enabled")
+        raise DecodeError(path, "pre-existing MIG instances need migMode: enabled")
     accepted: list[MigInstanceSpec] = []
     for position, item in enumerate(raw):
         accepted.append(_mig_instance(item, f"{path}[{position}]", model.mig, accepted))
@@ -187,7 +164,7 @@ def _group(raw: object, path: str) -> GpuGroupSpec:
     mode = _mig_mode(group.get("migMode", "disabled"), f"{path}.migMode", model)
     return GpuGroupSpec(
         model=model,
-        count=_integer(group["count"], f"{path}.count", 1, MAX_SIMULATED_GPUS),
+        count=integer(group["count"], f"{path}.count", 1, MAX_SIMULATED_GPUS),
         mig_mode=mode,
         mig_instances=_mig_instances(group.get("migInstances", []), f"{path}.migInstances", model, mode),
     )
@@ -196,10 +173,10 @@ def _group(raw: object, path: str) -> GpuGroupSpec:
 def _node(raw: object, origin: str) -> SimulatedNodeSpec:
     node = _mapping(raw, "", _NODE_FIELDS, required=("gpus",))
     if not isinstance(node["gpus"], list) or not node["gpus"]:
-        raise _FieldError("gpus", f"expected a non-empty list of GPU groups, got {node['gpus']!r}")
+        raise DecodeError("gpus", f"expected a non-empty list of GPU groups, got {node['gpus']!r}")
     groups = tuple(_group(group, f"gpus[{position}]") for position, group in enumerate(node["gpus"]))
     if (total := sum(group.count for group in groups)) > MAX_SIMULATED_GPUS:
-        raise _FieldError("gpus", f"{total} GPUs in all; a simulated node has at most {MAX_SIMULATED_GPUS}")
+        raise DecodeError("gpus", f"{total} GPUs in all; a simulated node has at most {MAX_SIMULATED_GPUS}")
     clique = node.get("fabricClique")
     return SimulatedNodeSpec(
         origin=origin,
@@ -221,10 +198,10 @@ def parse_node_spec(raw: object, origin: str) -> SimulatedNodeSpec:
     was allowed, because a typo in a node file should not quietly become a different node."""
     try:
         return _node(raw, origin)
-    except _FieldError as error:
+    except DecodeError as error:
         where = f"field {error.path}" if error.path else "top level"
         raise HardwareError(
-            f"simulated node {origin}: {where}: {error.message}", HardwareErrorReason.INVALID_ARGUMENT
+            f"simulated node {origin}: {where}: {error.problem}", HardwareErrorReason.INVALID_ARGUMENT
         ) from None
 
 

@@ -23,6 +23,7 @@ from itertools import combinations
 
 from dra_driver.devices.model import TaintEffect
 from dra_driver.devices.slices import SliceLayout
+from dra_driver.strict_decode import DecodeError, items, mapping
 
 
 class XidClass(enum.IntEnum):
@@ -130,12 +131,14 @@ DEFAULT_XID_POLICY = _policy(_DEFAULT_CLASSES)
 
 
 def _xids(raw: object, where: str) -> list[int]:
-    if not isinstance(raw, list):
-        raise XidPolicyError(f"{where}: expected a list of XID numbers such as [48, 79], got {raw!r}")
-    for number, xid in enumerate(raw):
+    try:
+        xids = items(raw, where, "a list of XID numbers such as [48, 79]")
+    except DecodeError as error:
+        raise XidPolicyError(str(error)) from error
+    for number, xid in enumerate(xids):
         if not isinstance(xid, int) or isinstance(xid, bool) or xid < 1:
             raise XidPolicyError(f"{where}[{number}]: expected an XID number (an integer ≥ 1), got {xid!r}")
-    return raw
+    return xids
 
 
 def parse_xid_policy(raw: object, origin: str = "XID policy") -> XidPolicy:
@@ -147,11 +150,10 @@ def parse_xid_policy(raw: object, origin: str = "XID policy") -> XidPolicy:
     """
     if raw is None:
         return DEFAULT_XID_POLICY
-    fields = [xid_class.label for xid_class in XidClass]
-    if not isinstance(raw, dict):
-        raise XidPolicyError(f"{origin}: expected a mapping with fields {fields}, got {raw!r}")
-    if unknown := sorted(str(key) for key in raw if key not in fields):
-        raise XidPolicyError(f"{origin}: unknown field(s) {unknown}; allowed: {fields}")
+    try:
+        raw = mapping(raw, origin, [xid_class.label for xid_class in XidClass])
+    except DecodeError as error:
+        raise XidPolicyError(str(error)) from error
     classes = dict(_DEFAULT_CLASSES)
     listed_in: dict[int, str] = {}
     for xid_class in XidClass:

@@ -125,7 +125,7 @@ CASES = {
     ),
     "validate-config: an unknown mode": Case(
         ("validate-config", "{tmp}/node.yaml"),
-        "default.mode: 'mig-dinamic' is not one of",
+        'default.mode: "mig-dinamic" is not one of',
         files={"node.yaml": "default: {mode: mig-dinamic}\n"},
     ),
     "validate-config: an unknown profile": Case(

@@ -39,16 +39,19 @@ def test_only_our_results_are_kept_with_their_main_request() -> None:
     ("mutate", "message"),
     [
         (lambda c: c.pop("metadata"), "claim.metadata is missing"),
-        (lambda c: c["metadata"].update(uid=7), "metadata.uid: expected str, got int"),
+        (lambda c: c["metadata"].update(uid=7), "metadata.uid: expected a string, got the integer 7"),
         (lambda c: c.pop("status"), "is not allocated (status.allocation is missing)"),
-        (lambda c: c["status"].update(allocation="yes"), "status.allocation: expected Mapping, got str"),
+        (
+            lambda c: c["status"].update(allocation="yes"),
+            'status.allocation: expected an object, got the string "yes"',
+        ),
         (
             lambda c: c["status"]["allocation"]["devices"].update(results={}),
-            "status.allocation.devices.results: expected list, got dict",
+            "status.allocation.devices.results: expected a list, got an object",
         ),
         (
             lambda c: c["status"]["allocation"]["devices"]["results"].append(3),
-            "status.allocation.devices.results[1]: expected an object, got int",
+            "status.allocation.devices.results[1]: expected an object, got the integer 3",
         ),
         (
             lambda c: c["status"]["allocation"]["devices"]["results"][0].pop("device"),
@@ -56,7 +59,7 @@ def test_only_our_results_are_kept_with_their_main_request() -> None:
         ),
         (
             lambda c: c["status"]["allocation"]["devices"]["results"][0].update(pool=["n"]),
-            "status.allocation.devices.results[0].pool: expected str, got list",
+            "status.allocation.devices.results[0].pool: expected a string, got a list",
         ),
     ],
 )

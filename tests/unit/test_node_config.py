@@ -107,9 +107,9 @@ def test_a_config_that_does_not_fit_the_gpus_names_the_gpu_and_the_setting(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("- gpu", "test config: node config: expected a mapping with fields ['default', 'gpus']"),
-        ("gpu: []", "unknown field(s) ['gpu']; allowed: ['default', 'gpus']"),
-        ("default: {mode: whole}", "default.mode: 'whole' is not one of auto, gpu, mig-static, mig-dynamic"),
+        ("- gpu", "test config: node config: expected an object with fields default, gpus, got a list"),
+        ("gpu: []", "gpu: unknown field (allowed here: default, gpus)"),
+        ("default: {mode: whole}", 'default.mode: "whole" is not one of auto, gpu, mig-static, mig-dynamic'),
         ("gpus: [{mode: gpu}]", "gpus[0]: set exactly one of 'index', 'uuid', 'model' or 'productName'"),
         ("gpus: [{index: 0, uuid: GPU-x}]", "this is for, got ['index', 'uuid']"),
         ("gpus: [{model: L4, productName: NVIDIA L4}]", "this is for, got ['model', 'productName']"),
@@ -150,7 +150,7 @@ def test_a_config_that_does_not_fit_the_gpus_names_the_gpu_and_the_setting(
         ),
         (
             "default: {mode: vgpu-partitions, vgpu: {partitions: [{memory: 1Gi, size: 2}]}}",
-            "default.vgpu.partitions[0]: unknown field(s) ['size']",
+            "default.vgpu.partitions[0].size: unknown field (allowed here: memory, cores)",
         ),
         (
             "default: {mode: vgpu-capacity, vgpu: {memoryStep: 512Ki}}",

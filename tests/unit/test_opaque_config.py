@@ -25,6 +25,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.opaque_config import (
     API_VERSION,
+    KINDS,
     ConfigEntry,
     DeviceConfig,
     GpuConfig,
@@ -34,6 +35,7 @@ from dra_driver.claims.opaque_config import (
     Sharing,
     TimeSlicingSettings,
     VgpuConfig,
+    api_fields,
     config_entries,
     decode_parameters,
     effective_config,
@@ -97,6 +99,23 @@ def example_parameters() -> Iterator[object]:
 
 def test_the_schema_is_a_valid_2020_12_schema() -> None:
     Draft202012Validator.check_schema(SCHEMA.schema)
+
+
+def test_the_schema_has_the_declared_kinds_and_fields_with_their_types_ranges_and_defaults() -> None:
+    """The field table in opaque_config is the one place a field is declared; the schema must
+    list exactly those fields, and say of each leaf field what the declaration says."""
+    definitions = SCHEMA.schema["$defs"]
+    assert [choice["$ref"] for choice in SCHEMA.schema["oneOf"]] == [f"#/$defs/{kind}" for kind in KINDS]
+    for kind_name, kind in KINDS.items():
+        properties = definitions[kind_name]["properties"]
+        declared = api_fields(kind)
+        assert list(properties) == ["apiVersion", "kind", *(spec.name for spec in declared.values())]
+        defaults = kind()
+        for attribute, spec in declared.items():
+            said = properties[spec.name]
+            assert {key: said.get(key) for key in spec.schema} == spec.schema, (kind_name, spec.name)
+            if spec.schema:  # a leaf field: its default is the dataclass's
+                assert said["default"] == getattr(defaults, attribute), (kind_name, spec.name)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)
@@ -271,8 +290,14 @@ BAD_INPUTS: list[tuple[object, str]] = [
         params("GpuConfig", sharing={"strategy": "MPS", "mps": {"bad\nname": 1}}),
         f'sharing.mps."bad\\nname": unknown field (allowed here: {MPS_FIELDS})',
     ),
-    (params("GpuConfig", sharing="MPS"), 'sharing: expected an object, got the string "MPS"'),
-    (params("GpuConfig", sharing=None), "sharing: expected an object, got null"),
+    (
+        params("GpuConfig", sharing="MPS"),
+        'sharing: expected an object with fields strategy, timeSlicing, mps, got the string "MPS"',
+    ),
+    (
+        params("GpuConfig", sharing=None),
+        "sharing: expected an object with fields strategy, timeSlicing, mps, got null",
+    ),
     (params("GpuConfig", sharing={}), "sharing.strategy: required (one of TimeSlicing, MPS)"),
     (
         params("GpuConfig", sharing={"strategy": "Timeslicing"}),

@@ -228,23 +228,27 @@ A100 = "{model: A100-SXM4-80GB, count: 1, migMode: enabled, migInstances: [%s]}"
             "gpus: [{model: Z100, count: 1}]",
             "field gpus[0].model: unknown GPU model 'Z100'; known models: A10, ",
         ),
-        ("gpus: [{model: L4, count: 0}]", "field gpus[0].count: expected an integer from 1 to 16, got 0"),
+        (
+            "gpus: [{model: L4, count: 0}]",
+            "field gpus[0].count: 0 is out of range; expected an integer from 1 to 16",
+        ),
         (
             "gpus: [{model: L4, count: true}]",
-            "field gpus[0].count: expected an integer from 1 to 16, got True",
+            "field gpus[0].count: expected an integer from 1 to 16, got true",
         ),
         ("gpus: [{model: L4}]", "field gpus[0].count: required field is missing"),
         (
             "gpus: [{model: L4, count: 1, mig: all}]",
-            "field gpus[0]: unknown field(s) ['mig']; allowed: model, count",
+            "field gpus[0].mig: unknown field (allowed here: model, count",
         ),
-        ("model: L4\ncount: 2\n", "top level: unknown field(s) ['count', 'model']; allowed: driverVersion"),
+        ("model: L4\ncount: 2\n", "field model, count: unknown fields (allowed here: driverVersion"),
         ("driverVersion: '580'\n", "field gpus: required field is missing"),
         ("gpus: []", "field gpus: expected a non-empty list of GPU groups, got []"),
         ("gpus: {model: L4}", "field gpus: expected a non-empty list of GPU groups"),
         (
             "gpus: [L4]",
-            "field gpus[0]: expected a mapping with fields model, count, migMode, migInstances, got str",
+            "field gpus[0]: expected an object with fields model, count, migMode, migInstances, "
+            'got the string "L4"',
         ),
         (
             "gpus: [{model: L4, count: 9}, {model: T4, count: 8}]",
@@ -256,7 +260,7 @@ A100 = "{model: A100-SXM4-80GB, count: 1, migMode: enabled, migInstances: [%s]}"
         ),
         (
             "gpus: [{model: A30-24GB, count: 1, migMode: on}]",
-            "field gpus[0].migMode: expected 'enabled' or 'disabled', got True",
+            "field gpus[0].migMode: expected one of enabled, disabled, got true",
         ),
         (
             "gpus: [{model: A30-24GB, count: 1, migInstances: [{profile: 4g.24gb, start: 0}]}]",
@@ -268,7 +272,7 @@ A100 = "{model: A100-SXM4-80GB, count: 1, migMode: enabled, migInstances: [%s]}"
         ),
         (
             "gpus: [{model: A30-24GB, count: 1, migMode: enabled, migInstances: {profile: 4g.24gb}}]",
-            "field gpus[0].migInstances: expected a list of {profile, start} mappings, got dict",
+            "field gpus[0].migInstances: expected a list of {profile, start} mappings, got an object",
         ),
         (
             f"gpus: [{A100 % '{profile: 1g.5gb, start: 0}'}]",
@@ -289,7 +293,7 @@ A100 = "{model: A100-SXM4-80GB, count: 1, migMode: enabled, migInstances: [%s]}"
         ),
         (
             f"gpus: [{A100 % '{profile: 3g.40gb, start: 0, size: 4}'}]",
-            "field gpus[0].migInstances[0]: unknown field(s) ['size']; allowed: profile, start",
+            "field gpus[0].migInstances[0].size: unknown field (allowed here: profile, start)",
         ),
         (
             "gpus: [{model: L4, count: 1}, "
@@ -327,7 +331,7 @@ A100 = "{model: A100-SXM4-80GB, count: 1, migMode: enabled, migInstances: [%s]}"
         ),
         (
             "- L4\n",
-            "top level: expected a mapping with fields driverVersion, cudaDriverVersion, fabricClique, gpus",
+            "top level: expected an object with fields driverVersion, cudaDriverVersion, fabricClique, gpus",
         ),
         ("gpus: [{model: [L4\n", "not valid YAML"),
     ],

@@ -119,7 +119,8 @@ def test_the_1_34_layout_gives_each_counter_set_a_slice_with_its_devices() -> No
 
 def _plain(count: int, prefix: str = "a") -> list[Device]:
     return [
-        Device(name=f"{prefix}-{index}", attributes={"type": "gpu"}, capacity={}) for index in range(count)
+        Device(name=f"{prefix}-{index}", type="gpu", attributes={"type": "gpu"}, capacity={})
+        for index in range(count)
     ]
 
 
@@ -128,6 +129,7 @@ def _inventory(devices: list[Device]) -> Inventory:
         devices=tuple(devices),
         counter_sets=(),
         device_by_name={d.name: d for d in devices},
+        origin_of_device={},
         gpu_of_device={},
         plans=(),
     )
@@ -138,7 +140,11 @@ def test_slices_hold_128_plain_devices_but_64_once_one_has_taints_or_counters() 
     assert [len(p.devices) for p in plan_slices(_inventory(plain), "1.35")] == [128, 128, 44]
 
     tainted = Device(
-        name="t-0", attributes={"type": "gpu"}, capacity={}, taints=(Taint("k", "v", "NoSchedule"),)
+        name="t-0",
+        type="gpu",
+        attributes={"type": "gpu"},
+        capacity={},
+        taints=(Taint("k", "v", "NoSchedule"),),
     )
     mixed = [*_plain(100), tainted, *_plain(100, "b")]
     sizes = [len(p.devices) for p in plan_slices(_inventory(mixed), "1.35")]
@@ -153,11 +159,12 @@ def test_an_empty_node_still_publishes_one_empty_slice_so_the_pool_exists() -> N
 
 
 def test_a_device_that_breaks_a_limit_is_refused_with_its_name() -> None:
-    crowded = Device(name="gpu-0", attributes={f"a{i}": i for i in range(33)}, capacity={})
+    crowded = Device(name="gpu-0", type="gpu", attributes={f"a{i}": i for i in range(33)}, capacity={})
     with pytest.raises(SlicePlanError, match="device gpu-0: 33 attributes and capacities; at most 32"):
         plan_slices(_inventory([crowded]), "1.35")
     greedy = Device(
         name="gpu-1",
+        type="mig",
         attributes={"type": "mig"},
         capacity={},
         consumes_counters=tuple(CounterConsumption(f"s{i}", {"c": 1}) for i in range(3)),

@@ -1,0 +1,78 @@
+"""What each published device stands for, as typed facts (pure).
+
+The published attributes are a contract with users (their CEL selectors name them), so they may
+be renamed or dropped for users' sake. Prepare must therefore never read them back: it reads the
+origin the inventory recorded when it built the device, which carries everything prepare needs
+(the GPU, the MIG profile and placement, the partition size) in the types the hardware speaks.
+"""
+
+from dataclasses import dataclass
+
+from dra_driver.devices.model import DeviceType
+from dra_driver.hardware.model import Gpu, MigInstance, MigProfile, Placement
+
+
+@dataclass(frozen=True, slots=True)
+class WholeGpu:
+    """A GPU offered whole (mode gpu, or the whole-GPU device next to vGPU partitions)."""
+
+    gpu: Gpu
+
+    @property
+    def device_type(self) -> DeviceType:
+        return "gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class StaticMig:
+    """A MIG instance that already exists (mode mig-static): prepare uses it, never creates it."""
+
+    gpu: Gpu
+    profile: MigProfile
+    instance: MigInstance
+
+    @property
+    def device_type(self) -> DeviceType:
+        return "mig"
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicMig:
+    """A placement where prepare creates an instance of the profile (mode mig-dynamic)."""
+
+    gpu: Gpu
+    profile: MigProfile
+    placement: Placement
+
+    @property
+    def device_type(self) -> DeviceType:
+        return "mig"
+
+
+@dataclass(frozen=True, slots=True)
+class VgpuShare:
+    """The GPU shared by consumable capacity (mode vgpu-capacity): each claim takes its amount."""
+
+    gpu: Gpu
+    memory_step: int
+
+    @property
+    def device_type(self) -> DeviceType:
+        return "vgpu"
+
+
+@dataclass(frozen=True, slots=True)
+class VgpuPartition:
+    """One fixed-size slot of a GPU's memory and cores (mode vgpu-partitions)."""
+
+    gpu: Gpu
+    memory_bytes: int
+    cores: int
+    slot: int
+
+    @property
+    def device_type(self) -> DeviceType:
+        return "vgpu"
+
+
+DeviceOrigin = WholeGpu | StaticMig | DynamicMig | VgpuShare | VgpuPartition

@@ -1,0 +1,184 @@
+"""Strict decoding of documents from outside the process (opaque configs in claims, the node
+config, the XID policy, simulated node files), with one wording for every module.
+
+Strict, because an ignored or misread field means the driver does something other than what
+the author asked (a GPU shared differently, a GPU offered in the wrong mode). One kit, because
+an operator reading errors from several files should meet one way of naming a field and of
+showing what was wrong with it.
+
+Everything raises DecodeError(path, problem); each caller turns it into its own error type
+(kubelet claim error, node-config error, ...) and adds where the document came from.
+"""
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar, get_args
+
+_SHOWN_MAX = 80
+_HUGE_INTEGER = "a number of more than 77 digits"
+_T = TypeVar("_T")
+
+
+class DecodeError(ValueError):
+    """`path` names the field (dotted, with [n] for list items; "" for the document itself)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}" if path else problem)
+        self.path = path
+        self.problem = problem
+
+
+def shown(text: str) -> str:
+    """A string as JSON text, cut short: documents come from users and may be kilobytes long."""
+    if len(text) <= _SHOWN_MAX:
+        return json.dumps(text)
+    return json.dumps(text[:_SHOWN_MAX]) + f"... ({len(text)} characters)"
+
+
+def integer_text(value: int) -> str:
+    """Python refuses to print integers of thousands of digits; YAML can still produce them."""
+    return str(value) if value.bit_length() <= 256 else _HUGE_INTEGER
+
+
+def described(value: object) -> str:
+    """What the author wrote, in JSON terms; containers by kind only (they may be deeply nested)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"the string {shown(value)}"
+    if isinstance(value, int):
+        text = integer_text(value)
+        return f"the integer {text}" if text != _HUGE_INTEGER else text
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def join(path: str, key: str) -> str:
+    """A field path; a key that would garble the message is shown quoted and cut short."""
+    name = key if len(key) <= _SHOWN_MAX and key.isprintable() else shown(key)
+    return f"{path}.{name}" if path else name
+
+
+def listed(options: Sequence[str]) -> str:
+    return ", ".join(options)
+
+
+def literal_options(literal: Any) -> dict[str, Any]:
+    """The values of a Literal type as `choice` options, in their declared order."""
+    return {value: value for value in get_args(literal)}
+
+
+def mapping(value: object, path: str, allowed: Sequence[str] | None = None) -> Mapping[str, Any]:
+    """An object whose field names are all in `allowed` (None: any string names)."""
+    if not isinstance(value, Mapping):
+        expected = "an object" if allowed is None else f"an object with fields {listed(allowed)}"
+        raise DecodeError(path, f"expected {expected}, got {described(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise DecodeError(path, f"field names are strings, got {described(key)}")
+    if allowed is not None:
+        unknown = [key for key in value if key not in allowed]
+        if len(unknown) == 1:
+            raise DecodeError(join(path, unknown[0]), f"unknown field (allowed here: {listed(allowed)})")
+        if unknown:
+            where = ", ".join(join(path, key) for key in unknown)
+            raise DecodeError(where, f"unknown fields (allowed here: {listed(allowed)})")
+    return value
+
+
+def required(fields: Mapping[str, Any], path: str, name: str, hint: str) -> Any:
+    """A field that must be present; `hint` says what it holds."""
+    if name not in fields:
+        raise DecodeError(join(path, name), f"required ({hint})")
+    return fields[name]
+
+
+def items(value: object, path: str, what: str = "a list") -> list[Any]:
+    """A list; `what` says of what, e.g. "a list of XID numbers such as [48, 79]"."""
+    if not isinstance(value, list):
+        raise DecodeError(path, f"expected {what}, got {described(value)}")
+    return value
+
+
+def choice(value: object, path: str, options: Mapping[str, _T]) -> _T:
+    if not isinstance(value, str):
+        raise DecodeError(path, f"expected one of {listed(list(options))}, got {described(value)}")
+    if value not in options:
+        raise DecodeError(path, f"{shown(value)} is not one of {listed(list(options))}")
+    return options[value]
+
+
+def integer(value: object, path: str, minimum: int, maximum: int, *, json_number: bool = False) -> int:
+    """`json_number`: the document is JSON, which has one number type, so 50.0 is the integer 50
+    (as JSON Schema agrees). In YAML 50.0 is a float the author chose to write. true never is."""
+    expected = f"an integer from {minimum} to {maximum}"
+    if json_number and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DecodeError(path, f"expected {expected}, got {described(value)}")
+    if not minimum <= value <= maximum:
+        raise DecodeError(path, f"{integer_text(value)} is out of range; expected {expected}")
+    return value
+
+
+def string(value: object, path: str) -> str:
+    if not isinstance(value, str):
+        raise DecodeError(path, f"expected a string, got {described(value)}")
+    return value
+
+
+def boolean(value: object, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise DecodeError(path, f"expected true or false, got {described(value)}")
+    return value
+
+
+# The suffixes of Kubernetes quantities that name whole numbers, and what each multiplies by.
+QUANTITY_FACTORS: Mapping[str, int] = {
+    "": 1,
+    **{suffix: 1024**power for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)},
+    **{suffix: 1000**power for power, suffix in enumerate(("k", "M", "G", "T", "P", "E"), start=1)},
+}
+# Kubernetes quantity suffixes that name whole numbers of bytes. Fractions, exponents and the
+# milli suffix are refused: a pinned-memory limit is a whole number of bytes.
+_QUANTITY = re.compile(r"(?P<digits>[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+# Kubernetes quantities are int64 underneath; a limit beyond that is a typo, not a real GPU.
+_MAX_BYTES = 2**63 - 1
+_QUANTITY_FORM = (
+    'a whole number of bytes with an optional suffix Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P or E, e.g. "10Gi"'
+)
+
+
+def byte_quantity(value: object, path: str) -> int:
+    """A memory-limit quantity ("10Gi", "512M", "1073741824") as a positive number of bytes."""
+    if not isinstance(value, str):
+        raise DecodeError(path, f"expected a quantity string, {_QUANTITY_FORM}; got {described(value)}")
+    match = _QUANTITY.fullmatch(value)
+    if match is None:
+        if value.startswith("-"):
+            raise DecodeError(path, f"{shown(value)} is negative; a memory limit must be more than zero")
+        if "." in value:
+            raise DecodeError(
+                path, f"{shown(value)} has a fraction; write it in a smaller unit, e.g. 1536Mi for 1.5Gi"
+            )
+        raise DecodeError(path, f"{shown(value)} is not {_QUANTITY_FORM}")
+    digits = match["digits"].lstrip("0")
+    if not digits:
+        raise DecodeError(path, f"{shown(value)} is zero; a memory limit must be more than zero")
+    too_large = DecodeError(path, f"{shown(value)} is more than {_MAX_BYTES} bytes (2^63 - 1)")
+    # Counting digits first means a thousand-digit number costs nothing and never reaches
+    # Python's limit on converting long digit strings.
+    if len(digits) > len(str(_MAX_BYTES)):
+        raise too_large
+    total = int(digits) * QUANTITY_FACTORS[match["suffix"] or ""]
+    if total > _MAX_BYTES:
+        raise too_large
+    return total
