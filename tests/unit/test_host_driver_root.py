@@ -6,12 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.settings import SettingsError, add_node_options, node_settings
+from dra_driver.option_table import AGENT_OPTIONS, add_agent_switches, add_options
+from dra_driver.settings import SettingsError, node_settings
 
 
 def settings_from(*argv: str) -> Path:
     parser = argparse.ArgumentParser()
-    add_node_options(parser)
+    add_options(parser, AGENT_OPTIONS)
+    add_agent_switches(parser)
     return node_settings(
         parser.parse_args(["--node-name", "node-a", *argv]), stderr_is_terminal=False
     ).host_root
