@@ -21,7 +21,7 @@ import structlog
 from dra_driver import kube_api
 from dra_driver.boot_id import current_boot_id
 from dra_driver.claims import cdi
-from dra_driver.claims.cdi import CdiSpecDirectory
+from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.driver_root import (
     DriverDiscovery,
     common_edits,
@@ -31,7 +31,7 @@ from dra_driver.claims.driver_root import (
 from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
 from dra_driver.claims.mps import NvidiaMps, SimulatedMps
-from dra_driver.claims.records import ClaimRecordStore
+from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.config_reports import PostEvent, ProblemReporter
