@@ -37,7 +37,7 @@ from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.config_reports import PostEvent, ProblemReporter
 from dra_driver.devices.config_files import ConfigChoice
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
-from dra_driver.devices.node_config import GpuPlan, NodeConfigError, load_node_config
+from dra_driver.devices.node_config import GpuPlan, NodeConfigError
 from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
@@ -50,6 +50,7 @@ from dra_driver.health.simulated_faults import apply_pending_faults, open_inbox
 from dra_driver.health.taints import tainted_inventory
 from dra_driver.kubeconfig import load_kubeconfig
 from dra_driver.metrics import AgentMetrics
+from dra_driver.node_config_files import load_node_config
 from dra_driver.node_configs import NamedConfigs, gpus_in_use, replan
 from dra_driver.node_watch import NodeApi, NodeFacts, follow_node
 from dra_driver.observability import ObservabilityServer, Readiness, keep_heartbeat

@@ -24,11 +24,11 @@ from typing import Literal, TypeVar
 
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.devices.model import QUANTITY_FACTORS, DeviceType
+from dra_driver.hardware.model import TimeSliceInterval
 
 API_VERSION = "resource.dra-driver.dev/v1alpha1"
 
 SharingStrategy = Literal["TimeSlicing", "MPS"]
-TimeSliceInterval = Literal["Default", "Short", "Medium", "Long"]
 CoreLimitPolicy = Literal["Default", "Force", "Disable"]
 ConfigSource = Literal["FromClass", "FromClaim"]
 

@@ -7,6 +7,11 @@ whichever backend (NVML or simulated) produced them.
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import Literal
+
+# The time slice a GPU gives each process in turn, as the driver names its levels; opaque configs
+# ask for one, and the hardware layer sets it.
+TimeSliceInterval = Literal["Default", "Short", "Medium", "Long"]
 
 
 class HardwareErrorReason(enum.Enum):

@@ -6,11 +6,10 @@ from pathlib import Path
 from dra_driver.devices.config_files import (
     ConfigChoice,
     choose_config,
-    config_names,
     config_path,
-    read_config_text,
 )
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
+from dra_driver.node_config_files import config_names, read_config_text
 from tests.support.node_configs import write_configmap
 
 LABEL = "dra-driver.dev/config"
