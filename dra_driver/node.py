@@ -44,6 +44,7 @@ from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.model import Gpu, HardwareError
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
+from dra_driver.health.census import device_labels
 from dra_driver.health.model import NodeHealth
 from dra_driver.health.monitor import HealthMonitor
 from dra_driver.health.simulated_faults import apply_pending_faults, open_inbox
@@ -333,7 +334,7 @@ class NodeAgent:
             reporter=reporter,
         )
         reporter.report(choice, first.problems, ())
-        metrics.set_devices(inventory, NodeHealth(settings.node_name))
+        metrics.set_devices(device_labels(inventory, NodeHealth(settings.node_name)))
         agent.start_health_monitor()
         if settings.node_configs is not None:
             agent.follow_named_configs(settings.node_configs, slice_api, node_api)
@@ -395,7 +396,7 @@ class NodeAgent:
             log.warning("device left out", note=note)
         if self.health is None:
             self._publish(inventory)
-            self.metrics.set_devices(inventory, NodeHealth(self.settings.node_name))
+            self.metrics.set_devices(device_labels(inventory, NodeHealth(self.settings.node_name)))
             return
         self.health.republish()
         self._health_changed(self.health.node_health)
@@ -420,7 +421,7 @@ class NodeAgent:
 
     def _health_changed(self, health: NodeHealth) -> None:
         self.server.health.update(health)
-        self.metrics.set_devices(self.inventory, health)
+        self.metrics.set_devices(device_labels(self.inventory, health))
 
     def start_health_monitor(self) -> None:
         """XIDs and lost GPUs become taints on the published devices and the kubelet health

@@ -16,7 +16,9 @@ with it, and they must not import the disk layer. `cdi_files` writes the specs.
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
+
+from dra_driver.error_reasons import ErrorReason
 
 CLAIM_CLASS = "claim"
 NODE_CLASS = "node"
@@ -33,6 +35,10 @@ HookName = Literal["prestart", "createRuntime", "createContainer", "startContain
 
 class InvalidCdiName(ValueError):
     """A name the CDI rules (and so every container runtime) would refuse."""
+
+    # Identity: a name is built from the claim's UID and device names, and breaks the rules only
+    # when those do.
+    metric_reason: ClassVar[ErrorReason] = "invalid_identity"
 
 
 @dataclass(frozen=True, slots=True)

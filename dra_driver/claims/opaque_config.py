@@ -39,6 +39,8 @@ class OpaqueConfigError(ClaimRejected):
     A ClaimRejected, so the engine reports it as that claim's error without further handling.
     """
 
+    metric_reason = "config"
+
 
 # --- The API's types, with defaults filled in --------------------------------------------------
 
