@@ -34,6 +34,7 @@ lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 ## unit: the fast tier only (pure cores, no processes)
 unit: $(INSTALLED)
@@ -61,4 +62,4 @@ protos: $(INSTALLED)
 	PYTHON=$(BIN)/python hack/gen-protos.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

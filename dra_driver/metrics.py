@@ -4,26 +4,21 @@ A registry of our own (not the client's global one) keeps in-process tests indep
 controller or engine under test can be given a fresh one. The parts of the agent each take the
 group of metrics they update (`PublishMetrics`, `ClaimMetrics`); `AgentMetrics` puts every group
 on one registry, the one the /metrics endpoint serves.
+
+The metrics depend on nothing but their own vocabulary (`error_reasons`): callers hand them label
+values, errors that name their reason, and shapes described here, so that every layer may record
+metrics without the metrics tying the layers together (the import contract in pyproject.toml).
 """
 
 import platform
-from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dra_driver import __version__
-from dra_driver.claims.allocation import ClaimRejected
-from dra_driver.claims.cdi import InvalidCdiName
-from dra_driver.claims.identity import InvalidClaimIdentity
-from dra_driver.claims.opaque_config import OpaqueConfigError
-from dra_driver.devices.inventory import Inventory
-from dra_driver.devices.model import DeviceType
-from dra_driver.devices.node_config import ConfigProblem
-from dra_driver.hardware.model import HardwareError
-from dra_driver.health.model import HealthStatus, NodeHealth
+from dra_driver.error_reasons import ERROR_REASONS, ErrorReason
 
 
 @dataclass
@@ -58,10 +53,16 @@ class PublishMetrics:
 # instance created on a busy GPU (tens of seconds; kubelet's own deadline is 45 s).
 CLAIM_DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 45)
 
-# Why a claim failed, as a closed set: the error messages themselves name claims and devices,
-# so as labels they would make a new series per claim.
-ErrorReason = Literal["invalid_identity", "claim_rejected", "config", "hardware", "internal"]
-ERROR_REASONS: tuple[ErrorReason, ...] = get_args(ErrorReason)
+_REASONS: Mapping[str, ErrorReason] = {reason: reason for reason in ERROR_REASONS}
+# Faults of what the claim itself says: reported as such even when the hardware failed too.
+_CLAIM_FAULTS: frozenset[ErrorReason] = frozenset({"invalid_identity", "config"})
+
+
+def _named_reason(error: BaseException) -> ErrorReason | None:
+    """The reason the error's type names in its `metric_reason` (inherited, so a subclass counts
+    as its base does); None for an error that names none."""
+    reason = getattr(error, "metric_reason", None)
+    return _REASONS.get(reason) if isinstance(reason, str) else None
 
 
 def _caused_by_hardware(error: BaseException) -> bool:
@@ -70,7 +71,7 @@ def _caused_by_hardware(error: BaseException) -> bool:
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
-        if isinstance(current, HardwareError):
+        if _named_reason(current) == "hardware":
             return True
         seen.add(id(current))
         current = current.__cause__
@@ -80,20 +81,15 @@ def _caused_by_hardware(error: BaseException) -> bool:
 def error_reason(error: BaseException) -> ErrorReason:
     """The metric label for a claim's failure, from the exception the engine caught.
 
-    A CDI name counts as identity: it is built from the claim's UID and device names, and breaks
-    the naming rules only when those do. A configuration error is a ClaimRejected too, so it is
-    told apart first; a rejection caused by the hardware counts as hardware, as it points at the
-    node rather than at the claim.
+    A configuration error is a ClaimRejected too, and names its own reason; a rejection caused by
+    the hardware counts as hardware, as it points at the node rather than at the claim.
     """
-    if isinstance(error, InvalidClaimIdentity | InvalidCdiName):
-        return "invalid_identity"
-    if isinstance(error, OpaqueConfigError):
-        return "config"
+    named = _named_reason(error)
+    if named in _CLAIM_FAULTS:
+        return named
     if _caused_by_hardware(error):
         return "hardware"
-    if isinstance(error, ClaimRejected):
-        return "claim_rejected"
-    return "internal"
+    return named or "internal"
 
 
 @dataclass
@@ -144,24 +140,20 @@ class ClaimMetrics:
         self.unprepare_errors.labels(reason=error_reason(error)).inc()
 
 
-DEVICE_TYPES: tuple[DeviceType, ...] = get_args(DeviceType)
+class _Gpu(Protocol):
+    @property
+    def index(self) -> int: ...
 
 
-def device_counts(
-    inventory: Inventory, node_health: NodeHealth
-) -> dict[tuple[DeviceType, HealthStatus], int]:
-    """Published devices by (type, health), every combination present (zero where none).
+class NodeConfigProblem(Protocol):
+    """What the problems gauge reads of a node-config problem (`devices.node_config.ConfigProblem`):
+    the setting, and the GPU left out because of it (None: the file as a whole)."""
 
-    A device the health report does not name counts as unknown, as kubelet shows it: healthy
-    would claim a check that never happened."""
-    tally = Tally(
-        (
-            device.type,
-            health.status if (health := node_health.devices.get(device.name)) else HealthStatus.UNKNOWN,
-        )
-        for device in inventory.devices
-    )
-    return {(kind, status): tally[kind, status] for kind in DEVICE_TYPES for status in HealthStatus}
+    @property
+    def setting(self) -> str: ...
+
+    @property
+    def gpu(self) -> _Gpu | None: ...
 
 
 @dataclass
@@ -212,7 +204,7 @@ class AgentMetrics:
             registry=self.registry,
         )
 
-    def set_node_config(self, name: str, problems: Iterable[ConfigProblem]) -> None:
+    def set_node_config(self, name: str, problems: Iterable[NodeConfigProblem]) -> None:
         """Call whenever the node config in force or its problems change: series of problems
         that went away are removed, not left at their last value."""
         self.node_config_info.clear()
@@ -222,7 +214,9 @@ class AgentMetrics:
             gpu = "" if problem.gpu is None else str(problem.gpu.index)
             self.node_config_problems.labels(gpu=gpu, setting=problem.setting).set(1)
 
-    def set_devices(self, inventory: Inventory, node_health: NodeHealth) -> None:
-        """Call whenever the published inventory or the health report changes."""
-        for (kind, status), count in device_counts(inventory, node_health).items():
-            self.devices.labels(type=kind, health=status.value).set(count)
+    def set_devices(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Call whenever the published inventory or the health report changes, with the count of
+        every (type, health) pair, zeros included (`health.census.device_labels`): a pair that is
+        gone then reads 0 rather than its last value."""
+        for (kind, health), count in counts.items():
+            self.devices.labels(type=kind, health=health).set(count)

@@ -21,7 +21,7 @@ import structlog
 from dra_driver import kube_api
 from dra_driver.boot_id import current_boot_id
 from dra_driver.claims import cdi
-from dra_driver.claims.cdi import CdiSpecDirectory
+from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.driver_root import (
     DriverDiscovery,
     common_edits,
@@ -32,25 +32,27 @@ from dra_driver.claims.driver_root import (
 from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
 from dra_driver.claims.mps import NvidiaMps, SimulatedMps
-from dra_driver.claims.records import ClaimRecordStore
+from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.config_reports import PostEvent, ProblemReporter
 from dra_driver.devices.config_files import ConfigChoice
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
-from dra_driver.devices.node_config import GpuPlan, NodeConfigError, load_node_config
+from dra_driver.devices.node_config import GpuPlan, NodeConfigError
 from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.model import Gpu, HardwareError
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
+from dra_driver.health.census import device_labels
 from dra_driver.health.model import NodeHealth
 from dra_driver.health.monitor import HealthMonitor
 from dra_driver.health.simulated_faults import apply_pending_faults, open_inbox
 from dra_driver.health.taints import tainted_inventory
 from dra_driver.kubeconfig import load_kubeconfig
 from dra_driver.metrics import AgentMetrics
+from dra_driver.node_config_files import load_node_config
 from dra_driver.node_configs import NamedConfigs, gpus_in_use, replan
 from dra_driver.node_watch import NodeApi, NodeFacts, follow_node
 from dra_driver.observability import ObservabilityServer, Readiness, keep_heartbeat
@@ -339,7 +341,7 @@ class NodeAgent:
             reporter=reporter,
         )
         reporter.report(choice, first.problems, ())
-        metrics.set_devices(inventory, NodeHealth(settings.node_name))
+        metrics.set_devices(device_labels(inventory, NodeHealth(settings.node_name)))
         agent.start_health_monitor()
         if settings.node_configs is not None:
             agent.follow_named_configs(settings.node_configs, slice_api, node_api)
@@ -401,7 +403,7 @@ class NodeAgent:
             log.warning("device left out", note=note)
         if self.health is None:
             self._publish(inventory)
-            self.metrics.set_devices(inventory, NodeHealth(self.settings.node_name))
+            self.metrics.set_devices(device_labels(inventory, NodeHealth(self.settings.node_name)))
             return
         self.health.republish()
         self._health_changed(self.health.node_health)
@@ -426,7 +428,7 @@ class NodeAgent:
 
     def _health_changed(self, health: NodeHealth) -> None:
         self.server.health.update(health)
-        self.metrics.set_devices(self.inventory, health)
+        self.metrics.set_devices(device_labels(self.inventory, health))
 
     def start_health_monitor(self) -> None:
         """XIDs and lost GPUs become taints on the published devices and the kubelet health

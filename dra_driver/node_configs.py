@@ -22,15 +22,14 @@ from dra_driver.claims.records import ClaimRecord
 from dra_driver.devices.config_files import (
     ConfigChoice,
     choose_config,
-    config_names,
     config_path,
     label_problem,
-    read_config_text,
     unreadable,
 )
 from dra_driver.devices.naming import parse_device_name
 from dra_driver.devices.node_config import ConfigProblem, GpuPlan, plan_node
 from dra_driver.hardware.model import Gpu
+from dra_driver.node_config_files import config_names, read_config_text
 from dra_driver.node_watch import NodeFacts
 from dra_driver.publish.capabilities import ApiFeature, fall_back
 

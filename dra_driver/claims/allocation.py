@@ -8,15 +8,18 @@ exactly what is wrong.
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from dra_driver.claims.identity import ClaimRef
+from dra_driver.error_reasons import ErrorReason
 from dra_driver.k8s_names import shown
 from dra_driver.strict_decode import DecodeError, boolean, described, items, mapping, string
 
 
 class ClaimRejected(Exception):
     """This claim cannot be prepared; the message goes back to kubelet as the claim's error."""
+
+    metric_reason: ClassVar[ErrorReason] = "claim_rejected"
 
 
 # What the API server writes in results[].shareID: a UUID in its canonical lowercase form.

@@ -8,21 +8,22 @@ What every GPU container needs whatever it was allocated (control device nodes, 
 libraries and tools) lives in the node spec, written once when the agent starts, so claim specs
 stay small and a driver upgrade rewrites one file instead of every claim's. Prepare hands out the
 node spec's single device next to the claim's own devices.
+
+This module builds and names specs and touches no file: the claim planners build container edits
+with it, and they must not import the disk layer. `cdi_files` writes the specs.
 """
 
-import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from dra_driver import durable_files
+from dra_driver.error_reasons import ErrorReason
 
 CLAIM_CLASS = "claim"
 NODE_CLASS = "node"
 COMMON_DEVICE = "common"
-_SPEC_SUFFIX = ".json"
+SPEC_SUFFIX = ".json"
 
 _VENDOR_OR_CLASS = re.compile(r"[A-Za-z]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _STARTS_WITH_LETTER = re.compile(r"[A-Za-z]")
@@ -34,6 +35,10 @@ HookName = Literal["prestart", "createRuntime", "createContainer", "startContain
 
 class InvalidCdiName(ValueError):
     """A name the CDI rules (and so every container runtime) would refuse."""
+
+    # Identity: a name is built from the claim's UID and device names, and breaks the rules only
+    # when those do.
+    metric_reason: ClassVar[ErrorReason] = "invalid_identity"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,12 +193,12 @@ def claim_device_name(claim_uid: str, device_name: str) -> str:
     return f"{claim_uid}-{device_name}"
 
 
-def _claim_spec_prefix(driver_name: str) -> str:
+def claim_spec_prefix(driver_name: str) -> str:
     return f"k8s.{driver_name}-{CLAIM_CLASS}_"
 
 
 def claim_spec_file_name(driver_name: str, claim_uid: str) -> str:
-    return f"{_claim_spec_prefix(driver_name)}{claim_uid}{_SPEC_SUFFIX}"
+    return f"{claim_spec_prefix(driver_name)}{claim_uid}{SPEC_SUFFIX}"
 
 
 def claim_spec(driver_name: str, claim_uid: str, devices: list[tuple[str, ContainerEdits]]) -> CdiSpec:
@@ -215,7 +220,7 @@ def node_kind(driver_name: str) -> str:
 def node_spec_file_name(driver_name: str) -> str:
     """Checked like a claim spec's names, since the driver name becomes part of a path."""
     _checked_kind(node_kind(driver_name))
-    return f"k8s.{driver_name}-{NODE_CLASS}{_SPEC_SUFFIX}"
+    return f"k8s.{driver_name}-{NODE_CLASS}{SPEC_SUFFIX}"
 
 
 def node_spec(driver_name: str, common: ContainerEdits) -> CdiSpec:
@@ -228,60 +233,3 @@ def node_spec(driver_name: str, common: ContainerEdits) -> CdiSpec:
 def common_device_id(driver_name: str) -> str:
     """The CDI ID prepare returns next to a claim's own devices: k8s.<driver>/node=common."""
     return f"{_checked_kind(node_kind(driver_name))}={COMMON_DEVICE}"
-
-
-class CdiSpecDirectory:
-    """The CDI directory the container runtime reads (/var/run/cdi in clusters).
-
-    Specs live on tmpfs there and are rebuilt after a reboot, so writes are atomic but not fsynced.
-    Such a write of a few kilobytes takes tens of microseconds, less than a hop to a worker thread
-    costs, so the engine calls these methods on the event loop. Specs are written compact: runtimes
-    do not care, and the indenting encoder is pure Python, several times slower than the C one.
-    """
-
-    def __init__(self, directory: Path, driver_name: str) -> None:
-        self.directory = directory
-        self._driver_name = driver_name
-        # Every claim spec's path is this plus "<claim UID>.json".
-        self._claim_path_start = os.path.join(directory, _claim_spec_prefix(driver_name))
-
-    def path_for(self, claim_uid: str) -> Path:
-        return Path(self._claim_path(claim_uid))
-
-    def _claim_path(self, claim_uid: str) -> str:
-        # A string, not a Path: built on every prepare and unprepare.
-        return f"{self._claim_path_start}{claim_uid}{_SPEC_SUFFIX}"
-
-    @property
-    def node_spec_path(self) -> Path:
-        return self.directory / node_spec_file_name(self._driver_name)
-
-    def claim_uids(self) -> set[str]:
-        """The claims that have a spec file of this driver here."""
-        prefix = _claim_spec_prefix(self._driver_name)
-        if not self.directory.is_dir():
-            return set()
-        return {
-            path.name.removeprefix(prefix).removesuffix(_SPEC_SUFFIX)
-            for path in self.directory.glob(f"{prefix}*{_SPEC_SUFFIX}")
-        }
-
-    def _write(self, path: durable_files.StrPath, spec: CdiSpec) -> None:
-        data = json.dumps(spec.to_json(), separators=(",", ":")).encode() + b"\n"
-        try:
-            durable_files.atomic_write(path, data, durable=False)
-        except FileNotFoundError:
-            # The directory went away (a tmpfs remounted, or an operator's cleanup): make it again.
-            self.directory.mkdir(parents=True, exist_ok=True)
-            durable_files.atomic_write(path, data, durable=False)
-
-    def write(self, claim_uid: str, spec: CdiSpec) -> None:
-        self._write(self._claim_path(claim_uid), spec)
-
-    def write_node_spec(self, common: ContainerEdits) -> Path:
-        """Replaces the node spec whole, so a container starting meanwhile sees old or new edits."""
-        self._write(self.node_spec_path, node_spec(self._driver_name, common))
-        return self.node_spec_path
-
-    def remove(self, claim_uid: str) -> None:
-        durable_files.remove(self._claim_path(claim_uid), durable=False)

@@ -30,19 +30,15 @@ from dra_driver import failpoints
 from dra_driver.claims import cdi
 from dra_driver.claims.allocation import ClaimRejected, allocated_devices
 from dra_driver.claims.call_gate import CallGate, GateTicket
-from dra_driver.claims.cdi import CdiSpec, CdiSpecDirectory, ContainerEdits, InvalidCdiName
+from dra_driver.claims.cdi import CdiSpec, ContainerEdits, InvalidCdiName
+from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 from dra_driver.claims.mps import MpsControlDaemons
 from dra_driver.claims.opaque_config import VgpuConfig, config_entries
-from dra_driver.claims.records import (
-    ClaimRecord,
-    ClaimRecordStore,
-    MigInstanceRecord,
-    PreparedDevice,
-    QuarantinedRecord,
-)
+from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
+from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
 from dra_driver.claims.reservations import Reservation, ReservationTable, decode_table
 from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
 from dra_driver.claims.source import ClaimSource

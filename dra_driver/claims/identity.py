@@ -1,12 +1,16 @@
 """Claim identities as kubelet sends them, checked before they name anything on disk."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from dra_driver.error_reasons import ErrorReason
 from dra_driver.k8s_names import dns_label_problem, dns_subdomain_problem, uid_problem
 
 
 class InvalidClaimIdentity(ValueError):
     """A claim namespace, name or UID that Kubernetes itself would never produce."""
+
+    metric_reason: ClassVar[ErrorReason] = "invalid_identity"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,11 +29,11 @@ from dra_driver.claims.opaque_sharing import (
     MpsSettings,
     Sharing,
     SharingStrategy,
-    TimeSliceInterval,
     TimeSlicingSettings,
     decode_sharing,
 )
 from dra_driver.devices.model import DeviceType
+from dra_driver.hardware.model import TimeSliceInterval
 from dra_driver.strict_decode import (
     DecodeError,
     boolean,
@@ -84,6 +84,8 @@ class OpaqueConfigError(ClaimRejected):
 
     A ClaimRejected, so the engine reports it as that claim's error without further handling.
     """
+
+    metric_reason = "config"
 
 
 # --- The kinds, each field declared once ----------------------------------------------------------

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from dra_driver.hardware.model import TimeSliceInterval
 from dra_driver.strict_decode import (
     DecodeError,
     byte_quantity,
@@ -25,7 +26,6 @@ from dra_driver.strict_decode import (
 )
 
 SharingStrategy = Literal["TimeSlicing", "MPS"]
-TimeSliceInterval = Literal["Default", "Short", "Medium", "Long"]
 
 
 @dataclass(frozen=True, slots=True)

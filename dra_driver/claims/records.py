@@ -1,34 +1,23 @@
-"""Durable records of prepared claims: the agent's memory across restarts.
+"""Records of prepared claims: the agent's memory across restarts, and their JSON form.
 
 Unprepare arrives with only namespace/name/UID and the claim may already be gone from the API
-server, so everything needed to undo a prepare is written here, durably, before kubelet is told
-the claim is ready. One file per claim keeps writes small and independent.
+server, so a record holds everything needed to undo a prepare. This module is the record and its
+codec only, pure so that the claim planners can name the MIG instances a claim owns without
+importing the disk layer; `record_store` keeps the records on disk.
 """
 
-import asyncio
-import json
-import os
-import time
 from collections.abc import Mapping
-from contextlib import suppress
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-from dra_driver import durable_files
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
-from dra_driver.group_commit import GroupCommitter
 
 # Version 2 added the prepare phase and the MIG instances a claim owns; version 1 records
 # (whole GPUs only, written once prepared) are still read.
 RECORD_VERSION = 2
 READABLE_VERSIONS = (1, 2)
-BOOT_ID_FILE = "boot_id"
-# A temporary record file this old was left by a crash, not by a write still under way.
-ABANDONED_WRITE_SECONDS = 60.0
 
 RecordState = Literal["preparing", "prepared"]
-_SUFFIX = ".json"
 
 
 class CorruptRecord(ValueError):
@@ -228,129 +217,3 @@ def record_from_json(data: object) -> ClaimRecord:
         mps=mps,
         reserved=_strings(data.get("reservedDevices", []), "reservedDevices"),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class QuarantinedRecord:
-    path: Path
-    problem: str
-
-
-def _record_in(path: durable_files.StrPath) -> ClaimRecord:
-    """The record in `path`; raises ValueError (CorruptRecord among them) or UnicodeDecodeError
-    for a file that is not one this code writes, or not under its claim's name."""
-    with open(path, "rb") as file:
-        record = record_from_json(json.loads(file.read()))
-    if os.path.basename(path) != f"{record.claim.uid}{_SUFFIX}":
-        raise CorruptRecord(f"file name does not match claim UID {record.claim.uid}")
-    return record
-
-
-def _encoded(record: ClaimRecord) -> bytes:
-    return json.dumps(record.to_json(), separators=(",", ":")).encode()
-
-
-class ClaimRecordStore:
-    """Record files under <state-dir>/claims, named by claim UID (checked before it gets here)."""
-
-    def __init__(self, state_dir: Path, committer: GroupCommitter | None = None) -> None:
-        """`committer`: where concurrent writes are grouped, so one flush serves many claims;
-        without one each write flushes on its own."""
-        self.state_dir = state_dir
-        self.directory = state_dir / "claims"
-        self._committer = committer
-        self._directory_prefix = f"{self.directory}{os.sep}"
-
-    def _path(self, claim_uid: str) -> str:
-        # A string, not a Path: built on every prepare and unprepare.
-        return f"{self._directory_prefix}{claim_uid}{_SUFFIX}"
-
-    def load_all(self) -> tuple[dict[str, ClaimRecord], list[QuarantinedRecord]]:
-        """Every readable record by UID; unreadable ones are renamed to *.corrupt and reported."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._remove_abandoned_writes()
-        records: dict[str, ClaimRecord] = {}
-        quarantined = []
-        for path in sorted(self.directory.glob(f"*{_SUFFIX}")):
-            try:
-                record = _record_in(path)
-            except (ValueError, UnicodeDecodeError) as error:
-                aside = path.with_name(path.name + ".corrupt")
-                path.rename(aside)
-                quarantined.append(QuarantinedRecord(path=aside, problem=str(error)))
-                continue
-            records[record.claim.uid] = record
-        return records, quarantined
-
-    def _remove_abandoned_writes(self) -> None:
-        """Temporary files of writes cut short by a crash. Only old ones: a young one may be the
-        write of another agent process (a rolling update) that is about to rename it."""
-        cutoff = time.time() - ABANDONED_WRITE_SECONDS
-        for leftover in self.directory.glob(".*.tmp"):
-            with suppress(FileNotFoundError):
-                if leftover.stat().st_mtime < cutoff:
-                    leftover.unlink()
-
-    def read(self, claim_uid: str) -> ClaimRecord | None:
-        """The claim's record as on disk now, which another agent process may have written."""
-        try:
-            return _record_in(self._path(claim_uid))
-        except FileNotFoundError:
-            return None
-        except (ValueError, UnicodeDecodeError) as error:
-            raise CorruptRecord(f"record of claim {claim_uid}: {error}") from error
-
-    def read_all(self) -> dict[str, ClaimRecord]:
-        """Every readable record, touching nothing: unreadable ones are set aside at start only."""
-        records = {}
-        for path in self.directory.glob(f"*{_SUFFIX}"):
-            with suppress(FileNotFoundError, ValueError, UnicodeDecodeError):
-                record = _record_in(path)
-                records[record.claim.uid] = record
-        return records
-
-    def save(self, record: ClaimRecord) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        durable_files.atomic_write(self._path(record.claim.uid), _encoded(record), durable=True, mode=0o600)
-
-    def delete(self, claim_uid: str) -> None:
-        durable_files.remove(self._path(claim_uid), durable=True)
-
-    async def write(self, record: ClaimRecord) -> None:
-        """`save`, grouped with other claims' writes when a committer is set; durable on return."""
-        if self._committer is None:
-            await asyncio.to_thread(self.save, record)
-            return
-        # The directory exists: load_all, which every start runs first, made it.
-        await self._committer.replace(self._path(record.claim.uid), _encoded(record), mode=0o600)
-
-    async def create(self, record: ClaimRecord) -> None:
-        """`write` of a claim that has no record yet, which its caller checked under the claim's
-        lock: grouped, this costs one journal commit instead of two, and it raises
-        FileExistsError rather than replace a record that is there after all."""
-        if self._committer is None:
-            await asyncio.to_thread(self.save, record)
-            return
-        await self._committer.create(self._path(record.claim.uid), _encoded(record), mode=0o600)
-
-    async def erase(self, claim_uid: str) -> None:
-        """`delete`, grouped like `write`."""
-        if self._committer is None:
-            await asyncio.to_thread(self.delete, claim_uid)
-        else:
-            await self._committer.remove(self._path(claim_uid))
-
-    def boot_changed(self, boot_id: str) -> bool:
-        """Whether the node rebooted since the state was written (and remember this boot).
-
-        MIG instances and the CDI directory (a tmpfs) do not survive a reboot, so records of an
-        earlier boot describe side effects that no longer exist."""
-        path = self.directory.parent / BOOT_ID_FILE
-        try:
-            previous = path.read_text().strip()
-        except FileNotFoundError:
-            previous = None
-        if previous != boot_id:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            durable_files.atomic_write(path, f"{boot_id}\n".encode(), durable=True, mode=0o600)
-        return previous is not None and previous != boot_id

@@ -33,20 +33,6 @@ class ConfigChoice:
     name: str = ""
 
 
-def config_names(directory: Path) -> list[str]:
-    """The configs in the directory, by name. Hidden entries are left alone: a ConfigMap volume
-    keeps its real files under `..data` and friends."""
-    try:
-        entries = list(directory.iterdir())
-    except OSError:
-        return []
-    return sorted(
-        entry.name.removesuffix(CONFIG_SUFFIX)
-        for entry in entries
-        if entry.name.endswith(CONFIG_SUFFIX) and not entry.name.startswith(".") and entry.is_file()
-    )
-
-
 def label_problem(value: str) -> str | None:
     """Label values cannot hold '/', but an annotation or a hand-edited object could try: a value
     must name a file in the directory, never a path out of it."""
@@ -57,14 +43,6 @@ def label_problem(value: str) -> str | None:
 
 def config_path(directory: Path, label_value: str | None) -> Path:
     return directory / f"{label_value or DEFAULT_CONFIG_NAME}{CONFIG_SUFFIX}"
-
-
-def read_config_text(path: Path) -> bytes | None:
-    """The file's bytes; None when there is no such file. Raises OSError for other failures."""
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
 
 
 def _setting(line: str, origin: str) -> str:

@@ -8,14 +8,12 @@ nobody asked for, or publishing devices that can never be prepared; the other GP
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from dra_driver.devices.gpu_selection import select_entries
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.strict_decode import QUANTITY_FACTORS, DecodeError, choice, items, literal_options, mapping
-from dra_driver.yaml_files import YamlFileError, read_yaml_file
 
 Mode = Literal["auto", "gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
 ResolvedMode = Literal["gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
@@ -259,16 +257,6 @@ def parse_node_config(raw: object, origin: str) -> NodeConfig:
     if problems:
         raise NodeConfigError(*(f"{origin}: {problem}" for problem in problems))
     return NodeConfig(default=default, gpus=tuple(entries))
-
-
-def load_node_config(path: Path | None) -> NodeConfig:
-    if path is None:
-        return NodeConfig()
-    try:
-        raw = read_yaml_file(path)
-    except YamlFileError as error:
-        raise NodeConfigError(f"node config {path}: {error}") from error
-    return parse_node_config(raw, f"node config {path}")
 
 
 def describe_gpu(gpu: Gpu) -> str:

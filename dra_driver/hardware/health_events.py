@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol, Self
 
+from dra_driver.hardware.events import GpuLost, HealthEvent, XidEvent
 from dra_driver.hardware.simulated import XID_GPU_LOST, SimulatedBackend
-from dra_driver.health.tracker import GpuLost, HealthEvent, XidEvent
 
 
 def health_event(gpu_uuid: str, xid: int, at: float) -> HealthEvent:

@@ -7,6 +7,21 @@ whichever backend (NVML or simulated) produced them.
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
+from typing import ClassVar, Literal
+
+from dra_driver.error_reasons import ErrorReason
+
+# The time slice a GPU gives each process in turn, as the driver names its levels; opaque configs
+# ask for one, and the hardware layer sets it.
+TimeSliceInterval = Literal["Default", "Short", "Medium", "Long"]
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSliceSetting:
+    """A GPU's time slice to set: what a claim's sharing plan asks of the hardware."""
+
+    gpu_uuid: str
+    interval: TimeSliceInterval
 
 
 class HardwareErrorReason(enum.Enum):
@@ -24,6 +39,8 @@ class HardwareErrorReason(enum.Enum):
 
 class HardwareError(Exception):
     """The hardware (or its simulation) could not be read or did not answer as expected."""
+
+    metric_reason: ClassVar[ErrorReason] = "hardware"
 
     def __init__(self, message: str, reason: HardwareErrorReason = HardwareErrorReason.OTHER) -> None:
         super().__init__(message)

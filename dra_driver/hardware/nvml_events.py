@@ -22,10 +22,10 @@ from typing import Any
 import pynvml
 import structlog
 
+from dra_driver.hardware.events import GpuLost, HealthEvent
 from dra_driver.hardware.health_events import QueuedEvents, health_event
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason
 from dra_driver.hardware.nvml_calls import NvmlObject, nvml_call, nvml_text
-from dra_driver.health.tracker import GpuLost, HealthEvent
 
 log = structlog.get_logger("dra_driver.health.events")
 

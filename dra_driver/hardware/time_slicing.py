@@ -19,8 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from dra_driver.claims.driver_root import BINARY_DIRS, DriverDiscovery
-from dra_driver.claims.opaque_config import TimeSliceInterval
-from dra_driver.hardware.model import HardwareError, HardwareErrorReason
+from dra_driver.hardware.model import HardwareError, HardwareErrorReason, TimeSliceInterval, TimeSliceSetting
 
 # The argument of `nvidia-smi compute-policy --set-timeslice`. Source: the tool's own help
 # (R455 and later), "Set timeslice config for a GPU: 0=DEFAULT, 1=SHORT, 2=MEDIUM, 3=LONG", as
@@ -50,12 +49,6 @@ class TimeSlicer(Protocol):
     async def current(self, gpu_uuid: str) -> TimeSliceInterval:
         """The time slice the GPU has now."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class TimeSliceSetting:
-    gpu_uuid: str
-    interval: TimeSliceInterval
 
 
 class SimulatedTimeSlicer:

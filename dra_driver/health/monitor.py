@@ -15,10 +15,11 @@ import structlog
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout
+from dra_driver.hardware.events import HealthEvent
 from dra_driver.hardware.health_events import HealthEventSource
 from dra_driver.health.model import HealthStatus, NodeHealth
 from dra_driver.health.taints import tainted_inventory
-from dra_driver.health.tracker import HealthEvent, HealthState, apply, next_change_at, node_health, settle
+from dra_driver.health.tracker import HealthState, apply, next_change_at, node_health, settle
 from dra_driver.health.xid import XidPolicy
 
 log = structlog.get_logger("dra_driver.health")

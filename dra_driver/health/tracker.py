@@ -16,31 +16,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from dra_driver.devices.inventory import Inventory
+from dra_driver.hardware.events import GpuLost, HealthEvent, XidEvent
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth
 from dra_driver.health.xid import XID_DESCRIPTIONS, XidClass, XidPolicy
 
 # What the kubelet health stream carries per device at most.
 MESSAGE_LIMIT = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class XidEvent:
-    """The driver reported `xid` for the GPU at `at` (Unix seconds)."""
-
-    gpu_uuid: str
-    xid: int
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class GpuLost:
-    """The GPU stopped answering (XID 79, or NVML's GPU_IS_LOST) at `at`."""
-
-    gpu_uuid: str
-    at: float
-
-
-HealthEvent = XidEvent | GpuLost
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.claims.cdi import CdiSpecDirectory
+from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.gpu_edits import SimulatedEdits, device_env_prefix
 from dra_driver.claims.mps import SimulatedMps
@@ -34,7 +34,7 @@ from dra_driver.claims.opaque_config import (
     VgpuConfig,
     decode_parameters,
 )
-from dra_driver.claims.records import ClaimRecordStore
+from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.vgpu_edits import vgpu_claim_edits, vgpu_share
 from dra_driver.cli import main
 from dra_driver.devices.inventory import node_inventory

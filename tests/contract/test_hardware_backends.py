@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.catalog import gpu_models
+from dra_driver.hardware.events import HealthEvent, XidEvent
 from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.model import (
     Gpu,
@@ -44,7 +45,6 @@ from dra_driver.hardware.simulated_nodes import (
     parse_node_spec,
     resolve_node_spec,
 )
-from dra_driver.health.tracker import HealthEvent, XidEvent
 from tests.support.mock_nvml import MockNode, make_driver_root
 
 _T = TypeVar("_T")

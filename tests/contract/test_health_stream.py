@@ -18,10 +18,10 @@ from dra_driver._proto.dra_health.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra_health.v1 import api_pb2_grpc as v1_grpc
 from dra_driver._proto.dra_health.v1alpha1 import api_pb2 as v1alpha1_pb2
 from dra_driver._proto.dra_health.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
-from dra_driver.claims.cdi import CdiSpecDirectory
+from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.gpu_edits import SimulatedEdits
-from dra_driver.claims.records import ClaimRecordStore
+from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import NodeConfig
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import __version__
 from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.health.census import device_labels
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth
 from dra_driver.metrics import AgentMetrics
 from dra_driver.observability import (
@@ -97,7 +98,7 @@ def test_metrics_are_served_in_the_prometheus_text_format(endpoint: Endpoint) ->
     metrics.kubelet_registered.set(1)
     inventory = inventory_for("mixed", "default")
     unhealthy = DeviceHealth(HealthStatus.UNHEALTHY, since=0.0, message="XID 79")
-    metrics.set_devices(inventory, NodeHealth("node-a", {"gpu-4": unhealthy}))
+    metrics.set_devices(device_labels(inventory, NodeHealth("node-a", {"gpu-4": unhealthy})))
 
     status, content_type, body = endpoint.get("/metrics")
 

@@ -39,11 +39,12 @@ from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_driver._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from dra_driver._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from dra_driver.claims.cdi import CdiSpecDirectory
+from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, PrepareOutcome, RawClaim, SharingControls
 from dra_driver.claims.gpu_edits import SimulatedEdits
 from dra_driver.claims.mps import SimulatedMps
-from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, record_from_json
+from dra_driver.claims.record_store import ClaimRecordStore
+from dra_driver.claims.records import ClaimRecord, record_from_json
 from dra_driver.claims.vgpu_edits import HamiCore
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig

@@ -11,7 +11,6 @@ from referencing.jsonschema import DRAFT7
 
 from dra_driver.claims.cdi import (
     CdiSpec,
-    CdiSpecDirectory,
     ContainerEdits,
     DeviceNode,
     Hook,
@@ -24,6 +23,7 @@ from dra_driver.claims.cdi import (
     node_spec,
     node_spec_file_name,
 )
+from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.driver_root import DeviceRoot, common_edits, control_device_nodes, discover_driver
 from dra_driver.claims.mig_caps import capability_edits, mig_instance_capabilities
 

@@ -6,11 +6,10 @@ from pathlib import Path
 from dra_driver.devices.config_files import (
     ConfigChoice,
     choose_config,
-    config_names,
     config_path,
-    read_config_text,
 )
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
+from dra_driver.node_config_files import config_names, read_config_text
 from tests.support.node_configs import write_configmap
 
 LABEL = "dra-driver.dev/config"
@@ -59,7 +58,7 @@ def test_a_malformed_named_config_offers_nothing_and_names_every_field(tmp_path:
     choice = choose(tmp_path, "bad")
     assert choice.config is None
     assert [problem.setting for problem in choice.problems] == ["default.mode", "gpus[0].model"]
-    assert choice.problems[0].message.startswith(f"node config {tmp_path}/bad.yaml: default.mode: \"whole\"")
+    assert choice.problems[0].message.startswith(f'node config {tmp_path}/bad.yaml: default.mode: "whole"')
 
     write_configmap(tmp_path, {"bad.yaml": "default: [\n"})
     (problem,) = choose(tmp_path, "bad").problems

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_driver.claims import engine as engine_module
-from dra_driver.claims.cdi import CdiSpecDirectory
+from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, RawClaim
 from dra_driver.claims.gpu_edits import SimulatedEdits
-from dra_driver.claims.records import ClaimRecordStore
+from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import NodeConfig
 from dra_driver.group_commit import GroupCommitter

@@ -10,12 +10,13 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from dra_driver.claims.cdi import CdiSpecDirectory
+from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls
 from dra_driver.claims.gpu_edits import NvmlEdits, SimulatedEdits
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.mps import SimulatedMps
-from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, MigInstanceRecord
+from dra_driver.claims.record_store import ClaimRecordStore
+from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
 from dra_driver.claims.vgpu_edits import HamiCore
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig

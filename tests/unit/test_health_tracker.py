@@ -7,16 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dra_driver.devices.inventory import Inventory
+from dra_driver.hardware.events import GpuLost, HealthEvent, XidEvent
 from dra_driver.health.model import DeviceHealth, HealthStatus
 from dra_driver.health.taints import tainted_inventory
 from dra_driver.health.tracker import (
     MESSAGE_LIMIT,
     GpuCondition,
-    GpuLost,
-    HealthEvent,
     HealthState,
     SeenXid,
-    XidEvent,
     apply,
     describe,
     next_change_at,

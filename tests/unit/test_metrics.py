@@ -11,17 +11,11 @@ from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, InvalidCdiName, claim_spec
 from dra_driver.claims.identity import InvalidClaimIdentity, claim_ref
 from dra_driver.claims.opaque_config import OpaqueConfigError
+from dra_driver.error_reasons import ERROR_REASONS, ErrorReason
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason
+from dra_driver.health.census import device_counts, device_labels
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth
-from dra_driver.metrics import (
-    ERROR_REASONS,
-    AgentMetrics,
-    ClaimMetrics,
-    ErrorReason,
-    PublishMetrics,
-    device_counts,
-    error_reason,
-)
+from dra_driver.metrics import AgentMetrics, ClaimMetrics, PublishMetrics, error_reason
 from tests.support.nodes import inventory_for
 
 GPU_LOST = HardwareError("NVML: the GPU is lost", HardwareErrorReason.GPU_LOST)
@@ -187,7 +181,7 @@ def test_set_devices_counts_a_real_inventory_by_type_and_health() -> None:
     )
     metrics = AgentMetrics()
 
-    metrics.set_devices(inventory, node_health)
+    metrics.set_devices(device_labels(inventory, node_health))
 
     assert devices_gauge(metrics) == {
         ("gpu", "healthy"): 1,
@@ -205,13 +199,17 @@ def test_set_devices_counts_a_real_inventory_by_type_and_health() -> None:
 def test_set_devices_zeroes_combinations_that_are_gone() -> None:
     metrics = AgentMetrics()
     metrics.set_devices(
-        inventory_for("mixed", "default"), NodeHealth("node-a", {"gpu-4": health(HealthStatus.UNHEALTHY)})
+        device_labels(
+            inventory_for("mixed", "default"), NodeHealth("node-a", {"gpu-4": health(HealthStatus.UNHEALTHY)})
+        )
     )
     assert devices_gauge(metrics)[("gpu", "unhealthy")] == 1
 
     # The same GPUs offered as vGPU capacity, and gpu-4 recovered.
     capacity = inventory_for("mixed", "vgpu-capacity")
-    metrics.set_devices(capacity, NodeHealth("node-a", {"gpu-4": health(HealthStatus.HEALTHY)}))
+    metrics.set_devices(
+        device_labels(capacity, NodeHealth("node-a", {"gpu-4": health(HealthStatus.HEALTHY)}))
+    )
 
     counts = devices_gauge(metrics)
     assert counts[("gpu", "unhealthy")] == 0

@@ -11,7 +11,6 @@ from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import (
     NodeConfigError,
     NodePlan,
-    load_node_config,
     parse_node_config,
     plan_gpus,
     plan_node,
@@ -19,6 +18,7 @@ from dra_driver.devices.node_config import (
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import MigMode
 from dra_driver.hardware.simulated_nodes import GpuGroupSpec, SimulatedNodeSpec, simulated_gpus
+from dra_driver.node_config_files import load_node_config
 from tests.support.nodes import simulated_node
 
 

@@ -20,11 +20,11 @@ import pynvml
 import pytest
 from structlog.testing import capture_logs
 
+from dra_driver.hardware.events import GpuLost, HealthEvent, XidEvent
 from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents, health_event
 from dra_driver.hardware.nvml_events import NvmlEvents
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
-from dra_driver.health.tracker import GpuLost, HealthEvent, XidEvent
 
 XID = pynvml.nvmlEventTypeXidCriticalError
 NOW = 1_800_000_000.0

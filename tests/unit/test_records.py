@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver.claims.identity import claim_ref
+from dra_driver.claims.record_store import ABANDONED_WRITE_SECONDS, ClaimRecordStore
 from dra_driver.claims.records import (
-    ABANDONED_WRITE_SECONDS,
     ClaimRecord,
-    ClaimRecordStore,
     CorruptRecord,
     MigInstanceRecord,
     PreparedDevice,

@@ -21,7 +21,8 @@ import pytest
 
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.records import ClaimRecord, ClaimRecordStore, PreparedDevice
+from dra_driver.claims.record_store import ClaimRecordStore
+from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.reservations import Reservation, decode_table
 from dra_driver.devices.node_config import NodeConfig
 from dra_driver.shared_locks import (

@@ -14,7 +14,6 @@ from dra_driver.claims.opaque_config import (
     MpsSettings,
     OpaqueConfigError,
     Sharing,
-    TimeSliceInterval,
     TimeSlicingSettings,
 )
 from dra_driver.claims.sharing import (
@@ -28,13 +27,12 @@ from dra_driver.claims.sharing import (
     plan_sharing,
 )
 from dra_driver.devices.model import DeviceType
-from dra_driver.hardware.model import HardwareError, HardwareErrorReason
+from dra_driver.hardware.model import HardwareError, HardwareErrorReason, TimeSliceInterval, TimeSliceSetting
 from dra_driver.hardware.time_slicing import (
     SYSTEM_PATH,
     CommandResult,
     NvidiaSmiTimeSlicer,
     SimulatedTimeSlicer,
-    TimeSliceSetting,
     listed_time_slice,
     run_command,
 )

@@ -1,0 +1,44 @@
+"""Reading node configs from disk: the one file of --node-config, and the directory of named
+configs.
+
+The decoding and the choice of a config are pure (`devices.node_config`, `devices.config_files`);
+only the reads are here, at the edge, so that the device model imports no file I/O.
+"""
+
+from pathlib import Path
+
+from dra_driver.devices.config_files import CONFIG_SUFFIX
+from dra_driver.devices.node_config import NodeConfig, NodeConfigError, parse_node_config
+from dra_driver.yaml_files import YamlFileError, read_yaml_file
+
+
+def load_node_config(path: Path | None) -> NodeConfig:
+    if path is None:
+        return NodeConfig()
+    try:
+        raw = read_yaml_file(path)
+    except YamlFileError as error:
+        raise NodeConfigError(f"node config {path}: {error}") from error
+    return parse_node_config(raw, f"node config {path}")
+
+
+def config_names(directory: Path) -> list[str]:
+    """The configs in the directory, by name. Hidden entries are left alone: a ConfigMap volume
+    keeps its real files under `..data` and friends."""
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return []
+    return sorted(
+        entry.name.removesuffix(CONFIG_SUFFIX)
+        for entry in entries
+        if entry.name.endswith(CONFIG_SUFFIX) and not entry.name.startswith(".") and entry.is_file()
+    )
+
+
+def read_config_text(path: Path) -> bytes | None:
+    """The file's bytes; None when there is no such file. Raises OSError for other failures."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
