@@ -93,8 +93,8 @@ class DeviceOwnership:
     def fulfilled(self, record: ClaimRecord) -> None:
         """The claim's prepared record, now on disk, holds its devices. Its reservation leaves this
         process's table now and the shared one with the next change written; until then peers see
-        it ended (the claim lock is free) and go by the record. No turn is taken: this is the
-        pod-startup path, and nothing here needs the lock."""
+        it ended (the claim lock is free) and go by the record. So only this process's view
+        changes, and no turn is taken for it on the pod-startup path."""
         claim_uid = record.claim.uid
         self._records_seen[claim_uid] = record
         self._reserving.discard(claim_uid)

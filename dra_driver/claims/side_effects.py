@@ -7,7 +7,8 @@ how to do and undo them. Every undo is safe to repeat and tolerates a side effec
 happened or is already gone, because a crash can cut any step short.
 
 This is the only user of the hardware backend, the sharing controls and HAMi-core in the claim
-path; a node without one of them (no dynamic MIG, no HAMi-core) simply has none of those effects.
+path. Each is optional: without a backend a claim that needs a MIG instance created is refused;
+without sharing controls or HAMi-core, what would need them is left out.
 """
 
 import asyncio
