@@ -22,9 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.engine import ClaimEngine, SharingControls
-from dra_driver.claims.gpu_edits import SimulatedEdits, device_env_prefix
+from dra_driver.claims.engine import SharingControls
+from dra_driver.claims.gpu_edits import device_env_prefix
 from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.opaque_config import (
     GpuConfig,
@@ -34,18 +33,16 @@ from dra_driver.claims.opaque_config import (
     VgpuConfig,
     decode_parameters,
 )
-from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.vgpu_edits import vgpu_claim_edits, vgpu_share
 from dra_driver.cli import main
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import Device, device_to_api
-from dra_driver.hardware.simulated import SimulatedBackend
-from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.manifests import ManifestOptions, render
 from tests.e2e import mock_driver
 from tests.e2e.deploy import NODE_LABEL, e2e_manifest_args, e2e_manifests
 from tests.support.cel import CelEvaluationError, parse_quantity, selects
+from tests.support.engines import simulated_engine, simulated_hardware
 from tests.support.examples import (
     CEL_MIN_MEMORY,
     CEL_PRODUCT_PREFIX,
@@ -541,17 +538,12 @@ def test_the_engine_on_the_e2e_node_gives_each_example_what_the_e2e_tests_expect
     claims = ExampleClaims()
     raw = claims.allocate(name, template_of(example_path(name)), inventory.devices)
     time_slicer = SimulatedTimeSlicer(gpu.uuid for gpu in e2e_node_gpus(NODE))
-    engine = ClaimEngine(
-        driver_name=D,
-        pool_name=NODE,
+    engine = simulated_engine(
+        short_dir,
+        claims,
+        pool=NODE,
         inventory=inventory,
-        edits=SimulatedEdits(),
-        claim_source=claims,
-        records=ClaimRecordStore(short_dir / "state"),
-        cdi_specs=CdiSpecDirectory(short_dir / "cdi", D),
-        hardware=SimulatedBackend(
-            NODE, resolve_node_spec(str(E2E_HARDWARE_FILE)), short_dir / "hardware.json"
-        ),
+        hardware=simulated_hardware(short_dir, str(E2E_HARDWARE_FILE), NODE),
         sharing=SharingControls(time_slicer, SimulatedMps(short_dir / "mps")),
     )
 

@@ -18,17 +18,11 @@ from dra_driver._proto.dra_health.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra_health.v1 import api_pb2_grpc as v1_grpc
 from dra_driver._proto.dra_health.v1alpha1 import api_pb2 as v1alpha1_pb2
 from dra_driver._proto.dra_health.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
-from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.engine import ClaimEngine
-from dra_driver.claims.gpu_edits import SimulatedEdits
-from dra_driver.claims.record_store import ClaimRecordStore
-from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import NodeConfig
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth
 from dra_driver.plugin.health_stream import HealthBroadcaster
 from dra_driver.plugin.server import KubeletPluginServer
 from tests.support.agent import AgentProcess
-from tests.support.nodes import simulated_node
+from tests.support.engines import simulated_engine
 
 DRIVER = "gpu.dra-driver.dev"
 APIS = {"v1alpha1": (v1alpha1_pb2, v1alpha1_grpc), "v1": (v1_pb2, v1_grpc)}
@@ -63,15 +57,7 @@ class NoClaims:
 
 
 def build_server(root: Path, health: HealthBroadcaster | None = None) -> KubeletPluginServer:
-    engine = ClaimEngine(
-        driver_name=DRIVER,
-        pool_name="node-a",
-        inventory=node_inventory(simulated_node("t4x4"), NodeConfig()),
-        edits=SimulatedEdits(),
-        claim_source=NoClaims(),
-        records=ClaimRecordStore(root / "state"),
-        cdi_specs=CdiSpecDirectory(root / "cdi", DRIVER),
-    )
+    engine = simulated_engine(root, NoClaims())
     return KubeletPluginServer(
         driver_name=DRIVER,
         registration_socket=root / "registry" / f"{DRIVER}-reg.sock",

@@ -39,20 +39,16 @@ from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_driver._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from dra_driver._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, PrepareOutcome, RawClaim, SharingControls
-from dra_driver.claims.gpu_edits import SimulatedEdits
 from dra_driver.claims.mps import SimulatedMps
-from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord, record_from_json
 from dra_driver.claims.vgpu_edits import HamiCore
-from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
-from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from tests.support.agent import NODE_NAME, AgentProcess
 from tests.support.claims import allocate
+from tests.support.engines import simulated_engine, simulated_hardware
 from tests.support.nodes import simulated_node
 
 DRIVER = DEFAULT_DRIVER_NAME
@@ -468,17 +464,15 @@ class FuzzNode:
 
     @classmethod
     def start(cls, root: Path, source: FuzzedClaims) -> "FuzzNode":
-        hardware = SimulatedBackend(NODE_NAME, resolve_node_spec(PROFILE), root / "hardware.json")
+        hardware = simulated_hardware(root, PROFILE, NODE_NAME)
         time_slicer = SimulatedTimeSlicer(gpu.uuid for gpu in GPUS)
         mps = SimulatedMps(root / "mps")
-        engine = ClaimEngine(
-            driver_name=DRIVER,
-            pool_name=NODE_NAME,
-            inventory=node_inventory(GPUS, NODE_CONFIG),
-            edits=SimulatedEdits(),
-            claim_source=source,
-            records=ClaimRecordStore(root / "state"),
-            cdi_specs=CdiSpecDirectory(root / "cdi", DRIVER),
+        engine = simulated_engine(
+            root,
+            source,
+            PROFILE,
+            NODE_CONFIG,
+            pool=NODE_NAME,
             hardware=hardware,
             sharing=SharingControls(time_slicer, mps),
             hami_core=HamiCore(PurePosixPath(root / "libvgpu.so"), PurePosixPath(root / "hami")),

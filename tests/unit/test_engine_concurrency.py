@@ -13,15 +13,9 @@ import structlog.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dra_driver.claims import engine as engine_module
-from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.engine import ClaimEngine, RawClaim
-from dra_driver.claims.gpu_edits import SimulatedEdits
-from dra_driver.claims.record_store import ClaimRecordStore
-from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import NodeConfig
+from dra_driver.claims.calls import RawClaim, to_the_end
 from dra_driver.group_commit import GroupCommitter
-from tests.support.nodes import simulated_node
+from tests.support.engines import simulated_engine
 
 DRIVER = "gpu.dra-driver.dev"
 
@@ -50,20 +44,6 @@ class SlowClaims:
         return self.claims[(namespace, name)]
 
 
-def engine_for(
-    tmp: Path, source: SlowClaims, profile: str = "t4x4", committer: GroupCommitter | None = None
-) -> ClaimEngine:
-    return ClaimEngine(
-        driver_name=DRIVER,
-        pool_name="node-a",
-        inventory=node_inventory(simulated_node(profile), NodeConfig()),
-        edits=SimulatedEdits(),
-        claim_source=source,
-        records=ClaimRecordStore(tmp / "state", committer),
-        cdi_specs=CdiSpecDirectory(tmp / "cdi", DRIVER),
-    )
-
-
 @settings(max_examples=25, deadline=None)
 @given(
     seed=st.integers(0, 2**32),
@@ -77,7 +57,7 @@ def test_overlapping_calls_never_give_one_gpu_to_two_claims(
     claims = [source.add(f"c{i}", device) for i, device in enumerate(wanted)]
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        engine = engine_for(tmp, source)
+        engine = simulated_engine(tmp, source)
         await engine.load_state()
         # One call per claim, all at once, plus every claim repeated (kubelet retries).
         answers = await asyncio.gather(*(engine.prepare([claim]) for claim in claims + claims))
@@ -103,7 +83,7 @@ def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path
     claim = source.add("shared", "gpu-3")
 
     async def scenario() -> dict[str, Any]:
-        engine = engine_for(tmp_path, source)
+        engine = simulated_engine(tmp_path, source)
         await engine.load_state()
         calls = [engine.prepare([claim]) if i % 3 else engine.unprepare([claim]) for i in range(30)]
         await asyncio.gather(*calls)
@@ -123,7 +103,7 @@ def test_the_claims_of_one_call_share_one_flush(tmp_path: Path) -> None:
     committer = GroupCommitter()
 
     async def scenario() -> tuple[dict[str, Any], int]:
-        engine = engine_for(tmp_path, source, "l4x8", committer)
+        engine = simulated_engine(tmp_path, source, "l4x8", committer=committer)
         await engine.load_state()
         flushes_before = committer.flushes
         answer = await engine.prepare(claims)
@@ -142,7 +122,7 @@ def test_a_claim_listed_twice_in_one_call_does_not_wait_for_itself(tmp_path: Pat
     claim = source.add("c0", "gpu-0")
 
     async def scenario() -> dict[str, Any]:
-        engine = engine_for(tmp_path, source, committer=GroupCommitter())
+        engine = simulated_engine(tmp_path, source, committer=GroupCommitter())
         await engine.load_state()
         return await asyncio.wait_for(engine.prepare([claim, claim]), timeout=5)
 
@@ -163,7 +143,7 @@ def test_a_call_kubelet_gives_up_on_still_finishes_its_claims(tmp_path: Path, cl
     claims = [source.add(f"c{i}", f"gpu-{i}") for i in range(claims_in_call)]
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        engine = engine_for(tmp_path, source)
+        engine = simulated_engine(tmp_path, source)
         await engine.load_state()
         call = asyncio.create_task(engine.prepare(claims))
         await asyncio.sleep(0)  # the call has started: its GETs are under way
@@ -189,7 +169,7 @@ def test_an_unprepare_kubelet_gives_up_on_still_finishes(tmp_path: Path, claims_
     claims = [source.add(f"c{i}", f"gpu-{i}") for i in range(claims_in_call)]
 
     async def scenario() -> dict[str, Any]:
-        engine = engine_for(tmp_path, source)
+        engine = simulated_engine(tmp_path, source)
         await engine.load_state()
         await engine.prepare(claims)
         call = asyncio.create_task(engine.unprepare(claims))
@@ -212,7 +192,7 @@ def test_work_run_to_the_end_passes_its_failure_to_a_caller_still_waiting() -> N
 
     async def scenario() -> None:
         with pytest.raises(ValueError, match="a bug in the claim work"):
-            await engine_module._to_the_end(failing())
+            await to_the_end(failing())
 
     asyncio.run(scenario())
 
@@ -226,7 +206,7 @@ def test_work_run_to_the_end_logs_a_failure_nobody_waits_for() -> None:
         raise ValueError("a bug in the claim work")
 
     async def scenario() -> None:
-        caller = asyncio.create_task(asyncio.wait_for(engine_module._to_the_end(failing()), 0.001))
+        caller = asyncio.create_task(asyncio.wait_for(to_the_end(failing()), 0.001))
         with pytest.raises(TimeoutError):
             await caller
         await other_tasks_finished()

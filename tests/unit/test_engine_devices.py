@@ -10,20 +10,18 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls
-from dra_driver.claims.gpu_edits import NvmlEdits, SimulatedEdits
+from dra_driver.claims.gpu_edits import NvmlEdits
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
 from dra_driver.claims.vgpu_edits import HamiCore
-from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.model import HardwareErrorReason, Placement
 from dra_driver.hardware.simulated import SimulatedBackend
-from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
+from tests.support.engines import simulated_engine, simulated_hardware
 from tests.support.nodes import simulated_node
 
 DRIVER = "gpu.dra-driver.dev"
@@ -63,18 +61,9 @@ def node(
     sharing: SharingControls | None = None,
     hami_core: HamiCore | None = None,
 ) -> tuple[ClaimEngine, SimulatedBackend]:
-    hardware = SimulatedBackend("node-a", resolve_node_spec(profile), tmp / "hardware.json")
-    engine = ClaimEngine(
-        driver_name=DRIVER,
-        pool_name="node-a",
-        inventory=node_inventory(simulated_node(profile), config),
-        edits=SimulatedEdits(),
-        claim_source=claims,
-        records=ClaimRecordStore(tmp / "state"),
-        cdi_specs=CdiSpecDirectory(tmp / "cdi", DRIVER),
-        hardware=hardware,
-        sharing=sharing,
-        hami_core=hami_core,
+    hardware = simulated_hardware(tmp, profile)
+    engine = simulated_engine(
+        tmp, claims, profile, config, hardware=hardware, sharing=sharing, hami_core=hami_core
     )
     return engine, hardware
 

@@ -268,17 +268,16 @@ def test_a_retry_reaching_the_other_agent_gets_the_same_answer_and_no_second_ins
     mig = claims.add("mig", {"device": "gpu-1-mig-1g10gb-3"})
 
     async def scenario() -> None:
-        old, new = _two_engines(tmp_path, claims)
-        hardware = old._hardware
-        assert hardware is not None
+        old, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+        new, _ = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
         await old.load_state()
         await new.load_state()
         together = await asyncio.gather(old.prepare([mig]), new.prepare([mig]))
         answers = [outcome[mig[2]] for outcome in together]
         assert answers[0] == answers[1] and answers[0].error == ""
-        assert len(await instances(old._hardware)) == 1  # type: ignore[arg-type]
+        assert len(await instances(hardware)) == 1
         assert await new.unprepare([mig]) == {mig[2]: ""}
-        assert await instances(old._hardware) == []  # type: ignore[arg-type]
+        assert await instances(hardware) == []
 
     asyncio.run(scenario())
 

@@ -1,0 +1,87 @@
+"""How one kubelet call's claims are run: concurrently, each to its end, each answered on its own.
+
+These sit on the pod-startup path (docs/benchmarks.md), which is why they avoid what the general
+asyncio tools would add: gather's extra future for a call of one claim, shield's extra loop turn.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Coroutine
+from contextlib import AbstractContextManager
+from typing import TypeVar
+
+import structlog
+
+from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.cdi import InvalidCdiName
+from dra_driver.claims.identity import InvalidClaimIdentity
+
+log = structlog.get_logger("dra_driver.claims")
+
+# (namespace, name, uid) exactly as kubelet sent them: untrusted until checked.
+RawClaim = tuple[str, str, str]
+
+# Refusals a claim can earn by what it asks for: logged as a warning, answered as they are. Any
+# other exception is a fault of ours, logged with its traceback.
+_EXPECTED_FAILURES = (InvalidClaimIdentity, ClaimRejected, InvalidCdiName)
+
+_T = TypeVar("_T")
+
+
+def claim_context(raw: RawClaim) -> AbstractContextManager[None]:
+    """Every log line written while a claim is handled names it (cut short: the values are
+    untrusted until checked, and may be huge)."""
+    namespace, name, uid = raw
+    return structlog.contextvars.bound_contextvars(
+        claim_namespace=namespace[:80], claim_name=name[:80], claim_uid=uid[:80]
+    )
+
+
+def failure_answer(action: str, error: Exception) -> str:
+    """Logs the failure of `action` for the claim in context, and returns what kubelet is told."""
+    if isinstance(error, _EXPECTED_FAILURES):
+        log.warning(f"{action} refused", reason=str(error))
+        return str(error)
+    log.exception(f"{action} failed unexpectedly")
+    return f"internal error during {action}: {type(error).__name__}: {error}"
+
+
+async def _alone(call: Awaitable[_T]) -> list[_T]:
+    return [await call]
+
+
+def concurrently(calls: list[Coroutine[object, object, _T]]) -> Awaitable[list[_T]]:
+    """The claims of one call, run concurrently. Most calls carry one claim: awaited alone it
+    skips gather's extra future and the loop turn its callback takes."""
+    return _alone(calls[0]) if len(calls) == 1 else asyncio.gather(*calls)
+
+
+_unfinished: set["asyncio.Task[None]"] = set()  # asyncio keeps only weak references to tasks
+
+
+def to_the_end(work: Awaitable[_T]) -> "asyncio.Future[_T]":
+    """Runs `work` to its end even if whoever awaits the answer stops waiting (kubelet's deadline,
+    a dropped connection), so memory and disk agree and kubelet's retry finds the claims done.
+    What asyncio.shield does, one loop turn sooner: the work sets the answer itself, where
+    shield's callback would take a turn to pass it on."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[_T] = loop.create_future()
+
+    async def run() -> None:
+        try:
+            value = await work
+        except asyncio.CancelledError:
+            answer.cancel()  # the event loop is ending
+            raise
+        except BaseException as error:
+            if answer.done():
+                log.error("claim work failed after its caller stopped waiting", error=repr(error))
+            else:
+                answer.set_exception(error)
+        else:
+            if not answer.done():
+                answer.set_result(value)
+
+    task = loop.create_task(run())
+    _unfinished.add(task)
+    task.add_done_callback(_unfinished.discard)
+    return answer

@@ -1,0 +1,107 @@
+"""Start-up: making the node agree with the claim records again after whatever ended the last run.
+
+Three things can be out of step when an agent starts. The node rebooted: every record describes
+MIG instances and CDI specs that are gone, so the records are dropped and kubelet prepares its
+pods' claims again. A prepare or unprepare was cut short (a "preparing" record): it is rolled
+back. Runtime state exists that no record owns (a crash between creating it and recording it,
+or between removing the record and removing it): it is removed.
+
+A peer agent (the other pod of a rolling update) may be working at the same time, so each claim
+is looked at again under its own lock before anything of it is touched: a peer's prepare under
+way holds that lock, and this waits for it and then finds its record finished.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from dra_driver.claims.calls import claim_context
+from dra_driver.claims.cdi_files import CdiSpecDirectory
+from dra_driver.claims.ownership import DeviceOwnership
+from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
+from dra_driver.claims.records import ClaimRecord
+from dra_driver.claims.side_effects import ClaimSideEffects
+from dra_driver.shared_locks import ClaimLocks
+
+log = structlog.get_logger("dra_driver.claims")
+
+
+class StartupRecovery:
+    def __init__(
+        self,
+        *,
+        records: ClaimRecordStore,
+        cdi_specs: CdiSpecDirectory,
+        claim_locks: ClaimLocks,
+        ownership: DeviceOwnership,
+        effects: ClaimSideEffects,
+        roll_back: Callable[[ClaimRecord], Awaitable[None]],
+    ) -> None:
+        """`roll_back`: the engine's undo of a "preparing" record, called under the claim's lock
+        (the order of its steps is the record protocol's, so it stays with the protocol)."""
+        self._records = records
+        self._cdi_specs = cdi_specs
+        self._claim_locks = claim_locks
+        self._ownership = ownership
+        self._effects = effects
+        self._roll_back = roll_back
+
+    async def run(self, boot_id: str | None) -> list[QuarantinedRecord]:
+        """Returns the records set aside as unreadable, for the caller to report."""
+        records, quarantined = await asyncio.to_thread(self._records.load_all)
+        if boot_id is not None and await asyncio.to_thread(self._records.boot_changed, boot_id):
+            # No peer can be working on these: one started since the reboot would have recorded
+            # the new boot ID already.
+            log.warning(
+                "the node rebooted since the last run; prepared claims are forgotten", claims=len(records)
+            )
+            for uid in records:
+                await self._records.erase(uid)
+        for uid, record in records.items():
+            if record.state == "preparing":
+                await self._roll_back_unfinished(uid)
+        await self._ownership.catch_up()
+        await self._remove_unowned(self._cdi_specs.claim_uids(), self._remove_unowned_spec)
+        for leftovers in self._effects.leftovers():
+            await self._remove_unowned(leftovers.claim_uids(), leftovers.remove, leftovers.owned_by)
+        for record in self._ownership.prepared_claims.values():
+            if await self._effects.mps_daemon_gone(record):
+                log.error(
+                    "the MPS daemon of a prepared claim is gone; restart the claim's pods",
+                    claim_namespace=record.claim.namespace,
+                    claim_name=record.claim.name,
+                    claim_uid=record.claim.uid,
+                )
+        return quarantined
+
+    async def _roll_back_unfinished(self, claim_uid: str) -> None:
+        async with self._claim_locks.hold(claim_uid):
+            record = self._records.read(claim_uid)
+            if record is None or record.state != "preparing":
+                return
+            claim = record.claim
+            with claim_context((claim.namespace, claim.name, claim.uid)):
+                log.warning("rolling back a prepare or unprepare cut short")
+                await self._roll_back(record)
+
+    async def _remove_unowned(
+        self,
+        claim_uids: set[str],
+        remove: Callable[[str], Awaitable[None]],
+        owns: Callable[[ClaimRecord], bool] = lambda _record: True,
+    ) -> None:
+        """Runtime state (specs, directories, daemons) of claims whose record does not own it.
+        Each is checked again under the claim's lock: a peer may be preparing the claim now."""
+        for uid in claim_uids:
+            seen = self._ownership.seen(uid)
+            if seen is not None and owns(seen):
+                continue
+            async with self._claim_locks.hold(uid):
+                record = self._records.read(uid)
+                if record is None or not owns(record):
+                    await remove(uid)
+
+    async def _remove_unowned_spec(self, claim_uid: str) -> None:
+        log.info("removing CDI spec no prepared claim owns", path=str(self._cdi_specs.path_for(claim_uid)))
+        self._cdi_specs.remove(claim_uid)

@@ -1,0 +1,235 @@
+"""What preparing a claim changes on the node outside its CDI spec and record, and the undo of it.
+
+MIG instances (created on the GPU), time slices (set per GPU), MPS control daemons (one per
+claim) and HAMi-core claim directories. The engine decides when each runs, so that the claim's
+"preparing" record names a side effect before it happens (see engine.py); this module only knows
+how to do and undo them. Every undo is safe to repeat and tolerates a side effect that never
+happened or is already gone, because a crash can cut any step short.
+
+This is the only user of the hardware backend, the sharing controls and HAMi-core in the claim
+path. Each is optional: without a backend a claim that needs a MIG instance created is refused;
+without sharing controls or HAMi-core, what would need them is left out.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import structlog
+
+from dra_driver import failpoints
+from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.cdi import ContainerEdits
+from dra_driver.claims.claim_plan import PlannedDevice
+from dra_driver.claims.identity import ClaimRef
+from dra_driver.claims.mps import MpsControlDaemons
+from dra_driver.claims.opaque_config import VgpuConfig
+from dra_driver.claims.prepared import CreatedMig
+from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
+from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
+from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits, vgpu_share
+from dra_driver.claims.vgpu_host import claim_directory_uids, create_host_entries, remove_claim_directory
+from dra_driver.devices.inventory import Inventory
+from dra_driver.hardware.backend import HardwareBackend
+from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
+from dra_driver.hardware.time_slicing import TimeSlicer
+
+log = structlog.get_logger("dra_driver.claims")
+
+
+@dataclass(frozen=True, slots=True)
+class SharingControls:
+    """Where time slices are set and MPS daemons run (per backend: nvidia-smi and the driver's
+    MPS control program, or their simulated stand-ins)."""
+
+    time_slicer: TimeSlicer
+    mps: MpsControlDaemons
+
+
+@dataclass(frozen=True, slots=True)
+class Leftovers:
+    """One kind of per-claim runtime state, found by claim UID, that start-up removes where no
+    record owns it (a crash between creating it and recording it, or between the two undos)."""
+
+    claim_uids: Callable[[], set[str]]
+    remove: Callable[[str], Awaitable[None]]
+    owned_by: Callable[[ClaimRecord], bool]
+
+
+class ClaimSideEffects:
+    def __init__(
+        self,
+        *,
+        pool_name: str,
+        inventory: Inventory,
+        hardware: HardwareBackend | None,
+        sharing: SharingControls | None,
+        hami_core: HamiCore | None,
+    ) -> None:
+        """`inventory`: only to name a destroyed MIG instance's device in the log."""
+        self._pool_name = pool_name
+        self._inventory = inventory
+        self._hardware = hardware
+        self._sharing = sharing
+        self._hami_core = hami_core
+
+    def use_inventory(self, inventory: Inventory) -> None:
+        self._inventory = inventory
+
+    # -- doing ---------------------------------------------------------------------------------
+
+    async def create_mig_instances(self, ref: ClaimRef, wanted: tuple[MigInstanceRecord, ...]) -> CreatedMig:
+        created: dict[MigInstanceRecord, MigInstance] = {}
+        for instance in wanted:
+            if self._hardware is None:
+                raise ClaimRejected(f"claim {ref}: this node cannot create MIG instances")
+            try:
+                created[instance] = await self._hardware.create_mig_instance(
+                    instance.gpu_uuid,
+                    instance.profile_id,
+                    _placement(instance),
+                )
+                failpoints.reached("prepare.mig-created")
+            except HardwareError as error:
+                raise ClaimRejected(f"claim {ref}: cannot create its MIG instance: {error}") from error
+        return created
+
+    def sharing_plan(
+        self, ref: ClaimRef, planned: tuple[PlannedDevice, ...], created: CreatedMig
+    ) -> SharingPlan:
+        """Pure: the time slices and MPS daemon the claim's sharing settings ask for."""
+        if self._sharing is None:
+            return SharingPlan()
+        shared = []
+        for device in planned:
+            if device.result.admin_access:
+                continue
+            instance = created[device.create_mig] if device.create_mig else device.existing_mig
+            shared.append(
+                SharedDevice(
+                    name=device.name,
+                    type=device.device.type,
+                    gpu_uuid=device.gpu.uuid,
+                    sharing=device.config.sharing,
+                    mig_uuid=instance.uuid if device.device.type == "mig" and instance else None,
+                )
+            )
+        return plan_sharing(ref.uid, shared, self._sharing.mps.runtime_dir)
+
+    async def apply_sharing(self, ref: ClaimRef, plan: SharingPlan) -> None:
+        if self._sharing is None:
+            return
+        try:
+            for change in plan.time_slices:
+                await self._sharing.time_slicer.set_time_slice(change.gpu_uuid, change.interval)
+            if plan.mps:
+                await self._sharing.mps.start(plan.mps)
+        except HardwareError as error:
+            raise ClaimRejected(f"claim {ref}: cannot set up GPU sharing: {error}") from error
+
+    async def vgpu_edits(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ContainerEdits:
+        """The HAMi-core limits every container of the claim gets with its vGPU devices, in the
+        order CUDA enumerates them; with HAMi-core configured, also the library, the preload file
+        and the claim's shared directory, created on the host here (no record names it: start-up
+        finds it by claim UID)."""
+        shares = [
+            vgpu_share(
+                {"consumedCapacity": dict(d.result.consumed_capacity), "shareID": d.result.share_id},
+                d.result.position,
+                d.device,
+                d.gpu,
+                d.config if isinstance(d.config, VgpuConfig) else VgpuConfig(),
+            )
+            for d in planned
+            if d.device.type == "vgpu" and not d.result.admin_access
+        ]
+        if not shares:
+            return ContainerEdits()
+        claim_edits = vgpu_claim_edits(ref.uid, shares, self._hami_core)
+        await asyncio.to_thread(create_host_entries, claim_edits.host_entries)
+        return claim_edits.edits
+
+    # -- undoing -------------------------------------------------------------------------------
+
+    async def undo(self, record: ClaimRecord) -> None:
+        """MPS daemon first (its clients lose the GPU either way), then time slices, then MIG,
+        then the claim's HAMi-core directory."""
+        if self._sharing is not None:
+            if record.mps:
+                await self._sharing.mps.stop(record.claim.uid)
+            for gpu_uuid in record.time_sliced_gpus:
+                await self._sharing.time_slicer.set_time_slice(gpu_uuid, "Default")
+        await self._destroy_mig_instances(record.mig_instances)
+        if self._hami_core is not None:
+            await asyncio.to_thread(remove_claim_directory, self._hami_core, record.claim.uid)
+
+    async def _destroy_mig_instances(self, wanted: tuple[MigInstanceRecord, ...]) -> None:
+        if not wanted or self._hardware is None:
+            return
+        gpus = {gpu.uuid: gpu for gpu in await self._hardware.discover()}
+        for record in wanted:
+            gpu = gpus.get(record.gpu_uuid)
+            existing = [
+                instance
+                for instance in (gpu.mig_instances if gpu else ())
+                if instance.profile_id == record.profile_id and instance.placement == _placement(record)
+            ]
+            for instance in existing:
+                try:
+                    await self._hardware.destroy_mig_instance(record.gpu_uuid, instance.gpu_instance_id)
+                except HardwareError as error:
+                    if error.reason is not HardwareErrorReason.NOT_FOUND:
+                        raise
+                failpoints.reached("unprepare.mig-destroyed")
+                log.info(
+                    "MIG instance destroyed",
+                    pool=self._pool_name,
+                    device=self._mig_device_name(record),
+                    gpu=record.gpu_uuid,
+                    gpu_instance=instance.gpu_instance_id,
+                )
+
+    def _mig_device_name(self, record: MigInstanceRecord) -> str:
+        """The published device a MIG instance stands for, for log lines."""
+        name = self._inventory.dynamic_mig_name(record.gpu_uuid, record.profile_id, record.placement_start)
+        return name or f"{record.gpu_uuid} profile {record.profile_id} at slice {record.placement_start}"
+
+    # -- for start-up --------------------------------------------------------------------------
+
+    def leftovers(self) -> tuple[Leftovers, ...]:
+        """The per-claim runtime state this node can have, in the order start-up sweeps it."""
+        found: list[Leftovers] = []
+        if self._hami_core is not None:
+            hami_core = self._hami_core
+            found.append(
+                Leftovers(
+                    lambda: claim_directory_uids(hami_core),
+                    self._remove_hami_core_directory,
+                    lambda _record: True,
+                )
+            )
+        if self._sharing is not None:
+            found.append(
+                Leftovers(self._sharing.mps.claim_uids, self._stop_daemon, lambda record: record.mps)
+            )
+        return tuple(found)
+
+    async def mps_daemon_gone(self, record: ClaimRecord) -> bool:
+        """Whether the claim should have an MPS daemon and has none (the agent's container was
+        restarted, and the daemon with it)."""
+        if self._sharing is None or not record.mps:
+            return False
+        return not await self._sharing.mps.is_running(record.claim.uid)
+
+    async def _remove_hami_core_directory(self, claim_uid: str) -> None:
+        assert self._hami_core is not None
+        await asyncio.to_thread(remove_claim_directory, self._hami_core, claim_uid)
+
+    async def _stop_daemon(self, claim_uid: str) -> None:
+        assert self._sharing is not None
+        log.info("stopping an MPS daemon no prepared claim owns", claim_uid=claim_uid)
+        await self._sharing.mps.stop(claim_uid)
+
+
+def _placement(instance: MigInstanceRecord) -> Placement:
+    return Placement(instance.placement_start, instance.placement_size)

@@ -1,0 +1,63 @@
+"""The claim engine on a simulated node, wired as the node agent wires it, for in-process tests.
+
+One place builds `ClaimEngine` for every test, so a change to its wiring is made once. Each test
+says only what its node has beyond the default (a node of four T4s, records and CDI specs under
+`root`, no dynamic MIG, no sharing controls, no HAMi-core): a different simulated profile or node
+configuration, a ready-made inventory, MIG hardware, sharing controls, HAMi-core, a group committer.
+"""
+
+from pathlib import Path
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.claims.cdi_files import CdiSpecDirectory
+from dra_driver.claims.engine import ClaimEngine, SharingControls
+from dra_driver.claims.gpu_edits import SimulatedEdits
+from dra_driver.claims.record_store import ClaimRecordStore
+from dra_driver.claims.source import ClaimSource
+from dra_driver.claims.vgpu_edits import HamiCore
+from dra_driver.devices.inventory import Inventory, node_inventory
+from dra_driver.devices.node_config import NodeConfig
+from dra_driver.group_commit import GroupCommitter
+from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.hardware.simulated_nodes import resolve_node_spec
+from tests.support.nodes import simulated_node
+
+POOL = "node-a"
+PLAIN = NodeConfig()  # every GPU offered as it is
+
+
+def simulated_hardware(root: Path, profile: str, pool: str = POOL) -> SimulatedBackend:
+    """The simulated GPUs of `profile` (a profile name or a node file), their MIG instances kept
+    in `root` as a real GPU keeps them across agent restarts: two engines built on one root see
+    the same instances, as two agents on one node do."""
+    return SimulatedBackend(pool, resolve_node_spec(profile), root / "hardware.json")
+
+
+def simulated_engine(
+    root: Path,
+    claims: ClaimSource,
+    profile: str = "t4x4",
+    config: NodeConfig = PLAIN,
+    *,
+    pool: str = POOL,
+    inventory: Inventory | None = None,
+    hardware: SimulatedBackend | None = None,
+    sharing: SharingControls | None = None,
+    hami_core: HamiCore | None = None,
+    committer: GroupCommitter | None = None,
+) -> ClaimEngine:
+    """An engine whose records are in `root`/state and CDI specs in `root`/cdi, so two engines
+    on one root stand for two agents sharing a node's state directory. `inventory`: the devices
+    offered when they do not come from `profile` and `config` (the e2e node's, say)."""
+    return ClaimEngine(
+        driver_name=DEFAULT_DRIVER_NAME,
+        pool_name=pool,
+        inventory=inventory or node_inventory(simulated_node(profile), config),
+        edits=SimulatedEdits(),
+        claim_source=claims,
+        records=ClaimRecordStore(root / "state", committer),
+        cdi_specs=CdiSpecDirectory(root / "cdi", DEFAULT_DRIVER_NAME),
+        hardware=hardware,
+        sharing=sharing,
+        hami_core=hami_core,
+    )
