@@ -12,17 +12,14 @@ GPU whose lesser XIDs it does not tolerate: a GPU with that many faults is rare,
 taint decides anyway).
 """
 
-from collections.abc import Mapping
 from dataclasses import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device, Taint
-from dra_driver.devices.slices import SliceLayout
+from dra_driver.devices.slices import MAX_TAINTS_PER_DEVICE, SliceLayout
 from dra_driver.health.tracker import GpuCondition, HealthState
 from dra_driver.health.xid import taint_effect
 from dra_driver.k8s_names import driver_name_problem
-
-MAX_TAINTS_PER_DEVICE: Mapping[SliceLayout, int] = {"1.34": 4, "1.35": 16}
 
 
 def xid_taint_key(driver_name: str) -> str:
