@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 
 def _node(args: argparse.Namespace) -> int:
+    from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.logging import configure_logging  # noqa: PLC0415 - keep `--help` fast
-    from dra_driver.node import SetupError, StartupError, run_node  # noqa: PLC0415
+    from dra_driver.node import run_node  # noqa: PLC0415
 
     settings = node_settings(args, stderr_is_terminal=sys.stderr.isatty())
     configure_logging(settings.log_format, settings.verbosity)
@@ -44,9 +45,10 @@ def _node(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.devices.slices import SlicePlanError, layout_for  # noqa: PLC0415
     from dra_driver.inspect import inventory_table, slices_yaml  # noqa: PLC0415
-    from dra_driver.node import SetupError, StartupError, discover_inventory  # noqa: PLC0415
+    from dra_driver.node import discover_inventory  # noqa: PLC0415
 
     settings = inventory_settings(args)
 
@@ -69,8 +71,9 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _cleanup(args: argparse.Namespace) -> int:
+    from dra_driver.agent.errors import StartupError  # noqa: PLC0415
+    from dra_driver.agent.kube_client import kubernetes_api_client  # noqa: PLC0415
     from dra_driver.kubeconfig import KubeconfigError, read_kubeconfig  # noqa: PLC0415
-    from dra_driver.node import StartupError, kubernetes_api_client  # noqa: PLC0415
     from dra_driver.publish.cleanup import every_node_slice_api, refusal, remove_node_slices  # noqa: PLC0415
     from dra_driver.publish.dry_run import print_writes  # noqa: PLC0415
     from dra_driver.publish.slice_api import ApiCallError, SliceApi  # noqa: PLC0415
@@ -201,9 +204,9 @@ def _given_socket(flag: str, value: str | None) -> Path | None:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.demo import claim_choice, demo_claims, run_demo  # noqa: PLC0415
     from dra_driver.logging import configure_logging  # noqa: PLC0415
-    from dra_driver.node import SetupError, StartupError  # noqa: PLC0415
 
     hardware = str(parse_hardware(args.hardware))
     try:
