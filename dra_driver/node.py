@@ -29,7 +29,7 @@ from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.config_reports import PostEvent, ProblemReporter
 from dra_driver.devices.config_files import ConfigChoice
-from dra_driver.devices.inventory import Inventory, node_inventory
+from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfigError, load_node_config
 from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
@@ -125,11 +125,10 @@ class NodeAgent:
         metrics = metrics or AgentMetrics()
         readiness = readiness or Readiness()
         cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
-        platform = await open_platform(settings, cdi_specs, on_driver_wait)
         choice = initial_config(settings)
+        platform = await open_platform(settings, cdi_specs, on_driver_wait)
         first = replan(choice, platform.gpus, None, frozenset(), frozenset())
-        pool = NodePool(settings, first.plans, track_offers=settings.node_configs is None)
-        inventory = pool.inventory
+        inventory = build_inventory(first.plans)
         log.info(
             "hardware discovered",
             hardware=platform.hardware.description,
@@ -139,7 +138,14 @@ class NodeAgent:
         for note in inventory.notes:
             log.warning("device left out", note=note)
         engine, server = await _serve_claims(settings, platform, cdi_specs, claim_source, metrics, inventory)
-        pool.connect(engine, server.health.update, metrics)
+        pool = NodePool(
+            settings,
+            inventory,
+            engine,
+            server.health.update,
+            metrics,
+            track_offers=settings.node_configs is None,
+        )
         reporter = ProblemReporter(
             settings.node_name, metrics, None if slice_api is None else _event_poster(slice_api)
         )

@@ -44,27 +44,33 @@ class NodePool:
     def __init__(
         self,
         settings: NodeSettings,
-        plans: Sequence[GpuPlan],
+        inventory: Inventory,
+        engine: ClaimEngine,
+        health_out: Callable[[NodeHealth], None],
+        metrics: AgentMetrics,
         *,
         track_offers: bool,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """`track_offers`: remember the plan each GPU was offered under from the start (False:
-        named configs, whose first plan is not the node's)."""
+        """`inventory`: what the engine was built with, as the node is at start (no fault seen,
+        nothing known of the server yet). `health_out`: the kubelet health stream, which gets
+        device health as it is at start right away. `track_offers`: remember the plan each GPU
+        was offered under from the start (False: named configs, whose first plan is not the node's)."""
         self._settings = settings
-        self._engine: ClaimEngine | None = None
-        self._health_out: Callable[[NodeHealth], None] = lambda _: None
-        self._metrics = AgentMetrics()
-        self._plans = tuple(plans)
+        self._engine = engine
+        self._health_out = health_out
+        self._metrics = metrics
+        self._plans = inventory.plans
         self._health = HealthState(started_at=clock())
         self._capabilities = ApiCapabilities()
-        self.pool = desired_pool(self._plans, self._capabilities, self._health, settings.driver_name)
+        self.pool = DesiredPool(inventory, inventory)
         # The plan each GPU was last offered under (by UUID): what its prepared claims expect. None
         # until this process offers something: claims of an earlier run cannot be told apart.
         self.offered: dict[str, GpuPlan] | None = None
         if track_offers:
-            self._offer(self.pool.offered.plans)
+            self._offer(inventory.plans)
         self.publisher: ResourceSliceController | None = None
+        self._send_health()
 
     @property
     def inventory(self) -> Inventory:
@@ -74,16 +80,6 @@ class NodePool:
     @property
     def unsupported(self) -> frozenset[ApiFeature]:
         return self._capabilities.unsupported
-
-    def connect(
-        self, engine: ClaimEngine, health_out: Callable[[NodeHealth], None], metrics: AgentMetrics
-    ) -> None:
-        """Where the pool goes from now on: the engine (built from `inventory`), the kubelet
-        health stream and the metrics; they get device health as it is at start."""
-        self._engine = engine
-        self._health_out = health_out
-        self._metrics = metrics
-        self._send_health()
 
     def use_plans(self, plans: Sequence[GpuPlan]) -> None:
         self._plans = tuple(plans)
@@ -107,8 +103,7 @@ class NodePool:
                 for note in pool.notes:
                     log.warning("GPU offered differently: the API server lacks a feature", note=note)
             self._offer(pool.offered.plans)
-            if self._engine is not None:
-                self._engine.use_inventory(pool.offered)
+            self._engine.use_inventory(pool.offered)
             for note in pool.offered.notes:
                 log.warning("device left out", note=note)
         else:  # the same plans: the engine keeps the inventory it has
