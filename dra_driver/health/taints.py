@@ -5,10 +5,11 @@ back to exactly what the hardware gave (NVIDIA's driver never removes its taints
 
 Each device of a faulty GPU gets one taint per XID that counted, `<driver>/xid=<n>` with the
 effect of the XID's class, worst first, so that a claim can tolerate one XID without tolerating
-every fault, and a lost GPU gets `<driver>/gpu-lost=true` NoExecute ahead of them. The API caps the
-taints of a device (16 since Kubernetes 1.35, 4 in 1.34); beyond that the least severe are left
-out, so the worst effect always stands (a claim that tolerates every taint shown may then land on a
-GPU whose lesser XIDs it does not tolerate: a GPU with that many faults is rare, and its worst
+every fault, and a lost GPU gets `<driver>/gpu-lost=true` NoExecute ahead of them. The API caps
+the taints of a device (`devices.slices.MAX_TAINTS_PER_DEVICE`: 16 since Kubernetes 1.35, 4 in
+1.34; the slice plan enforces it too); beyond that the least severe are left out, so the worst
+effect always stands (a claim that tolerates every taint shown may then land on a GPU whose
+lesser XIDs it does not tolerate: a GPU with that many faults is rare, and its worst
 taint decides anyway).
 """
 

@@ -134,7 +134,7 @@ class ResourceSliceController:
 
     @property
     def inventory(self) -> Inventory:
-        """What is being published (after any fallback)."""
+        """What is being published: the last inventory set."""
         return self._inventory
 
     @property
