@@ -9,9 +9,9 @@ from dra_driver.settings import parse_hardware
 
 
 def run(args: argparse.Namespace) -> int:
+    from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.demo import claim_choice, demo_claims, run_demo  # noqa: PLC0415
     from dra_driver.logging import configure_logging  # noqa: PLC0415
-    from dra_driver.node import SetupError, StartupError  # noqa: PLC0415
 
     hardware = str(parse_hardware(args.hardware))
     try:

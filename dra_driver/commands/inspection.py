@@ -14,9 +14,10 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.devices.slices import SlicePlanError, layout_for  # noqa: PLC0415
     from dra_driver.inspect import inventory_table, slices_yaml  # noqa: PLC0415
-    from dra_driver.node import SetupError, StartupError, discover_inventory  # noqa: PLC0415
+    from dra_driver.node import discover_inventory  # noqa: PLC0415
 
     settings = inventory_settings(args)
 

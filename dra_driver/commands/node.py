@@ -9,8 +9,9 @@ from dra_driver.settings import node_settings
 
 
 def run(args: argparse.Namespace) -> int:
+    from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.logging import configure_logging  # noqa: PLC0415 - keep `--help` fast
-    from dra_driver.node import SetupError, StartupError, run_node  # noqa: PLC0415
+    from dra_driver.node import run_node  # noqa: PLC0415
 
     settings = node_settings(args, stderr_is_terminal=sys.stderr.isatty())
     configure_logging(settings.log_format, settings.verbosity)

@@ -7,10 +7,13 @@ re-splits what it is given, so the plan has to be right for the cluster's versio
   of them consumes counters or has taints, else <= 128; <= 2 counter consumptions per device.
 - Kubernetes 1.34: devices consume counter sets of their own slice, <= 32 counters per slice in
   all, <= 1024 consumed counters per slice; so each GPU with counters gets a slice of its own.
+- Taints per device: <= 16 since 1.35, <= 4 in 1.34. Whoever added the taints, the plan keeps
+  the first ones (the worst, as `health.taints` orders them), so no path can send a server more
+  than it stores.
 """
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from dra_driver.devices.inventory import Inventory
@@ -27,6 +30,7 @@ MAX_CONSUMPTIONS_PER_DEVICE = 2
 V134_MAX_COUNTERS_PER_SLICE = 32
 V134_MAX_CONSUMED_COUNTERS_PER_DEVICE = 32
 V134_MAX_CONSUMED_COUNTERS_PER_SLICE = 1024
+MAX_TAINTS_PER_DEVICE: Mapping[SliceLayout, int] = {"1.34": 4, "1.35": 16}
 
 
 class SlicePlanError(ValueError):
@@ -134,6 +138,11 @@ def _plan_v134(inventory: Inventory) -> list[PlannedSlice]:
     return [PlannedSlice(devices=chunk) for chunk in _device_chunks(plain)] + slices
 
 
+def _within_taint_limit(device: Device, layout: SliceLayout) -> Device:
+    limit = MAX_TAINTS_PER_DEVICE[layout]
+    return device if len(device.taints) <= limit else replace(device, taints=device.taints[:limit])
+
+
 def plan_slices(inventory: Inventory, layout: SliceLayout) -> tuple[PlannedSlice, ...]:
     """Devices in name order, cut into slices; always at least one (possibly empty) slice, so the
     pool exists even on a node that offers nothing."""
@@ -141,6 +150,9 @@ def plan_slices(inventory: Inventory, layout: SliceLayout) -> tuple[PlannedSlice
         _check_device(device, layout)
     for counter_set in inventory.counter_sets:
         _check_counter_set(counter_set)
+    if any(len(device.taints) > MAX_TAINTS_PER_DEVICE[layout] for device in inventory.devices):
+        devices = tuple(_within_taint_limit(device, layout) for device in inventory.devices)
+        inventory = replace(inventory, devices=devices, device_by_name={d.name: d for d in devices})
     slices = _plan_separate_counters(inventory) if layout == "1.35" else _plan_v134(inventory)
     return tuple(slices) or (PlannedSlice(),)
 

@@ -5,24 +5,22 @@ back to exactly what the hardware gave (NVIDIA's driver never removes its taints
 
 Each device of a faulty GPU gets one taint per XID that counted, `<driver>/xid=<n>` with the
 effect of the XID's class, worst first, so that a claim can tolerate one XID without tolerating
-every fault, and a lost GPU gets `<driver>/gpu-lost=true` NoExecute ahead of them. The API caps the
-taints of a device (16 since Kubernetes 1.35, 4 in 1.34); beyond that the least severe are left
-out, so the worst effect always stands (a claim that tolerates every taint shown may then land on a
-GPU whose lesser XIDs it does not tolerate: a GPU with that many faults is rare, and its worst
+every fault, and a lost GPU gets `<driver>/gpu-lost=true` NoExecute ahead of them. The API caps
+the taints of a device (`devices.slices.MAX_TAINTS_PER_DEVICE`: 16 since Kubernetes 1.35, 4 in
+1.34; the slice plan enforces it too); beyond that the least severe are left out, so the worst
+effect always stands (a claim that tolerates every taint shown may then land on a GPU whose
+lesser XIDs it does not tolerate: a GPU with that many faults is rare, and its worst
 taint decides anyway).
 """
 
-from collections.abc import Mapping
 from dataclasses import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device, Taint
-from dra_driver.devices.slices import SliceLayout
+from dra_driver.devices.slices import MAX_TAINTS_PER_DEVICE, SliceLayout
 from dra_driver.health.tracker import GpuCondition, HealthState
 from dra_driver.health.xid import taint_effect
 from dra_driver.k8s_names import driver_name_problem
-
-MAX_TAINTS_PER_DEVICE: Mapping[SliceLayout, int] = {"1.34": 4, "1.35": 16}
 
 
 def xid_taint_key(driver_name: str) -> str:

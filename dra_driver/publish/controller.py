@@ -10,6 +10,11 @@ the difference. Syncs run from a rate-limited work queue:
 - with per-key exponential backoff after a failure. A failure that leaves the outcome unknown
   (no answer, 5xx, conflict) makes the next sync list again before writing, so a create that
   did land is never made twice.
+
+What the slices should say is not decided here (`publish.desired`): the controller reports what
+it learns about the server (its layout, the fields it drops) to `on_capabilities`, as upstream's
+controller reports through its error handler, and the owner of the pool answers, if at all,
+with `set_inventory`.
 """
 
 import asyncio
@@ -30,6 +35,7 @@ from dra_driver.publish.capabilities import (
     server_kubernetes_version,
     unexplained,
 )
+from dra_driver.publish.desired import ApiCapabilities
 from dra_driver.publish.diff import (
     Adopted,
     Create,
@@ -51,8 +57,8 @@ DEFAULT_SYNC_DELAY_SECONDS = 5.0
 WATCH_RETRY_FIRST_SECONDS = 0.1
 WATCH_RETRY_MAX_SECONDS = 30.0
 
-# Given the gates the server lacks, the inventory to publish instead (None: nothing changes).
-FallBack = Callable[[frozenset[ApiFeature]], Inventory | None]
+# Told what the server was found to store: once its version is read, and for each newly dropped feature.
+CapabilityReport = Callable[[ApiCapabilities], None]
 
 
 class OutdatedList(Exception):
@@ -88,7 +94,7 @@ class ResourceSliceController:
         inventory: Inventory,
         *,
         sync_delay: float = DEFAULT_SYNC_DELAY_SECONDS,
-        fall_back: FallBack | None = None,
+        on_capabilities: CapabilityReport | None = None,
         metrics: PublishMetrics | None = None,
         dry_run: Callable[[tuple[Write, ...]], None] | None = None,
         queue: WorkQueue[str] | None = None,
@@ -98,7 +104,7 @@ class ResourceSliceController:
         self._node_name = node_name
         self._inventory = inventory
         self._sync_delay = sync_delay
-        self._fall_back = fall_back
+        self._on_capabilities = on_capabilities
         self._metrics = metrics or PublishMetrics()
         self._dry_run = dry_run
         self._queue: WorkQueue[str] = queue or WorkQueue()
@@ -128,8 +134,12 @@ class ResourceSliceController:
 
     @property
     def inventory(self) -> Inventory:
-        """What is being published (after any fallback)."""
+        """What is being published: the last inventory set."""
         return self._inventory
+
+    @property
+    def capabilities(self) -> ApiCapabilities:
+        return ApiCapabilities(self.status.layout, self.status.unsupported)
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Publishes a changed inventory (hardware, health or configuration) right away."""
@@ -298,6 +308,7 @@ class ResourceSliceController:
             log.info(
                 "API server version read", kubernetes=f"{version[0]}.{version[1]}", layout=self.status.layout
             )
+            self._report_capabilities()
         return self.status.layout
 
     async def _node_owner(self) -> NodeOwner:
@@ -365,11 +376,13 @@ class ResourceSliceController:
         task = asyncio.get_running_loop().create_task(self._event(message))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-        if new_features and self._fall_back is not None:
-            replacement = self._fall_back(self.status.unsupported)
-            if replacement is not None:
-                self._inventory = replacement
-                self._queue.add(self.key)
+        if new_features:
+            self._report_capabilities()
+
+    def _report_capabilities(self) -> None:
+        """Synchronous, so an inventory set in answer is the one the running sync plans."""
+        if self._on_capabilities is not None:
+            self._on_capabilities(self.capabilities)
 
     async def _event(self, message: str) -> None:
         try:

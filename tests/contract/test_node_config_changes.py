@@ -6,6 +6,7 @@ while the agent serves on, and a GPU whose plan changes while a claim uses it wa
 import asyncio
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate
 from tests.support.node_configs import kinds_by_gpu, write_configmap
 from tests.support.nodes import simulated_node
-from tests.support.publishing import json_request, published_specs
+from tests.support.publishing import add_node, json_request, published_specs
 from tests.support.waiting import wait_until
 
 LABEL = "dra-driver.dev/config"
@@ -251,6 +252,55 @@ def test_a_faulty_gpu_keeps_its_taints_when_the_config_changes(
 def tainted(server: ApiServer) -> set[str]:
     return {
         device["name"]
+        for spec in published_specs(server)
+        for device in spec.get("devices") or []
+        if device.get("taints")
+    }
+
+
+# Six XIDs that each count (fatal or degraded): more than Kubernetes 1.34 allows on one device.
+MANY_XIDS = ("46", "48", "62", "79", "64", "74")
+
+
+def test_a_fallback_on_kubernetes_1_34_keeps_a_faulty_gpu_within_its_four_taints(
+    agent_dirs: AgentDirs, short_dir: Path, configs: Path
+) -> None:
+    """The server drops consumable capacity (the gate is off) only once the label asks for shared
+    L4s; the re-planned inventory must still be tainted for 1.34, not for 1.35."""
+    server = ApiServer("1.34", disabled_features={"DRAConsumableCapacity"}).start()
+    try:
+        add_node(server)
+        kubeconfig = server.write_kubeconfig(short_dir / "kubeconfig-1.34")
+        write_configmap(configs, {"default.yaml": "default: {mode: auto}\n", "l4.yaml": SHARED_L4})
+        agent = start(agent_dirs, kubeconfig, configs)
+        try:
+            publishes(server, AUTO)
+            for xid in MANY_XIDS:
+                fault = ("simulate-fault", "--state-dir", str(agent_dirs.state_dir), "--gpu", "6")
+                subprocess.run(
+                    [sys.executable, "-m", "dra_driver", *fault, "--xid", xid],
+                    check=True,
+                    capture_output=True,
+                    timeout=30,
+                )
+            wait_until(lambda: agent.log_events().count("device health changed") == len(MANY_XIDS))
+            wait_until(lambda: taint_counts(server) == {"gpu-6": 4})
+            set_label(server, "l4")
+            agent.wait_for_log("GPU offered differently: the API server lacks a feature", CHANGE_SECONDS)
+            time.sleep(2)  # the re-planned inventory is written at once
+            counts = taint_counts(server)
+            assert counts and set(counts.values()) == {4}, counts
+            assert "resourceslice sync failed; retrying" not in agent.log_events()
+            assert agent.process.poll() is None
+        finally:
+            assert agent.terminate() == 0
+    finally:
+        server.stop()
+
+
+def taint_counts(server: ApiServer) -> dict[str, int]:
+    return {
+        device["name"]: len(device["taints"])
         for spec in published_specs(server)
         for device in spec.get("devices") or []
         if device.get("taints")

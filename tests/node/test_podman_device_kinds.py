@@ -22,9 +22,9 @@ import pytest
 from kubernetes import client, config
 
 from dra_driver import kubelet_client, podman
+from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
 from dra_driver.hardware.simulated_nodes import mig_instance_uuid, resolve_node_spec, simulated_gpus
 from dra_driver.kubelet_client import ClaimArg, DraApi
-from dra_driver.node import SIMULATED_HARDWARE_STATE
 from tests.support import podman_tier
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer

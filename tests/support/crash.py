@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
 from dra_driver.claims.cdi import claim_spec_file_name
-from dra_driver.node import SIMULATED_HARDWARE_STATE
 from tests.support.agent import AgentDirs
 
 # A MIG instance as both sides name it: GPU UUID, profile id, placement start and size. The GPU

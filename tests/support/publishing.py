@@ -18,6 +18,7 @@ from dra_driver.kube_api import Configuration, KubeClient
 from dra_driver.metrics import PublishMetrics
 from dra_driver.publish.capabilities import ApiFeature, fall_back
 from dra_driver.publish.controller import ResourceSliceController
+from dra_driver.publish.desired import ApiCapabilities
 from dra_driver.publish.diff import Write
 from dra_driver.publish.slice_api import SliceApi
 from tests.support.agent import NODE_NAME
@@ -127,6 +128,20 @@ def falling_back(inventory: Inventory) -> Callable[[frozenset[ApiFeature]], Inve
     return replan
 
 
+def replanning(
+    inventory: Inventory, controller: Callable[[], ResourceSliceController]
+) -> Callable[[ApiCapabilities], None]:
+    """The controller's report handler, answering as the node agent does: `falling_back`'s
+    inventory, set on the controller."""
+    replan = falling_back(inventory)
+
+    def on_capabilities(capabilities: ApiCapabilities) -> None:
+        if (replacement := replan(capabilities.unsupported)) is not None:
+            controller().set_inventory(replacement)
+
+    return on_capabilities
+
+
 @asynccontextmanager
 async def publishing(
     server: ApiServer,
@@ -139,13 +154,19 @@ async def publishing(
     kube_client = KubeClient(Configuration(host=server.url))
     metrics = PublishMetrics()
     dry_runs: list[tuple[Write, ...]] = []
+    controller: ResourceSliceController | None = None
+
+    def built() -> ResourceSliceController:
+        assert controller is not None
+        return controller
+
     controller = ResourceSliceController(
         SliceApi(kube_client, DRIVER, NODE_NAME),
         DRIVER,
         NODE_NAME,
         inventory,
         sync_delay=sync_delay,
-        fall_back=falling_back(inventory) if with_fall_back else None,
+        on_capabilities=replanning(inventory, built) if with_fall_back else None,
         metrics=metrics,
         dry_run=dry_runs.append if dry_run else None,
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.node import environment_proxy, kubernetes_api_client
+from dra_driver.agent.kube_client import environment_proxy, kubernetes_api_client
 from tests.support.apiserver import ApiServer
 
 

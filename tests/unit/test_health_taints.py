@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Taint
-from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
+from dra_driver.devices.slices import MAX_TAINTS_PER_DEVICE, SliceLayout, plan_slices, slices_to_api
 from dra_driver.hardware.events import GpuLost, XidEvent
-from dra_driver.health.taints import MAX_TAINTS_PER_DEVICE, lost_taint_key, tainted_inventory, xid_taint_key
+from dra_driver.health.taints import lost_taint_key, tainted_inventory, xid_taint_key
 from dra_driver.health.tracker import HealthState, apply, settle
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidClass
 from tests.support.nodes import all_profiles, inventory_for, mode_configs, simulated_node

@@ -125,7 +125,7 @@ def test_the_client_loads_lean_and_the_rest_of_it_on_demand(program: str) -> Non
 NODE_CLIENTS = """
 import asyncio, base64, os, sys
 from pathlib import Path
-from dra_driver.node import kubernetes_api_client
+from dra_driver.agent.kube_client import kubernetes_api_client
 from kubernetes.aio.config import incluster_config
 
 directory, ca = Path(sys.argv[1]), Path(sys.argv[2])

@@ -21,6 +21,8 @@ import yaml
 from aiohttp import web
 from kubernetes.aio.config.kube_config import load_kube_config as client_load_kube_config
 
+from dra_driver.agent.errors import StartupError
+from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.kube_api import Configuration, KubeClient, call, get
 from dra_driver.kubeconfig import (
     KubeconfigError,
@@ -30,7 +32,6 @@ from dra_driver.kubeconfig import (
     parse_kubeconfig,
     read_kubeconfig,
 )
-from dra_driver.node import StartupError, kubernetes_api_client
 
 SERVER = "https://apiserver.example:6443"
 HERE = Path("/etc/kube")

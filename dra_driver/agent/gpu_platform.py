@@ -1,0 +1,196 @@
+"""Real or simulated GPUs, decided once: everything that differs between the two, opened at start.
+
+The rest of the agent takes a `Platform` and never asks which kind it has. A real node loads
+NVML from the driver root (waiting for the driver to appear), finds the driver's files for the
+node-wide CDI spec, sets time slices with nvidia-smi and runs MPS with the driver's control
+program, and hears of XIDs through NVML events. A simulated node has none of that: its stand-ins
+keep state in files, and its faults come from `dra-driver simulate-fault` through an inbox.
+"""
+
+import asyncio
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+
+from dra_driver.agent.errors import SetupError, StartupError
+from dra_driver.claims import cdi
+from dra_driver.claims.cdi_files import CdiSpecDirectory
+from dra_driver.claims.driver_root import (
+    DriverDiscovery,
+    common_edits,
+    control_device_nodes,
+    device_root,
+    discover_driver,
+)
+from dra_driver.claims.engine import SharingControls
+from dra_driver.claims.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
+from dra_driver.claims.mps import NvidiaMps, SimulatedMps
+from dra_driver.hardware.backend import HardwareBackend
+from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
+from dra_driver.hardware.model import Gpu, HardwareError
+from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
+from dra_driver.health.simulated_faults import apply_pending_faults, open_inbox
+from dra_driver.settings import InventorySettings, NodeSettings
+
+log = structlog.get_logger("dra_driver.node")
+
+# How often injected faults and simulated XIDs are picked up.
+HEALTH_POLL_SECONDS = 0.5
+# Where the simulated backend keeps its MIG instances, so they outlive a restart of the agent
+# as they would on a real GPU.
+SIMULATED_HARDWARE_STATE = "simulated-hardware.json"
+
+Background = Callable[[], Coroutine[Any, Any, None]]
+_Backend = TypeVar("_Backend", bound=HardwareBackend)
+
+
+@dataclass(frozen=True)
+class Platform:
+    hardware: HardwareBackend
+    # Every GPU found at start, offered or not: what node configs are planned against.
+    gpus: tuple[Gpu, ...]
+    edits: DeviceEdits
+    sharing: SharingControls
+    health_source: HealthEventSource
+    # CDI devices every prepared device also gets (the node-wide spec, already written).
+    common_cdi_ids: tuple[str, ...] = ()
+    # Work that runs as long as the agent (a simulated node's fault inbox).
+    background: tuple[tuple[str, Background], ...] = ()
+
+    async def close(self) -> None:
+        await self.hardware.close()
+
+
+def _nvml_hardware(settings: InventorySettings) -> HardwareBackend:
+    from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
+
+    return NvmlBackend(settings.sysfs_root / "bus" / "pci" / "devices", settings.driver_root)
+
+
+def _simulated_hardware(settings: InventorySettings, state_dir: Path | None) -> SimulatedBackend:
+    from dra_driver.hardware.simulated_nodes import resolve_node_spec  # noqa: PLC0415
+
+    state_file = state_dir / SIMULATED_HARDWARE_STATE if state_dir is not None else None
+    return SimulatedBackend(settings.node_name, resolve_node_spec(settings.hardware.source), state_file)
+
+
+async def _discover(
+    settings: InventorySettings, opened: Callable[[], _Backend]
+) -> tuple[_Backend, tuple[Gpu, ...]]:
+    try:
+        hardware = opened()
+        return hardware, tuple(await hardware.discover())
+    except HardwareError as error:
+        # A simulated node is the operator's description; real GPUs failing are a run-time matter.
+        failure = SetupError if settings.hardware.kind == "simulated" else StartupError
+        raise failure(f"--hardware {settings.hardware}: {error}") from error
+
+
+async def discover_gpus(
+    settings: InventorySettings, state_dir: Path | None = None
+) -> tuple[HardwareBackend, tuple[Gpu, ...]]:
+    """The hardware, opened, and its GPUs as they are at start (for `inspect`: nothing else)."""
+    if settings.hardware.kind == "nvml":
+        return await _discover(settings, lambda: _nvml_hardware(settings))
+    return await _discover(settings, lambda: _simulated_hardware(settings, state_dir))
+
+
+async def open_platform(
+    settings: NodeSettings, cdi_specs: CdiSpecDirectory, on_driver_wait: Callable[[], object] | None = None
+) -> Platform:
+    """`on_driver_wait`: called once if the NVIDIA library is not there yet, before waiting for
+    it (to serve the probes meanwhile: waiting is not a failure)."""
+    if settings.hardware.kind == "nvml":
+        await _wait_for_driver(settings.driver_root, on_driver_wait)
+        hardware, gpus = await _discover(settings.inventory, lambda: _nvml_hardware(settings.inventory))
+        opening = _real(settings, hardware, gpus, cdi_specs)
+    else:
+        simulated, gpus = await _discover(
+            settings.inventory, lambda: _simulated_hardware(settings.inventory, settings.state_dir)
+        )
+        hardware, opening = simulated, _simulated(settings, simulated, gpus)
+    try:
+        return await opening
+    except BaseException:
+        await hardware.close()
+        raise
+
+
+async def _wait_for_driver(driver_root: Path, on_driver_wait: Callable[[], object] | None) -> None:
+    from dra_driver.hardware.nvml_library import NvmlLibraryNotFound, load_nvml_library  # noqa: PLC0415
+    from dra_driver.hardware.nvml_wait import wait_for_nvml_library  # noqa: PLC0415
+
+    try:
+        await asyncio.to_thread(load_nvml_library, driver_root)
+    except NvmlLibraryNotFound:
+        if on_driver_wait is not None:
+            on_driver_wait()
+        await wait_for_nvml_library(driver_root)
+
+
+async def _real(
+    settings: NodeSettings, hardware: HardwareBackend, gpus: tuple[Gpu, ...], cdi_specs: CdiSpecDirectory
+) -> Platform:
+    from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
+
+    try:
+        discovery = await asyncio.to_thread(_driver_files, settings.driver_root, gpus)
+        await asyncio.to_thread(_write_node_spec, settings, discovery, cdi_specs)
+        sharing = SharingControls(NvidiaSmiTimeSlicer(discovery), NvidiaMps(discovery, settings.mps_dir))
+    except HardwareError as error:  # a driver program missing from the driver root
+        raise StartupError(f"--driver-root {settings.driver_root}: {error}") from error
+    except (OSError, ValueError) as error:
+        raise StartupError(f"cannot write the node's CDI spec in {settings.cdi_dir}: {error}") from error
+    return Platform(
+        hardware=hardware,
+        gpus=gpus,
+        edits=NvmlEdits(
+            proc_root=settings.proc_root,
+            dev_root=device_root(settings.driver_root, settings.host_root).host,
+        ),
+        sharing=sharing,
+        health_source=NvmlEvents(known_gpus={gpu.index: gpu.uuid for gpu in gpus}),
+        common_cdi_ids=(cdi.common_device_id(settings.driver_name),),
+    )
+
+
+def _driver_files(driver_root: Path, gpus: Sequence[Gpu]) -> DriverDiscovery:
+    version = gpus[0].driver_version if gpus and gpus[0].driver_version else "unknown"
+    discovery = discover_driver(driver_root, version)
+    for missing in discovery.missing:
+        log.warning("driver file not found under the driver root", file=missing, root=str(driver_root))
+    return discovery
+
+
+def _write_node_spec(settings: NodeSettings, discovery: DriverDiscovery, cdi_specs: CdiSpecDirectory) -> None:
+    """The node-wide CDI spec: control device nodes, driver libraries and tools found under the
+    driver root, named as the host has them (the runtime resolves them there). Its device ID goes
+    with every prepared device."""
+    nodes = control_device_nodes(device_root(settings.driver_root, settings.host_root))
+    cdi_specs.write_node_spec(common_edits(discovery, nodes, settings.host_root))
+
+
+async def _simulated(settings: NodeSettings, hardware: SimulatedBackend, gpus: tuple[Gpu, ...]) -> Platform:
+    by_index = {str(gpu.index): gpu.uuid for gpu in gpus}
+    # Before the agent says it runs, so that a fault sent once it does is always taken.
+    open_inbox(settings.state_dir, by_index)
+
+    async def take_faults() -> None:
+        while True:
+            await asyncio.to_thread(apply_pending_faults, settings.state_dir, hardware, by_index)
+            await asyncio.sleep(HEALTH_POLL_SECONDS)
+
+    return Platform(
+        hardware=hardware,
+        gpus=gpus,
+        edits=SimulatedEdits(),
+        sharing=SharingControls(
+            SimulatedTimeSlicer(gpu.uuid for gpu in gpus), SimulatedMps(settings.mps_dir)
+        ),
+        health_source=SimulatedEvents(hardware, HEALTH_POLL_SECONDS),
+        background=(("fault-inbox", take_faults),),
+    )
