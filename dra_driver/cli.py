@@ -6,7 +6,7 @@ import sys
 
 from dra_driver import __version__
 from dra_driver.commands import cleanup, demo, faults, inspection, kubelet, manifests, node, validate
-from dra_driver.settings import SettingsError
+from dra_driver.config.settings import SettingsError
 
 
 def build_parser() -> argparse.ArgumentParser:

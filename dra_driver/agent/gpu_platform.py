@@ -28,13 +28,13 @@ from dra_driver.claims.driver_root import (
 from dra_driver.claims.engine import SharingControls
 from dra_driver.claims.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
 from dra_driver.claims.mps import NvidiaMps, SimulatedMps
+from dra_driver.config.settings import InventorySettings, NodeSettings
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.model import Gpu, HardwareError
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
 from dra_driver.health.simulated_faults import apply_pending_faults, open_inbox
-from dra_driver.settings import InventorySettings, NodeSettings
 
 log = structlog.get_logger("dra_driver.node")
 

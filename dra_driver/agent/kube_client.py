@@ -4,9 +4,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from dra_driver import kube_api
 from dra_driver.agent.errors import StartupError
-from dra_driver.kubeconfig import load_kubeconfig
+from dra_driver.kube import kube_api
+from dra_driver.kube.kubeconfig import load_kubeconfig
 
 # Concurrent claim GETs share one connection pool; kubelet may prepare many pods at once.
 API_CONNECTION_POOL_SIZE = 32

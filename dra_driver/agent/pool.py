@@ -16,22 +16,22 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from dra_driver.claims.engine import ClaimEngine
+from dra_driver.config.settings import NodeSettings
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.node_config import GpuPlan
 from dra_driver.health.census import device_labels
 from dra_driver.health.model import NodeHealth
 from dra_driver.health.monitor import log_change
 from dra_driver.health.tracker import HealthState, node_health
-from dra_driver.metrics import AgentMetrics
-from dra_driver.observability import Readiness
+from dra_driver.observability.metrics import AgentMetrics
+from dra_driver.observability.server import Readiness
 from dra_driver.publish.capabilities import ApiFeature
 from dra_driver.publish.controller import ResourceSliceController
 from dra_driver.publish.desired import ApiCapabilities, DesiredPool, desired_pool
 from dra_driver.publish.diff import Write
 from dra_driver.publish.dry_run import print_writes
 from dra_driver.publish.slice_api import SliceApi
-from dra_driver.settings import NodeSettings
-from dra_driver.shared_locks import exclusive, open_lock_file, try_exclusive
+from dra_driver.state.shared_locks import exclusive, open_lock_file, try_exclusive
 
 log = structlog.get_logger("dra_driver.node")
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.error_reasons import ErrorReason
-from dra_driver.k8s_names import shown
-from dra_driver.strict_decode import DecodeError, boolean, described, items, mapping, string
+from dra_driver.config.strict_decode import DecodeError, boolean, described, items, mapping, string
+from dra_driver.kube.k8s_names import shown
+from dra_driver.observability.error_reasons import ErrorReason
 
 
 class ClaimRejected(Exception):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
-from dra_driver.error_reasons import ErrorReason
+from dra_driver.observability.error_reasons import ErrorReason
 
 CLAIM_CLASS = "claim"
 NODE_CLASS = "node"

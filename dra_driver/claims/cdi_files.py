@@ -8,7 +8,6 @@ import json
 import os
 from pathlib import Path
 
-from dra_driver import durable_files
 from dra_driver.claims.cdi import (
     SPEC_SUFFIX,
     CdiSpec,
@@ -17,6 +16,7 @@ from dra_driver.claims.cdi import (
     node_spec,
     node_spec_file_name,
 )
+from dra_driver.state import durable_files
 
 
 class CdiSpecDirectory:

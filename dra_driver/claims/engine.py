@@ -34,7 +34,6 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver import failpoints
 from dra_driver.claims import cdi
 from dra_driver.claims.allocation import allocated_devices
 from dra_driver.claims.call_gate import CallGate, GateTicket
@@ -55,8 +54,9 @@ from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
-from dra_driver.metrics import ClaimMetrics
-from dra_driver.shared_locks import ClaimLocks
+from dra_driver.observability.metrics import ClaimMetrics
+from dra_driver.state import failpoints
+from dra_driver.state.shared_locks import ClaimLocks
 
 __all__ = ["ClaimEngine", "PrepareOutcome", "RawClaim", "SharingControls"]
 

@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 from typing import ClassVar
 
-from dra_driver.error_reasons import ErrorReason
-from dra_driver.k8s_names import dns_label_problem, dns_subdomain_problem, uid_problem
+from dra_driver.kube.k8s_names import dns_label_problem, dns_subdomain_problem, uid_problem
+from dra_driver.observability.error_reasons import ErrorReason
 
 
 class InvalidClaimIdentity(ValueError):

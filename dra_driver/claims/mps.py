@@ -29,7 +29,7 @@ from dra_driver.claims.driver_root import DriverDiscovery
 from dra_driver.claims.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.time_slicing import driver_program, run_command
-from dra_driver.k8s_names import uid_problem
+from dra_driver.kube.k8s_names import uid_problem
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
 # The daemon listens on this socket in its pipe directory ("Starting control daemon using socket

@@ -32,9 +32,7 @@ from dra_driver.claims.opaque_sharing import (
     TimeSlicingSettings,
     decode_sharing,
 )
-from dra_driver.devices.model import DeviceType
-from dra_driver.hardware.model import TimeSliceInterval
-from dra_driver.strict_decode import (
+from dra_driver.config.strict_decode import (
     DecodeError,
     boolean,
     byte_quantity,
@@ -46,6 +44,8 @@ from dra_driver.strict_decode import (
     mapping,
     shown,
 )
+from dra_driver.devices.model import DeviceType
+from dra_driver.hardware.model import TimeSliceInterval
 
 # The sharing types are part of this API; they live in opaque_sharing and are named here too.
 __all__ = [

@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dra_driver.hardware.model import TimeSliceInterval
-from dra_driver.strict_decode import (
+from dra_driver.config.strict_decode import (
     DecodeError,
     byte_quantity,
     choice,
@@ -24,6 +23,7 @@ from dra_driver.strict_decode import (
     mapping,
     shown,
 )
+from dra_driver.hardware.model import TimeSliceInterval
 
 SharingStrategy = Literal["TimeSlicing", "MPS"]
 

@@ -21,7 +21,7 @@ from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.claims.reservations import Reservation, ReservationTable, decode_table
-from dra_driver.shared_locks import ClaimLocks, SharedStateLock, StateTurn
+from dra_driver.state.shared_locks import ClaimLocks, SharedStateLock, StateTurn
 
 log = structlog.get_logger("dra_driver.claims")
 

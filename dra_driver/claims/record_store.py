@@ -13,9 +13,9 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver import durable_files
 from dra_driver.claims.records import ClaimRecord, CorruptRecord, record_from_json
-from dra_driver.group_commit import GroupCommitter
+from dra_driver.state import durable_files
+from dra_driver.state.group_commit import GroupCommitter
 
 BOOT_ID_FILE = "boot_id"
 # A temporary record file this old was left by a crash, not by a write still under way.

@@ -22,7 +22,7 @@ from dra_driver.claims.ownership import DeviceOwnership
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.claims.side_effects import ClaimSideEffects
-from dra_driver.shared_locks import ClaimLocks
+from dra_driver.state.shared_locks import ClaimLocks
 
 log = structlog.get_logger("dra_driver.claims")
 

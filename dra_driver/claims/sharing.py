@@ -23,7 +23,7 @@ from dra_driver.claims.opaque_config import MpsSettings, OpaqueConfigError, Shar
 from dra_driver.devices.model import DeviceType
 from dra_driver.devices.naming import natural_key
 from dra_driver.hardware.model import TimeSliceSetting
-from dra_driver.k8s_names import uid_problem
+from dra_driver.kube.k8s_names import uid_problem
 
 # MPS's own default pipe directory: images that hard-code it keep working.
 CONTAINER_PIPE_DIRECTORY = "/tmp/nvidia-mps"

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import structlog
 
-from dra_driver import failpoints
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits
 from dra_driver.claims.claim_plan import PlannedDevice
@@ -33,6 +32,7 @@ from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
 from dra_driver.hardware.time_slicing import TimeSlicer
+from dra_driver.state import failpoints
 
 log = structlog.get_logger("dra_driver.claims")
 

@@ -9,8 +9,8 @@ import aiohttp
 import yaml
 
 from dra_driver.claims.allocation import ClaimRejected
-from dra_driver.k8s_status import status_reason_and_message
-from dra_driver.kube_api import KubeClient, get
+from dra_driver.kube.k8s_status import status_reason_and_message
+from dra_driver.kube.kube_api import KubeClient, get
 
 # Kubelet gives a whole NodePrepareResources call 45 s; one GET must not eat all of it.
 CLAIM_GET_TIMEOUT_SECONDS = 10.0

@@ -47,7 +47,7 @@ from dra_driver.devices.model import Device, quantity
 from dra_driver.devices.node_config import MIB
 from dra_driver.devices.vgpu import ALL_CORES
 from dra_driver.hardware.model import Gpu
-from dra_driver.k8s_names import shown, uid_problem
+from dra_driver.kube.k8s_names import shown, uid_problem
 
 LIBRARY_IN_CONTAINER = "/usr/local/vgpu/libvgpu.so"
 PRELOAD_IN_CONTAINER = "/etc/ld.so.preload"

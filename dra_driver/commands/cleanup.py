@@ -4,14 +4,14 @@ import argparse
 import asyncio
 import sys
 
-from dra_driver.option_table import DRIVER_NAME, NODE_NAME, add_options
-from dra_driver.settings import SettingsError, cleanup_settings
+from dra_driver.config.option_table import DRIVER_NAME, NODE_NAME, add_options
+from dra_driver.config.settings import SettingsError, cleanup_settings
 
 
 def run(args: argparse.Namespace) -> int:
     from dra_driver.agent.errors import StartupError  # noqa: PLC0415
     from dra_driver.agent.kube_client import kubernetes_api_client  # noqa: PLC0415
-    from dra_driver.kubeconfig import KubeconfigError, read_kubeconfig  # noqa: PLC0415
+    from dra_driver.kube.kubeconfig import KubeconfigError, read_kubeconfig  # noqa: PLC0415
     from dra_driver.publish.cleanup import every_node_slice_api, refusal, remove_node_slices  # noqa: PLC0415
     from dra_driver.publish.dry_run import print_writes  # noqa: PLC0415
     from dra_driver.publish.slice_api import ApiCallError, SliceApi  # noqa: PLC0415

@@ -4,14 +4,14 @@ import argparse
 import asyncio
 import sys
 
-from dra_driver.option_table import HARDWARE, add_options
-from dra_driver.settings import parse_hardware
+from dra_driver.config.option_table import HARDWARE, add_options
+from dra_driver.config.settings import parse_hardware
 
 
 def run(args: argparse.Namespace) -> int:
     from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
-    from dra_driver.demo import claim_choice, demo_claims, run_demo  # noqa: PLC0415
-    from dra_driver.logging import configure_logging  # noqa: PLC0415
+    from dra_driver.observability.logs import configure_logging  # noqa: PLC0415
+    from dra_driver.tools.demo import claim_choice, demo_claims, run_demo  # noqa: PLC0415
 
     hardware = str(parse_hardware(args.hardware))
     try:
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    from dra_driver.demo import DEFAULT_CLAIM, DEFAULT_HARDWARE  # noqa: PLC0415
+    from dra_driver.tools.demo import DEFAULT_CLAIM, DEFAULT_HARDWARE  # noqa: PLC0415
 
     demo = commands.add_parser("demo", help="prepare a sample claim on a simulated node, no cluster needed")
     demo.add_argument(

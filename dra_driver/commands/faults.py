@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dra_driver.settings import SettingsError
+from dra_driver.config.settings import SettingsError
 
 
 def run(args: argparse.Namespace) -> int:

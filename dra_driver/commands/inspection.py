@@ -6,8 +6,8 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from dra_driver.option_table import INVENTORY_OPTIONS, NODE_NAME, add_options
-from dra_driver.settings import inventory_settings
+from dra_driver.config.option_table import INVENTORY_OPTIONS, NODE_NAME, add_options
+from dra_driver.config.settings import inventory_settings
 
 if TYPE_CHECKING:
     from dra_driver.devices.inventory import Inventory
@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
+    from dra_driver.agent.node import discover_inventory  # noqa: PLC0415
     from dra_driver.devices.slices import SlicePlanError, layout_for  # noqa: PLC0415
-    from dra_driver.inspect import inventory_table, slices_yaml  # noqa: PLC0415
-    from dra_driver.node import discover_inventory  # noqa: PLC0415
+    from dra_driver.tools.inspection import inventory_table, slices_yaml  # noqa: PLC0415
 
     settings = inventory_settings(args)
 

@@ -8,13 +8,13 @@ from typing import Any
 
 import yaml
 
-from dra_driver.option_table import DRIVER_NAME, PLUGINS_DIR, REGISTRAR_DIR, add_options
-from dra_driver.settings import SettingsError
+from dra_driver.config.option_table import DRIVER_NAME, PLUGINS_DIR, REGISTRAR_DIR, add_options
+from dra_driver.config.settings import SettingsError
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver import kubelet_client, kubelet_sockets  # noqa: PLC0415
-    from dra_driver.k8s_names import driver_name_problem  # noqa: PLC0415
+    from dra_driver.kube.k8s_names import driver_name_problem  # noqa: PLC0415
+    from dra_driver.tools import kubelet_client, kubelet_sockets  # noqa: PLC0415
 
     if problem := driver_name_problem(args.driver_name):
         raise SettingsError(f"--driver-name: {problem}")

@@ -8,14 +8,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from dra_driver import option_table as o
-from dra_driver.settings import parse_hardware
+from dra_driver.config import option_table as o
+from dra_driver.config.settings import parse_hardware
 
 
 def run(args: argparse.Namespace) -> int:
     """Bad options raise ManifestError (a SettingsError), which main() prints and exits 2 on."""
     from dra_driver.hardware.simulated_nodes import names_a_file  # noqa: PLC0415
-    from dra_driver.manifests import (  # noqa: PLC0415
+    from dra_driver.tools.manifests import (  # noqa: PLC0415
         ManifestError,
         ManifestOptions,
         parse_env,
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _manifest_file(flag: str, path: str) -> str:
-    from dra_driver.manifests import ManifestError  # noqa: PLC0415
+    from dra_driver.tools.manifests import ManifestError  # noqa: PLC0415
 
     try:
         return Path(path).read_text()
@@ -72,7 +72,7 @@ def _manifest_file(flag: str, path: str) -> str:
 
 
 def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    from dra_driver import manifests as m  # noqa: PLC0415
+    from dra_driver.tools import manifests as m  # noqa: PLC0415
 
     manifests = commands.add_parser(
         "manifests", help="print the objects that install the driver in a cluster, as a YAML stream"

@@ -7,19 +7,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dra_driver.option_table import DRIVER_ROOT, HARDWARE, NODE_NAME, add_options
-from dra_driver.settings import parse_hardware
+from dra_driver.config.option_table import DRIVER_ROOT, HARDWARE, NODE_NAME, add_options
+from dra_driver.config.settings import parse_hardware
 
 if TYPE_CHECKING:
+    from dra_driver.config.settings import HardwareSpec
     from dra_driver.hardware.model import Gpu
-    from dra_driver.settings import HardwareSpec
 
 
 def run(args: argparse.Namespace) -> int:
     """Exit 2 for configs the agent would refuse (and an unknown simulated node), 1 when the
     hardware cannot be read."""
+    from dra_driver.config.validate_config import validate  # noqa: PLC0415
     from dra_driver.hardware.model import HardwareError  # noqa: PLC0415
-    from dra_driver.validate_config import validate  # noqa: PLC0415
 
     if not Path(args.driver_root).is_absolute():
         print(

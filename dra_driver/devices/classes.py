@@ -18,7 +18,7 @@ import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.model import DeviceType
-from dra_driver.k8s_names import driver_name_problem
+from dra_driver.kube.k8s_names import driver_name_problem
 
 APP_NAME = "dra-driver"
 

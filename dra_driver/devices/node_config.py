@@ -10,10 +10,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from dra_driver.config.strict_decode import (
+    QUANTITY_FACTORS,
+    DecodeError,
+    choice,
+    items,
+    literal_options,
+    mapping,
+)
 from dra_driver.devices.gpu_selection import select_entries
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import Gpu, MigMode
-from dra_driver.strict_decode import QUANTITY_FACTORS, DecodeError, choice, items, literal_options, mapping
 
 Mode = Literal["auto", "gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
 ResolvedMode = Literal["gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import ClassVar, Literal
 
-from dra_driver.error_reasons import ErrorReason
+from dra_driver.observability.error_reasons import ErrorReason
 
 # The time slice a GPU gives each process in turn, as the driver names its levels; opaque configs
 # ask for one, and the hardware layer sets it.

@@ -16,8 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dra_driver import durable_files
-from dra_driver.boot_id import current_boot_id
 from dra_driver.hardware.catalog import MigGeometry
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
 from dra_driver.hardware.model import (
@@ -35,7 +33,9 @@ from dra_driver.hardware.simulated_nodes import (
     new_mig_instance,
     simulated_gpus,
 )
-from dra_driver.shared_locks import open_lock_file
+from dra_driver.state import durable_files
+from dra_driver.state.boot_id import current_boot_id
+from dra_driver.state.shared_locks import open_lock_file
 
 # The XID NVIDIA drivers log when a GPU has fallen off the bus.
 XID_GPU_LOST = 79

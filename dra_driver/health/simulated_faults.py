@@ -19,9 +19,9 @@ from typing import Literal
 
 import structlog
 
-from dra_driver import durable_files
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.state import durable_files
 
 log = structlog.get_logger("dra_driver.health")
 

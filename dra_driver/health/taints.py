@@ -20,7 +20,7 @@ from dra_driver.devices.model import Device, Taint
 from dra_driver.devices.slices import MAX_TAINTS_PER_DEVICE, SliceLayout
 from dra_driver.health.tracker import GpuCondition, HealthState
 from dra_driver.health.xid import taint_effect
-from dra_driver.k8s_names import driver_name_problem
+from dra_driver.kube.k8s_names import driver_name_problem
 
 
 def xid_taint_key(driver_name: str) -> str:

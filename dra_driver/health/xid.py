@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import combinations
 
+from dra_driver.config.strict_decode import DecodeError, items, mapping
 from dra_driver.devices.model import TaintEffect
 from dra_driver.devices.slices import SliceLayout
-from dra_driver.strict_decode import DecodeError, items, mapping
 
 
 class XidClass(enum.IntEnum):

@@ -11,7 +11,7 @@ import socket
 import stat
 from pathlib import Path
 
-from dra_driver.k8s_names import UID_PATTERN
+from dra_driver.kube.k8s_names import UID_PATTERN
 
 # sockaddr_un.sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from dra_driver.k8s_status import status_reason_and_message
-from dra_driver.kube_api import KubeClient, call
+from dra_driver.kube.k8s_status import status_reason_and_message
+from dra_driver.kube.kube_api import KubeClient, call
 from dra_driver.publish.diff import Delete
 from dra_driver.publish.slice_api import REQUEST_TIMEOUT_SECONDS, ApiCallError, SliceApi
 

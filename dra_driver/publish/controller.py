@@ -25,7 +25,7 @@ import structlog
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout, SlicePlanError, layout_for, plan_slices, slices_to_api
-from dra_driver.metrics import PublishMetrics
+from dra_driver.observability.metrics import PublishMetrics
 from dra_driver.publish.capabilities import (
     ApiFeature,
     ServerVersionError,

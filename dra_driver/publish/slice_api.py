@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 
 import aiohttp
 
-from dra_driver.k8s_status import status_reason_and_message
-from dra_driver.kube_api import KubeClient, call
+from dra_driver.kube.k8s_status import status_reason_and_message
+from dra_driver.kube.kube_api import KubeClient, call
 from dra_driver.publish.diff import JsonObject
 
 # A write or a list that takes longer than this is treated as failed (and maybe applied).

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from dra_driver import __version__
-from dra_driver.manifests import DEFAULT_IMAGE, ManifestOptions, render
+from dra_driver.tools.manifests import DEFAULT_IMAGE, ManifestOptions, render
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 CHART = REPOSITORY / "deploy" / "helm" / "dra-driver"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.classes import device_classes, device_classes_yaml, main
-from dra_driver.k8s_names import dns_subdomain_problem
+from dra_driver.kube.k8s_names import dns_subdomain_problem
 from tests.support.cel import CelCompileError, CelEvaluationError, parse_quantity, selects
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 

@@ -38,7 +38,7 @@ from dra_driver.cli import main
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import Device, device_to_api
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
-from dra_driver.manifests import ManifestOptions, render
+from dra_driver.tools.manifests import ManifestOptions, render
 from tests.e2e import mock_driver
 from tests.e2e.deploy import NODE_LABEL, e2e_manifest_args, e2e_manifests
 from tests.support.cel import CelEvaluationError, parse_quantity, selects

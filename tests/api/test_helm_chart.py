@@ -30,7 +30,7 @@ import yaml
 from dra_driver import __version__
 from dra_driver.devices.node_config import MODES
 from dra_driver.hardware.simulated_nodes import node_profiles
-from dra_driver.manifests import LOG_FORMATS, ManifestOptions, chart_values, render
+from dra_driver.tools.manifests import LOG_FORMATS, ManifestOptions, chart_values, render
 from tests.e2e.deploy import e2e_chart_values, e2e_manifests
 from tests.support.apiserver import INSTALL_RESOURCE_TYPES, ApiServer
 from tests.support.k8s_schemas import validate_everywhere

@@ -18,7 +18,7 @@ from cel_expr_python import cel
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import main
 from dra_driver.devices.classes import device_classes
-from dra_driver.manifests import (
+from dra_driver.tools.manifests import (
     NODE_NAME_EXTRA,
     ManifestError,
     ManifestOptions,

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dra_driver.cli import build_parser, main
-from dra_driver.manifests import DEFAULT_IMAGE
+from dra_driver.tools.manifests import DEFAULT_IMAGE
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 README = (REPOSITORY / "README.md").read_text()

@@ -15,7 +15,7 @@ import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.classes import APP_NAME
-from dra_driver.manifests import DEFAULT_NAMESPACE
+from dra_driver.tools.manifests import DEFAULT_NAMESPACE
 from tests.e2e.deploy import NODE_LABEL
 
 REPOSITORY = Path(__file__).resolve().parents[2]

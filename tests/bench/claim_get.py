@@ -22,7 +22,7 @@ from typing import Any
 from kubernetes import client
 
 from dra_driver.claims.source import ApiServerClaimSource
-from dra_driver.kube_api import Configuration, KubeClient
+from dra_driver.kube.kube_api import Configuration, KubeClient
 from tests.bench.standin import standin_apiserver
 from tests.support.claims import allocate
 

@@ -22,8 +22,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from dra_driver import durable_files
-from dra_driver.group_commit import GroupCommitter
+from dra_driver.state import durable_files
+from dra_driver.state.group_commit import GroupCommitter
 
 RECORD = b'{"version":1,"claim":{"namespace":"default","name":"gpu-claim","uid":"%d"},"devices":[]}'
 

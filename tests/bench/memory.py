@@ -35,7 +35,7 @@ from typing import Any
 from kubernetes import client, config
 
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
-from dra_driver.kubelet_client import register
+from dra_driver.tools.kubelet_client import register
 from tests.bench.prepare_latency import benchmark_agent, measure
 from tests.bench.standin import bench_workspace
 from tests.support.claims import allocate
@@ -56,17 +56,18 @@ FLOORS = {
     "pydantic": "import pydantic",
     "kubernetes (the sync package's __init__)": "import kubernetes",
     "kubernetes.aio client + config, plain": "from kubernetes.aio import client, config; client.ApiClient",
-    "kubernetes.aio configuration, REST layer, in-cluster loader (dra_driver.kube_api)": (
-        "import dra_driver.kube_api"
+    "kubernetes.aio configuration, REST layer, in-cluster loader (dra_driver.kube.kube_api)": (
+        "import dra_driver.kube.kube_api"
     ),
     "... + the client's kubeconfig loader and ApiClient (exec and auth-provider users only)": (
-        "import dra_driver.kube_api; import kubernetes.aio.config.kube_config"
+        "import dra_driver.kube.kube_api; import kubernetes.aio.config.kube_config"
     ),
     "... + ResourceV1Api (unused since)": (
-        "import dra_driver.kube_api; import kubernetes.aio.client as c; c.ApiClient; c.ResourceV1Api"
+        "import dra_driver.kube.kube_api; import kubernetes.aio.client as c; c.ApiClient; c.ResourceV1Api"
     ),
     "what `dra-driver node` imports": (
-        "import dra_driver.cli; dra_driver.cli.build_parser(); import dra_driver.logging, dra_driver.node"
+        "import dra_driver.cli; dra_driver.cli.build_parser(); "
+        "import dra_driver.observability.logs, dra_driver.agent.node"
     ),
 }
 FLOOR_PROBE = """

@@ -57,7 +57,7 @@ from kubernetes import client, config
 
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
-from dra_driver.kubelet_client import register
+from dra_driver.tools.kubelet_client import register
 from tests.bench.kubelet_load import (
     KUBELET_DEADLINE_SECONDS,
     WARMUP_ROUNDS,

@@ -37,8 +37,8 @@ _NUMBERED_THREAD = re.compile(r"^(?P<stem>.*?)_?\d+$")
 # (most specific first: a log line written from the engine is logging; the engine is on the
 # stack of almost everything, and the gRPC servicer of everything the engine does).
 COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("logging (structlog)", ("structlog/", "logging/", "dra_driver/observability.py")),
-    ("metrics", ("prometheus_client/", "dra_driver/metrics.py")),
+    ("logging (structlog)", ("structlog/", "logging/", "dra_driver/observability/server.py")),
+    ("metrics", ("prometheus_client/", "dra_driver/observability/metrics.py")),
     (
         "claim GET (kube_http, its asyncio streams, JSON; aiohttp behind a proxy)",
         (
@@ -50,8 +50,8 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "yarl/",
             "urllib/",
             "netrc.py",
-            "dra_driver/kube_api.py",
-            "dra_driver/kube_http.py",
+            "dra_driver/kube/kube_api.py",
+            "dra_driver/kube/kube_http.py",
             "dra_driver/claims/source.py",
         ),
     ),
@@ -59,13 +59,13 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "claim records (group commit, files)",
         (
-            "dra_driver/group_commit.py",
-            "dra_driver/durable_files.py",
+            "dra_driver/state/group_commit.py",
+            "dra_driver/state/durable_files.py",
             "dra_driver/claims/record_store.py",
             "dra_driver/claims/records.py",
         ),
     ),
-    ("claim and state locks", ("dra_driver/shared_locks.py", "dra_driver/keyed_locks.py")),
+    ("claim and state locks", ("dra_driver/state/shared_locks.py", "dra_driver/state/keyed_locks.py")),
     ("thread hand-off (to_thread, executor)", ("asyncio/threads.py", "concurrent/futures/")),
     ("claim checks, planning, engine", ("dra_driver/claims/",)),
     ("gRPC servicer (answer building)", ("dra_driver/plugin/",)),

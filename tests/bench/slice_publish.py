@@ -86,8 +86,8 @@ IMPORT_FLOORS = {
     "kubernetes.aio + CoreV1Api (unused)": (
         "from kubernetes.aio import client; client.CoreV1Api(client.ApiClient())"
     ),
-    "dra_driver.node": "import dra_driver.node",
-    "dra_driver.node + API classes": f"import dra_driver.node; {_API_CLASSES}",
+    "dra_driver.agent.node": "import dra_driver.agent.node",
+    "dra_driver.agent.node + API classes": f"import dra_driver.agent.node; {_API_CLASSES}",
 }
 
 
@@ -391,6 +391,7 @@ def summary(run: dict[str, Any]) -> str:
         run["agent"],
     )
     quiet_writes = run["quiet_after_start"]["writes"] + run["quiet_after_changes"]["writes"]
+    floors = agent["import_floors"]
     return " | ".join(
         [
             f"from empty {empty['writes']} writes in {empty['converge_ms']['p50']:.0f} ms (p50)",
@@ -398,8 +399,8 @@ def summary(run: dict[str, Any]) -> str:
             f"two slices {two['writes']} writes in {two['converge_ms']['p50']:.0f} ms",
             f"quiet {quiet_writes} writes",
             f"agent RSS {agent['rss_mib']:.1f} MiB (peak {agent['hwm_mib']:.1f})",
-            f"bare import dra_driver.node {agent['import_floors']['dra_driver.node']['rss_mib']:.1f} MiB",
-            f"+ API classes {agent['import_floors']['dra_driver.node + API classes']['rss_mib']:.1f} MiB",
+            f"bare import dra_driver.agent.node {floors['dra_driver.agent.node']['rss_mib']:.1f} MiB",
+            f"+ API classes {floors['dra_driver.agent.node + API classes']['rss_mib']:.1f} MiB",
         ]
     )
 

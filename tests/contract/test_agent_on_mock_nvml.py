@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_driver import kubelet_client
+from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
-from dra_driver.kubelet_client import ClaimArg, KubeletClientError
-from dra_driver.node_config_files import load_node_config
+from dra_driver.tools import kubelet_client
+from dra_driver.tools.kubelet_client import ClaimArg, KubeletClientError
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate, allocate_results

@@ -1,5 +1,5 @@
 """Crash safety of prepare and unprepare: the agent is killed with SIGKILL at every step that
-leaves a side effect behind (dra_driver.failpoints), restarted, and the node must come out whole.
+leaves a side effect behind (dra_driver.state.failpoints), restarted, and the node must come out whole.
 
 After every crash and restart:
 - no leaked MIG instance or CDI file: the GPUs hold exactly the instances prepared claims own,
@@ -29,9 +29,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver import DEFAULT_DRIVER_NAME, failpoints, kubelet_client
+from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.cdi import claim_spec_file_name
-from dra_driver.kubelet_client import ClaimArg, KubeletClientError
+from dra_driver.state import failpoints
+from dra_driver.tools import kubelet_client
+from dra_driver.tools.kubelet_client import ClaimArg, KubeletClientError
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.claims import allocate
 from tests.support.crash import MigKey, NodeSnapshot, snapshot

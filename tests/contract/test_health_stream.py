@@ -13,7 +13,6 @@ import grpc
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from dra_driver import kubelet_client
 from dra_driver._proto.dra_health.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra_health.v1 import api_pb2_grpc as v1_grpc
 from dra_driver._proto.dra_health.v1alpha1 import api_pb2 as v1alpha1_pb2
@@ -21,6 +20,7 @@ from dra_driver._proto.dra_health.v1alpha1 import api_pb2_grpc as v1alpha1_grpc
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth
 from dra_driver.plugin.health_stream import HealthBroadcaster
 from dra_driver.plugin.server import KubeletPluginServer
+from dra_driver.tools import kubelet_client
 from tests.support.agent import AgentProcess
 from tests.support.engines import simulated_engine
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
+from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.slices import plan_slices, slices_to_api
-from dra_driver.node_config_files import load_node_config
 from tests.support.nodes import simulated_node
 
 

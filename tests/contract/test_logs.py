@@ -5,8 +5,8 @@ import asyncio
 
 from kubernetes import client
 
-from dra_driver import kubelet_client
-from dra_driver.kubelet_client import ClaimArg
+from dra_driver.tools import kubelet_client
+from dra_driver.tools.kubelet_client import ClaimArg
 from tests.support.agent import AgentProcess
 from tests.support.claims import allocate
 

@@ -20,8 +20,8 @@ from dra_driver import __version__
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.health.census import device_labels
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth
-from dra_driver.metrics import AgentMetrics
-from dra_driver.observability import (
+from dra_driver.observability.metrics import AgentMetrics
+from dra_driver.observability.server import (
     ListenAddress,
     MetricsAddressError,
     ObservabilityServer,

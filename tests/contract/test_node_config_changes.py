@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_driver import kubelet_client
-from dra_driver.kubelet_client import ClaimArg
+from dra_driver.tools import kubelet_client
+from dra_driver.tools.kubelet_client import ClaimArg
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate

@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from dra_driver.kube_api import Configuration, KubeClient
-from dra_driver.node_watch import NodeApi, NodeFacts, follow_node
+from dra_driver.agent.node_watch import NodeApi, NodeFacts, follow_node
+from dra_driver.kube.kube_api import Configuration, KubeClient
 from tests.support.agent import NODE_NAME
 from tests.support.apiserver import ApiServer
 from tests.support.publishing import add_node, json_request

@@ -10,10 +10,10 @@ import grpc
 import pytest
 from kubernetes import client
 
-from dra_driver import kubelet_client
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
-from dra_driver.kubelet_client import ClaimArg, DraApi
+from dra_driver.tools import kubelet_client
+from dra_driver.tools.kubelet_client import ClaimArg, DraApi
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.claims import allocate, claim_body
 from tests.support.waiting import wait_until

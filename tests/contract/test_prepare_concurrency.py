@@ -41,7 +41,7 @@ from dra_driver._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
 from dra_driver.claims.records import record_from_json
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
-from dra_driver.kubelet_client import DraApi
+from dra_driver.tools.kubelet_client import DraApi
 from tests.support.agent import NODE_NAME, AgentDirs, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate_results

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from dra_driver import kubelet_client
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
+from dra_driver.tools import kubelet_client
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate

@@ -10,11 +10,11 @@ from typing import Any
 
 from kubernetes import client
 
-from dra_driver import kubelet_client
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import NodeConfig
-from dra_driver.kubelet_client import ClaimArg
 from dra_driver.plugin.sockets import registration_socket_path
+from dra_driver.tools import kubelet_client
+from dra_driver.tools.kubelet_client import ClaimArg
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate

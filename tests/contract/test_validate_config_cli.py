@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from dra_driver.cli import main
+from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.node_config import NodeConfigError
-from dra_driver.node_config_files import load_node_config
 from tests.support.node_configs import kinds_by_gpu, write_configmap
 from tests.support.nodes import simulated_node
 

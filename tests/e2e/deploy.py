@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from dra_driver.manifests import DEFAULT_NAME, DEFAULT_NAMESPACE, ManifestOptions, chart_values, render
+from dra_driver.tools.manifests import DEFAULT_NAME, DEFAULT_NAMESPACE, ManifestOptions, chart_values, render
 from tests.e2e.mock_driver import DRIVER_ROOT, mock_environment
 from tests.support.examples import E2E_NODE_CONFIG_FILE, REPOSITORY
 

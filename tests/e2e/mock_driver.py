@@ -29,7 +29,7 @@ from typing import BinaryIO
 
 from dra_driver.claims.driver_root import CONTROL_DEVICE_NODES
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
-from dra_driver.manifests import DEFAULT_NAME
+from dra_driver.tools.manifests import DEFAULT_NAME
 from tests.support.examples import E2E_HARDWARE_FILE
 from tests.support.mock_nvml import make_driver_root, make_sysfs, render_node
 

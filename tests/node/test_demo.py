@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver import podman
+from dra_driver.tools import podman
 
 
 def run_demo(*args: str) -> subprocess.CompletedProcess[str]:

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_driver import kubelet_client, podman
 from dra_driver.claims.cdi import common_device_id
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.driver_root import DeviceRoot, common_edits, control_device_nodes, discover_driver
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
-from dra_driver.kubelet_client import ClaimArg
+from dra_driver.tools import kubelet_client, podman
+from dra_driver.tools.kubelet_client import ClaimArg
 from tests.support import podman_tier
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.claims import allocate

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from dra_driver import kubelet_client, podman
 from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
 from dra_driver.hardware.simulated_nodes import mig_instance_uuid, resolve_node_spec, simulated_gpus
-from dra_driver.kubelet_client import ClaimArg, DraApi
+from dra_driver.tools import kubelet_client, podman
+from dra_driver.tools.kubelet_client import ClaimArg, DraApi
 from tests.support import podman_tier
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer

@@ -45,7 +45,7 @@ import yaml
 from aiohttp import web
 from kubernetes_validate.utils import all_versions
 
-from dra_driver.k8s_names import dns_label_problem, dns_subdomain_problem
+from dra_driver.kube.k8s_names import dns_label_problem, dns_subdomain_problem
 from tests.support import release_records
 
 Obj = dict[str, Any]

@@ -17,9 +17,9 @@ from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfig
-from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
+from dra_driver.state.group_commit import GroupCommitter
 from tests.support.nodes import simulated_node
 
 POOL = "node-a"

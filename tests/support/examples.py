@@ -25,11 +25,11 @@ from typing import Any
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.model import Device, device_to_api, quantity
 from dra_driver.hardware.model import Gpu
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
-from dra_driver.node_config_files import load_node_config
 from tests.support.cel import parse_quantity, selects
 
 REPOSITORY = Path(__file__).resolve().parents[2]

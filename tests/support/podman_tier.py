@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from dra_driver import podman
+from dra_driver.tools import podman
 
 
 def require_podman() -> None:

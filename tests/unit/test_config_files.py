@@ -3,13 +3,13 @@ offers (nothing, with problems naming the label, the file and the fields)."""
 
 from pathlib import Path
 
+from dra_driver.config.node_config_files import config_names, read_config_text
 from dra_driver.devices.config_files import (
     ConfigChoice,
     choose_config,
     config_path,
 )
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
-from dra_driver.node_config_files import config_names, read_config_text
 from tests.support.node_configs import write_configmap
 
 LABEL = "dra-driver.dev/config"

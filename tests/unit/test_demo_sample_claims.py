@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.demo.sample_claims import SampleClaimError, sample_claim
+from dra_driver.tools.demo.sample_claims import SampleClaimError, sample_claim
 from tests.support.nodes import simulated_node
 
 

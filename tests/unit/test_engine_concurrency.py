@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_driver.claims.calls import RawClaim, to_the_end
-from dra_driver.group_commit import GroupCommitter
+from dra_driver.state.group_commit import GroupCommitter
 from tests.support.engines import simulated_engine
 
 DRIVER = "gpu.dra-driver.dev"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import durable_files, group_commit
-from dra_driver.group_commit import GroupCommitter, SyncFs
+from dra_driver.state import durable_files, group_commit
+from dra_driver.state.group_commit import GroupCommitter, SyncFs
 
 
 def temporaries(directory: Path) -> list[Path]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.option_table import AGENT_OPTIONS, add_agent_switches, add_options
-from dra_driver.settings import SettingsError, node_settings
+from dra_driver.config.option_table import AGENT_OPTIONS, add_agent_switches, add_options
+from dra_driver.config.settings import SettingsError, node_settings
 
 
 def settings_from(*argv: str) -> Path:

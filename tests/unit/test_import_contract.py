@@ -90,7 +90,7 @@ def test_the_tree_keeps_every_contract() -> None:
             "metrics.py",
             "from dra_driver.claims.allocation import ClaimRejected",
             "metrics-vocabulary",
-            "dra_driver.metrics -> dra_driver.claims.allocation",
+            "dra_driver.observability.metrics -> dra_driver.claims.allocation",
             id="metrics import an error type",
         ),
     ],

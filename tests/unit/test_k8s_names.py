@@ -4,7 +4,7 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.k8s_names import (
+from dra_driver.kube.k8s_names import (
     dns_label_problem,
     dns_subdomain_problem,
     driver_name_problem,

@@ -1,6 +1,6 @@
 import asyncio
 
-from dra_driver.keyed_locks import KeyedLocks
+from dra_driver.state.keyed_locks import KeyedLocks
 
 
 def test_one_key_is_exclusive_and_other_keys_run_alongside() -> None:

@@ -1,4 +1,4 @@
-"""dra_driver.kube_api: the Kubernetes client loaded without its packages' eager __init__, and raw
+"""dra_driver.kube.kube_api: the Kubernetes client loaded without its packages' eager __init__, and raw
 calls that are byte for byte the requests the client's generated API classes make."""
 
 import ast
@@ -21,7 +21,7 @@ from kubernetes.aio.config.incluster_config import InClusterConfigLoader
 
 from dra_driver.claims.source import CLAIM_PATH
 from dra_driver.devices.slices import plan_slices, slices_to_api
-from dra_driver.kube_api import Configuration, KubeClient, call
+from dra_driver.kube.kube_api import Configuration, KubeClient, call
 from dra_driver.publish.slice_api import SliceApi, node_event
 from tests.support.nodes import inventory_for
 
@@ -74,7 +74,7 @@ def test_the_deferred_package_inits_only_bind_names(package: str) -> None:
 
 FRESH_INTERPRETER = """
 import importlib.metadata, sys, types
-import dra_driver.kube_api
+import dra_driver.kube.kube_api
 from dra_driver.publish.slice_api import SliceApi, node_event
 from tests.support.nodes import inventory_for
 from dra_driver.claims.source import ApiServerClaimSource
@@ -104,7 +104,7 @@ print("ok")
 
 LATE_SUBMODULES = """
 import sys, types
-import dra_driver.kube_api
+import dra_driver.kube.kube_api
 from kubernetes import client
 from kubernetes.aio import watch
 assert client.ResourceV1Api and watch.Watch

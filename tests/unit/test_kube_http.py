@@ -1,4 +1,4 @@
-"""dra_driver.kube_http: the keep-alive GET of the pod-startup path, against the stand-in API
+"""dra_driver.kube.kube_http: the keep-alive GET of the pod-startup path, against the stand-in API
 server (the real REST protocol, served by aiohttp) and against a raw socket server that answers
 exactly the bytes a test scripts, well-formed or not."""
 
@@ -13,8 +13,8 @@ from kubernetes import client
 
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.source import ApiServerClaimSource
-from dra_driver.kube_api import Configuration, KubeClient
-from dra_driver.kube_http import MAX_BODY_BYTES, HttpProtocolError, KeepAliveClient
+from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.kube_http import MAX_BODY_BYTES, HttpProtocolError, KeepAliveClient
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate
 

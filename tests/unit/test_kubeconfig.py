@@ -1,4 +1,4 @@
-"""dra_driver.kubeconfig: static kubeconfigs read as the client's loader reads them, without it,
+"""dra_driver.kube.kubeconfig: static kubeconfigs read as the client's loader reads them, without it,
 and everything else handed to that loader."""
 
 import asyncio
@@ -23,8 +23,8 @@ from kubernetes.aio.config.kube_config import load_kube_config as client_load_ku
 
 from dra_driver.agent.errors import StartupError
 from dra_driver.agent.kube_client import kubernetes_api_client
-from dra_driver.kube_api import Configuration, KubeClient, call, get
-from dra_driver.kubeconfig import (
+from dra_driver.kube.kube_api import Configuration, KubeClient, call, get
+from dra_driver.kube.kubeconfig import (
     KubeconfigError,
     StaticKubeconfig,
     configure,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from dra_driver.logging import configure_logging
+from dra_driver.observability.logs import configure_logging
 
 
 @pytest.fixture

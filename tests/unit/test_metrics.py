@@ -11,11 +11,11 @@ from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, InvalidCdiName, claim_spec
 from dra_driver.claims.identity import InvalidClaimIdentity, claim_ref
 from dra_driver.claims.opaque_config import OpaqueConfigError
-from dra_driver.error_reasons import ERROR_REASONS, ErrorReason
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason
 from dra_driver.health.census import device_counts, device_labels
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth
-from dra_driver.metrics import AgentMetrics, ClaimMetrics, PublishMetrics, error_reason
+from dra_driver.observability.error_reasons import ERROR_REASONS, ErrorReason
+from dra_driver.observability.metrics import AgentMetrics, ClaimMetrics, PublishMetrics, error_reason
 from tests.support.nodes import inventory_for
 
 GPU_LOST = HardwareError("NVML: the GPU is lost", HardwareErrorReason.GPU_LOST)

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.gpu_selection import catalog_model
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import (
@@ -18,7 +19,6 @@ from dra_driver.devices.node_config import (
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import MigMode
 from dra_driver.hardware.simulated_nodes import GpuGroupSpec, SimulatedNodeSpec, simulated_gpus
-from dra_driver.node_config_files import load_node_config
 from tests.support.nodes import simulated_node
 
 

@@ -7,6 +7,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
+from dra_driver.agent.node_watch import NodeFacts
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
 from dra_driver.devices.config_files import ConfigChoice
@@ -19,9 +21,7 @@ from dra_driver.devices.node_config import (
     NodeConfig,
     plan_node,
 )
-from dra_driver.metrics import AgentMetrics
-from dra_driver.node_configs import NamedConfigs, gpus_in_use, replan
-from dra_driver.node_watch import NodeFacts
+from dra_driver.observability.metrics import AgentMetrics
 from tests.support.node_configs import write_configmap
 from tests.support.nodes import simulated_node
 

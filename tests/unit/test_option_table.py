@@ -7,8 +7,8 @@ import re
 import pytest
 
 from dra_driver.cli import build_parser, main
-from dra_driver.manifests import ManifestOptions, render
-from dra_driver.option_table import AGENT_OPTIONS
+from dra_driver.config.option_table import AGENT_OPTIONS
+from dra_driver.tools.manifests import ManifestOptions, render
 
 # Read by the agent outside the table (switches), and the NVIDIA runtime's own variable.
 NOT_ROWS = {"DRA_DRIVER_VERBOSITY", "DRA_DRIVER_DRY_RUN", "NVIDIA_VISIBLE_DEVICES"}

@@ -16,7 +16,7 @@ from dra_driver.claims.records import (
     PreparedDevice,
     record_from_json,
 )
-from dra_driver.group_commit import GroupCommitter
+from dra_driver.state.group_commit import GroupCommitter
 
 UID = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"
 RECORD = ClaimRecord(

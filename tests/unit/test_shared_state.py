@@ -25,7 +25,7 @@ from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.reservations import Reservation, decode_table
 from dra_driver.devices.node_config import NodeConfig
-from dra_driver.shared_locks import (
+from dra_driver.state.shared_locks import (
     ClaimLocks,
     InvalidSharedTable,
     SharedStateLock,

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.option_table import POD_UID
+from dra_driver.config.option_table import POD_UID
+from dra_driver.config.settings import SettingsError
 from dra_driver.plugin.sockets import (
     DRA_SOCKETS_PATTERN,
     MAX_SOCKET_PATH_BYTES,
@@ -15,7 +16,6 @@ from dra_driver.plugin.sockets import (
     registration_sockets_pattern,
     socket_path_problem,
 )
-from dra_driver.settings import SettingsError
 
 POD = "3c9d2f4e-8a1b-4c6d-9e0f-1a2b3c4d5e6f"
 OTHER_POD = "7e6d5c4b-3a29-4817-8695-a4b3c2d1e0f9"

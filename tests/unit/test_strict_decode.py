@@ -4,7 +4,15 @@ from collections.abc import Callable
 
 import pytest
 
-from dra_driver.strict_decode import DecodeError, byte_quantity, choice, integer, items, mapping, string
+from dra_driver.config.strict_decode import (
+    DecodeError,
+    byte_quantity,
+    choice,
+    integer,
+    items,
+    mapping,
+    string,
+)
 
 
 @pytest.mark.parametrize(

@@ -16,13 +16,14 @@ from typing import Any, TextIO
 
 import yaml
 
-from dra_driver import DEFAULT_DRIVER_NAME, kubelet_client, podman
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.agent.node import NodeAgent, discover_inventory
 from dra_driver.claims.source import OfflineClaimSource
-from dra_driver.demo.sample_claims import CLAIM_KINDS, ClaimKind, SampleClaimError, sample_claim
+from dra_driver.config.settings import InventorySettings, NodeSettings, SettingsError, parse_hardware
 from dra_driver.devices.model import device_to_api
-from dra_driver.kubelet_client import ClaimArg
-from dra_driver.node import NodeAgent, discover_inventory
-from dra_driver.settings import InventorySettings, NodeSettings, SettingsError, parse_hardware
+from dra_driver.tools import kubelet_client, podman
+from dra_driver.tools.demo.sample_claims import CLAIM_KINDS, ClaimKind, SampleClaimError, sample_claim
+from dra_driver.tools.kubelet_client import ClaimArg
 
 DEMO_NODE = "demo-node"
 DEFAULT_HARDWARE = "simulated:dgx-h100"

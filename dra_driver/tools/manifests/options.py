@@ -6,15 +6,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME, __version__
-from dra_driver.devices.classes import APP_NAME
-from dra_driver.option_table import (
+from dra_driver.config.option_table import (
     DEFAULT_DRIVER_ROOT,
     DEFAULT_HARDWARE,
     DEFAULT_METRICS_ADDRESS,
     DEFAULT_PLUGINS_DIR,
     DEFAULT_REGISTRAR_DIR,
 )
-from dra_driver.settings import SettingsError
+from dra_driver.config.settings import SettingsError
+from dra_driver.devices.classes import APP_NAME
 
 # What the documented build tags (the Dockerfile's header: `docker build -t dra-driver:<version> .`);
 # nothing publishes an image, so the default names the one a user builds, and the operator points

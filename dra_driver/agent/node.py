@@ -14,35 +14,36 @@ from typing import Any
 
 import structlog
 
-# kube_api before anything imports `kubernetes`: it keeps the client's package __init__ files
-# (the whole synchronous client and more, about 11 MiB) from running.
-from dra_driver import kube_api  # noqa: F401
+from dra_driver.agent.config_reports import PostEvent, ProblemReporter
 from dra_driver.agent.errors import SetupError, StartupError
 from dra_driver.agent.gpu_platform import Platform, discover_gpus, open_platform
 from dra_driver.agent.kube_client import kubernetes_api_client
+from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
+from dra_driver.agent.node_watch import NodeApi, NodeFacts, follow_node
 from dra_driver.agent.pool import NodePool
-from dra_driver.boot_id import current_boot_id
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
 from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
-from dra_driver.config_reports import PostEvent, ProblemReporter
+from dra_driver.config.node_config_files import load_node_config
+from dra_driver.config.settings import InventorySettings, NodeSettings
 from dra_driver.devices.config_files import ConfigChoice
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfigError
-from dra_driver.group_commit import GroupCommitter
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.health.monitor import HealthMonitor
-from dra_driver.metrics import AgentMetrics
-from dra_driver.node_config_files import load_node_config
-from dra_driver.node_configs import NamedConfigs, gpus_in_use, replan
-from dra_driver.node_watch import NodeApi, NodeFacts, follow_node
-from dra_driver.observability import ObservabilityServer, Readiness, keep_heartbeat
+
+# kube_api before anything imports `kubernetes`: it keeps the client's package __init__ files
+# (the whole synchronous client and more, about 11 MiB) from running.
+from dra_driver.kube import kube_api  # noqa: F401
+from dra_driver.observability.metrics import AgentMetrics
+from dra_driver.observability.server import ObservabilityServer, Readiness, keep_heartbeat
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
 from dra_driver.publish.slice_api import ApiCallError, SliceApi
-from dra_driver.settings import InventorySettings, NodeSettings
+from dra_driver.state.boot_id import current_boot_id
+from dra_driver.state.group_commit import GroupCommitter
 
 log = structlog.get_logger("dra_driver.node")
 

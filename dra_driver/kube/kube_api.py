@@ -24,7 +24,7 @@ pool), and `call` builds the very request the generated `*_without_preload_conte
 that layer (a test compares them byte for byte): path parameters escaped as `ApiClient` escapes
 them, its query encoding, its headers and User-Agent, the bearer token from
 `Configuration.auth_settings()` (which runs the in-cluster loader's token refresh hook). For
-the same reason `dra_driver.kubeconfig`, not the client's loader, reads kubeconfig files
+the same reason `dra_driver.kube.kubeconfig`, not the client's loader, reads kubeconfig files
 wherever their credentials allow.
 
 Import this module before anything imports `kubernetes`, and the Kubernetes client from here.
@@ -112,7 +112,7 @@ from kubernetes.aio.client.rest import RESTClientObject  # noqa: E402
 from kubernetes.aio.config.config_exception import ConfigException  # noqa: E402
 from kubernetes.aio.config.incluster_config import load_incluster_config  # noqa: E402
 
-from dra_driver.kube_http import HttpAnswer, KeepAliveClient  # noqa: E402
+from dra_driver.kube.kube_http import HttpAnswer, KeepAliveClient  # noqa: E402
 
 __all__ = [
     "ConfigException",

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from dra_driver.kube_api import KubeClient, call
+from dra_driver.kube.kube_api import KubeClient, call
 from dra_driver.publish.diff import JsonObject
 from dra_driver.publish.slice_api import (
     REQUEST_TIMEOUT_SECONDS,

@@ -2,8 +2,8 @@
 
 from typing import Any
 
-from dra_driver.manifests.access import service_account_name
-from dra_driver.manifests.options import (
+from dra_driver.tools.manifests.access import service_account_name
+from dra_driver.tools.manifests.options import (
     CONTAINER_DRIVER_ROOT,
     DEFAULT_TOLERATIONS,
     GPU_NODE_LABELS,

@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver import option_values as v
+from dra_driver.config import option_values as v
 from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
 from dra_driver.health.xid import XidPolicy
-from dra_driver.observability import ListenAddress
+from dra_driver.observability.server import ListenAddress
 
 T = TypeVar("T")
 

@@ -4,9 +4,9 @@ from typing import Any
 
 import yaml
 
-from dra_driver.manifests.options import ManifestOptions
-from dra_driver.manifests.validation import check_options
-from dra_driver.option_table import DEFAULT_HARDWARE
+from dra_driver.config.option_table import DEFAULT_HARDWARE
+from dra_driver.tools.manifests.options import ManifestOptions
+from dra_driver.tools.manifests.validation import check_options
 
 
 def chart_values(options: ManifestOptions) -> dict[str, Any]:

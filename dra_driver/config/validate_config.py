@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dra_driver.config.node_config_files import config_names
 from dra_driver.devices.config_files import CONFIG_SUFFIX, parse_config_text
 from dra_driver.devices.gpu_selection import catalog_model
 from dra_driver.devices.inventory import build_inventory
@@ -18,7 +19,6 @@ from dra_driver.devices.node_config import GpuEntry, NodeConfig, NodeConfigError
 from dra_driver.hardware.catalog import GpuModel, gpu_models
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.hardware.simulated_nodes import GpuGroupSpec, SimulatedNodeSpec, simulated_gpus
-from dra_driver.node_config_files import config_names
 
 
 @dataclass

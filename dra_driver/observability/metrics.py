@@ -18,7 +18,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from dra_driver import __version__
-from dra_driver.error_reasons import ERROR_REASONS, ErrorReason
+from dra_driver.observability.error_reasons import ERROR_REASONS, ErrorReason
 
 
 @dataclass

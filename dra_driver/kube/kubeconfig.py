@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.config.yaml_files import YamlFileError, read_yaml_file
+
 # Before anything imports `kubernetes`: it keeps the client's package __init__ files from running.
-from dra_driver import kube_api
-from dra_driver.yaml_files import YamlFileError, read_yaml_file
+from dra_driver.kube import kube_api
 
 # The user fields read here; a user with any other goes to the client's loader.
 STATIC_USER_FIELDS = frozenset(

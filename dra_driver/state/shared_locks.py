@@ -27,7 +27,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.keyed_locks import KeyedLocks
+from dra_driver.state.keyed_locks import KeyedLocks
 
 _FIRST_POLL_SECONDS = 0.001
 _LONGEST_POLL_SECONDS = 0.02

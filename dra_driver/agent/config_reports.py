@@ -14,7 +14,7 @@ import structlog
 from dra_driver.devices.config_files import ConfigChoice
 from dra_driver.devices.node_config import ConfigProblem
 from dra_driver.hardware.model import Gpu
-from dra_driver.metrics import AgentMetrics
+from dra_driver.observability.metrics import AgentMetrics
 
 log = structlog.get_logger("dra_driver.node_config")
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.settings import SettingsError
+from dra_driver.config.settings import SettingsError
 
 
 @dataclass(frozen=True, slots=True)

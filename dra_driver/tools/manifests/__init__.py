@@ -38,10 +38,16 @@ Choices a reader of the YAML cannot see the reasons for:
   installs it with real Helm and compares), plus Helm's own labels.
 """
 
-from dra_driver.manifests.access import service_account_name, service_account_username
-from dra_driver.manifests.chart import chart_values
-from dra_driver.manifests.objects import render, render_yaml
-from dra_driver.manifests.options import (
+from dra_driver.config.option_table import (
+    DEFAULT_DRIVER_ROOT,
+    DEFAULT_HARDWARE,
+    DEFAULT_PLUGINS_DIR,
+    DEFAULT_REGISTRAR_DIR,
+)
+from dra_driver.tools.manifests.access import service_account_name, service_account_username
+from dra_driver.tools.manifests.chart import chart_values
+from dra_driver.tools.manifests.objects import render, render_yaml
+from dra_driver.tools.manifests.options import (
     CONTAINER_DRIVER_ROOT,
     DEFAULT_IMAGE,
     DEFAULT_METRICS_PORT,
@@ -54,18 +60,12 @@ from dra_driver.manifests.options import (
     ManifestOptions,
     selector_labels,
 )
-from dra_driver.manifests.validation import (
+from dra_driver.tools.manifests.validation import (
     label_problem,
     node_config_name_problem,
     parse_env,
     parse_node_selector,
     split_node_config_argument,
-)
-from dra_driver.option_table import (
-    DEFAULT_DRIVER_ROOT,
-    DEFAULT_HARDWARE,
-    DEFAULT_PLUGINS_DIR,
-    DEFAULT_REGISTRAR_DIR,
 )
 
 __all__ = [

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import structlog
 
+from dra_driver.agent.node_watch import NodeFacts
 from dra_driver.claims.records import ClaimRecord
+from dra_driver.config.node_config_files import config_names, read_config_text
 from dra_driver.devices.config_files import (
     ConfigChoice,
     choose_config,
@@ -29,8 +31,6 @@ from dra_driver.devices.config_files import (
 from dra_driver.devices.naming import parse_device_name
 from dra_driver.devices.node_config import ConfigProblem, GpuPlan, plan_node
 from dra_driver.hardware.model import Gpu
-from dra_driver.node_config_files import config_names, read_config_text
-from dra_driver.node_watch import NodeFacts
 from dra_driver.publish.capabilities import ApiFeature, fall_back
 
 log = structlog.get_logger("dra_driver.node_configs")

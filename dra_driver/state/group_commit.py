@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-from dra_driver.durable_files import (
+from dra_driver.state.durable_files import (
     StrPath,
     fsync_directory,
     parent_directory,

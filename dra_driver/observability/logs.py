@@ -11,7 +11,7 @@ from typing import TextIO
 
 import structlog
 
-from dra_driver.settings import LogFormat
+from dra_driver.config.settings import LogFormat
 
 
 class _LineWriter:

@@ -10,13 +10,19 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver import option_table as o
+from dra_driver.config import option_table as o
+from dra_driver.config.option_table import DEFAULT_METRICS_ADDRESS
+from dra_driver.config.option_values import (
+    HardwareKind,
+    HardwareSpec,
+    LogFormat,
+    SettingsError,
+    parse_hardware,
+)
 from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy
-from dra_driver.k8s_names import dns_subdomain_problem, driver_name_problem
-from dra_driver.observability import ListenAddress
-from dra_driver.option_table import DEFAULT_METRICS_ADDRESS
-from dra_driver.option_values import HardwareKind, HardwareSpec, LogFormat, SettingsError, parse_hardware
+from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem
+from dra_driver.observability.server import ListenAddress
 from dra_driver.plugin.sockets import dra_socket_name, registration_socket_path, socket_path_problem
 
 # Where other modules have always imported them from.
@@ -178,7 +184,7 @@ def inventory_settings(args: argparse.Namespace) -> InventorySettings:
 
 
 def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
-    from dra_driver.kubeconfig_choice import choose_kubeconfig  # noqa: PLC0415 - it imports this module
+    from dra_driver.kube.kubeconfig_choice import choose_kubeconfig  # noqa: PLC0415 - it imports this module
 
     if not args.all_nodes and not args.node_name:
         raise SettingsError(

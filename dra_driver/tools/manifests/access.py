@@ -3,7 +3,7 @@ policy that confines its ResourceSlice writes to its own node (the package docst
 
 from typing import Any
 
-from dra_driver.manifests.options import DEFAULT_NAME, NODE_NAME_EXTRA, ManifestOptions, object_metadata
+from dra_driver.tools.manifests.options import DEFAULT_NAME, NODE_NAME_EXTRA, ManifestOptions, object_metadata
 
 
 def namespace_object(options: ManifestOptions) -> dict[str, Any]:

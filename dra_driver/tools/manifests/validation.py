@@ -7,19 +7,19 @@ from collections.abc import Iterable
 
 import yaml
 
+from dra_driver.config.settings import parse_hardware
 from dra_driver.devices.node_config import NodeConfigError, parse_node_config
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.simulated_nodes import names_a_file, parse_node_spec, resolve_node_spec
-from dra_driver.k8s_names import dns_label_problem, dns_subdomain_problem, driver_name_problem, shown
-from dra_driver.manifests.daemon_set import agent_env
-from dra_driver.manifests.options import (
+from dra_driver.kube.k8s_names import dns_label_problem, dns_subdomain_problem, driver_name_problem, shown
+from dra_driver.tools.manifests.daemon_set import agent_env
+from dra_driver.tools.manifests.options import (
     DEFAULT_NODE_CONFIG,
     LOG_FORMATS,
     NAME_MAX,
     ManifestError,
     ManifestOptions,
 )
-from dra_driver.settings import parse_hardware
 
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _LABEL_NAME_MAX = 63

@@ -5,7 +5,7 @@ from typing import Any
 import yaml
 
 from dra_driver.devices.classes import device_classes
-from dra_driver.manifests.access import (
+from dra_driver.tools.manifests.access import (
     admission_policy,
     admission_policy_binding,
     cluster_role,
@@ -13,9 +13,9 @@ from dra_driver.manifests.access import (
     namespace_object,
     service_account,
 )
-from dra_driver.manifests.daemon_set import config_maps, daemon_set
-from dra_driver.manifests.options import ManifestOptions, common_labels
-from dra_driver.manifests.validation import check_options
+from dra_driver.tools.manifests.daemon_set import config_maps, daemon_set
+from dra_driver.tools.manifests.options import ManifestOptions, common_labels
+from dra_driver.tools.manifests.validation import check_options
 
 
 def _device_classes(options: ManifestOptions) -> list[dict[str, Any]]:
