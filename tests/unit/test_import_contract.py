@@ -87,7 +87,7 @@ def test_the_tree_keeps_every_contract() -> None:
             id="hardware imports claims",
         ),
         pytest.param(
-            "metrics.py",
+            "observability/metrics.py",
             "from dra_driver.claims.allocation import ClaimRejected",
             "metrics-vocabulary",
             "dra_driver.observability.metrics -> dra_driver.claims.allocation",
