@@ -25,8 +25,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from dra_driver.claims.driver_root import DriverDiscovery
 from dra_driver.claims.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec, MpsDirectories
+from dra_driver.hardware.driver_root import DriverDiscovery
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.time_slicing import driver_program, run_command
 from dra_driver.kube.k8s_names import uid_problem

@@ -41,11 +41,11 @@ from pathlib import PurePosixPath
 
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, Mount
-from dra_driver.claims.driver_root import READ_ONLY_BIND
 from dra_driver.claims.opaque_config import VgpuConfig, hami_core_environment, memory_bytes
 from dra_driver.devices.model import Device, quantity
 from dra_driver.devices.node_config import MIB
 from dra_driver.devices.vgpu import ALL_CORES
+from dra_driver.hardware.driver_root import READ_ONLY_BIND
 from dra_driver.hardware.model import Gpu
 from dra_driver.kube.k8s_names import shown, uid_problem
 

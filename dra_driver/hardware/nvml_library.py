@@ -13,7 +13,7 @@ import ctypes
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from dra_driver.claims.driver_root import UnusablePathError, resolve_in_root
+from dra_driver.hardware.driver_root import UnusablePathError, resolve_in_root
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason
 
 LIBRARY = "libnvidia-ml.so.1"

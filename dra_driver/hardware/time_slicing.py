@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from dra_driver.claims.driver_root import BINARY_DIRS, DriverDiscovery
+from dra_driver.hardware.driver_root import BINARY_DIRS, DriverDiscovery
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, TimeSliceInterval, TimeSliceSetting
 
 # The argument of `nvidia-smi compute-policy --set-timeslice`. Source: the tool's own help

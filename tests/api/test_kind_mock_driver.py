@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.claims.driver_root import CONTROL_DEVICE_NODES
+from dra_driver.hardware.driver_root import CONTROL_DEVICE_NODES
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from tests.e2e import mock_driver
 from tests.support.examples import (

@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
-from dra_driver.claims.driver_root import CONTROL_DEVICE_NODES
+from dra_driver.hardware.driver_root import CONTROL_DEVICE_NODES
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
 from dra_driver.tools.manifests import DEFAULT_NAME
 from tests.support.examples import E2E_HARDWARE_FILE

@@ -24,8 +24,9 @@ from dra_driver.claims.cdi import (
     node_spec_file_name,
 )
 from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.driver_root import DeviceRoot, common_edits, control_device_nodes, discover_driver
+from dra_driver.claims.driver_edits import common_edits, control_device_nodes
 from dra_driver.claims.mig_caps import capability_edits, mig_instance_capabilities
+from dra_driver.hardware.driver_root import DeviceRoot, discover_driver
 
 UID = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"
 LETTER_UID = "af9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"

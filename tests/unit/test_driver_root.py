@@ -5,15 +5,14 @@ from pathlib import Path
 import pytest
 
 from dra_driver.claims.cdi import DeviceNode, Mount
-from dra_driver.claims.driver_root import (
+from dra_driver.claims.driver_edits import common_edits, control_device_nodes
+from dra_driver.hardware.driver_root import (
     BINARIES,
     READ_ONLY_BIND,
     DeviceRoot,
     DriverFile,
     UnusablePath,
     UnusablePathError,
-    common_edits,
-    control_device_nodes,
     device_root,
     discover_driver,
     resolve_in_root,

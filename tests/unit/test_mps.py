@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.claims.driver_root import discover_driver
 from dra_driver.claims.identity import InvalidClaimIdentity
 from dra_driver.claims.mps import (
     PID_FILE,
@@ -23,6 +22,7 @@ from dra_driver.claims.mps import (
 )
 from dra_driver.claims.opaque_config import MpsSettings, Sharing
 from dra_driver.claims.sharing import MIB, MpsDaemonSpec, MpsDirectories, SharedDevice, plan_sharing
+from dra_driver.hardware.driver_root import discover_driver
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.time_slicing import SYSTEM_PATH
 

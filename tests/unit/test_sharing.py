@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from dra_driver.claims.cdi import ContainerEdits, Mount
-from dra_driver.claims.driver_root import discover_driver
 from dra_driver.claims.identity import InvalidClaimIdentity
 from dra_driver.claims.opaque_config import (
     MpsSettings,
@@ -27,6 +26,7 @@ from dra_driver.claims.sharing import (
     plan_sharing,
 )
 from dra_driver.devices.model import DeviceType
+from dra_driver.hardware.driver_root import discover_driver
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, TimeSliceInterval, TimeSliceSetting
 from dra_driver.hardware.time_slicing import (
     SYSTEM_PATH,

@@ -1,18 +1,16 @@
-"""The NVIDIA user-space driver under a driver root, and the CDI edits that hand it to containers.
+"""The NVIDIA user-space driver under a driver root: what is there, and where its device nodes are.
 
 The driver root is `/` on a plain host, `/run/nvidia/driver` where the GPU operator's driver
 container holds the driver, or a test tree. It is another system's `/`: its absolute symlinks
 mean paths inside it, so every path is resolved within the root, and a symlink whose `..` climbs
 out of it is refused. Following it would bind-mount some host file that is not the driver's into
-every GPU container. Discovery reads the file system; turning what it found into edits is pure.
+every GPU container. claims/driver_edits.py turns what discovery found into CDI edits.
 """
 
 import re
 import stat
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-
-from dra_driver.claims.cdi import ContainerEdits, DeviceNode, Mount
 
 UNKNOWN_VERSION = "unknown"
 
@@ -301,34 +299,3 @@ def device_root(driver_root: Path, host_driver_root: Path) -> DeviceRoot:
     if driver_root.joinpath("dev").is_dir():
         return DeviceRoot(driver_root, host_driver_root)
     return DeviceRoot(Path("/"), Path("/"))
-
-
-def control_device_nodes(dev_root: DeviceRoot) -> tuple[DeviceNode, ...]:
-    """The device nodes every GPU container opens, named as the host has them below
-    `dev_root.host`; the optional ones only where the agent sees them."""
-    optional = [path for path in OPTIONAL_DEVICE_NODES if dev_root.seen.joinpath(path[1:]).exists()]
-    return tuple(DeviceNode.under(dev_root.host, path) for path in (*CONTROL_DEVICE_NODES, *optional))
-
-
-def common_edits(
-    discovery: DriverDiscovery, device_nodes: tuple[DeviceNode, ...], host_root: Path
-) -> ContainerEdits:
-    """The node-wide edits: `device_nodes` and read-only bind mounts of every file found.
-
-    Each file is mounted where it was found, one of the usual directories, and each library a
-    second time at its SONAME path (libcuda.so.1), the name programs and the dynamic loader ask
-    for. So no hook has to run ldconfig in the container: when the loader's cache does not know a
-    library it looks in its built-in directories, which are the usual ones (a container whose
-    distribution uses other directories than the driver root needs them in LD_LIBRARY_PATH).
-    The host side of a mount is the resolved file, never a symlink the runtime would follow on
-    the host, outside the driver root. It is named below `host_root`, the driver root as the host
-    sees it: the runtime resolves it on the host, where the agent's own view of the driver root
-    (`discovery.root`, a mount in its container) does not exist.
-    """
-    mounts = []
-    for file in (*discovery.libraries, *discovery.binaries, *discovery.firmware):
-        host_path = str(host_root.joinpath(file.resolved[1:]))
-        mounts.append(Mount(host_path, file.path, READ_ONLY_BIND))
-        if file.soname_path:
-            mounts.append(Mount(host_path, file.soname_path, READ_ONLY_BIND))
-    return ContainerEdits(device_nodes=device_nodes, mounts=tuple(mounts))
