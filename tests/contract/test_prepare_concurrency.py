@@ -1,6 +1,6 @@
 """Many overlapping prepare and unprepare calls over the real DRA socket, as a busy kubelet makes them.
 
-tests/unit/test_engine_concurrency.py interleaves calls inside one event loop with whole GPUs
+tests/unit/claims/test_engine_concurrency.py interleaves calls inside one event loop with whole GPUs
 only; here the agent is a real process behind grpc.aio, serving every kind of device at once
 (whole GPUs, static and dynamic MIG, vGPU shares), and 64 calls are in flight together: repeated
 claims, claims that want the same exclusive device, shares of one shareable device, dynamic MIG

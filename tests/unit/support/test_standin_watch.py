@@ -19,7 +19,7 @@ from kubernetes.aio import watch as aio_watch
 from tests.support import apiserver
 from tests.support.apiserver import ApiServer
 from tests.support.waiting import wait_until
-from tests.unit.test_standin_apiserver import EVENTS, SLICES, event_body, raw, slice_body
+from tests.unit.support.test_standin_apiserver import EVENTS, SLICES, event_body, raw, slice_body
 
 Event = tuple[str, dict[str, Any]]
 

@@ -44,7 +44,7 @@ from dra_driver.claims.opaque_config import (
 from dra_driver.devices.model import DeviceType
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 V1ALPHA1 = REPOSITORY / "api" / "resource.dra-driver.dev" / "v1alpha1"
 EXAMPLES = sorted(V1ALPHA1.glob("examples/*.yaml"))
 SCHEMA = Draft202012Validator(json.loads((V1ALPHA1 / "configs.schema.json").read_text()))

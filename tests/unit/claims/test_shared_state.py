@@ -34,7 +34,7 @@ from dra_driver.state.shared_locks import (
     _unlock_byte,
     try_exclusive,
 )
-from tests.unit.test_engine_devices import DYNAMIC, Claims, instances, node
+from tests.unit.claims.test_engine_devices import DYNAMIC, Claims, instances, node
 
 UID = "6a0c9c2e-1b7f-4d3a-9e58-2f4b7c1d0e93"
 

@@ -1,6 +1,6 @@
 """The XID listeners: NVML's event set against a script, and the simulated backend's injected faults.
 
-`ScriptedEventNvml` stands in for pynvml's event functions the way tests/unit/test_nvml_backend.py
+`ScriptedEventNvml` stands in for pynvml's event functions the way tests/unit/hardware/test_nvml_backend.py
 stands in for the others: pynvml's own handle and structure types, pynvml.NVMLError for failures,
 functions replaced by name (monkeypatch refuses a name pynvml lacks). Its waits block on a condition
 for the timeout they are given, as NVML's do, so stopping promptly is tested for real.

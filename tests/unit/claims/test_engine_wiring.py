@@ -3,7 +3,7 @@ the engine's collaborators is made once and every tier keeps testing the same wi
 
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parents[2]
 HELPER = TESTS / "support" / "engines.py"
 
 

@@ -101,7 +101,7 @@ def test_spec_files_are_written_atomically_and_removed(tmp_path: Path) -> None:
 # -- mounts, hooks, host paths and the node-wide spec ---------------------------------------------
 
 # The upstream CDI schema, vendored with its licence and source commit (tests/data/cdi-schema/SOURCE).
-CDI_SCHEMA_DIR = Path(__file__).resolve().parents[1] / "data" / "cdi-schema"
+CDI_SCHEMA_DIR = Path(__file__).resolve().parents[2] / "data" / "cdi-schema"
 DRIVER = "gpu.dra-driver.dev"
 VERSION = "580.95.05"
 # Every version podman 4.3.1 (Debian 12) accepts; anything newer makes it refuse the spec.

@@ -15,7 +15,7 @@ from dra_driver._proto.dra_health.v1 import api_pb2 as health_v1
 from dra_driver._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
 from dra_driver._proto.pluginregistration.v1 import api_pb2 as registration
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GENERATED = REPO / "dra_driver" / "_proto"
 
 

@@ -1,0 +1,1 @@
+"""Unit tests of logs and metrics."""

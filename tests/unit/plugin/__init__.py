@@ -1,0 +1,1 @@
+"""Unit tests of the kubelet-facing gRPC servers and their protos."""

@@ -1,0 +1,1 @@
+"""Unit tests of durable node state."""
