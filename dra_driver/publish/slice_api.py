@@ -38,11 +38,6 @@ class ApiCallError(Exception):
         self.call, self.status, self.reason = call, status, reason
 
     @property
-    def may_have_applied(self) -> bool:
-        """A write that got no answer or a server error may still have been stored."""
-        return self.status == 0 or self.status >= 500
-
-    @property
     def expired(self) -> bool:
         return self.status == 410
 
