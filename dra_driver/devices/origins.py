@@ -7,6 +7,7 @@ origin the inventory recorded when it built the device, which carries everything
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from dra_driver.devices.model import DeviceType
 from dra_driver.hardware.model import Gpu, MigInstance, MigProfile, Placement
@@ -18,9 +19,7 @@ class WholeGpu:
 
     gpu: Gpu
 
-    @property
-    def device_type(self) -> DeviceType:
-        return "gpu"
+    device_type: ClassVar[DeviceType] = "gpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +30,7 @@ class StaticMig:
     profile: MigProfile
     instance: MigInstance
 
-    @property
-    def device_type(self) -> DeviceType:
-        return "mig"
+    device_type: ClassVar[DeviceType] = "mig"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +41,7 @@ class DynamicMig:
     profile: MigProfile
     placement: Placement
 
-    @property
-    def device_type(self) -> DeviceType:
-        return "mig"
+    device_type: ClassVar[DeviceType] = "mig"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +51,7 @@ class VgpuShare:
     gpu: Gpu
     memory_step: int
 
-    @property
-    def device_type(self) -> DeviceType:
-        return "vgpu"
+    device_type: ClassVar[DeviceType] = "vgpu"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +63,7 @@ class VgpuPartition:
     cores: int
     slot: int
 
-    @property
-    def device_type(self) -> DeviceType:
-        return "vgpu"
+    device_type: ClassVar[DeviceType] = "vgpu"
 
 
 DeviceOrigin = WholeGpu | StaticMig | DynamicMig | VgpuShare | VgpuPartition

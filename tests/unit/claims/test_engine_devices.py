@@ -216,20 +216,7 @@ def test_admin_access_and_shares_are_not_exclusive_but_plain_devices_are(tmp_pat
 
 def test_a_bad_opaque_config_is_that_claims_error_naming_the_field(tmp_path: Path) -> None:
     claims = Claims()
-    config = [
-        {
-            "source": "FromClaim",
-            "requests": [],
-            "opaque": {
-                "driver": DRIVER,
-                "parameters": {
-                    "apiVersion": "resource.dra-driver.dev/v1alpha1",
-                    "kind": "GpuConfig",
-                    "sharing": {"strategy": "Timeslicing"},
-                },
-            },
-        }
-    ]
+    config = sharing_config({"strategy": "Timeslicing"})
     bad = claims.add("bad", {"device": "gpu-0"}, config=config)
     good = claims.add("good", {"device": "gpu-1"})
 
