@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from dra_driver.devices.classes import class_name
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.model import Device, quantity
 from dra_driver.devices.node_config import NodeConfig, NodeConfigError, parse_node_config
@@ -26,12 +27,6 @@ CLAIM_UIDS: dict[ClaimKind, str] = {
     "gpu": "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17",
     "mig": "5b7d2a90-1c3e-4f6a-8b2d-9e0f1a2b3c4d",
     "vgpu": "7c1e9f30-2d4b-4a6c-9e8f-0a1b2c3d4e5f",
-}
-# The DeviceClasses deploy/deviceclasses.yaml installs, one per kind.
-DEVICE_CLASSES: dict[ClaimKind, str] = {
-    "gpu": "gpu.dra-driver.dev",
-    "mig": "mig.dra-driver.dev",
-    "vgpu": "vgpu.dra-driver.dev",
 }
 POD_UID = "8d2e4f61-3b5a-4c7d-a9e8-1f0b2c3d4e5f"
 VGPU_SHARE_ID = "2e4f6a8c-0b1d-4e3f-a5c7-9d1b3f5a7c9e"
@@ -106,7 +101,7 @@ def _result(device: Device, pool: str, driver: str) -> dict[str, Any]:
 
 def claim_document(kind: ClaimKind, device: Device, pool: str, driver: str) -> dict[str, Any]:
     """An allocated ResourceClaim as the scheduler leaves it, reserved for one pod."""
-    device_class = DEVICE_CLASSES[kind]
+    device_class = class_name(kind, driver)
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
