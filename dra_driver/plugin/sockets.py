@@ -87,15 +87,21 @@ def remove_dead_sockets(directory: Path, name_pattern: str) -> list[Path]:
     return removed
 
 
-def _someone_listens(path: Path) -> bool:
+def connect_problem(path: Path) -> str:
+    """Empty when someone serves on the socket; else why a connection failed (refused: nobody
+    listens any more)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         probe.connect(str(path))
-    except OSError:  # refused: nobody listens any more
-        return False
+    except OSError as error:
+        return error.strerror or type(error).__name__
     finally:
         probe.close()
-    return True
+    return ""
+
+
+def _someone_listens(path: Path) -> bool:
+    return not connect_problem(path)
 
 
 def clear_stale_socket(path: Path) -> None:

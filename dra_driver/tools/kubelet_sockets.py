@@ -8,12 +8,11 @@ when no socket is live.
 """
 
 import re
-import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.plugin.sockets import DRA_SOCKETS_PATTERN, registration_sockets_pattern
+from dra_driver.plugin.sockets import DRA_SOCKETS_PATTERN, connect_problem, registration_sockets_pattern
 
 
 class NoLiveSocketError(RuntimeError):
@@ -26,18 +25,6 @@ class Candidate:
     mtime: float
     # Why it is not used; empty for a live socket.
     problem: str
-
-
-def _accepts_connections(path: Path) -> str:
-    """Empty when someone serves on the socket, else why not."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(str(path))
-    except OSError as error:
-        return error.strerror or type(error).__name__
-    finally:
-        probe.close()
-    return ""
 
 
 def candidates(directory: Path, name_pattern: str) -> list[Candidate]:
@@ -53,7 +40,7 @@ def candidates(directory: Path, name_pattern: str) -> list[Candidate]:
             status = path.lstat()
         except FileNotFoundError:
             continue
-        problem = "not a socket" if not stat.S_ISSOCK(status.st_mode) else _accepts_connections(path)
+        problem = "not a socket" if not stat.S_ISSOCK(status.st_mode) else connect_problem(path)
         found.append(Candidate(path, status.st_mtime, problem))
     return sorted(found, key=lambda candidate: candidate.mtime, reverse=True)
 
