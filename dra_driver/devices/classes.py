@@ -17,7 +17,22 @@ from typing import Any, get_args
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.devices.model import DeviceType
+from dra_driver.devices.extended_resources import (
+    FIRST_MINOR,
+    GPU_RESOURCE_NAME,
+    OLDEST_KUBERNETES,
+    ExtendedResources,
+    catalog_mig_profiles,
+    kubernetes_version_problem,
+    mig_profile_problem,
+    mig_resource_name,
+    mig_suffix,
+    minor_problem,
+    sorted_profiles,
+    vgpu_resource_name,
+    vgpu_suffix,
+)
+from dra_driver.devices.model import DeviceType, quantity
 from dra_driver.kube.k8s_names import driver_name_problem
 
 APP_NAME = "dra-driver"
@@ -49,45 +64,98 @@ def selector(device_type: DeviceType, driver_name: str) -> str:
     return f'device.driver == "{driver_name}" && device.attributes["{driver_name}"].type == "{device_type}"'
 
 
-def device_classes(driver_name: str, extended_resource_names: bool = False) -> list[dict[str, Any]]:
+def _device_class(name: str, expression: str, extended_resource_name: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
+    if extended_resource_name is not None:
+        spec["extendedResourceName"] = extended_resource_name
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": APP_NAME}},
+        "spec": spec,
+    }
+
+
+def mig_profile_selector(profile: str, driver_name: str) -> str:
+    """The MIG devices of one profile, whether created at prepare (dynamic) or found (static):
+    both carry the profile name as NVIDIA's tools print it."""
+    return f'{selector("mig", driver_name)} && device.attributes["{driver_name}"].profile == "{profile}"'
+
+
+def vgpu_partition_selector(memory_bytes: int, driver_name: str) -> str:
+    """The fixed-size vGPU partitions of one size. A partition names its GPU in `parentUUID`; the
+    shareable GPU of capacity mode (also of type vgpu, with the GPU's whole memory as capacity)
+    has its own `uuid` instead, so a partition size equal to some GPU's memory never selects a
+    whole shared GPU. Memory is compared as a quantity, whatever its spelling."""
+    domain = f'device.attributes["{driver_name}"]'
+    return (
+        f'{selector("vgpu", driver_name)} && "parentUUID" in {domain} && '
+        f'device.capacity["{driver_name}"].memory.compareTo(quantity("{quantity(memory_bytes)}")) == 0'
+    )
+
+
+def _extended_classes(driver_name: str, extended: ExtendedResources) -> list[dict[str, Any]]:
+    """One class per MIG profile and per vGPU partition size, named like their resource under
+    the driver's domain (`mig-1g.10gb.dra-driver.dev` for `nvidia.com/mig-1g.10gb`)."""
+    domain = driver_name.removeprefix("gpu.")
+    classes = [
+        _device_class(
+            f"{mig_suffix(profile)}.{domain}",
+            mig_profile_selector(profile, driver_name),
+            mig_resource_name(profile),
+        )
+        for profile in extended.mig_profiles
+    ]
+    classes += [
+        _device_class(
+            f"{vgpu_suffix(size)}.{domain}",
+            vgpu_partition_selector(size, driver_name),
+            vgpu_resource_name(size),
+        )
+        for size in extended.vgpu_partitions
+    ]
+    return classes
+
+
+def device_classes(driver_name: str, extended: ExtendedResources | None = None) -> list[dict[str, Any]]:
     """One DeviceClass per device type, in the order gpu, mig, vgpu.
 
-    With `extended_resource_names`, each class also names an extended resource (`<driver>/gpu`),
-    so that pods can ask for devices in `resources.limits` the way they ask a device plugin,
-    without writing a claim. It is off by default: the field needs the DRAExtendedResource
-    feature (beta from Kubernetes 1.36), and a name also served by a device plugin on some nodes
-    makes the scheduler's choice between the two surprising.
+    With `extended` (off by default: see extended_resources.py for why it needs Kubernetes 1.36),
+    the whole-GPU class also names the extended resource `nvidia.com/gpu`, and one class per MIG
+    profile and per vGPU partition size follows, each naming its own resource, so pods written
+    for the NVIDIA device plugin run on these devices unchanged. The type classes for all MIG
+    devices and all vGPUs name none: the device plugin has no such resource.
 
     The driver name is checked because it is pasted into CEL string literals and object names.
     """
     if problem := driver_name_problem(driver_name):
         raise ValueError(f"driver name: {problem}")
-    classes: list[dict[str, Any]] = []
-    for device_type in get_args(DeviceType):
-        spec: dict[str, Any] = {"selectors": [{"cel": {"expression": selector(device_type, driver_name)}}]}
-        if extended_resource_names:
-            spec["extendedResourceName"] = f"{driver_name}/{device_type}"
-        classes.append(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "DeviceClass",
-                "metadata": {
-                    "name": class_name(device_type, driver_name),
-                    "labels": {"app.kubernetes.io/name": APP_NAME},
-                },
-                "spec": spec,
-            }
+    if extended is not None:
+        for profile in extended.mig_profiles:
+            if problem := mig_profile_problem(profile):
+                raise ValueError(f"--extended-mig-profile: {problem}")
+    classes = [
+        _device_class(
+            class_name(device_type, driver_name),
+            selector(device_type, driver_name),
+            GPU_RESOURCE_NAME if extended is not None and device_type == "gpu" else None,
         )
+        for device_type in get_args(DeviceType)
+    ]
+    if extended is not None:
+        classes += _extended_classes(driver_name, extended)
     return classes
 
 
-def device_classes_yaml(driver_name: str, extended_resource_names: bool = False) -> str:
+def device_classes_yaml(driver_name: str, extended: ExtendedResources | None = None) -> str:
     """The classes as a YAML stream, headed by the command that reproduces it."""
     command = "python -m dra_driver.devices.classes"
     if driver_name != DEFAULT_DRIVER_NAME:
         command += f" --driver-name {driver_name}"
-    if extended_resource_names:
-        command += " --extended-resource-names"
+    if extended is not None:
+        command += f" --extended-resources --kubernetes-version 1.{FIRST_MINOR}"
+        if extended.mig_profiles != catalog_mig_profiles():
+            command += "".join(f" --extended-mig-profile {profile}" for profile in extended.mig_profiles)
     header = (
         "# DeviceClasses for the devices of the DRA driver "
         f"{driver_name}.\n"
@@ -96,7 +164,7 @@ def device_classes_yaml(driver_name: str, extended_resource_names: bool = False)
     )
     # A wide line keeps each selector on one line, where it reads as the CEL it is.
     body = yaml.safe_dump_all(
-        device_classes(driver_name, extended_resource_names), sort_keys=False, explicit_start=True, width=4096
+        device_classes(driver_name, extended), sort_keys=False, explicit_start=True, width=4096
     )
     return header + body
 
@@ -108,13 +176,43 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="default: %(default)s")
     parser.add_argument(
-        "--extended-resource-names",
+        "--extended-resources",
         action="store_true",
-        help="also name an extended resource (<driver>/gpu, ...) per class",
+        help="also serve the NVIDIA device plugin's resource names (nvidia.com/gpu, "
+        "nvidia.com/mig-<profile>) from these classes; needs --kubernetes-version 1.36 or later",
+    )
+    parser.add_argument(
+        "--kubernetes-version",
+        default=OLDEST_KUBERNETES,
+        metavar="1.N",
+        help="the oldest Kubernetes the classes must work on; default: %(default)s",
+    )
+    parser.add_argument(
+        "--extended-mig-profile",
+        action="append",
+        metavar="PROFILE",
+        help="with --extended-resources: a MIG profile (e.g. 1g.10gb) to serve as "
+        "nvidia.com/mig-<profile>; repeat for more; default: every profile of the GPU catalog",
     )
     args = parser.parse_args(argv)
+    if problem := kubernetes_version_problem(args.kubernetes_version):
+        parser.error(f"--kubernetes-version: {problem}")
+    if args.extended_mig_profile and not args.extended_resources:
+        parser.error("--extended-mig-profile: only with --extended-resources")
+    extended = None
+    if args.extended_resources:
+        if problem := minor_problem(args.kubernetes_version):
+            parser.error(
+                f"--extended-resources: {problem}; pass --kubernetes-version 1.{FIRST_MINOR} or later"
+            )
+        profiles = (
+            sorted_profiles(tuple(args.extended_mig_profile))
+            if args.extended_mig_profile
+            else catalog_mig_profiles()
+        )
+        extended = ExtendedResources(mig_profiles=profiles)
     try:
-        sys.stdout.write(device_classes_yaml(args.driver_name, args.extended_resource_names))
+        sys.stdout.write(device_classes_yaml(args.driver_name, extended))
     except ValueError as error:
         parser.error(str(error))
     return 0

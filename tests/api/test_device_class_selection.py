@@ -8,6 +8,12 @@ import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.classes import device_classes
+from dra_driver.devices.extended_resources import (
+    ExtendedResources,
+    catalog_mig_profiles,
+    mig_resource_name,
+    vgpu_resource_name,
+)
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import Device, device_to_api
 from tests.support.cel import selects
@@ -92,3 +98,89 @@ def test_every_device_carries_the_topology_that_match_attribute_needs() -> None:
         assert "numaNode" in rendered["attributes"], device.name
         gpu_product = device.attributes["productName"]
         assert ("fabricClique" in device.attributes) == (gpu_product == "NVIDIA GB200"), device.name
+
+
+# --- Extended-resource classes (--extended-resources) ----------------------------------------------
+
+
+def _produced_profiles() -> set[str]:
+    return {str(device.attributes["profile"]) for device, _ in every_device() if device.type == "mig"}
+
+
+def _produced_partition_sizes() -> set[int]:
+    return {
+        device.capacity["memory"].value
+        for device, _ in every_device()
+        if device.type == "vgpu" and not device.allow_multiple_allocations
+    }
+
+
+@cache
+def extended_classes() -> tuple[dict[str, Any], ...]:
+    extended = ExtendedResources(catalog_mig_profiles(), tuple(sorted(_produced_partition_sizes())))
+    return tuple(device_classes(D, extended)[3:])
+
+
+def test_the_simulated_profiles_cover_many_mig_profiles_and_partition_sizes() -> None:
+    """Guards the tests below against passing over nothing."""
+    assert len(_produced_profiles()) >= 12
+    assert {"1g.10gb", "1g.10gb+me", "3g.40gb", "7g.80gb"} <= _produced_profiles()
+    assert len(_produced_partition_sizes()) >= 5
+
+
+def test_each_mig_profile_class_selects_exactly_the_mig_devices_of_its_profile() -> None:
+    for device_class in extended_classes():
+        resource = device_class["spec"]["extendedResourceName"]
+        if not resource.startswith("nvidia.com/mig-"):
+            continue
+        (selector,) = device_class["spec"]["selectors"]
+        chosen = {
+            device.name + "@" + str(device.attributes["parentUUID"])
+            for device, rendered in every_device()
+            if selects(selector["cel"]["expression"], D, rendered)
+        }
+        expected = {
+            device.name + "@" + str(device.attributes["parentUUID"])
+            for device, _ in every_device()
+            if device.type == "mig" and mig_resource_name(str(device.attributes["profile"])) == resource
+        }
+        assert chosen == expected, resource
+
+
+def test_each_partition_class_selects_exactly_the_partitions_of_its_size() -> None:
+    for device_class in extended_classes():
+        resource = device_class["spec"]["extendedResourceName"]
+        if not resource.startswith("nvidia.com/vgpu-"):
+            continue
+        (selector,) = device_class["spec"]["selectors"]
+        chosen = [
+            device
+            for device, rendered in every_device()
+            if selects(selector["cel"]["expression"], D, rendered)
+        ]
+        assert chosen, resource
+        assert all(device.type == "vgpu" and not device.allow_multiple_allocations for device in chosen)
+        assert {vgpu_resource_name(device.capacity["memory"].value) for device in chosen} == {resource}
+        assert len(chosen) == sum(
+            1
+            for device, _ in every_device()
+            if device.type == "vgpu"
+            and not device.allow_multiple_allocations
+            and vgpu_resource_name(device.capacity["memory"].value) == resource
+        )
+
+
+def test_a_partition_as_large_as_a_shared_gpu_never_selects_the_shared_gpu() -> None:
+    """Capacity mode publishes the whole GPU as a vgpu device whose memory is the GPU's: without
+    the parentUUID check a partition class of that size would hand out a whole shared GPU."""
+    shared = next(
+        (device, rendered) for device, rendered in every_device() if device.allow_multiple_allocations
+    )
+    size = shared[0].capacity["memory"].value
+    (device_class,) = device_classes(D, ExtendedResources((), (size,)))[3:]
+    expression = device_class["spec"]["selectors"][0]["cel"]["expression"]
+
+    assert not selects(expression, D, shared[1])
+    unguarded = expression.replace(f' && "parentUUID" in device.attributes["{D}"]', "")
+    assert unguarded != expression
+    assert selects(unguarded, D, shared[1])

@@ -5,6 +5,7 @@ Devices shaped like the driver's, plus devices of other drivers, because a class
 against every device in the cluster and a single runtime error aborts a claim's allocation.
 """
 
+import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.classes import device_classes, device_classes_yaml, main
+from dra_driver.devices.extended_resources import ExtendedResources, catalog_mig_profiles
 from dra_driver.kube.k8s_names import dns_subdomain_problem
 from tests.support.cel import CelCompileError, CelEvaluationError, parse_quantity, selects
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
@@ -153,11 +155,49 @@ def test_the_committed_device_classes_are_the_default_rendering() -> None:
 
 
 def test_the_module_prints_the_rendering_for_the_options_given(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--driver-name", OTHER_DRIVER_NAME, "--extended-resource-names"]) == 0
+    flags = ["--driver-name", OTHER_DRIVER_NAME, "--extended-resources", "--kubernetes-version", "1.37"]
+    assert main([*flags, "--extended-mig-profile", "2g.20gb", "--extended-mig-profile", "1g.10gb"]) == 0
 
     printed = capsys.readouterr().out
-    assert printed == device_classes_yaml(OTHER_DRIVER_NAME, extended_resource_names=True)
-    assert "--driver-name gpu.example.com --extended-resource-names" in printed.splitlines()[2]
+    assert printed == device_classes_yaml(OTHER_DRIVER_NAME, ExtendedResources(("1g.10gb", "2g.20gb")))
+    assert printed.splitlines()[2].endswith(
+        "--driver-name gpu.example.com --extended-resources --kubernetes-version 1.36 "
+        "--extended-mig-profile 1g.10gb --extended-mig-profile 2g.20gb"
+    )
+
+
+def test_the_module_serves_every_catalog_profile_unless_told_which(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--extended-resources", "--kubernetes-version", "1.36"]) == 0
+
+    printed = capsys.readouterr().out
+    assert printed == device_classes_yaml(D, ExtendedResources(catalog_mig_profiles()))
+    assert printed.splitlines()[2].endswith("--extended-resources --kubernetes-version 1.36")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--extended-resources"], "--extended-resources: needs Kubernetes 1.36 or later"),
+        (["--extended-resources", "--kubernetes-version", "1.35"], "DRAExtendedResource"),
+        (["--kubernetes-version", "1.33"], "--kubernetes-version: '1.33' is not a Kubernetes version"),
+        (["--extended-mig-profile", "1g.10gb"], "--extended-mig-profile: only with --extended-resources"),
+        (
+            ["--extended-resources", "--kubernetes-version", "1.36", "--extended-mig-profile", "1g.10gb+x"],
+            "--extended-mig-profile: '1g.10gb+x' is not a MIG profile name",
+        ),
+    ],
+)
+def test_the_module_refuses_extended_resources_it_cannot_serve(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+
+    assert exit_info.value.code == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert message in line
 
 
 def test_the_module_refuses_a_driver_name_that_is_not_a_dns_subdomain() -> None:
@@ -166,18 +206,61 @@ def test_the_module_refuses_a_driver_name_that_is_not_a_dns_subdomain() -> None:
     assert exit_info.value.code == 2
 
 
+_QUALIFIED_NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def extended_resource_name_problem(name: str) -> str | None:
+    """The API server's rule for an extended resource name (IsExtendedResourceName in
+    k8s.io/kubernetes pkg/apis/core/helper, applied to DeviceClass.spec.extendedResourceName):
+    a domain outside kubernetes.io, and `requests.<name>` a qualified name (so the name part is
+    at most 63 characters of letters, digits, '-', '_' and '.')."""
+    domain, slash, rest = name.partition("/")
+    if not slash or domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        return f"{name!r} is not in a domain of its own"
+    if dns_subdomain_problem(domain) is not None:
+        return f"{name!r}: domain is not a DNS subdomain"
+    if len(rest) > 63 or not _QUALIFIED_NAME_PART.fullmatch(rest):
+        return f"{name!r}: name part is not a qualified name"
+    return None
+
+
+def test_the_extended_resource_name_rule_refuses_what_the_api_server_refuses() -> None:
+    assert extended_resource_name_problem("nvidia.com/mig-1g.10gb+me") is not None
+    assert extended_resource_name_problem("kubernetes.io/gpu") is not None
+    assert extended_resource_name_problem("gpu") is not None
+    assert extended_resource_name_problem("nvidia.com/mig-1g.10gb.me") is None
+
+
+# Every catalog profile (suffixes included) and partition sizes in every spelling quantity() has.
+EVERYTHING_EXTENDED = ExtendedResources(
+    catalog_mig_profiles(), (512 * 2**20, 10 * 2**30, 1536 * 2**20, 2**40)
+)
+
+
 @pytest.mark.parametrize("kubernetes", KUBERNETES_VERSIONS)
 @pytest.mark.parametrize("driver", [D, OTHER_DRIVER_NAME])
-@pytest.mark.parametrize("extended_resource_names", [False, True])
-def test_every_device_class_is_valid(kubernetes: str, driver: str, extended_resource_names: bool) -> None:
-    for device_class in device_classes(driver, extended_resource_names):
+def test_every_device_class_is_valid(kubernetes: str, driver: str) -> None:
+    for device_class in device_classes(driver):
         kubernetes_validate.validate(device_class, kubernetes, strict=True)
+
+
+@pytest.mark.parametrize("kubernetes", ["1.36.0", "1.37.0"])
+@pytest.mark.parametrize("driver", [D, OTHER_DRIVER_NAME])
+def test_every_extended_resource_class_is_valid(kubernetes: str, driver: str) -> None:
+    classes = device_classes(driver, EVERYTHING_EXTENDED)
+
+    assert len(classes) == 3 + len(catalog_mig_profiles()) + 4
+    for device_class in classes:
+        kubernetes_validate.validate(device_class, kubernetes, strict=True)
+        assert (
+            extended_resource_name_problem(device_class["spec"].get("extendedResourceName", "a.b/c")) is None
+        )
 
 
 @pytest.mark.parametrize("driver", [D, OTHER_DRIVER_NAME, "accel.example.org"])
 def test_classes_are_named_by_type_under_the_driver_name(driver: str) -> None:
     plain = device_classes(driver)
-    extended = device_classes(driver, extended_resource_names=True)
+    extended = device_classes(driver, ExtendedResources(("1g.10gb", "1g.10gb+me"), (512 * 2**20, 10 * 2**30)))
 
     domain = {
         D: "dra-driver.dev",
@@ -188,11 +271,16 @@ def test_classes_are_named_by_type_under_the_driver_name(driver: str) -> None:
     assert all(dns_subdomain_problem(c["metadata"]["name"]) is None for c in plain)
     assert all(c["metadata"]["labels"] == {"app.kubernetes.io/name": "dra-driver"} for c in plain)
     assert all("extendedResourceName" not in c["spec"] for c in plain)
-    assert [c["spec"]["extendedResourceName"] for c in extended] == [
-        f"{driver}/gpu",
-        f"{driver}/mig",
-        f"{driver}/vgpu",
+    assert [(c["metadata"]["name"], c["spec"].get("extendedResourceName")) for c in extended] == [
+        (f"gpu.{domain}", "nvidia.com/gpu"),
+        (f"mig.{domain}", None),
+        (f"vgpu.{domain}", None),
+        (f"mig-1g.10gb.{domain}", "nvidia.com/mig-1g.10gb"),
+        (f"mig-1g.10gb.me.{domain}", "nvidia.com/mig-1g.10gb.me"),
+        (f"vgpu-512mi.{domain}", "nvidia.com/vgpu-512mi"),
+        (f"vgpu-10gi.{domain}", "nvidia.com/vgpu-10gi"),
     ]
+    assert all(dns_subdomain_problem(c["metadata"]["name"]) is None for c in extended)
 
 
 def test_a_driver_name_that_could_break_out_of_the_cel_string_is_refused() -> None:
@@ -204,11 +292,11 @@ def test_a_driver_name_that_could_break_out_of_the_cel_string_is_refused() -> No
 
 
 @pytest.mark.parametrize("driver", [D, OTHER_DRIVER_NAME])
-@pytest.mark.parametrize("extended_resource_names", [False, True])
+@pytest.mark.parametrize("extended", [None, ExtendedResources(("1g.10gb",))])
 def test_each_class_selects_exactly_the_drivers_devices_of_its_type(
-    driver: str, extended_resource_names: bool
+    driver: str, extended: ExtendedResources | None
 ) -> None:
-    for device_class in device_classes(driver, extended_resource_names):
+    for device_class in device_classes(driver, extended)[:3]:
         device_type = device_class["metadata"]["name"].split(".")[0]
         (only_selector,) = device_class["spec"]["selectors"]
         expression = only_selector["cel"]["expression"]
