@@ -57,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
         log_format=args.log_format,
         metrics_port=args.metrics_port,
         extra_env=parse_env(args.env or []),
+        kubernetes_version=args.kubernetes_version,
+        extended_resources=args.extended_resources,
+        extended_mig_profiles=tuple(args.extended_mig_profile or ()),
     )
     sys.stdout.write(render_yaml(options))
     return 0
@@ -147,4 +150,33 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="NAME=VALUE",
         help="more environment for the agent's container (e.g. a test library's settings); repeat for more",
     )
+    _add_extended_resource_flags(manifests)
     manifests.set_defaults(run=run)
+
+
+def _add_extended_resource_flags(manifests: argparse.ArgumentParser) -> None:
+    """Checked with the other options (check_options), where the version gate lives."""
+    from dra_driver.devices.extended_resources import OLDEST_KUBERNETES  # noqa: PLC0415
+
+    add = manifests.add_argument
+    add(
+        "--kubernetes-version",
+        default=OLDEST_KUBERNETES,
+        metavar="1.N",
+        help="the oldest Kubernetes the objects must work on; default: %(default)s",
+    )
+    add(
+        "--extended-resources",
+        action="store_true",
+        help="serve the NVIDIA device plugin's resource names (nvidia.com/gpu, nvidia.com/mig-<profile>, "
+        "nvidia.com/vgpu-<size> for the node configs' partitions) from DeviceClasses, so pod specs "
+        "written for the device plugin run on DRA; needs --kubernetes-version 1.36 or later; never "
+        "on nodes where the device plugin runs",
+    )
+    add(
+        "--extended-mig-profile",
+        action="append",
+        metavar="PROFILE",
+        help="with --extended-resources: a MIG profile (e.g. 1g.10gb) to serve as nvidia.com/mig-<profile>; "
+        "repeat for more; default: every MIG profile of the GPU catalog",
+    )

@@ -56,8 +56,25 @@ YAML_KEYS_OF = {"-node-configs", "-simulated-node"}
 NODE_CONFIG = "# MIG everywhere\ndefault:\n  mode: mig-dynamic\n"
 VGPU_CONFIG = "gpus:\n  - {index: 0, mode: vgpu-capacity}\n"
 SIMULATED_NODE = "gpus:\n  - model: H100-SXM5-80GB\n    count: 2\n"
+PARTITIONS_CONFIG = (
+    "default:\n  mode: vgpu-partitions\n  vgpu:\n"
+    "    partitions: [{memory: 10Gi}, {memory: 5120Mi, cores: 25}]\n"
+    "gpus:\n  - model: L4\n    mode: vgpu-partitions\n    vgpu:\n"
+    "      partitions: [{memory: 1073741824}, {memory: 1536Mi}, {memory: 10240Mi}]\n"
+)
 SETTINGS = {
     "defaults": ManifestOptions(),
+    "extended-resources": ManifestOptions(
+        kubernetes_version="1.36",
+        extended_resources=True,
+        node_configs={"default": NODE_CONFIG, "partitions": PARTITIONS_CONFIG},
+    ),
+    "extended-resources-chosen": ManifestOptions(
+        driver_name="gpu.b.example.com",
+        kubernetes_version="1.37",
+        extended_resources=True,
+        extended_mig_profiles=("3g.40gb", "1g.10gb+me", "1g.10gb"),
+    ),
     "other-names": ManifestOptions(
         name="gpus-b",
         driver_name="gpu.b.example.com",
@@ -482,6 +499,36 @@ def test_a_release_installed_again_after_uninstall_is_a_first_install(
     assert by_identity(installed(server, "dra-driver")) == rendered_by_the_command(ManifestOptions())
 
 
+@pytest.mark.parametrize("version", ["1.34", "1.35"])
+def test_extended_resources_are_refused_below_kubernetes_1_36(version: str, tmp_path: Path) -> None:
+    """As `dra-driver manifests --kubernetes-version 1.35 --extended-resources` is: the API
+    server of those versions would drop extendedResourceName without a word."""
+    server = ApiServer(version=version, install_types=True).start()
+    try:
+        with pytest.raises(helm_sdkpy.InstallError) as refused:
+            install(server, tmp_path, "dra-driver", "dra-driver", {"extendedResources": {"enabled": True}})
+
+        message = str(refused.value)
+        assert "extendedResources.enabled: needs Kubernetes 1.36 or later" in message, message
+        assert f"this cluster is v{version}.0" in message, message
+        assert installed(server, "dra-driver") == []
+    finally:
+        server.stop()
+
+
+def test_a_partition_size_the_chart_cannot_read_is_refused(server: ApiServer, tmp_path: Path) -> None:
+    values = {
+        "extendedResources": {"enabled": True},
+        "nodeConfigs": {
+            "odd": {"default": {"mode": "vgpu-partitions", "vgpu": {"partitions": [{"memory": "1.5Gi"}]}}}
+        },
+    }
+    with pytest.raises(
+        helm_sdkpy.InstallError, match=r'nodeConfigs.odd: vgpu partition memory \\?"1.5Gi\\?"'
+    ):
+        install(server, tmp_path, "dra-driver", "dra-driver", values)
+
+
 # --- values.schema.json, through Helm ----------------------------------------------------------------
 
 
@@ -508,6 +555,9 @@ def test_a_release_installed_again_after_uninstall_is_a_first_install(
         ({"nodeSelektor": {}}, "nodeSelektor"),
         ({"extraEnv": [{"name": "1ST", "value": "x"}]}, "name"),
         ({"extraEnv": [{"name": "A", "value": 1}]}, "value"),
+        ({"extendedResources": {"enabled": True, "migProfiles": ["1g.10gb+x"]}}, "migProfiles"),
+        ({"extendedResources": {"enabled": True, "migProfiles": ["1g.10gb", "1g.10gb"]}}, "migProfiles"),
+        ({"extendedResources": {"enabled": "yes", "migProfiles": []}}, "enabled"),
     ],
 )
 def test_the_schema_refuses_bad_values(

@@ -614,3 +614,59 @@ def test_render_refuses_bad_options_itself() -> None:
     with pytest.raises(ManifestError, match="--env: DRA_DRIVER_HOST_ROOT is set by the installation itself"):
         render(ManifestOptions(extra_env={"DRA_DRIVER_HOST_ROOT": "/"}))
     assert parse_env(["A=1", "B=x=y", "C="]) == {"A": "1", "B": "x=y", "C": ""}
+
+
+# --- Extended resources backed by DRA (--extended-resources) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--extended-resources"], "--extended-resources: needs Kubernetes 1.36 or later, where the "),
+        (
+            ["--extended-resources", "--kubernetes-version", "1.35"],
+            "--extended-resources: needs Kubernetes 1.36",
+        ),
+        (["--kubernetes-version", "v1.36"], "--kubernetes-version: 'v1.36' is not a Kubernetes version 1.N"),
+        (["--extended-mig-profile", "1g.10gb"], "--extended-mig-profile: only with --extended-resources"),
+        (
+            ["--extended-resources", "--kubernetes-version", "1.36", "--extended-mig-profile", "1g.10GB"],
+            "--extended-mig-profile: '1g.10GB' is not a MIG profile name",
+        ),
+    ],
+    ids=["no-version", "1.35", "bad-version", "profile-alone", "bad-profile"],
+)
+def test_extended_resources_the_cluster_cannot_serve_exit_2(
+    argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["manifests", *argv]) == 2
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"dra-driver manifests: {expected}"), captured.err
+    assert captured.err.count("\n") == 1, "one line"
+
+
+def test_extended_resources_add_the_device_plugin_names_to_the_classes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "vgpu.yaml").write_text(
+        "default: {mode: vgpu-partitions, vgpu: {partitions: [{memory: 10Gi}, {memory: 4096Mi}]}}\n"
+    )
+    argv = ["manifests", "--extended-resources", "--kubernetes-version", "1.36"]
+    argv += ["--node-config", str(tmp_path / "vgpu.yaml"), "--extended-mig-profile", "1g.10gb"]
+
+    assert main(argv) == 0
+
+    classes = [item for item in yaml.safe_load_all(capsys.readouterr().out) if item["kind"] == "DeviceClass"]
+    assert [(c["metadata"]["name"], c["spec"].get("extendedResourceName")) for c in classes] == [
+        ("gpu.dra-driver.dev", "nvidia.com/gpu"),
+        ("mig.dra-driver.dev", None),
+        ("vgpu.dra-driver.dev", None),
+        ("mig-1g.10gb.dra-driver.dev", "nvidia.com/mig-1g.10gb"),
+        ("vgpu-4gi.dra-driver.dev", "nvidia.com/vgpu-4gi"),
+        ("vgpu-10gi.dra-driver.dev", "nvidia.com/vgpu-10gi"),
+    ]
+    for item in classes:
+        for version in ("1.36.0", "1.37.0"):
+            kubernetes_validate.validate(item, version, strict=True)

@@ -14,12 +14,13 @@ from dra_driver.tools.manifests.access import (
     service_account,
 )
 from dra_driver.tools.manifests.daemon_set import config_maps, daemon_set
+from dra_driver.tools.manifests.extended import extended_resources
 from dra_driver.tools.manifests.options import ManifestOptions, common_labels
 from dra_driver.tools.manifests.validation import check_options
 
 
 def _device_classes(options: ManifestOptions) -> list[dict[str, Any]]:
-    classes = device_classes(options.driver_name)
+    classes = device_classes(options.driver_name, extended_resources(options))
     for device_class in classes:
         device_class["metadata"]["labels"] = common_labels(options)
     return classes

@@ -15,6 +15,7 @@ from dra_driver.config.option_table import (
 )
 from dra_driver.config.settings import SettingsError
 from dra_driver.devices.classes import APP_NAME
+from dra_driver.devices.extended_resources import OLDEST_KUBERNETES
 
 # What the documented build tags (the Dockerfile's header: `docker build -t dra-driver:<version> .`);
 # nothing publishes an image, so the default names the one a user builds, and the operator points
@@ -82,6 +83,12 @@ class ManifestOptions:
     metrics_port: int = DEFAULT_METRICS_PORT
     # More environment for the agent's container, after its own (e.g. a test library's settings).
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # The oldest Kubernetes ("1.N") the objects must work on; gates options that need newer ones.
+    kubernetes_version: str = OLDEST_KUBERNETES
+    # Serve the NVIDIA device plugin's resource names from the DeviceClasses (needs 1.36+).
+    extended_resources: bool = False
+    # MIG profiles served as nvidia.com/mig-<profile>; empty: every profile of the GPU catalog.
+    extended_mig_profiles: tuple[str, ...] = ()
 
 
 def selector_labels(options: ManifestOptions) -> dict[str, str]:

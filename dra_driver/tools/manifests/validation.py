@@ -8,6 +8,12 @@ from collections.abc import Iterable
 import yaml
 
 from dra_driver.config.settings import parse_hardware
+from dra_driver.devices.extended_resources import (
+    FIRST_MINOR,
+    kubernetes_version_problem,
+    mig_profile_problem,
+    minor_problem,
+)
 from dra_driver.devices.node_config import NodeConfigError, parse_node_config
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.simulated_nodes import names_a_file, parse_node_spec, resolve_node_spec
@@ -156,6 +162,22 @@ def _check_extra_env(options: ManifestOptions) -> None:
             raise ManifestError(f"--env: {name} is set by the installation itself")
 
 
+def _check_extended_resources(options: ManifestOptions) -> None:
+    """Refused below 1.36 rather than rendered: an older API server drops extendedResourceName
+    without a word, and pods asking for nvidia.com/gpu would wait forever."""
+    if problem := kubernetes_version_problem(options.kubernetes_version):
+        raise ManifestError(f"--kubernetes-version: {problem}")
+    if options.extended_mig_profiles and not options.extended_resources:
+        raise ManifestError("--extended-mig-profile: only with --extended-resources")
+    if options.extended_resources and (problem := minor_problem(options.kubernetes_version)):
+        raise ManifestError(
+            f"--extended-resources: {problem}; pass --kubernetes-version 1.{FIRST_MINOR} or later"
+        )
+    for profile in options.extended_mig_profiles:
+        if problem := mig_profile_problem(profile):
+            raise ManifestError(f"--extended-mig-profile: {problem}")
+
+
 def check_options(options: ManifestOptions) -> None:
     if problem := dns_label_problem(options.name):
         raise ManifestError(f"--name: {problem}")
@@ -190,3 +212,4 @@ def check_options(options: ManifestOptions) -> None:
             raise ManifestError(f"--node-selector: {shown(f'{key}={value}')}: {problem}")
     _check_node_files(options)
     _check_extra_env(options)
+    _check_extended_resources(options)

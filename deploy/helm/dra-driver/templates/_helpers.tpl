@@ -58,3 +58,51 @@ so `helm template` does not check it.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+extendedResources needs the DRAExtendedResource gate, on by default from Kubernetes 1.36: an
+older API server drops extendedResourceName without a word and pods asking for nvidia.com/gpu
+would wait forever, so the chart refuses (as `dra-driver manifests` does below
+--kubernetes-version 1.36). `helm template` checks the version given with --kube-version.
+*/}}
+{{- define "dra-driver.checkExtendedResources" -}}
+{{- if semverCompare "<1.36.0-0" .Capabilities.KubeVersion.Version -}}
+{{- fail (printf "extendedResources.enabled: needs Kubernetes 1.36 or later, where the DRAExtendedResource feature gate is on by default (this cluster is %s; older API servers drop extendedResourceName)" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Every vGPU partition size of every node config, as YAML: zero-padded bytes (which sort as
+numbers) -> the quantity in the API server's spelling (10Gi, 1536Mi), as devices/model.py's
+quantity() writes it for whole MiB. Helm hands whole numbers over as floats, hence the int64.
+*/}}
+{{- define "dra-driver.vgpuPartitionSizes" -}}
+{{- $factors := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 -}}
+{{- $sizes := dict -}}
+{{- range $name, $config := .Values.nodeConfigs -}}
+{{- $entries := list (dig "default" dict ($config | default dict)) -}}
+{{- $entries = concat $entries (dig "gpus" list ($config | default dict)) -}}
+{{- range $entries -}}
+{{- range (dig "vgpu" "partitions" list .) -}}
+{{- $memory := .memory -}}
+{{- $text := kindIs "string" $memory | ternary $memory (printf "%d" (int64 $memory)) -}}
+{{- if not (regexMatch "^(0|[1-9][0-9]*)(Ki|Mi|Gi|Ti|k|M|G|T)?$" $text) -}}
+{{- fail (printf "nodeConfigs.%s: vgpu partition memory %q is not a whole number of bytes such as 10Gi, 512Mi or 1073741824" $name $text) -}}
+{{- end -}}
+{{- $digits := regexFind "^[0-9]+" $text -}}
+{{- $bytes := mul (int64 $digits) (get $factors (trimPrefix $digits $text)) -}}
+{{- if or (eq (int64 $bytes) 0) (ne (mod $bytes 1048576) 0) -}}
+{{- fail (printf "nodeConfigs.%s: vgpu partition memory %q must be a positive whole number of MiB" $name $text) -}}
+{{- end -}}
+{{- $quantity := printf "%dMi" (div $bytes 1048576) -}}
+{{- if eq (mod $bytes 1099511627776) 0 -}}
+{{- $quantity = printf "%dTi" (div $bytes 1099511627776) -}}
+{{- else if eq (mod $bytes 1073741824) 0 -}}
+{{- $quantity = printf "%dGi" (div $bytes 1073741824) -}}
+{{- end -}}
+{{- $_ := set $sizes (printf "%020d" (int64 $bytes)) $quantity -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $sizes -}}
+{{- end -}}
