@@ -516,6 +516,29 @@ def test_extended_resources_are_refused_below_kubernetes_1_36(version: str, tmp_
         server.stop()
 
 
+def test_the_documented_migration_values_install_an_agent_only_on_labelled_nodes(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    """docs/drafts/extended-resources.md: `--set extendedResources.enabled=true --set-string
+    nodeSelector.dra-driver\\.dev/agent=true --set affinity=null`."""
+    values = {
+        "extendedResources": {"enabled": True},
+        "nodeSelector": {"dra-driver.dev/agent": "true"},
+        "affinity": None,
+    }
+    install(server, tmp_path, "dra-driver", "dra-driver", values)
+
+    objects = by_identity(installed(server, "dra-driver"))
+    pod = objects[("DaemonSet", "dra-driver", "dra-driver")]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"dra-driver.dev/agent": "true"}
+    assert "affinity" not in pod
+    gpu_class = objects[("DeviceClass", "", "gpu.dra-driver.dev")]
+    assert gpu_class["spec"]["extendedResourceName"] == "nvidia.com/gpu"
+    assert objects[("DeviceClass", "", "mig-1g.10gb.dra-driver.dev")]["spec"]["extendedResourceName"] == (
+        "nvidia.com/mig-1g.10gb"
+    )
+
+
 def test_a_partition_size_the_chart_cannot_read_is_refused(server: ApiServer, tmp_path: Path) -> None:
     values = {
         "extendedResources": {"enabled": True},

@@ -78,7 +78,7 @@ def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
     names = set()
     for key, value in values.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and key in ("image", "hamiCore", "metrics", "podMonitor"):
+        if isinstance(value, dict) and key in ("image", "hamiCore", "metrics", "podMonitor", "extendedResources"):
             names |= leaf_values(value, f"{name}.")
         else:
             names.add(name)
