@@ -78,7 +78,8 @@ def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
     names = set()
     for key, value in values.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and key in ("image", "hamiCore", "metrics", "podMonitor", "extendedResources"):
+        nested = ("image", "hamiCore", "metrics", "podMonitor", "extendedResources")
+        if isinstance(value, dict) and key in nested:
             names |= leaf_values(value, f"{name}.")
         else:
             names.add(name)
