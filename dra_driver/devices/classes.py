@@ -148,7 +148,9 @@ def device_classes(driver_name: str, extended: ExtendedResources | None = None) 
 
 
 def device_classes_yaml(driver_name: str, extended: ExtendedResources | None = None) -> str:
-    """The classes as a YAML stream, headed by the command that reproduces it."""
+    """The classes as a YAML stream, headed by the command that reproduces it. The module's
+    command has no vGPU partitions (they come from node configs, through `dra-driver manifests`),
+    so the header names none."""
     command = "python -m dra_driver.devices.classes"
     if driver_name != DEFAULT_DRIVER_NAME:
         command += f" --driver-name {driver_name}"

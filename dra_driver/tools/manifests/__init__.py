@@ -34,6 +34,10 @@ Choices a reader of the YAML cannot see the reasons for:
 - Node configs travel in the ConfigMap `<name>-node-configs`, one key `<config>.yaml` each; the
   agent picks the one its Node's label names. Each is parsed here, so a broken one fails the
   rendering instead of every agent.
+- `--extended-resources` (chart: `extendedResources.enabled`) makes the DeviceClasses serve the
+  NVIDIA device plugin's resource names (devices/extended_resources.py). It is refused unless
+  `--kubernetes-version` is 1.36 or later (the chart reads the cluster's version), because older
+  API servers drop the field silently and the pods would wait forever.
 - deploy/helm/dra-driver renders the same objects from values (tests/api/test_helm_chart.py
   installs it with real Helm and compares), plus Helm's own labels.
 """
