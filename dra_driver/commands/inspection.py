@@ -17,6 +17,7 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.agent.node import discover_inventory  # noqa: PLC0415
     from dra_driver.devices.slices import SlicePlanError, layout_for  # noqa: PLC0415
+    from dra_driver.publish.capabilities import PARTITION_TYPE_SINCE  # noqa: PLC0415
     from dra_driver.tools.inspection import inventory_table, slices_yaml  # noqa: PLC0415
 
     settings = inventory_settings(args)
@@ -30,7 +31,10 @@ def run(args: argparse.Namespace) -> int:
         description, inventory = asyncio.run(discover())
         if args.output == "yaml":
             layout = layout_for(args.kubernetes_version)
-            sys.stdout.write(slices_yaml(inventory, layout, settings.driver_name, settings.node_name))
+            partition_types = args.kubernetes_version >= PARTITION_TYPE_SINCE
+            sys.stdout.write(
+                slices_yaml(inventory, layout, settings.driver_name, settings.node_name, partition_types)
+            )
         else:
             sys.stdout.write(inventory_table(inventory, description))
     except (StartupError, SlicePlanError) as error:
@@ -67,6 +71,7 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         type=_kubernetes_version,
         default=(1, 35),
         metavar="MAJOR.MINOR",
-        help="the cluster's version, which decides the slice layout (1.34, or 1.35 and later); default 1.35",
+        help="the cluster's version, which decides the slice layout (1.34, or 1.35 and later) and, from "
+        "1.37, whether slices name their partition-type attribute; default 1.35",
     )
     inspect.set_defaults(run=run)

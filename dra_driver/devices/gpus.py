@@ -6,6 +6,14 @@ from dra_driver.hardware.model import Gpu
 
 STANDARD_PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
 STANDARD_PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+# The standard NUMA attribute (resource.kubernetes.io/numaNode, an int: the NUMA node the kernel
+# reports for the device's PCI function; GA as a standard name in Kubernetes 1.37). Other drivers
+# (NICs, CPUs, memory) publish the same name, which is what lets one claim `matchAttribute` a GPU
+# with their devices; a driver-local name only ever matches this driver's own devices.
+STANDARD_NUMA_NODE = "resource.kubernetes.io/numaNode"
+# DEPRECATED: the driver-local name published before the standard one; kept for one release so
+# existing selectors and constraints keep working, then removed. Same value as STANDARD_NUMA_NODE.
+LEGACY_NUMA_NODE = "numaNode"
 
 
 def shared_gpu_attributes(gpu: Gpu) -> dict[str, AttributeValue]:
@@ -22,7 +30,8 @@ def shared_gpu_attributes(gpu: Gpu) -> dict[str, AttributeValue]:
         STANDARD_PCIE_ROOT: gpu.pcie_root,
     }
     if gpu.numa_node is not None:
-        attributes["numaNode"] = gpu.numa_node
+        attributes[STANDARD_NUMA_NODE] = gpu.numa_node
+        attributes[LEGACY_NUMA_NODE] = gpu.numa_node
     if gpu.fabric_clique is not None:
         attributes["fabricClique"] = gpu.fabric_clique
     return attributes

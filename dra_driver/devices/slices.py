@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from dra_driver.devices.inventory import Inventory
-from dra_driver.devices.model import CounterSet, Device, counter_set_to_api, device_to_api
+from dra_driver.devices.model import PARTITION_TYPE, CounterSet, Device, counter_set_to_api, device_to_api
 
 SliceLayout = Literal["1.34", "1.35"]
 
@@ -164,10 +164,29 @@ def slice_name_prefix(index: int, count: int, driver_name: str, node_name: str) 
     return f"{index:0{width}x}-{driver_name}-{node_name}-"
 
 
+def declares_partition_type(planned: PlannedSlice) -> bool:
+    """Whether the slice may name the partition-type attribute: the API server refuses the field
+    on a slice without counter-consuming devices, or with one that lacks the attribute as a
+    string. A slice that names none (dynamic MIG) leaves its devices out of the per-type summary;
+    the rest of the pool is still summarised."""
+    consumers = [device for device in planned.devices if device.consumes_counters]
+    return bool(consumers) and all(isinstance(d.attributes.get(PARTITION_TYPE), str) for d in consumers)
+
+
 def slice_to_api(
-    planned: PlannedSlice, index: int, count: int, driver_name: str, node_name: str, generation: int
+    planned: PlannedSlice,
+    index: int,
+    count: int,
+    driver_name: str,
+    node_name: str,
+    generation: int,
+    partition_types: bool = False,
 ) -> dict[str, Any]:
-    """A resource.k8s.io/v1 ResourceSlice as a plain dict (owner reference added by the publisher)."""
+    """A resource.k8s.io/v1 ResourceSlice as a plain dict (owner reference added by the publisher).
+
+    `partition_types`: name the partition-type attribute where the slice allows it; only for a
+    server that keeps the field (Kubernetes >= 1.37 with DRAPartitionableDevicesType on), as
+    older schemas refuse it."""
     spec: dict[str, Any] = {
         "driver": driver_name,
         "pool": {"name": node_name, "generation": generation, "resourceSliceCount": count},
@@ -177,6 +196,8 @@ def slice_to_api(
         spec["devices"] = [device_to_api(device) for device in planned.devices]
     if planned.counter_sets:
         spec["sharedCounters"] = [counter_set_to_api(counter_set) for counter_set in planned.counter_sets]
+    if partition_types and declares_partition_type(planned):
+        spec["partitionTypeAttribute"] = f"{driver_name}/{PARTITION_TYPE}"
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
@@ -186,9 +207,13 @@ def slice_to_api(
 
 
 def slices_to_api(
-    plan: Sequence[PlannedSlice], driver_name: str, node_name: str, generation: int = 1
+    plan: Sequence[PlannedSlice],
+    driver_name: str,
+    node_name: str,
+    generation: int = 1,
+    partition_types: bool = False,
 ) -> list[dict[str, Any]]:
     return [
-        slice_to_api(planned, index, len(plan), driver_name, node_name, generation)
+        slice_to_api(planned, index, len(plan), driver_name, node_name, generation, partition_types)
         for index, planned in enumerate(plan)
     ]

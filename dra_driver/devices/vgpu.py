@@ -17,6 +17,7 @@ from dra_driver.devices.gpus import (
     whole_gpu_capacity,
 )
 from dra_driver.devices.model import (
+    PARTITION_TYPE,
     Capacity,
     CounterConsumption,
     CounterSet,
@@ -24,7 +25,7 @@ from dra_driver.devices.model import (
     RequestPolicy,
     ValidRange,
 )
-from dra_driver.devices.naming import counter_set_name, gpu_device_name, vgpu_partition_name
+from dra_driver.devices.naming import counter_set_name, gpu_device_name, vgpu_partition_name, vgpu_size_token
 from dra_driver.devices.node_config import VgpuPartitionSize
 from dra_driver.devices.origins import VgpuPartition
 from dra_driver.hardware.model import Gpu
@@ -87,7 +88,7 @@ def partitioned_whole_gpu_device(gpu: Gpu) -> Device:
     return Device(
         name=gpu_device_name(gpu),
         type="gpu",
-        attributes=gpu_identity_attributes(gpu, "gpu"),
+        attributes={**gpu_identity_attributes(gpu, "gpu"), PARTITION_TYPE: gpu_device_name(gpu)},
         capacity=whole_gpu_capacity(gpu),
         consumes_counters=_consumes(gpu, gpu.memory_bytes, ALL_CORES),
     )
@@ -100,12 +101,22 @@ def vgpu_partition_origins(gpu: Gpu, sizes: tuple[VgpuPartitionSize, ...]) -> It
             yield VgpuPartition(gpu, size.memory_bytes, cores, slot)
 
 
+def vgpu_partition_type(gpu: Gpu, memory_bytes: int) -> str:
+    """The partition type of every slot of one size on one GPU: they cost the same counters."""
+    return f"{gpu_device_name(gpu)}-vgpu-{vgpu_size_token(memory_bytes)}"
+
+
 def vgpu_partition_device(origin: VgpuPartition) -> Device:
     gpu = origin.gpu
     return Device(
         name=vgpu_partition_name(gpu, origin.memory_bytes, origin.slot),
         type=origin.device_type,
-        attributes={"type": origin.device_type, **parent_attributes(gpu), **shared_gpu_attributes(gpu)},
+        attributes={
+            "type": origin.device_type,
+            PARTITION_TYPE: vgpu_partition_type(gpu, origin.memory_bytes),
+            **parent_attributes(gpu),
+            **shared_gpu_attributes(gpu),
+        },
         capacity={"memory": Capacity(origin.memory_bytes), "cores": Capacity(origin.cores)},
         consumes_counters=_consumes(gpu, origin.memory_bytes, origin.cores),
     )

@@ -19,7 +19,16 @@ from typing import Any, Literal
 from dra_driver.devices.node_config import GpuPlan, ResolvedMode, VgpuPartitionSize
 from dra_driver.hardware.model import Gpu
 
-ApiFeature = Literal["DRAConsumableCapacity", "DRAPartitionableDevices", "DRADeviceTaints"]
+ApiFeature = Literal[
+    "DRAConsumableCapacity", "DRAPartitionableDevices", "DRADeviceTaints", "DRAPartitionableDevicesType"
+]
+# Features whose fields only help tools show the pool (the devices and what claims get are the same
+# without them): a server without them is normal, not something to warn the operator about.
+# DRAPartitionableDevicesType is alpha, so off by default, in Kubernetes 1.37.
+DISPLAY_ONLY_FEATURES: frozenset[ApiFeature] = frozenset({"DRAPartitionableDevicesType"})
+# The first release whose schema has ResourceSlice spec.partitionTypeAttribute: older servers
+# refuse it as an unknown field instead of dropping it, so it is never sent to them.
+PARTITION_TYPE_SINCE = (1, 37)
 
 # resource.k8s.io/v1, the only version the driver publishes, is served from this release.
 OLDEST_SERVER = (1, 34)
@@ -129,6 +138,7 @@ _GATE_OF_FIELD: Mapping[str, ApiFeature] = {
     "consumesCounters": "DRAPartitionableDevices",
     "perDeviceNodeSelection": "DRAPartitionableDevices",
     "taints": "DRADeviceTaints",
+    "partitionTypeAttribute": "DRAPartitionableDevicesType",
 }
 # A gate drops whole fields, so only a path that ends in a field name can be its doing; one that
 # ends in a name or position ("taints[0]", "capacity[requestPolicy]") is something else.
@@ -143,6 +153,18 @@ def _gate_of(path: str) -> ApiFeature | None:
 def features_behind(paths: Iterable[str]) -> frozenset[ApiFeature]:
     """The feature gates that being off would explain these drops."""
     return frozenset(gate for path in paths if (gate := _gate_of(path)) is not None)
+
+
+def sends_partition_types(
+    kubernetes_version: tuple[int, int] | None, unsupported: frozenset[ApiFeature]
+) -> bool:
+    """Whether slices name their partition-type attribute: on a server whose schema has the field,
+    until it is found to drop it (gate off); the first slice stored tells."""
+    return (
+        kubernetes_version is not None
+        and kubernetes_version >= PARTITION_TYPE_SINCE
+        and "DRAPartitionableDevicesType" not in unsupported
+    )
 
 
 def unexplained(paths: Iterable[str]) -> tuple[str, ...]:

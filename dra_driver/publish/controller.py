@@ -27,11 +27,13 @@ from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout, SlicePlanError, layout_for, plan_slices, slices_to_api
 from dra_driver.observability.metrics import PublishMetrics
 from dra_driver.publish.capabilities import (
+    DISPLAY_ONLY_FEATURES,
     ApiFeature,
     ServerVersionError,
     describe_drops,
     dropped_fields,
     features_behind,
+    sends_partition_types,
     server_kubernetes_version,
     unexplained,
 )
@@ -81,6 +83,8 @@ class PublishStatus:
 
     layout: SliceLayout | None = None
     unsupported: frozenset[ApiFeature] = frozenset()
+    # (major, minor) of the API server, once read.
+    kubernetes_version: tuple[int, int] | None = None
     # Set once the stored slices equal the plan; cleared while a change is being written.
     converged: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -266,7 +270,12 @@ class ResourceSliceController:
                 await self._list()
             try:
                 desired = slices_to_api(
-                    plan_slices(self._inventory, layout), self._driver_name, self._node_name
+                    plan_slices(self._inventory, layout),
+                    self._driver_name,
+                    self._node_name,
+                    partition_types=sends_partition_types(
+                        self.status.kubernetes_version, self.status.unsupported
+                    ),
                 )
             except SlicePlanError as error:
                 # Not retried: only a different inventory or server version can fix it.
@@ -304,6 +313,7 @@ class ResourceSliceController:
     async def _layout(self) -> SliceLayout:
         if self.status.layout is None:
             version = server_kubernetes_version(await self._api.server_version())
+            self.status.kubernetes_version = version
             self.status.layout = layout_for(version)
             log.info(
                 "API server version read", kubernetes=f"{version[0]}.{version[1]}", layout=self.status.layout
@@ -370,6 +380,11 @@ class ResourceSliceController:
         for feature in features:
             self._metrics.api_features_missing.labels(feature=feature).set(1)
         message = describe_drops(paths, features)
+        if not odd and new_features <= DISPLAY_ONLY_FEATURES:
+            # Nothing the scheduler sees is lost; the field is no longer sent (see _sync).
+            log.info("the API server drops a display-only field of our ResourceSlices", detail=message)
+            self._report_capabilities()
+            return
         log.warning(
             "the API server drops fields of our ResourceSlices", detail=message, dropped=list(paths[:20])
         )

@@ -10,11 +10,14 @@ from typing import Any
 
 import yaml
 
+from dra_driver.devices.gpus import STANDARD_NUMA_NODE
 from dra_driver.devices.inventory import Inventory
-from dra_driver.devices.model import Device, quantity
+from dra_driver.devices.model import PARTITION_TYPE, Device, quantity
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
 
-_COLUMNS = ("DEVICE", "TYPE", "GPU", "PROFILE/SIZE", "MEMORY", "COMPUTE", "SHARING")
+# NUMA is the standard resource.kubernetes.io/numaNode, what claims align other drivers' devices
+# by; PARTITION-TYPE the value the slices' partitionTypeAttribute groups devices by.
+_COLUMNS = ("DEVICE", "TYPE", "GPU", "NUMA", "PROFILE/SIZE", "MEMORY", "COMPUTE", "PARTITION-TYPE", "SHARING")
 
 
 def _compute(device: Device) -> str:
@@ -42,9 +45,11 @@ def _row(device: Device, inventory: Inventory) -> tuple[str, ...]:
         device.name,
         device.type,
         f"{gpu.index} {gpu.product_name}",
+        str(device.attributes.get(STANDARD_NUMA_NODE, "")),
         str(profile),
         quantity(device.capacity["memory"].value),
         _compute(device),
+        str(device.attributes.get(PARTITION_TYPE, "")),
         _sharing(device),
     )
 
@@ -65,6 +70,12 @@ def inventory_table(inventory: Inventory, hardware_description: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def slices_yaml(inventory: Inventory, layout: SliceLayout, driver_name: str, node_name: str) -> str:
-    objects: list[dict[str, Any]] = slices_to_api(plan_slices(inventory, layout), driver_name, node_name)
+def slices_yaml(
+    inventory: Inventory, layout: SliceLayout, driver_name: str, node_name: str, partition_types: bool = False
+) -> str:
+    """`partition_types`: as the agent sends them to a server of that version (see
+    publish.capabilities.sends_partition_types); one with the alpha gate off drops them."""
+    objects: list[dict[str, Any]] = slices_to_api(
+        plan_slices(inventory, layout), driver_name, node_name, partition_types=partition_types
+    )
     return yaml.safe_dump_all(objects, sort_keys=False)

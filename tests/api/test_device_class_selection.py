@@ -16,6 +16,8 @@ from dra_driver.devices.extended_resources import (
 )
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import Device, device_to_api
+from dra_driver.devices.node_config import NodeConfig
+from dra_driver.devices.slices import MAX_ATTRIBUTES_AND_CAPACITIES
 from tests.support.cel import selects
 from tests.support.nodes import GIB, all_profiles, mode_configs, simulated_node
 
@@ -95,7 +97,8 @@ def test_every_device_carries_the_topology_that_match_attribute_needs() -> None:
     devices together if every kind of device publishes it."""
     for device, rendered in every_device():
         assert "resource.kubernetes.io/pcieRoot" in rendered["attributes"], device.name
-        assert "numaNode" in rendered["attributes"], device.name
+        assert "resource.kubernetes.io/numaNode" in rendered["attributes"], device.name
+        assert "numaNode" in rendered["attributes"], device.name  # deprecated, kept for one release
         gpu_product = device.attributes["productName"]
         assert ("fabricClique" in device.attributes) == (gpu_product == "NVIDIA GB200"), device.name
 
@@ -206,3 +209,80 @@ def test_a_partition_as_large_as_a_shared_gpu_never_selects_the_shared_gpu() -> 
     unguarded = expression.replace(f' && "parentUUID" in device.attributes["{D}"]', "")
     assert unguarded != expression
     assert selects(unguarded, D, shared[1])
+
+
+# -- the standard NUMA attribute, across drivers ------------------------------------------------------
+
+NIC_DRIVER = "nic.example.com"
+NUMA = "resource.kubernetes.io/numaNode"
+
+
+def nic(name: str, numa_node: int) -> dict[str, Any]:
+    """A device of a second driver (a NIC), as such a driver publishes it: only the standard
+    topology attribute in common with ours."""
+    return {"name": name, "attributes": {"type": {"string": "nic"}, NUMA: {"int": numa_node}}}
+
+
+def match_attribute(attribute: str, *devices: tuple[str, dict[str, Any]]) -> bool:
+    """The scheduler's `matchAttribute` check on a candidate set: every device has the attribute
+    (a fully qualified name, or a bare one in the device's own driver's domain) and all values
+    are equal."""
+    values = []
+    for driver, device in devices:
+        domain, _, short = attribute.rpartition("/")
+        name = short if domain == driver else attribute
+        value = device["attributes"].get(name)
+        if value is None:
+            return False
+        values.append(value)
+    return all(value == values[0] for value in values)
+
+
+def allocations(
+    gpu_selector: str, nics: list[dict[str, Any]], gpus: list[dict[str, Any]], attribute: str
+) -> set[tuple[str, str]]:
+    """(gpu, nic) pairs a claim with two requests (one GPU of ours by class selector, one NIC by
+    driver) and one `matchAttribute` constraint over both could be allocated."""
+    return {
+        (gpu["name"], card["name"])
+        for gpu in gpus
+        if selects(gpu_selector, D, gpu)
+        for card in nics
+        if selects(f'device.driver == "{NIC_DRIVER}"', NIC_DRIVER, card)
+        and match_attribute(attribute, (D, gpu), (NIC_DRIVER, card))
+    }
+
+
+def test_match_attribute_on_the_standard_numa_name_pairs_gpus_with_nics_of_their_numa_node() -> None:
+    gpus = simulated_node("dgx-h100")
+    rendered = [device_to_api(device) for device in node_inventory(gpus, NodeConfig()).devices]
+    nics = [nic("nic-0", 0), nic("nic-1", 1)]
+    gpu_class = next(c for c in device_classes(D) if c["metadata"]["name"].startswith("gpu."))
+    gpu_selector = gpu_class["spec"]["selectors"][0]["cel"]["expression"]
+
+    pairs = allocations(gpu_selector, nics, rendered, NUMA)
+
+    numa_of_gpu = {f"gpu-{gpu.minor}": gpu.numa_node for gpu in gpus}
+    assert pairs == {(gpu_name, f"nic-{numa}") for gpu_name, numa in numa_of_gpu.items()}
+    assert set(numa_of_gpu.values()) == {0, 1}  # both NICs have partners
+    # The driver-local name only exists on our devices: a constraint on it allocates nothing.
+    assert allocations(gpu_selector, nics, rendered, f"{D}/numaNode") == set()
+
+
+def test_a_selector_on_the_standard_numa_name_picks_the_devices_of_that_numa_node_in_every_kind() -> None:
+    expression = 'device.attributes["resource.kubernetes.io"].numaNode == 1'
+    chosen = [device for device, rendered in every_device() if selects(expression, D, rendered)]
+    assert {device.type for device in chosen} == {"gpu", "mig", "vgpu"}
+    assert len(chosen) == sum(1 for device, _ in every_device() if device.attributes.get(NUMA) == 1)
+    assert all(device.attributes[NUMA] == device.attributes["numaNode"] == 1 for device in chosen)
+
+
+def test_the_largest_device_stays_within_the_attribute_and_capacity_limit() -> None:
+    """The API refuses a device with more than 32 attributes and capacities together; the
+    standard NUMA attribute (and the partition type) each cost one of them."""
+    largest, rendered = max(
+        every_device(), key=lambda item: len(item[1]["attributes"]) + len(item[1].get("capacity", {}))
+    )
+    entries = len(rendered["attributes"]) + len(rendered.get("capacity", {}))
+    assert entries <= MAX_ATTRIBUTES_AND_CAPACITIES, largest.name
+    assert NUMA in rendered["attributes"], largest.name

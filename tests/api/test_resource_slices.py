@@ -8,6 +8,7 @@ import pytest
 
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
+from dra_driver.hardware.model import MigMode
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 from tests.support.nodes import all_profiles, mode_configs, simulated_node
 
@@ -37,3 +38,25 @@ def test_the_schema_check_catches_a_broken_slice() -> None:
     resource_slice["spec"]["devices"][0]["attributes"]["type"] = {"text": "gpu"}
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(resource_slice, "1.36.0", strict=True)
+
+
+@pytest.mark.parametrize("profile", all_profiles())
+def test_slices_naming_their_partition_type_validate_for_1_37_and_only_for_it(profile: str) -> None:
+    gpus = simulated_node(profile)
+    named = [
+        resource_slice
+        for config in mode_configs(gpus).values()
+        for resource_slice in slices_to_api(
+            plan_slices(node_inventory(gpus, config), "1.35"),
+            "gpu.dra-driver.dev",
+            "node-a",
+            partition_types=True,
+        )
+        if "partitionTypeAttribute" in resource_slice["spec"]
+    ]
+    # vGPU partitions (mode_configs offers them on every GPU not in MIG mode) carry it; MIG never.
+    assert bool(named) == any(gpu.mig_mode is not MigMode.ENABLED for gpu in gpus)
+    for resource_slice in named:
+        kubernetes_validate.validate(resource_slice, "1.37.0", strict=True)
+        with pytest.raises(kubernetes_validate.ValidationError, match="partitionTypeAttribute"):
+            kubernetes_validate.validate(resource_slice, "1.36.0", strict=True)

@@ -30,7 +30,17 @@ def test_the_table_lists_every_device_with_its_gpu_and_size() -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("hardware: simulated profile mixed")
     header = next(line for line in lines if line.startswith("DEVICE"))
-    assert header.split() == ["DEVICE", "TYPE", "GPU", "PROFILE/SIZE", "MEMORY", "COMPUTE", "SHARING"]
+    assert header.split() == [
+        "DEVICE",
+        "TYPE",
+        "GPU",
+        "NUMA",
+        "PROFILE/SIZE",
+        "MEMORY",
+        "COMPUTE",
+        "PARTITION-TYPE",
+        "SHARING",
+    ]
     inventory = node_inventory(simulated_node("mixed"), load_node_config(None))
     rows = lines[lines.index(header) + 1 : -1]
     assert [row.split()[0] for row in rows] == [device.name for device in inventory.devices]
@@ -92,3 +102,51 @@ def test_the_node_name_defaults_to_the_host_name_and_bad_versions_are_refused() 
     refused = inspect("--hardware", "simulated:t4x4", "--kubernetes-version", "1.33")
     assert refused.returncode == 2
     assert "expected a Kubernetes version from 1.34 on" in refused.stderr
+
+
+def test_the_table_shows_the_standard_numa_node_and_the_partition_type(tmp_path: Path) -> None:
+    node_config = tmp_path / "node.yaml"
+    node_config.write_text(
+        "gpus: [{index: 4, mode: vgpu-partitions, vgpu: {partitions: [{memory: 20Gi}]}}]\n"
+    )
+    result = inspect("--hardware", "simulated:mixed", "--node-name", "n", "--node-config", str(node_config))
+
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("DEVICE"))
+    numa_at, type_at = header.index("NUMA"), header.index("PARTITION-TYPE")
+    inventory = node_inventory(simulated_node("mixed", "n"), load_node_config(node_config))
+    rows = {row.split()[0]: row for row in lines[lines.index(header) + 1 : -1]}
+    for device in inventory.devices:
+        row = rows[device.name]
+        assert row[numa_at:].split()[0] == str(device.attributes["resource.kubernetes.io/numaNode"])
+        shown = row[type_at:].split()[0] if row[type_at] != " " else ""
+        assert shown == device.attributes.get("partitionType", ""), device.name
+    assert rows["gpu-4-vgpu-20gi-3"][type_at:].split()[0] == "gpu-4-vgpu-20gi"
+
+
+def test_yaml_for_1_37_names_the_partition_type_attribute_and_for_1_36_does_not(tmp_path: Path) -> None:
+    node_config = tmp_path / "node.yaml"
+    node_config.write_text("default: {mode: vgpu-partitions, vgpu: {partitions: [{memory: 10Gi}]}}\n")
+
+    def published(version: str) -> list[dict[str, object]]:
+        result = inspect(
+            "--hardware",
+            "simulated:t4x4",
+            "--node-name",
+            "n",
+            "--node-config",
+            str(node_config),
+            "-o",
+            "yaml",
+            "--kubernetes-version",
+            version,
+        )
+        assert result.returncode == 0, result.stderr
+        return [body["spec"] for body in yaml.safe_load_all(result.stdout)]
+
+    newer = published("1.37")
+    assert [spec.get("partitionTypeAttribute") for spec in newer if spec.get("devices")] == [
+        "gpu.dra-driver.dev/partitionType"
+    ]
+    assert not any("partitionTypeAttribute" in spec for spec in published("1.36"))

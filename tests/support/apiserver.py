@@ -51,8 +51,31 @@ from tests.support import release_records
 Obj = dict[str, Any]
 
 DEFAULT_VERSION = "1.36"
-# The feature gates whose fields this stand-in drops when they are disabled (see _GATED_FIELDS).
-FEATURE_GATES = frozenset({"DRAConsumableCapacity", "DRADeviceTaints", "DRAPartitionableDevices"})
+# The feature gates whose fields this stand-in drops when they are disabled (see _GATED_FIELDS and
+# _GATED_FIELDS_OF_KIND).
+FEATURE_GATES = frozenset(
+    {
+        "DRAConsumableCapacity",
+        "DRADeviceTaints",
+        "DRAPartitionableDevices",
+        "DRAExtendedResource",
+        "DRAPartitionableDevicesType",
+        "DRAResourceClaimDeviceStatus",
+    }
+)
+# Per gate: the first minor version that has it (and its field), and the first whose default
+# turns it on (None: off by default in every version served here). From kube_features and the
+# KEPs: DRAExtendedResource alpha 1.34, beta and on 1.36; DRAPartitionableDevicesType alpha 1.37,
+# off (KEP-5677); DRAResourceClaimDeviceStatus beta and on since 1.33. The three older gates are
+# treated as on from 1.35, as before.
+_GATE_HISTORY: dict[str, tuple[int, int | None]] = {
+    "DRAConsumableCapacity": (34, 35),
+    "DRADeviceTaints": (34, 35),
+    "DRAPartitionableDevices": (34, 35),
+    "DRAExtendedResource": (34, 36),
+    "DRAPartitionableDevicesType": (37, None),
+    "DRAResourceClaimDeviceStatus": (34, 34),
+}
 # Watch events kept per resource type, so that watches can resume from a resourceVersion; a watch
 # from before the oldest kept event gets 410 Expired, as after an etcd compaction.
 HISTORY_LIMIT = 1000
@@ -299,16 +322,23 @@ def schema_version(minor: int) -> str:
 
 
 def default_disabled_features(minor: int) -> frozenset[str]:
-    """The three gates are alpha, so off, in 1.34; the stand-in treats them as on from 1.35 on
-    (pass disabled_features to model a cluster where they are off)."""
-    return FEATURE_GATES if minor == 34 else frozenset()
+    """The gates of this version that are off by default (see _GATE_HISTORY); pass
+    disabled_features to model a cluster where others are off."""
+    return frozenset(
+        gate
+        for gate, (since, on_from) in _GATE_HISTORY.items()
+        if since <= minor and (on_from is None or minor < on_from)
+    )
 
 
-def _known_gates(features: Iterable[str]) -> frozenset[str]:
-    """A misspelt gate would silently drop nothing, so unknown names are refused."""
+def _known_gates(features: Iterable[str], minor: int | None = None) -> frozenset[str]:
+    """A misspelt gate would silently drop nothing, so unknown names are refused; so is a gate the
+    version does not have yet, as the real server refuses it at start."""
     gates = frozenset(features)
     if unknown := gates - FEATURE_GATES:
         raise ValueError(f"unknown feature gates {sorted(unknown)}; known: {sorted(FEATURE_GATES)}")
+    if minor is not None and (later := sorted(g for g in gates if _GATE_HISTORY[g][0] > minor)):
+        raise ValueError(f"feature gates {later} do not exist in Kubernetes 1.{minor}")
     return gates
 
 
@@ -346,12 +376,31 @@ def _drop_device_taints(spec: Obj) -> None:
         device.pop("taints", None)
 
 
+def _drop_partition_type(spec: Obj) -> None:
+    spec.pop("partitionTypeAttribute", None)
+
+
+def _drop_extended_resource_name(spec: Obj) -> None:
+    spec.pop("extendedResourceName", None)
+
+
+def _drop_claim_device_status(status: Obj) -> None:
+    status.pop("devices", None)
+
+
 # What the real server drops from a ResourceSlice spec when a gate is off
 # (pkg/registry/resource/resourceslice/strategy.go, dropDisabledFields).
 _GATED_FIELDS: dict[str, Callable[[Obj], None]] = {
     "DRAConsumableCapacity": _drop_consumable_capacity,
     "DRAPartitionableDevices": _drop_partitionable_devices,
     "DRADeviceTaints": _drop_device_taints,
+    "DRAPartitionableDevicesType": _drop_partition_type,
+}
+# The same for the other kinds, by (kind, the part of the object the fields are in):
+# pkg/registry/resource/deviceclass and resourceclaim strategy.go, dropDisabledFields.
+_GATED_FIELDS_OF_KIND: dict[tuple[str, str], dict[str, Callable[[Obj], None]]] = {
+    ("DeviceClass", "spec"): {"DRAExtendedResource": _drop_extended_resource_name},
+    ("ResourceClaim", "status"): {"DRAResourceClaimDeviceStatus": _drop_claim_device_status},
 }
 
 
@@ -365,14 +414,26 @@ def _uses(drop: Callable[[Obj], None], spec: object) -> bool:
     return trial != spec
 
 
-def _drop_disabled_fields(obj: Obj, old: Obj | None, disabled: frozenset[str]) -> None:
-    spec = obj.get("spec")
+def _drop_disabled_fields(
+    obj: Obj,
+    old: Obj | None,
+    disabled: frozenset[str],
+    fields: dict[str, Callable[[Obj], None]] = _GATED_FIELDS,
+    part: str = "spec",
+) -> None:
+    spec = obj.get(part)
     if not isinstance(spec, dict):
         return
-    for gate in sorted(disabled):
-        drop = _GATED_FIELDS[gate]
-        if old is None or not _uses(drop, old.get("spec")):
+    for gate in sorted(disabled & fields.keys()):
+        drop = fields[gate]
+        if old is None or not _uses(drop, old.get(part)):
             drop(spec)
+
+
+def _drop_disabled_fields_of_kind(kind: str, obj: Obj, old: Obj | None, disabled: frozenset[str]) -> None:
+    for (gated_kind, part), fields in _GATED_FIELDS_OF_KIND.items():
+        if gated_kind == kind:
+            _drop_disabled_fields(obj, old, disabled, fields, part)
 
 
 def _default_taint_times(obj: Obj) -> None:
@@ -610,6 +671,33 @@ def _check_event(rtype: ResourceType, event: Obj) -> None:
         )
 
 
+def _check_partition_type(rtype: ResourceType, spec: Obj, attribute: object) -> None:
+    """The slice-level rules of partitionTypeAttribute (KEP-5677, validatePartitionTypeAttribute):
+    a fully qualified attribute name, only on a slice with counter-consuming devices, each of
+    which carries that attribute as a string. The name is looked up as written and, within the
+    driver's own domain, by its short form too, as the pool status controller resolves it."""
+    field = "spec.partitionTypeAttribute"
+    domain, _, short = str(attribute).rpartition("/")
+    if not domain or dns_subdomain_problem(domain) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,31}", short):
+        raise _invalid(
+            rtype, f"{field}: Invalid value: {attribute!r}: must be a fully qualified attribute name"
+        )
+    consumers = [device for device in _devices(spec) if device.get("consumesCounters")]
+    if not consumers:
+        raise _invalid(
+            rtype, f"{field}: Invalid value: {attribute!r}: no device of the slice consumes counters"
+        )
+    for device in consumers:
+        attributes = device.get("attributes") or {}
+        value = attributes.get(attribute, attributes.get(short) if domain == spec.get("driver") else None)
+        if not isinstance(value, dict) or "string" not in value:
+            raise _invalid(
+                rtype,
+                f"spec.devices[{device.get('name')}].attributes: Required value: {attribute!r} as a string "
+                "(the slice's partitionTypeAttribute)",
+            )
+
+
 def _check_slice_update(rtype: ResourceType, spec: Obj, old: Obj) -> None:
     for path in ("driver", "nodeName", "pool.name"):
         if _field_value(spec, path) != _field_value(old, path):
@@ -637,7 +725,7 @@ class ApiServer:
         self._disabled = (
             default_disabled_features(self.minor)
             if disabled_features is None
-            else _known_gates(disabled_features)
+            else _known_gates(disabled_features, self.minor)
         )
         self.store = Store()
         self.faults = Faults()
@@ -885,7 +973,7 @@ class ApiServer:
 
     def set_disabled_features(self, features: Iterable[str]) -> None:
         """Changes the gates at runtime, as a restart of the real server with other flags would."""
-        gates = _known_gates(features)
+        gates = _known_gates(features, self.minor)
         with self._lock:
             self._disabled = gates
 
@@ -1073,6 +1161,8 @@ class ApiServer:
             raise _invalid(
                 rtype, "spec: Invalid value: only one of `devices` and `sharedCounters` may be set"
             )
+        if (attribute := spec.get("partitionTypeAttribute")) is not None:
+            _check_partition_type(rtype, spec, attribute)
 
     # -- verbs ---------------------------------------------------------------------------------------
 
@@ -1146,6 +1236,7 @@ class ApiServer:
         if rtype.kind == "ResourceSlice":
             _default_taint_times(body)
             _drop_disabled_fields(body, None, self.disabled_features)
+        _drop_disabled_fields_of_kind(rtype.kind, body, None, self.disabled_features)
 
     async def _create(self, rtype: ResourceType, request: web.Request) -> web.Response:
         body = await self._body(rtype, request)
@@ -1205,6 +1296,7 @@ class ApiServer:
             updated["metadata"]["generation"] = current["metadata"].get("generation", 0) + 1
         if rtype.kind == "ResourceSlice":
             _drop_disabled_fields(updated, current, self.disabled_features)
+        _drop_disabled_fields_of_kind(rtype.kind, updated, current, self.disabled_features)
 
     async def _update(self, rtype: ResourceType, request: web.Request) -> web.Response:
         key = self._key(rtype, request)
@@ -1299,9 +1391,11 @@ class ApiServer:
         body = await self._body(rtype, request)
 
         def merge(current: Obj, sent: Obj) -> Obj:
+            old = copy.deepcopy(current)
             current["status"] = sent.get("status")
             if current["status"] is None:
                 del current["status"]
+            _drop_disabled_fields_of_kind(rtype.kind, current, old, self.disabled_features)
             return current
 
         return web.json_response(self._replace(rtype, key, body, merge))

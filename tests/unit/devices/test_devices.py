@@ -37,6 +37,7 @@ def test_a_whole_gpu_carries_the_documented_attributes_and_capacity() -> None:
             "numaNode": {"int": 0},
             "productName": {"string": "NVIDIA H100 80GB HBM3"},
             "resource.kubernetes.io/pciBusID": {"string": gpu.pci_bus_id},
+            "resource.kubernetes.io/numaNode": {"int": 0},
             "resource.kubernetes.io/pcieRoot": {"string": gpu.pcie_root},
             "type": {"string": "gpu"},
             "uuid": {"string": gpu.uuid},
@@ -219,6 +220,7 @@ def test_a_gpu_without_numa_affinity_has_no_numa_attribute() -> None:
     gpu = dataclasses.replace(simulated_node("t4x4")[0], numa_node=None)
     (device,) = node_inventory((gpu,), NodeConfig()).devices
     assert "numaNode" not in device.attributes
+    assert "resource.kubernetes.io/numaNode" not in device.attributes
 
 
 def test_an_unknown_sm_count_is_left_out_rather_than_published_as_zero() -> None:

@@ -24,6 +24,7 @@ from dra_driver.devices.node_config import (
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
 from dra_driver.hardware.model import MigMode
 from dra_driver.publish.capabilities import (
+    DISPLAY_ONLY_FEATURES,
     ApiFeature,
     ServerVersionError,
     default_partition_sizes,
@@ -31,6 +32,7 @@ from dra_driver.publish.capabilities import (
     dropped_fields,
     fall_back,
     features_behind,
+    sends_partition_types,
     server_kubernetes_version,
     unexplained,
 )
@@ -383,3 +385,43 @@ def test_after_falling_back_the_server_drops_nothing(
     assert drops(published(fallen, layout), gates) == []
     # And the fall-back is no wider than needed: it moved GPUs only where the server would drop.
     assert bool(drops(published(plans, layout), gates)) == bool(notes) == (fallen != plans)
+
+
+# --- the partition-type attribute (Kubernetes 1.37 alpha) ---
+
+PDT: ApiFeature = "DRAPartitionableDevicesType"
+
+
+@pytest.mark.parametrize(
+    ("version", "unsupported", "sent"),
+    [
+        (None, frozenset(), False),
+        ((1, 34), frozenset(), False),
+        ((1, 36), frozenset(), False),
+        ((1, 37), frozenset(), True),
+        ((1, 38), frozenset({CC}), True),
+        ((1, 37), frozenset({PDT}), False),
+    ],
+)
+def test_partition_types_are_sent_to_1_37_and_later_until_the_server_drops_them(
+    version: tuple[int, int] | None, unsupported: frozenset[ApiFeature], sent: bool
+) -> None:
+    assert sends_partition_types(version, unsupported) == sent
+
+
+def test_a_dropped_partition_type_attribute_is_explained_by_its_gate_alone() -> None:
+    sent = slices_to_api(
+        plan_slices(build_inventory(plans_for("dgx-h100", "vgpu-partitions")), "1.35"),
+        DRIVER,
+        "node-a",
+        partition_types=True,
+    )
+    stored = copy.deepcopy(sent)
+    for slice_ in stored:
+        slice_["spec"].pop("partitionTypeAttribute", None)
+
+    paths = [path for pair in zip(sent, stored, strict=True) for path in dropped_fields(*pair)]
+
+    assert paths and set(paths) == {"spec.partitionTypeAttribute"}
+    assert features_behind(paths) == {PDT} <= DISPLAY_ONLY_FEATURES
+    assert unexplained(paths) == ()
