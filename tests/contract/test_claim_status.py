@@ -26,12 +26,15 @@ from dra_driver.claims.status_writer import Backoff, ClaimStatusApi, ClaimStatus
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.observability.metrics import ClaimStatusMetrics
+from dra_driver.tools import kubelet_client
+from dra_driver.tools.kubelet_client import ClaimArg
+from tests.support.agent import AgentProcess
 from tests.support.apiserver import ApiServer
-from tests.support.claims import allocate_results
+from tests.support.claims import allocate, allocate_results
 from tests.support.engines import simulated_engine, simulated_hardware
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 from tests.support.nodes import simulated_node
-from tests.support.waiting import until
+from tests.support.waiting import until, wait_until
 
 DYNAMIC = NodeConfig(default=GpuSettings(mode="mig-dynamic"))
 CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity"))
@@ -315,3 +318,26 @@ def test_a_refused_write_is_not_retried(cluster: Cluster, short_dir: Path) -> No
     assert n.count("rejected") == 1
     assert n.count("failed") == 0
     assert faults.fail_next == 10**6 - 1, "one attempt"
+
+
+# --- the agent, as deployed ---------------------------------------------------------------------
+
+
+def test_the_node_agent_writes_the_status_of_what_kubelet_prepared(
+    agent: AgentProcess, claims_api: client.ResourceV1Api
+) -> None:
+    uid = allocate(claims_api, "pod-claim", {"gpu": "gpu-5"}, pool="node-a")
+
+    answer = asyncio.run(
+        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("default", "pod-claim", uid)])
+    )
+
+    def entries() -> list[dict[str, Any]]:
+        claim = claims_api.read_namespaced_resource_claim("pod-claim", "default")
+        return [claims_api.api_client.sanitize_for_serialization(d) for d in claim.status.devices or []]
+
+    wait_until(lambda: bool(entries()))
+    (entry,) = entries()
+    assert (entry["driver"], entry["pool"], entry["device"]) == (DEFAULT_DRIVER_NAME, "node-a", "gpu-5")
+    assert entry["data"]["cdiDeviceIDs"] == answer["claims"][uid]["devices"][0]["cdi_device_ids"]
+    assert entry["conditions"][0]["type"] == "Ready"
