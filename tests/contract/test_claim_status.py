@@ -80,10 +80,14 @@ class Node:
 
 
 @asynccontextmanager
-async def node(cluster: Cluster, root: Path, profile: str, node_config: NodeConfig) -> AsyncIterator[Node]:
+async def node(
+    cluster: Cluster, root: Path, profile: str, node_config: NodeConfig, settle_seconds: float = 0.0
+) -> AsyncIterator[Node]:
     api = await kubernetes_api_client(cluster.kubeconfig)
     metrics = ClaimStatusMetrics()
-    writer = ClaimStatusWriter(ClaimStatusApi(api), DEFAULT_DRIVER_NAME, metrics, backoff=QUICK)
+    writer = ClaimStatusWriter(
+        ClaimStatusApi(api), DEFAULT_DRIVER_NAME, metrics, backoff=QUICK, settle_seconds=settle_seconds
+    )
     hardware = simulated_hardware(root, profile)
     engine = simulated_engine(
         root,
@@ -341,3 +345,25 @@ def test_the_node_agent_writes_the_status_of_what_kubelet_prepared(
     assert (entry["driver"], entry["pool"], entry["device"]) == (DEFAULT_DRIVER_NAME, "node-a", "gpu-5")
     assert entry["data"]["cdiDeviceIDs"] == answer["claims"][uid]["devices"][0]["cdi_device_ids"]
     assert entry["conditions"][0]["type"] == "Ready"
+
+
+def test_a_claim_unprepared_before_its_status_settles_sends_nothing(
+    cluster: Cluster, short_dir: Path
+) -> None:
+    """The first attempt waits, so the claims of a burst of pod starts (and of pods that end at
+    once) cost the API server nothing."""
+    claim = allocated(cluster, "brief", {"device": "gpu-2"})
+    puts_before = cluster.server.request_count("PUT", "resourceclaims")  # the allocation's
+
+    async def scenario() -> Node:
+        async with node(cluster, short_dir, "t4x4", NodeConfig(), settle_seconds=0.5) as n:
+            assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+            await asyncio.sleep(0.1)
+            assert await n.engine.unprepare([claim]) == {claim[2]: ""}
+            await asyncio.sleep(0.6)
+            return n
+
+    n = asyncio.run(scenario())
+    assert cluster.server.request_count("PUT", "resourceclaims") == puts_before
+    assert n.count("dropped") == 1
+    assert devices_of(cluster, "brief") == []
