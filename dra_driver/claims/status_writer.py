@@ -6,7 +6,7 @@ writer makes the API calls afterwards, retrying with backoff until it is stored,
 gone, or the claim is unprepared (`cancel`, which never waits). Nothing is written on the
 prepare's own time, and the first attempt waits a moment (`settle_seconds`) so that it does not
 compete with the claims of a burst of pod starts for the event loop and the API server: measured,
-a write sent right after each prepare took the benchmark's prepare p50 from 2.2 to 16.8 ms
+a write sent right after each prepare took the benchmark's prepare p50 from about 2.4 to 16-25 ms
 (docs/drafts/claim-status.md). A claim unprepared within that moment sends nothing.
 
 The write is a read-modify-write of the status subresource under the resourceVersion read
