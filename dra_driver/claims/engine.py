@@ -25,7 +25,8 @@ is checked and taken in a short node-wide turn that first catches up with any pe
 
 The jobs around the protocol live next to it: ownership.py (who holds which device, agreed with
 peer agents), side_effects.py (doing and undoing MIG, time slices, MPS, HAMi-core), recovery.py
-(start-up), prepared.py (a claim's CDI devices and record), calls.py (running a call's claims).
+(start-up), prepared.py (a claim's CDI devices and record), calls.py (running a call's claims),
+status_writer.py (the claim's status.devices, written in the background after the answer).
 """
 
 from collections.abc import Mapping, Sequence

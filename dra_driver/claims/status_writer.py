@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 import aiohttp
 import structlog
 
-from dra_driver.claims.device_status import JsonObject, StatusTooLarge, status_update
+from dra_driver.claims.device_status import JsonObject, status_update
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.kube.k8s_status import status_reason_and_message
 from dra_driver.kube.kube_api import KubeClient, call, get
@@ -46,7 +46,8 @@ SETTLE_SECONDS = 1.0
 # Conflicts re-read at once this often in a row, then wait like any other failure.
 IMMEDIATE_CONFLICT_RETRIES = 3
 # Answers after which retrying cannot help: RBAC refuses the agent, the server refuses the entries.
-_FINAL_STATUSES = frozenset({400, 401, 403, 405, 415, 422})
+# (401 is retried: a projected token that expired is read afresh by the next request.)
+_FINAL_STATUSES = frozenset({400, 403, 405, 415, 422})
 
 
 class StatusApiError(Exception):
@@ -185,7 +186,7 @@ class ClaimStatusWriter:
             await asyncio.sleep(self._settle_seconds)
         try:
             ours = entries(_rfc3339_now())
-        except (StatusTooLarge, ValueError) as error:
+        except Exception as error:  # StatusTooLarge, or a fact prepare had and the status cannot say
             bound.error("claim status not written: its entries cannot be built", error=str(error))
             self._count("rejected")
             return
