@@ -25,6 +25,7 @@ from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
+from dra_driver.claims.status_writer import ClaimStatusApi, ClaimStatusWriter
 from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.config.node_config_files import load_node_config
 from dra_driver.config.settings import InventorySettings, NodeSettings
@@ -101,6 +102,7 @@ class NodeAgent:
         self.reporter = reporter
         self._publishing: asyncio.Task[None] | None = None
         self._background: tuple[asyncio.Task[None], ...] = ()
+        self.claim_status: ClaimStatusWriter | None = None
 
     @property
     def hardware(self) -> HardwareBackend:
@@ -120,10 +122,12 @@ class NodeAgent:
         readiness: Readiness | None = None,
         node_api: NodeApi | None = None,
         on_driver_wait: Callable[[], object] | None = None,
+        claim_status: ClaimStatusWriter | None = None,
     ) -> "NodeAgent":
         """`slice_api` None: no cluster (the demo), so nothing is published. `node_api`: where
         the Node's labels are read, which --node-configs needs in a cluster. `on_driver_wait`:
-        called if real GPUs wait for their driver to appear."""
+        called if real GPUs wait for their driver to appear. `claim_status`: writes prepared
+        claims' status.devices (None: no cluster)."""
         metrics = metrics or AgentMetrics()
         readiness = readiness or Readiness()
         cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
@@ -139,7 +143,9 @@ class NodeAgent:
         )
         for note in inventory.notes:
             log.warning("device left out", note=note)
-        engine, server = await _serve_claims(settings, platform, cdi_specs, claim_source, metrics, inventory)
+        engine, server = await _serve_claims(
+            settings, platform, cdi_specs, claim_source, metrics, inventory, claim_status
+        )
         pool = NodePool(
             settings,
             inventory,
@@ -152,6 +158,7 @@ class NodeAgent:
             settings.node_name, metrics, None if slice_api is None else _event_poster(slice_api)
         )
         agent = cls(settings, platform, engine, server, pool, metrics, readiness, reporter)
+        agent.claim_status = claim_status
         reporter.report(choice, first.problems, ())
         agent.start_health_monitor()
         if settings.node_configs is not None:
@@ -241,6 +248,8 @@ class NodeAgent:
         if self._publishing is not None:
             await asyncio.gather(self._publishing, return_exceptions=True)
         await self.server.stop()
+        if self.claim_status is not None:
+            await self.claim_status.close()  # pending status writes are dropped, not waited for
         self.engine.close()
         await self.platform.close()
         await self.reporter.drain()
@@ -253,6 +262,7 @@ async def _serve_claims(
     claim_source: ClaimSource,
     metrics: AgentMetrics,
     inventory: Inventory,
+    claim_status: ClaimStatusWriter | None = None,
 ) -> tuple[ClaimEngine, KubeletPluginServer]:
     """The claim engine, its state restored from disk, behind kubelet's plugin sockets."""
     engine = ClaimEngine(
@@ -269,6 +279,7 @@ async def _serve_claims(
         sharing=platform.sharing,
         hami_core=hami_core(settings, inventory),
         metrics=metrics.claims,
+        claim_status=claim_status,
     )
     try:
         for quarantined in await engine.load_state(current_boot_id()):
@@ -352,6 +363,9 @@ async def run_node(settings: NodeSettings) -> None:
             readiness,
             NodeApi(api_client, settings.node_name),
             on_driver_wait=serve_probes_while_waiting,
+            claim_status=ClaimStatusWriter(
+                ClaimStatusApi(api_client), settings.driver_name, metrics.claim_status
+            ),
         )
         try:
             # After the start, so a start that fails says so in exactly one line.

@@ -25,10 +25,11 @@ is checked and taken in a short node-wide turn that first catches up with any pe
 
 The jobs around the protocol live next to it: ownership.py (who holds which device, agreed with
 peer agents), side_effects.py (doing and undoing MIG, time slices, MPS, HAMi-core), recovery.py
-(start-up), prepared.py (a claim's CDI devices and record), calls.py (running a call's claims).
+(start-up), prepared.py (a claim's CDI devices and record), calls.py (running a call's claims),
+status_writer.py (the claim's status.devices, written in the background after the answer).
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -41,17 +42,19 @@ from dra_driver.claims.calls import RawClaim, claim_context, concurrently, failu
 from dra_driver.claims.cdi import CdiSpec
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
+from dra_driver.claims.device_status import JsonObject, VgpuLimits, device_status_entries
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, claim_ref
-from dra_driver.claims.opaque_config import config_entries
+from dra_driver.claims.opaque_config import VgpuConfig, config_entries
 from dra_driver.claims.ownership import DeviceOwnership
-from dra_driver.claims.prepared import claim_cdi_devices, prepared_record
+from dra_driver.claims.prepared import CreatedMig, claim_cdi_devices, prepared_record
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
 from dra_driver.claims.side_effects import ClaimSideEffects, SharingControls
 from dra_driver.claims.source import ClaimSource
-from dra_driver.claims.vgpu_edits import HamiCore
+from dra_driver.claims.status_writer import ClaimStatusWriter
+from dra_driver.claims.vgpu_edits import HamiCore, vgpu_share
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.observability.metrics import ClaimMetrics
@@ -90,9 +93,11 @@ class ClaimEngine:
         sharing: SharingControls | None = None,
         hami_core: HamiCore | None = None,
         metrics: ClaimMetrics | None = None,
+        claim_status: ClaimStatusWriter | None = None,
     ) -> None:
         """`hardware`: where MIG instances are created (None: a node without dynamic MIG).
-        `common_cdi_ids`: CDI devices every prepared device also needs (the node-wide spec)."""
+        `common_cdi_ids`: CDI devices every prepared device also needs (the node-wide spec).
+        `claim_status`: writes the status.devices of prepared claims (None: not written)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._inventory = inventory
@@ -102,6 +107,7 @@ class ClaimEngine:
         self._source = claim_source
         self._records = records
         self._cdi_specs = cdi_specs
+        self._claim_status = claim_status
         self._claim_locks = ClaimLocks(records.state_dir / "claim.locks")
         self._ownership = DeviceOwnership(records, self._claim_locks)
         self._effects = ClaimSideEffects(
@@ -169,7 +175,7 @@ class ClaimEngine:
                     planned = plan_claim(
                         ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
                     )
-                    record = await self._prepare_new(ref, planned, ticket)
+                    record = await self._prepare_new(ref, planned, ticket, claim=claim)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:
             self._metrics.prepare_failed(error)
@@ -186,7 +192,12 @@ class ClaimEngine:
         return None
 
     async def _prepare_new(
-        self, ref: ClaimRef, planned: tuple[PlannedDevice, ...], ticket: GateTicket | None
+        self,
+        ref: ClaimRef,
+        planned: tuple[PlannedDevice, ...],
+        ticket: GateTicket | None,
+        *,
+        claim: object = None,
     ) -> ClaimRecord:
         if not planned:
             return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
@@ -227,7 +238,36 @@ class ClaimEngine:
             devices=[d.device for d in record.devices],
             mig_instances_created=len(to_create),
         )
+        self._report_status(ref, claim, planned, created, record)
         return record
+
+    def _report_status(
+        self,
+        ref: ClaimRef,
+        claim: object,
+        planned: tuple[PlannedDevice, ...],
+        created: CreatedMig,
+        record: ClaimRecord,
+    ) -> None:
+        """Queues the claim's status.devices write (status_writer): nothing is sent before kubelet
+        has its answer, and nothing that happens to the write changes that answer."""
+        if self._claim_status is None or not isinstance(claim, Mapping):
+            return
+        metadata = claim.get("metadata")
+        generation = metadata.get("generation") if isinstance(metadata, Mapping) else None
+
+        def entries(now: str) -> tuple[JsonObject, ...]:  # run by the writer, after the answer
+            return device_status_entries(
+                self._driver_name,
+                planned,
+                created,
+                record,
+                now=now,
+                generation=generation if isinstance(generation, int) else None,
+                vgpu=_vgpu_limits(planned),
+            )
+
+        self._claim_status.submit(ref, claim, entries)
 
     async def _write_prepared(
         self,
@@ -273,6 +313,8 @@ class ClaimEngine:
     async def _unprepare_checked(self, raw: RawClaim) -> str:
         try:
             ref = claim_ref(*raw)
+            if self._claim_status is not None:
+                self._claim_status.cancel(ref.uid)  # a pending status write is moot now
             async with self._claim_locks.hold(ref.uid):
                 record = self._records.read(ref.uid)
                 if record is None:
@@ -300,3 +342,22 @@ class ClaimEngine:
         failpoints.reached("unprepare.record-deleted")
         self._cdi_specs.remove(claim_uid)
         failpoints.reached("unprepare.cdi-removed")
+
+
+def _vgpu_limits(planned: tuple[PlannedDevice, ...]) -> dict[str, VgpuLimits]:
+    """The limits each vGPU share of the claim was prepared with, as side_effects computed them."""
+    limits = {}
+    for device in planned:
+        if device.device.type == "vgpu" and not device.result.admin_access:
+            share = vgpu_share(
+                {
+                    "consumedCapacity": dict(device.result.consumed_capacity),
+                    "shareID": device.result.share_id,
+                },
+                device.result.position,
+                device.device,
+                device.gpu,
+                device.config if isinstance(device.config, VgpuConfig) else VgpuConfig(),
+            )
+            limits[device.cdi_name] = VgpuLimits(share.memory_bytes, share.cores)
+    return limits

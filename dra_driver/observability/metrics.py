@@ -140,6 +140,37 @@ class ClaimMetrics:
         self.unprepare_errors.labels(reason=error_reason(error)).inc()
 
 
+# What became of a claim's status.devices write (see claims/status_writer.py): per claim, one of
+# written, unchanged (already stored), dropped (claim gone, or unprepared first), rejected (the
+# server refused it for good: RBAC, validation); per failed attempt, conflict or failed.
+CLAIM_STATUS_RESULTS = ("written", "unchanged", "dropped", "rejected", "conflict", "failed")
+
+
+@dataclass
+class ClaimStatusMetrics:
+    """The background writes of ResourceClaim status.devices after prepare."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    writes: Counter = field(init=False)
+    pending: Gauge = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.writes = Counter(
+            "dra_driver_claim_status_writes",
+            "ResourceClaim status.devices writes, by result: per claim written, unchanged, dropped "
+            "or rejected; per failed attempt conflict or failed (then retried)",
+            ["result"],
+            registry=self.registry,
+        )
+        self.pending = Gauge(
+            "dra_driver_claim_status_pending",
+            "Claims whose status.devices write is queued or being retried",
+            registry=self.registry,
+        )
+        for result in CLAIM_STATUS_RESULTS:
+            self.writes.labels(result=result)
+
+
 class _Gpu(Protocol):
     @property
     def index(self) -> int: ...
@@ -163,6 +194,7 @@ class AgentMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     publish: PublishMetrics = field(init=False)
     claims: ClaimMetrics = field(init=False)
+    claim_status: ClaimStatusMetrics = field(init=False)
     devices: Gauge = field(init=False)
     kubelet_registered: Gauge = field(init=False)
     build_info: Gauge = field(init=False)
@@ -172,6 +204,7 @@ class AgentMetrics:
     def __post_init__(self) -> None:
         self.publish = PublishMetrics(self.registry)
         self.claims = ClaimMetrics(self.registry)
+        self.claim_status = ClaimStatusMetrics(self.registry)
         self.devices = Gauge(
             "dra_driver_devices",
             "Devices this node publishes, by type and health (unknown: no health reported for it)",

@@ -100,6 +100,8 @@ def test_the_order_is_namespace_rbac_policy_daemonset_classes() -> None:
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "DaemonSet",
         "DeviceClass",
         "DeviceClass",
@@ -138,8 +140,22 @@ def test_rbac_grants_exactly_what_the_agent_uses(options: ManifestOptions) -> No
         ),
         ("", "events", "create"),
         ("", "events", "patch"),
+        ("resource.k8s.io", "resourceclaims/status", "update"),
+        ("resource.k8s.io", "resourceclaims/driver", "associated-node:update"),
     }
-    assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"])
+    # The synthetic driver subresource of 1.36 is named by the driver: our own name only.
+    named = [rule for rule in role["rules"] if "resourceNames" in rule]
+    assert named == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceclaims/driver"],
+            "resourceNames": [options.driver_name],
+            "verbs": ["associated-node:update"],
+        }
+    ]
+    assert all(
+        set(rule) == {"apiGroups", "resources", "verbs"} for rule in role["rules"] if rule not in named
+    )
     assert "*" not in str(role["rules"])
     binding = only(objects, "ClusterRoleBinding")
     account = only(objects, "ServiceAccount")
@@ -230,7 +246,7 @@ def request(
     }
 
 
-POLICY = only(render(ManifestOptions()), "ValidatingAdmissionPolicy")
+POLICY = objects_of_kind(render(ManifestOptions()), "ValidatingAdmissionPolicy")[0]
 
 
 @pytest.mark.parametrize(
@@ -280,10 +296,10 @@ def test_the_policy_leaves_everyone_else_alone() -> None:
     """Another namespace's service account with the same name is not the agent; the policy is
     off for it (RBAC decides), as it is for the scheduler and admins."""
     assert admit(POLICY, request("CREATE", slice_on("node-b"), None, namespace="elsewhere")) == (True, [])
-    other_policy = only(render(OTHER), "ValidatingAdmissionPolicy")
+    other_policy = objects_of_kind(render(OTHER), "ValidatingAdmissionPolicy")[0]
     allowed, _ = admit(other_policy, request("CREATE", slice_on("node-b"), None, namespace="gpu-system"))
     assert not allowed
-    binding = only(render(OTHER), "ValidatingAdmissionPolicyBinding")
+    binding = objects_of_kind(render(OTHER), "ValidatingAdmissionPolicyBinding")[0]
     assert binding["spec"] == {"policyName": other_policy["metadata"]["name"], "validationActions": ["Deny"]}
 
 

@@ -14,6 +14,7 @@ from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.gpu_edits import SimulatedEdits
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ClaimSource
+from dra_driver.claims.status_writer import ClaimStatusWriter
 from dra_driver.claims.vgpu_edits import HamiCore
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfig
@@ -45,6 +46,7 @@ def simulated_engine(
     sharing: SharingControls | None = None,
     hami_core: HamiCore | None = None,
     committer: GroupCommitter | None = None,
+    claim_status: ClaimStatusWriter | None = None,
 ) -> ClaimEngine:
     """An engine whose records are in `root`/state and CDI specs in `root`/cdi, so two engines
     on one root stand for two agents sharing a node's state directory. `inventory`: the devices
@@ -60,4 +62,5 @@ def simulated_engine(
         hardware=hardware,
         sharing=sharing,
         hami_core=hami_core,
+        claim_status=claim_status,
     )

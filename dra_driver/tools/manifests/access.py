@@ -1,5 +1,6 @@
 """Who the agent is and what it may do: its namespace, service account, RBAC, and the admission
-policy that confines its ResourceSlice writes to its own node (the package docstring says why)."""
+policies that confine its ResourceSlice and ResourceClaim status writes to its own node (the
+package docstring says why)."""
 
 from typing import Any
 
@@ -33,7 +34,14 @@ def _cluster_role_name(options: ManifestOptions) -> str:
 def cluster_role(options: ManifestOptions) -> dict[str, Any]:
     """Exactly what the agent calls: GET of a claim it prepares, its own Node (read and watched
     for the label that names its node config), its slices' sync (list/watch, get, create, update,
-    delete) and events (in the core group, which it posts and, repeated, patches)."""
+    delete) and events (in the core group, which it posts and, repeated, patches).
+
+    Plus the claim status it writes after prepare (claims/status_writer.py: PUT of the status
+    subresource, so `update` only). Since 1.36 (DRAResourceClaimGranularStatusAuthorization, beta
+    and on) the API server also authorizes a change of status.devices against the synthetic
+    subresource `resourceclaims/driver`, named by the driver, with the verb prefixed
+    `associated-node:` when the writer's service-account token is bound to the node the claim
+    is allocated on: granted for our driver's name only. Older servers ignore that rule."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
@@ -47,6 +55,13 @@ def cluster_role(options: ManifestOptions) -> dict[str, Any]:
                 "verbs": ["get", "list", "watch", "create", "update", "delete"],
             },
             {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+            {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims/status"], "verbs": ["update"]},
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "resources": ["resourceclaims/driver"],
+                "resourceNames": [options.driver_name],
+                "verbs": ["associated-node:update"],
+            },
         ],
     }
 
@@ -83,16 +98,23 @@ def _slice_on_the_agents_node(slice_variable: str) -> str:
     return f"has({slice_variable}.spec.nodeName) && {slice_variable}.spec.nodeName == variables.nodeName"
 
 
+def _node_name_variable() -> dict[str, str]:
+    """The node the agent's pod-bound service-account token names; empty for any other token."""
+    return {
+        "name": "nodeName",
+        "expression": (
+            f'has(request.userInfo.extra) && "{NODE_NAME_EXTRA}" in request.userInfo.extra'
+            f' && size(request.userInfo.extra["{NODE_NAME_EXTRA}"]) > 0'
+            f' ? request.userInfo.extra["{NODE_NAME_EXTRA}"][0] : ""'
+        ),
+    }
+
+
 def admission_policy(options: ManifestOptions) -> dict[str, Any]:
     """Only the agent's own node's slices, checked on the new object (CREATE, UPDATE) and the old
     one (UPDATE, DELETE), so that the agent can neither write a slice onto another node nor move
     or delete one that is there. A token without the node claim (not pod-bound) writes nothing.
     The match condition keeps the policy off everyone else, the scheduler and admins included."""
-    node_name = (
-        f'has(request.userInfo.extra) && "{NODE_NAME_EXTRA}" in request.userInfo.extra'
-        f' && size(request.userInfo.extra["{NODE_NAME_EXTRA}"]) > 0'
-        f' ? request.userInfo.extra["{NODE_NAME_EXTRA}"][0] : ""'
-    )
     username = service_account_username(options.namespace, service_account_name(options))
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -116,7 +138,7 @@ def admission_policy(options: ManifestOptions) -> dict[str, Any]:
                     "expression": f'request.userInfo.username == "{username}"',
                 }
             ],
-            "variables": [{"name": "nodeName", "expression": node_name}],
+            "variables": [_node_name_variable()],
             "validations": [
                 {
                     "expression": 'variables.nodeName != ""',
@@ -154,4 +176,96 @@ def admission_policy_binding(options: ManifestOptions) -> dict[str, Any]:
         "kind": "ValidatingAdmissionPolicyBinding",
         "metadata": object_metadata(options, _policy_name(options)),
         "spec": {"policyName": _policy_name(options), "validationActions": ["Deny"]},
+    }
+
+
+def _claim_status_policy_name(options: ManifestOptions) -> str:
+    return f"{options.driver_name}-node-claim-status"
+
+
+# The allocation pins the claim to the agent's node: every term of its node selector requires
+# metadata.name In [that node], as the scheduler writes it for devices of a node-local slice.
+_ALLOCATED_ON_THE_AGENTS_NODE = (
+    "has(oldObject.status) && has(oldObject.status.allocation)"
+    " && has(oldObject.status.allocation.nodeSelector)"
+    " && size(oldObject.status.allocation.nodeSelector.nodeSelectorTerms) > 0"
+    " && oldObject.status.allocation.nodeSelector.nodeSelectorTerms.all(term,"
+    " has(term.matchFields) && term.matchFields.exists(field,"
+    ' field.key == "metadata.name" && field.operator == "In" && field.values == [variables.nodeName]))'
+)
+_BINDING_UNCHANGED = (
+    "has(object.status.allocation) && object.status.allocation == oldObject.status.allocation"
+    " && (has(object.status.reservedFor) ? object.status.reservedFor : [])"
+    " == (has(oldObject.status.reservedFor) ? oldObject.status.reservedFor : [])"
+)
+
+
+def claim_status_policy(options: ManifestOptions) -> dict[str, Any]:
+    """The agent may write status only of claims allocated on its own node, and there only the
+    status.devices entries of its own driver: the allocation, the consumers and every other
+    driver's entries stay as they were. Kubernetes 1.36 checks the node itself (RBAC above),
+    but 1.34 and 1.35 grant `resourceclaims/status` for every claim and every field, so this is
+    what keeps a compromised agent from rewriting other nodes' claims there."""
+    username = service_account_username(options.namespace, service_account_name(options))
+    driver = options.driver_name
+    others = 'has({0}.status.devices) ? {0}.status.devices.filter(d, d.driver != "' + driver + '") : []'
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": object_metadata(options, _claim_status_policy_name(options)),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": ["resource.k8s.io"],
+                        "apiVersions": ["*"],
+                        "operations": ["UPDATE"],
+                        "resources": ["resourceclaims/status"],
+                    }
+                ]
+            },
+            "matchConditions": [
+                {"name": "is-the-node-agent", "expression": f'request.userInfo.username == "{username}"'}
+            ],
+            "variables": [
+                _node_name_variable(),
+                {"name": "otherDevices", "expression": others.format("object")},
+                {"name": "otherDevicesBefore", "expression": others.format("oldObject")},
+            ],
+            "validations": [
+                {
+                    "expression": 'variables.nodeName != ""',
+                    "message": "the node agent's service-account token must be bound to a pod on a node",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": _ALLOCATED_ON_THE_AGENTS_NODE,
+                    "messageExpression": (
+                        '"the node agent on " + variables.nodeName'
+                        ' + " may only write the status of claims allocated on its own node"'
+                    ),
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": _BINDING_UNCHANGED,
+                    "message": "the node agent may not change a claim's allocation or reservedFor",
+                    "reason": "Forbidden",
+                },
+                {
+                    "expression": "variables.otherDevices == variables.otherDevicesBefore",
+                    "message": f"the node agent may only change the status.devices entries of {driver}",
+                    "reason": "Forbidden",
+                },
+            ],
+        },
+    }
+
+
+def claim_status_policy_binding(options: ManifestOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": object_metadata(options, _claim_status_policy_name(options)),
+        "spec": {"policyName": _claim_status_policy_name(options), "validationActions": ["Deny"]},
     }

@@ -8,6 +8,8 @@ from dra_driver.devices.classes import device_classes
 from dra_driver.tools.manifests.access import (
     admission_policy,
     admission_policy_binding,
+    claim_status_policy,
+    claim_status_policy_binding,
     cluster_role,
     cluster_role_binding,
     namespace_object,
@@ -38,6 +40,8 @@ def render(options: ManifestOptions) -> list[dict[str, Any]]:
         cluster_role_binding(options),
         admission_policy(options),
         admission_policy_binding(options),
+        claim_status_policy(options),
+        claim_status_policy_binding(options),
         daemon_set(options),
         *_device_classes(options),
     ]

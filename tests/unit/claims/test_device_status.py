@@ -1,0 +1,128 @@
+"""The status.devices entries and their merge into what other drivers wrote (pure)."""
+
+import uuid
+from typing import Any
+
+import pytest
+
+from dra_driver.claims.allocation import AllocatedDevice
+from dra_driver.claims.claim_plan import plan_claim
+from dra_driver.claims.device_status import (
+    MAX_DATA_BYTES,
+    StatusTooLarge,
+    device_status_entries,
+    merged_devices,
+    status_update,
+)
+from dra_driver.claims.identity import claim_ref
+from dra_driver.claims.records import ClaimRecord, PreparedDevice
+from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.node_config import NodeConfig
+from tests.support.nodes import simulated_node
+
+DRIVER = "gpu.dra-driver.dev"
+UID = str(uuid.uuid4())
+REF = claim_ref("default", "c", UID)
+T0, T1 = "2026-11-24T10:00:00Z", "2026-11-24T11:00:00Z"
+
+
+def ours(device: str, when: str = T0, status: str = "True") -> dict[str, Any]:
+    condition = {
+        "type": "Ready",
+        "status": status,
+        "reason": "Prepared",
+        "message": "",
+        "lastTransitionTime": when,
+    }
+    return {"driver": DRIVER, "pool": "node-a", "device": device, "conditions": [condition], "data": {}}
+
+
+def theirs(device: str) -> dict[str, Any]:
+    return {"driver": "net.example.com", "pool": "nics", "device": device, "data": {"mtu": 9000}}
+
+
+def claim(
+    *devices: dict[str, Any], uid: str = UID, allocated: tuple[str, ...] = ("gpu-0",)
+) -> dict[str, Any]:
+    results = [{"request": "gpu", "driver": DRIVER, "pool": "node-a", "device": name} for name in allocated]
+    status: dict[str, Any] = {"allocation": {"devices": {"results": results}}}
+    if devices:
+        status["devices"] = list(devices)
+    return {
+        "metadata": {"name": "c", "namespace": "default", "uid": uid, "resourceVersion": "7"},
+        "status": status,
+    }
+
+
+def test_merge_keeps_other_entries_in_place_and_replaces_ours_by_key() -> None:
+    merged = merged_devices(
+        [theirs("eth0"), ours("gpu-0"), theirs("eth1")], [ours("gpu-0", T1), ours("gpu-1", T1)]
+    )
+
+    assert [(e["driver"], e["device"]) for e in merged] == [
+        ("net.example.com", "eth0"),
+        (DRIVER, "gpu-0"),
+        ("net.example.com", "eth1"),
+        (DRIVER, "gpu-1"),
+    ]
+    assert merged[0] == theirs("eth0") and merged[2] == theirs("eth1")
+
+
+def test_a_condition_that_did_not_change_keeps_its_transition_time() -> None:
+    (same,) = merged_devices([ours("gpu-0", T0)], [ours("gpu-0", T1)])
+    (changed,) = merged_devices([ours("gpu-0", T0, status="False")], [ours("gpu-0", T1)])
+
+    assert same["conditions"][0]["lastTransitionTime"] == T0
+    assert changed["conditions"][0]["lastTransitionTime"] == T1
+
+
+def test_an_update_keeps_the_resource_version_read_and_everything_else() -> None:
+    read = claim(theirs("eth0"))
+
+    update = status_update(read, UID, DRIVER, [ours("gpu-0")])
+
+    assert update.outcome == "write" and update.body is not None
+    assert update.body["metadata"]["resourceVersion"] == "7"
+    assert update.body["status"]["allocation"] == read["status"]["allocation"]
+    assert update.body["status"]["devices"] == [theirs("eth0"), ours("gpu-0")]
+
+
+def test_what_is_stored_already_is_not_written_again() -> None:
+    assert status_update(claim(ours("gpu-0", T0)), UID, DRIVER, [ours("gpu-0", T1)]).outcome == "unchanged"
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        claim(uid=str(uuid.uuid4())),  # deleted and re-created under the same name
+        claim(allocated=()),  # deallocated
+        claim(allocated=("gpu-3",)),  # allocated other devices since
+        None,
+    ],
+    ids=["replaced", "deallocated", "reallocated", "not-an-object"],
+)
+def test_a_claim_that_no_longer_holds_our_devices_is_gone(read: object) -> None:
+    assert status_update(read, UID, DRIVER, [ours("gpu-0")]).outcome == "gone"
+
+
+def test_entries_say_what_was_prepared_and_refuse_data_over_10_ki() -> None:
+    inventory = node_inventory(simulated_node("t4x4"), NodeConfig())
+    planned = plan_claim(
+        REF, [AllocatedDevice(request="gpu", pool="node-a", device="gpu-1")], [], inventory, DRIVER, "node-a"
+    )
+    record = ClaimRecord(REF, (PreparedDevice(("gpu",), "node-a", "gpu-1", ("k8s.x/claim=a",)),))
+
+    (entry,) = device_status_entries(DRIVER, planned, {}, record, now=T0, generation=1)
+
+    assert entry["data"] == {
+        "type": "gpu",
+        "gpuUUID": simulated_node("t4x4")[1].uuid,
+        "gpuIndex": 1,
+        "cdiDeviceIDs": ["k8s.x/claim=a"],
+    }
+    assert entry["conditions"][0]["observedGeneration"] == 1
+    huge = ClaimRecord(
+        REF, (PreparedDevice(("gpu",), "node-a", "gpu-1", ("k8s.x/claim=" + "a" * MAX_DATA_BYTES,)),)
+    )
+    with pytest.raises(StatusTooLarge, match="gpu-1"):
+        device_status_entries(DRIVER, planned, {}, huge, now=T0, generation=None)
