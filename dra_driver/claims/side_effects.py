@@ -21,7 +21,7 @@ from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits
 from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.claims.mps import MpsControlDaemons
+from dra_driver.claims.mps import MpsDaemonRunner
 from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.claims.prepared import CreatedMig
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
@@ -43,7 +43,7 @@ class SharingControls:
     MPS control program, or their simulated stand-ins)."""
 
     time_slicer: TimeSlicer
-    mps: MpsControlDaemons
+    mps: MpsDaemonRunner
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,7 @@ class Leftovers:
     """One kind of per-claim runtime state, found by claim UID, that start-up removes where no
     record owns it (a crash between creating it and recording it, or between the two undos)."""
 
-    claim_uids: Callable[[], set[str]]
+    claim_uids: Callable[[], Awaitable[set[str]]]
     remove: Callable[[str], Awaitable[None]]
     owned_by: Callable[[ClaimRecord], bool]
 
@@ -203,20 +203,20 @@ class ClaimSideEffects:
             hami_core = self._hami_core
             found.append(
                 Leftovers(
-                    lambda: claim_directory_uids(hami_core),
+                    lambda: asyncio.to_thread(claim_directory_uids, hami_core),
                     self._remove_hami_core_directory,
                     lambda _record: True,
                 )
             )
         if self._sharing is not None:
             found.append(
-                Leftovers(self._sharing.mps.claim_uids, self._stop_daemon, lambda record: record.mps)
+                Leftovers(self._sharing.mps.leftover_claim_uids, self._stop_daemon, lambda record: record.mps)
             )
         return tuple(found)
 
     async def mps_daemon_gone(self, record: ClaimRecord) -> bool:
-        """Whether the claim should have an MPS daemon and has none (the agent's container was
-        restarted, and the daemon with it)."""
+        """Whether the claim should have an MPS daemon and has none (with --mps-daemons process,
+        the agent's container was restarted, and the daemon with it; in a pod, the daemon died)."""
         if self._sharing is None or not record.mps:
             return False
         return not await self._sharing.mps.is_running(record.claim.uid)
