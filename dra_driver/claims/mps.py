@@ -380,7 +380,10 @@ def serve(server):
             if "quit" in lines:
                 pid_file.unlink()
                 control.unlink()
-            connection.sendall("".join(reply + "\n" for reply in replies).encode())
+            try:  # a client that went away (one that only checked the socket) ends nothing
+                connection.sendall("".join(reply + "\n" for reply in replies).encode())
+            except OSError:
+                pass
         if "quit" in lines:
             return
 

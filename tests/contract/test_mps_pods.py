@@ -1,0 +1,206 @@
+"""MPS control daemons in pods of their own (--mps-daemons pod), with real processes throughout:
+the claim engine creates the daemon's pod in the stand-in API server, the stand-in kubelet runs
+the pod's command (the simulated nvidia-cuda-mps-control in the foreground), and the engine
+talks to the daemon through its socket as it would on a GPU node."""
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls
+from dra_driver.claims.mps import SIMULATED_SETTINGS_FILE, SimulatedMps
+from dra_driver.claims.mps_pod_spec import MpsPodSettings, daemon_pod_name
+from dra_driver.claims.mps_pods import MpsDaemonPods
+from dra_driver.claims.record_store import ClaimRecordStore
+from dra_driver.claims.sharing import MpsDirectories
+from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
+from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.pod_api import PodApi
+from tests.support.apiserver import ApiServer
+from tests.support.engines import POOL, simulated_engine
+from tests.support.nodes import simulated_node
+from tests.support.stand_in_kubelet import StandInKubelet
+from tests.support.waiting import wait_until
+from tests.unit.claims.test_engine_devices import Claims, sharing_config
+
+NAMESPACE = "dra-driver"
+IMAGE = "registry.example/dra-driver:test"
+
+
+@pytest.fixture
+def kubelet(kubeconfig: Path, short_dir: Path) -> Iterator[StandInKubelet]:
+    (short_dir / "kubelet").mkdir()
+    running = StandInKubelet(kubeconfig, POOL, NAMESPACE, short_dir / "kubelet").start()
+    yield running
+    running.stop()
+    assert running.errors == []
+
+
+def mps_claim(claims: Claims) -> RawClaim:
+    return claims.add(
+        "mps",
+        {"device": "gpu-0"},
+        {"request": "gpu", "device": "gpu-2"},
+        config=sharing_config({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 40}}),
+    )
+
+
+class Node:
+    """One agent's view of the node: its engine and its daemon runner, over a shared root."""
+
+    def __init__(self, root: Path, server: ApiServer, claims: Claims, *, timeout_s: float = 15.0) -> None:
+        self.client = KubeClient(Configuration(host=server.url))
+        local = SimulatedMps(root / "mps")
+        command, environment = local.foreground_command()
+        settings = MpsPodSettings(
+            namespace=NAMESPACE,
+            node_name=POOL,
+            image=IMAGE,
+            driver_root=Path("/"),
+            host_driver_root=Path("/"),
+            command=command,
+            environment=environment,
+            privileged=False,
+        )
+        self.pods = PodApi(self.client, NAMESPACE, POOL)
+        self.daemons = MpsDaemonPods(local, self.pods, settings, start_timeout_s=timeout_s)
+        slicer = SimulatedTimeSlicer(gpu.uuid for gpu in simulated_node("t4x4"))
+        self.engine: ClaimEngine = simulated_engine(
+            root, claims, sharing=SharingControls(slicer, self.daemons)
+        )
+
+    async def close(self) -> None:
+        self.engine.close()
+        await self.client.close()
+
+
+def pods(server: ApiServer) -> dict[str, dict[str, Any]]:
+    return {pod["metadata"]["name"]: pod for pod in server.objects("pods")}
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprepare(
+    apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
+) -> None:
+    claims = Claims()
+    claim = mps_claim(claims)
+    uid = claim[2]
+    name = daemon_pod_name(uid)
+    directories = MpsDirectories(short_dir / "mps", uid)
+
+    async def scenario() -> None:
+        first = Node(short_dir, apiserver, claims)
+        await first.engine.load_state()
+        assert (await first.engine.prepare([claim]))[uid].error == ""
+        pod = pods(apiserver)[name]
+        assert pod["spec"]["nodeName"] == POOL
+        assert pod["spec"]["containers"][0]["image"] == IMAGE
+        assert pod["metadata"]["labels"]["resource.kubernetes.io/claim-uid"] == uid
+        pid = kubelet.pid_of(name)
+        assert pid is not None and pid != os.getpid()
+        # In use: the daemon got the claim's defaults through its socket.
+        settings = json.loads((directories.pipe / SIMULATED_SETTINGS_FILE).read_text())
+        assert settings["pid"] == pid
+        assert settings["active_thread_percentage"] == 40
+        await first.close()  # the agent goes (a rolling update)
+
+        second = Node(short_dir, apiserver, claims)
+        await second.engine.load_state()
+        assert process_alive(pid)
+        assert pods(apiserver)[name]["metadata"]["uid"] == pod["metadata"]["uid"]
+        assert await second.daemons.is_running(uid)
+        # A second prepare (kubelet repeats them) keeps the daemon it finds.
+        assert (await second.engine.prepare([claim]))[uid].error == ""
+        assert kubelet.pid_of(name) == pid
+
+        assert await second.engine.unprepare([claim]) == {uid: ""}
+        assert name not in pods(apiserver)
+        assert not directories.root.exists()
+        wait_until(lambda: not process_alive(pid), timeout=10)
+        settings_commands = settings["commands"]
+        assert settings_commands == ["set_default_active_thread_percentage 40"]
+        await second.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_daemon_that_does_not_answer_fails_the_prepare_and_leaves_nothing(
+    apiserver: ApiServer, short_dir: Path
+) -> None:
+    """No kubelet runs the pod: it stays Pending and its daemon never answers."""
+    claims = Claims()
+    claim = mps_claim(claims)
+    uid = claim[2]
+
+    async def scenario() -> None:
+        node = Node(short_dir, apiserver, claims, timeout_s=1.5)
+        await node.engine.load_state()
+        error = (await node.engine.prepare([claim]))[uid].error
+        assert f"the MPS control daemon of claim {uid} did not answer on" in error
+        assert f"pod {NAMESPACE}/{daemon_pod_name(uid)}: Pending" in error
+        assert pods(apiserver) == {}
+        assert not MpsDirectories(short_dir / "mps", uid).root.exists()
+        assert node.engine.prepared_claims == {}
+        await node.close()
+
+    asyncio.run(scenario())
+
+
+def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_cut_short(
+    apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
+) -> None:
+    claims = Claims()
+    orphan, cut_short = mps_claim(claims), claims.add("other", {"device": "gpu-1"})
+
+    async def scenario() -> None:
+        node = Node(short_dir, apiserver, claims)
+        await node.engine.load_state()
+        assert (await node.engine.prepare([orphan]))[orphan[2]].error == ""
+        records = ClaimRecordStore(short_dir / "state")
+        # A crash after the pod was created and before "prepared" was written: a "preparing"
+        # record naming the daemon; and a crash after the record went but before the pod did.
+        prepared = records.read(orphan[2])
+        assert prepared is not None
+        await records.erase(orphan[2])
+        half = replace(prepared, claim=replace(prepared.claim, name=cut_short[1], uid=cut_short[2]))
+        await records.write(replace(half, state="preparing", devices=()))
+        spec = MpsDirectories(short_dir / "mps", cut_short[2])
+        started = await _start_daemon(node, spec)
+        assert set(pods(apiserver)) == {daemon_pod_name(orphan[2]), daemon_pod_name(cut_short[2])}
+        await node.close()
+
+        restarted = Node(short_dir, apiserver, claims)
+        await restarted.engine.load_state()
+        assert pods(apiserver) == {}
+        assert records.read(cut_short[2]) is None
+        for pid in started:
+            wait_until(lambda pid=pid: not process_alive(pid), timeout=10)
+        await restarted.close()
+
+    asyncio.run(scenario())
+
+
+async def _start_daemon(node: Node, directories: MpsDirectories) -> list[int]:
+    """Starts a daemon for `directories`' claim as prepare would; answers the PIDs of the
+    daemons running then."""
+    from dra_driver.claims.sharing import MpsDaemonSpec  # noqa: PLC0415
+
+    gpu = simulated_node("t4x4")[1].uuid
+    await node.daemons.start(MpsDaemonSpec(directories, (gpu,)))
+    return [
+        json.loads((entry / "pipe" / SIMULATED_SETTINGS_FILE).read_text())["pid"]
+        for entry in node.daemons.runtime_dir.iterdir()
+    ]
