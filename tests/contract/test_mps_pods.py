@@ -6,6 +6,7 @@ talks to the daemon through its socket as it would on a GPU node."""
 import asyncio
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -180,6 +181,8 @@ def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_c
         spec = MpsDirectories(short_dir / "mps", cut_short[2])
         started = await _start_daemon(node, spec)
         assert set(pods(apiserver)) == {daemon_pod_name(orphan[2]), daemon_pod_name(cut_short[2])}
+        # The orphan's directories are gone too (the node's /run was lost): only its pod is left.
+        shutil.rmtree(MpsDirectories(short_dir / "mps", orphan[2]).root)
         await node.close()
 
         restarted = Node(short_dir, apiserver, claims)
