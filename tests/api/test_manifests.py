@@ -100,6 +100,10 @@ def test_the_order_is_namespace_rbac_policy_daemonset_classes() -> None:
         "ClusterRoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "DaemonSet",
         "DeviceClass",
         "DeviceClass",
@@ -230,7 +234,8 @@ def request(
     }
 
 
-POLICY = only(render(ManifestOptions()), "ValidatingAdmissionPolicy")
+# The first policy is the slices' one; the MPS daemon pods' has tests of its own (test_mps_admission.py).
+POLICY = objects_of_kind(render(ManifestOptions()), "ValidatingAdmissionPolicy")[0]
 
 
 @pytest.mark.parametrize(
@@ -280,10 +285,10 @@ def test_the_policy_leaves_everyone_else_alone() -> None:
     """Another namespace's service account with the same name is not the agent; the policy is
     off for it (RBAC decides), as it is for the scheduler and admins."""
     assert admit(POLICY, request("CREATE", slice_on("node-b"), None, namespace="elsewhere")) == (True, [])
-    other_policy = only(render(OTHER), "ValidatingAdmissionPolicy")
+    other_policy = objects_of_kind(render(OTHER), "ValidatingAdmissionPolicy")[0]
     allowed, _ = admit(other_policy, request("CREATE", slice_on("node-b"), None, namespace="gpu-system"))
     assert not allowed
-    binding = only(render(OTHER), "ValidatingAdmissionPolicyBinding")
+    binding = objects_of_kind(render(OTHER), "ValidatingAdmissionPolicyBinding")[0]
     assert binding["spec"] == {"policyName": other_policy["metadata"]["name"], "validationActions": ["Deny"]}
 
 

@@ -14,6 +14,12 @@ from dra_driver.tools.manifests.access import (
     service_account,
 )
 from dra_driver.tools.manifests.daemon_set import config_maps, daemon_set
+from dra_driver.tools.manifests.mps_access import (
+    mps_admission_policy,
+    mps_admission_policy_binding,
+    mps_role,
+    mps_role_binding,
+)
 from dra_driver.tools.manifests.options import ManifestOptions, common_labels
 from dra_driver.tools.manifests.validation import check_options
 
@@ -37,6 +43,10 @@ def render(options: ManifestOptions) -> list[dict[str, Any]]:
         cluster_role_binding(options),
         admission_policy(options),
         admission_policy_binding(options),
+        mps_role(options),
+        mps_role_binding(options),
+        mps_admission_policy(options),
+        mps_admission_policy_binding(options),
         daemon_set(options),
         *_device_classes(options),
     ]
