@@ -24,12 +24,12 @@ from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.mps import MpsDaemonRunner
 from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.claims.prepared import CreatedMig
-from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
+from dra_driver.claims.records import ClaimRecord, ComputeModeRecord, MigInstanceRecord
 from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
 from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits, vgpu_share
 from dra_driver.claims.vgpu_host import claim_directory_uids, create_host_entries, remove_claim_directory
 from dra_driver.devices.inventory import Inventory
-from dra_driver.hardware.backend import HardwareBackend
+from dra_driver.hardware.backend import ComputeModes, HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
 from dra_driver.hardware.time_slicing import TimeSlicer
 from dra_driver.state import failpoints
@@ -44,6 +44,8 @@ class SharingControls:
 
     time_slicer: TimeSlicer
     mps: MpsDaemonRunner
+    # Where whole GPUs' compute modes are set for MPS (None: left as they are).
+    compute_modes: ComputeModes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +118,27 @@ class ClaimSideEffects:
             )
         return plan_sharing(ref.uid, shared, self._sharing.mps.runtime_dir)
 
+    async def compute_modes_to_restore(self, plan: SharingPlan) -> tuple[ComputeModeRecord, ...]:
+        """The modes the plan's ExclusiveProcess GPUs have now, for the record before they change."""
+        if self._sharing is None or self._sharing.compute_modes is None:
+            return ()
+        modes = self._sharing.compute_modes
+        return tuple(
+            [
+                ComputeModeRecord(gpu_uuid, await modes.compute_mode(gpu_uuid))
+                for gpu_uuid in plan.exclusive_process_gpus
+            ]
+        )
+
     async def apply_sharing(self, ref: ClaimRef, plan: SharingPlan) -> None:
         if self._sharing is None:
             return
         try:
             for change in plan.time_slices:
                 await self._sharing.time_slicer.set_time_slice(change.gpu_uuid, change.interval)
+            if self._sharing.compute_modes is not None:
+                for gpu_uuid in plan.exclusive_process_gpus:
+                    await self._sharing.compute_modes.set_compute_mode(gpu_uuid, "ExclusiveProcess")
             if plan.mps:
                 await self._sharing.mps.start(plan.mps)
         except HardwareError as error:
@@ -152,11 +169,14 @@ class ClaimSideEffects:
     # -- undoing -------------------------------------------------------------------------------
 
     async def undo(self, record: ClaimRecord) -> None:
-        """MPS daemon first (its clients lose the GPU either way), then time slices, then MIG,
-        then the claim's HAMi-core directory."""
+        """MPS daemon first (its clients lose the GPU either way), then the compute modes it
+        needed, then time slices, then MIG, then the claim's HAMi-core directory."""
         if self._sharing is not None:
             if record.mps:
                 await self._sharing.mps.stop(record.claim.uid)
+            if self._sharing.compute_modes is not None:
+                for entry in record.compute_modes:
+                    await self._sharing.compute_modes.set_compute_mode(entry.gpu_uuid, entry.restore)
             for gpu_uuid in record.time_sliced_gpus:
                 await self._sharing.time_slicer.set_time_slice(gpu_uuid, "Default")
         await self._destroy_mig_instances(record.mig_instances)

@@ -19,12 +19,14 @@ from dra_driver.claims.mps import SIMULATED_SETTINGS_FILE, SimulatedMps
 from dra_driver.claims.mps_pod_spec import MpsPodSettings, daemon_pod_name
 from dra_driver.claims.mps_pods import MpsDaemonPods
 from dra_driver.claims.record_store import ClaimRecordStore
+from dra_driver.claims.records import ComputeModeRecord
 from dra_driver.claims.sharing import MpsDirectories
+from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.kube.kube_api import Configuration, KubeClient
 from dra_driver.kube.pod_api import PodApi
 from tests.support.apiserver import ApiServer
-from tests.support.engines import POOL, simulated_engine
+from tests.support.engines import POOL, simulated_engine, simulated_hardware
 from tests.support.nodes import simulated_node
 from tests.support.stand_in_kubelet import StandInKubelet
 from tests.support.waiting import wait_until
@@ -55,7 +57,16 @@ def mps_claim(claims: Claims) -> RawClaim:
 class Node:
     """One agent's view of the node: its engine and its daemon runner, over a shared root."""
 
-    def __init__(self, root: Path, server: ApiServer, claims: Claims, *, timeout_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        root: Path,
+        server: ApiServer,
+        claims: Claims,
+        *,
+        timeout_s: float = 15.0,
+        gpus: SimulatedBackend | None = None,
+    ) -> None:
+        """`gpus`: the node's GPUs, whose compute modes outlive an agent (one object for all)."""
         self.client = KubeClient(Configuration(host=server.url))
         local = SimulatedMps(root / "mps")
         command, environment = local.foreground_command()
@@ -72,8 +83,9 @@ class Node:
         self.pods = PodApi(self.client, NAMESPACE, POOL)
         self.daemons = MpsDaemonPods(local, self.pods, settings, start_timeout_s=timeout_s)
         slicer = SimulatedTimeSlicer(gpu.uuid for gpu in simulated_node("t4x4"))
+        self.gpus = gpus or simulated_hardware(root, "t4x4")
         self.engine: ClaimEngine = simulated_engine(
-            root, claims, sharing=SharingControls(slicer, self.daemons)
+            root, claims, sharing=SharingControls(slicer, self.daemons, compute_modes=self.gpus)
         )
 
     async def close(self) -> None:
@@ -116,9 +128,16 @@ def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprep
         settings = json.loads((directories.pipe / SIMULATED_SETTINGS_FILE).read_text())
         assert settings["pid"] == pid
         assert settings["active_thread_percentage"] == 40
+        # The claim's whole GPUs run only the MPS server's context while it is prepared.
+        gpu_0, gpu_2 = simulated_node("t4x4")[0].uuid, simulated_node("t4x4")[2].uuid
+        assert [await first.gpus.compute_mode(gpu) for gpu in (gpu_0, gpu_2)] == ["ExclusiveProcess"] * 2
+        assert first.engine.prepared_claims[uid].compute_modes == (
+            ComputeModeRecord(gpu_0, "Default"),
+            ComputeModeRecord(gpu_2, "Default"),
+        )
         await first.close()  # the agent goes (a rolling update)
 
-        second = Node(short_dir, apiserver, claims)
+        second = Node(short_dir, apiserver, claims, gpus=first.gpus)
         await second.engine.load_state()
         assert process_alive(pid)
         assert pods(apiserver)[name]["metadata"]["uid"] == pod["metadata"]["uid"]
@@ -128,6 +147,7 @@ def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprep
         assert kubelet.pid_of(name) == pid
 
         assert await second.engine.unprepare([claim]) == {uid: ""}
+        assert [await second.gpus.compute_mode(gpu) for gpu in (gpu_0, gpu_2)] == ["Default"] * 2
         assert name not in pods(apiserver)
         assert not directories.root.exists()
         wait_until(lambda: not process_alive(pid), timeout=10)
@@ -177,7 +197,13 @@ def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_c
         assert prepared is not None
         await records.erase(orphan[2])
         half = replace(prepared, claim=replace(prepared.claim, name=cut_short[1], uid=cut_short[2]))
-        await records.write(replace(half, state="preparing", devices=()))
+        gpu_1 = simulated_node("t4x4")[1].uuid
+        await records.write(
+            replace(
+                half, state="preparing", devices=(), compute_modes=(ComputeModeRecord(gpu_1, "Prohibited"),)
+            )
+        )
+        await node.gpus.set_compute_mode(gpu_1, "ExclusiveProcess")
         spec = MpsDirectories(short_dir / "mps", cut_short[2])
         started = await _start_daemon(node, spec)
         assert set(pods(apiserver)) == {daemon_pod_name(orphan[2]), daemon_pod_name(cut_short[2])}
@@ -185,9 +211,10 @@ def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_c
         shutil.rmtree(MpsDirectories(short_dir / "mps", orphan[2]).root)
         await node.close()
 
-        restarted = Node(short_dir, apiserver, claims)
+        restarted = Node(short_dir, apiserver, claims, gpus=node.gpus)
         await restarted.engine.load_state()
         assert pods(apiserver) == {}
+        assert await restarted.gpus.compute_mode(gpu_1) == "Prohibited"  # what the record said
         assert records.read(cut_short[2]) is None
         for pid in started:
             wait_until(lambda pid=pid: not process_alive(pid), timeout=10)
