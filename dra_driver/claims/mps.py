@@ -133,7 +133,7 @@ class MpsControlDaemons:
 
     async def _answers(self, directories: MpsDirectories) -> bool:
         """Whether the claim's daemon runs: here, its PID file names a live process of ours."""
-        return await asyncio.to_thread(_daemon_pid, directories) is not None
+        return await asyncio.to_thread(daemon_pid, directories) is not None
 
     async def leftover_claim_uids(self) -> set[str]:
         return await asyncio.to_thread(self.claim_uids)
@@ -174,7 +174,7 @@ class MpsControlDaemons:
             os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
             returncode = None
-        if returncode == 0 and await self._wait_until(lambda: _daemon_pid(directories) is not None):
+        if returncode == 0 and await self._wait_until(lambda: daemon_pid(directories) is not None):
             return
         said = (await asyncio.to_thread(startup_log.read_text, errors="replace")).strip()
         outcome = f"exit status {returncode}" if returncode is not None else f"no exit in {self._timeout:g} s"
@@ -204,7 +204,7 @@ class MpsControlDaemons:
     async def _stop(self, directories: MpsDirectories) -> None:
         if not await asyncio.to_thread(directories.root.exists):
             return
-        pid = await asyncio.to_thread(_daemon_pid, directories)
+        pid = await asyncio.to_thread(daemon_pid, directories)
         if pid is not None:
             await self.send(directories, "quit")
             if not await self._wait_until(lambda: not _is_daemon(pid, directories.pipe)):
@@ -263,7 +263,7 @@ def prepare_directories(directories: MpsDirectories) -> None:
                 entry.unlink()
 
 
-def _daemon_pid(directories: MpsDirectories) -> int | None:
+def daemon_pid(directories: MpsDirectories) -> int | None:
     """The PID of the claim's running daemon, or None. The PID file alone is not trusted: the
     process must be alive and serve this pipe directory, so a PID reused by an unrelated
     process after the daemon died is never taken for it."""

@@ -141,6 +141,7 @@ class ClaimSideEffects:
                     await self._sharing.compute_modes.set_compute_mode(gpu_uuid, "ExclusiveProcess")
             if plan.mps:
                 await self._sharing.mps.start(plan.mps)
+                failpoints.reached("prepare.mps-started")
         except HardwareError as error:
             raise ClaimRejected(f"claim {ref}: cannot set up GPU sharing: {error}") from error
 
