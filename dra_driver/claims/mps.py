@@ -7,8 +7,10 @@ its PID into its pipe directory (MPS documentation: nvidia-cuda-mps-control.pid 
 CUDA_MPS_PIPE_DIRECTORY), so an agent that restarted finds the daemon of any claim again from
 the claim UID alone, and `claim_uids` lists the claims that have directories, for cleaning up
 after claims no record owns. The daemon does not need the agent: it runs in a session of its
-own and survives the agent process. Where the agent runs in a container, the container runtime
-ends it together with the agent's container, and the restarted agent starts it again.
+own and survives the agent process. Where the agent runs in a container, though, the container
+runtime ends it together with the agent's container; that is why a cluster runs each daemon in a
+pod of its own instead (`--mps-daemons pod`, mps_pods.py), which uses this class for the control
+program and the claim's directories only.
 
 The lifecycle is the same for the real daemon and the simulated one; they differ in the program
 that plays nvidia-cuda-mps-control, which speaks one protocol: `<control> -d` starts a daemon

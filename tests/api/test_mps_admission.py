@@ -3,7 +3,7 @@ pods the agent makes (`daemon_pod`, as the agent of the default installation wou
 it must never be able to make. The policy's expressions are taken from the rendered manifest."""
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,7 @@ def admit(operation: str, pod: Pod, node: str | None = NODE) -> list[str]:
 def agent_pod(*, real: bool = True) -> Pod:
     """The pod the default installation's agent makes for CLAIM: the driver root's control
     program, privileged, on real GPUs; the simulated one, unprivileged, on simulated nodes."""
+    environment: Mapping[str, str]
     if real:
         command: tuple[str, ...] = (REAL_CONTROL, "-f")
         environment = {"PATH": "/usr/bin", "LD_PRELOAD": f"{CONTAINER_DRIVER_ROOT}/usr/lib/libcuda.so.580"}

@@ -216,8 +216,7 @@ def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_c
         assert pods(apiserver) == {}
         assert await restarted.gpus.compute_mode(gpu_1) == "Prohibited"  # what the record said
         assert records.read(cut_short[2]) is None
-        for pid in started:
-            wait_until(lambda pid=pid: not process_alive(pid), timeout=10)
+        wait_until(lambda: not any(process_alive(pid) for pid in started), timeout=10)
         await restarted.close()
 
     asyncio.run(scenario())
