@@ -7,13 +7,16 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
+from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls
 from dra_driver.claims.mps import SIMULATED_SETTINGS_FILE, SimulatedMps
 from dra_driver.claims.mps_pod_spec import MpsPodSettings, daemon_pod_name
@@ -25,7 +28,11 @@ from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.kube.kube_api import Configuration, KubeClient
 from dra_driver.kube.pod_api import PodApi
+from dra_driver.tools import kubelet_client
+from dra_driver.tools.kubelet_client import ClaimArg
+from tests.support.agent import AgentDirs, start_agent
 from tests.support.apiserver import ApiServer
+from tests.support.claims import allocate_results
 from tests.support.engines import POOL, simulated_engine, simulated_hardware
 from tests.support.nodes import simulated_node
 from tests.support.stand_in_kubelet import StandInKubelet
@@ -233,3 +240,52 @@ async def _start_daemon(node: Node, directories: MpsDirectories) -> list[int]:
         json.loads((entry / "pipe" / SIMULATED_SETTINGS_FILE).read_text())["pid"]
         for entry in node.daemons.runtime_dir.iterdir()
     ]
+
+
+# --- The agent process (`dra-driver node --mps-daemons pod`) -------------------------------------
+
+
+def test_the_agent_runs_a_claims_daemon_in_a_pod_that_outlives_a_kill_9_of_the_agent(
+    apiserver: ApiServer,
+    kubeconfig: Path,
+    claims_api: client.ResourceV1Api,
+    kubelet: StandInKubelet,
+    short_dir: Path,
+) -> None:
+    dirs = AgentDirs(root=short_dir / "node")
+    options = ("--mps-daemons", "pod", "--mps-daemon-image", IMAGE, "--namespace", NAMESPACE)
+    config = sharing_config({"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 25}})
+    for entry in config:
+        entry["opaque"]["driver"] = DEFAULT_DRIVER_NAME
+    uid = allocate_results(
+        claims_api,
+        "shared",
+        [{"request": "gpu", "driver": DEFAULT_DRIVER_NAME, "pool": POOL, "device": "gpu-0"}],
+        config,
+    )
+    claim = ClaimArg("default", "shared", uid)
+    name = daemon_pod_name(uid)
+    agent = start_agent(dirs, kubeconfig, extra=options)
+    try:
+        answer = asyncio.run(kubelet_client.prepare(dirs.dra_socket, "v1", [claim]))["claims"][uid]
+        assert answer["error"] == "", agent.log_path.read_text()
+        pod = pods(apiserver)[name]
+        pid = kubelet.pid_of(name)
+        assert pid is not None
+        settings = json.loads(
+            (MpsDirectories(dirs.root / "mps", uid).pipe / SIMULATED_SETTINGS_FILE).read_text()
+        )
+        assert (settings["pid"], settings["active_thread_percentage"]) == (pid, 25)
+
+        assert agent.terminate(signal.SIGKILL) == -signal.SIGKILL
+        assert process_alive(pid)
+        agent = start_agent(dirs, kubeconfig, extra=options)
+        assert process_alive(pid) and kubelet.pid_of(name) == pid
+        assert pods(apiserver)[name]["metadata"]["uid"] == pod["metadata"]["uid"]
+
+        unprepared = asyncio.run(kubelet_client.unprepare(dirs.dra_socket, "v1", [claim]))["claims"]
+        assert unprepared == {uid: {"error": ""}}
+        assert name not in pods(apiserver)
+        wait_until(lambda: not process_alive(pid), timeout=10)
+    finally:
+        agent.terminate()
