@@ -18,12 +18,16 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import structlog
+
 from dra_driver.claims.mps import MpsControlDaemons, control_socket_answers, prepare_directories
 from dra_driver.claims.mps_pod_spec import MpsPodSettings, claim_uid_of, daemon_pod, daemon_pod_name, selector
 from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware.model import HardwareError
 from dra_driver.kube.pod_api import PodApi
 from dra_driver.publish.slice_api import ApiCallError
+
+log = structlog.get_logger("dra_driver.claims")
 
 _POLL_S = 0.05
 # The pod's phase is looked at this often while waiting, to give up early on a pod that ended.
@@ -74,7 +78,10 @@ class MpsDaemonPods:
             raise
 
     async def stop(self, claim_uid: str) -> None:
-        await self._remove(MpsDirectories(self.runtime_dir, claim_uid))
+        try:
+            await self._remove(MpsDirectories(self.runtime_dir, claim_uid))
+        except ApiCallError as error:
+            raise HardwareError(f"the MPS daemon pod of claim {claim_uid} stays: {error}") from error
 
     async def is_running(self, claim_uid: str) -> bool:
         return await asyncio.to_thread(control_socket_answers, MpsDirectories(self.runtime_dir, claim_uid))
@@ -82,9 +89,14 @@ class MpsDaemonPods:
     async def leftover_claim_uids(self) -> set[str]:
         """Claims with directories here, or with a daemon pod on this node (a pod outlives the
         node's /run after a reboot, and a crash may leave one whose directories are gone)."""
-        pods = await self._pods.list_on_node(selector())
-        uids = {uid for pod in pods if (uid := claim_uid_of(pod)) is not None}
-        return uids | await self._local.leftover_claim_uids()
+        local = await self._local.leftover_claim_uids()
+        try:
+            pods = await self._pods.list_on_node(selector())
+        except ApiCallError as error:
+            # Start-up does not wait for the API server: the pods are looked for at the next start.
+            log.warning("MPS daemon pods not listed; only their directories are swept", error=str(error))
+            return local
+        return local | {uid for pod in pods if (uid := claim_uid_of(pod)) is not None}
 
     async def _remove(self, directories: MpsDirectories) -> None:
         """Graceful `quit` while the daemon answers, then the pod, then the directories."""

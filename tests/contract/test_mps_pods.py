@@ -289,3 +289,22 @@ def test_the_agent_runs_a_claims_daemon_in_a_pod_that_outlives_a_kill_9_of_the_a
         wait_until(lambda: not process_alive(pid), timeout=10)
     finally:
         agent.terminate()
+
+
+def test_start_up_does_not_wait_for_the_api_server_to_list_daemon_pods(
+    apiserver: ApiServer, short_dir: Path
+) -> None:
+    """A leftover daemon directory is still swept; the pods are looked for at the next start."""
+    leftover = MpsDirectories(short_dir / "mps", "6a0e1c2b-3d4f-4a5b-8c6d-7e8f9a0b1c2d")
+    leftover.pipe.mkdir(parents=True)
+
+    async def scenario() -> None:
+        node = Node(short_dir, apiserver, Claims())
+        apiserver.faults.fail_next, apiserver.faults.fail_status = 1, 503
+        apiserver.faults.fail_methods = frozenset({"GET"})
+        await node.engine.load_state()
+        assert not leftover.root.exists()
+        assert apiserver.faults.fail_next == 0  # the list was tried, and refused
+        await node.close()
+
+    asyncio.run(scenario())
