@@ -23,7 +23,7 @@ from dra_driver.claims.mps_pod_spec import MpsPodSettings, daemon_pod_name
 from dra_driver.claims.mps_pods import MpsDaemonPods
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ComputeModeRecord
-from dra_driver.claims.sharing import MpsDirectories
+from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.kube.kube_api import Configuration, KubeClient
@@ -232,8 +232,6 @@ def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_c
 async def _start_daemon(node: Node, directories: MpsDirectories) -> list[int]:
     """Starts a daemon for `directories`' claim as prepare would; answers the PIDs of the
     daemons running then."""
-    from dra_driver.claims.sharing import MpsDaemonSpec  # noqa: PLC0415
-
     gpu = simulated_node("t4x4")[1].uuid
     await node.daemons.start(MpsDaemonSpec(directories, (gpu,)))
     return [
@@ -305,6 +303,42 @@ def test_start_up_does_not_wait_for_the_api_server_to_list_daemon_pods(
         await node.engine.load_state()
         assert not leftover.root.exists()
         assert apiserver.faults.fail_next == 0  # the list was tried, and refused
+        await node.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_dead_daemons_pod_is_replaced_and_a_pod_someone_deleted_does_not_stop_unprepare(
+    apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
+) -> None:
+    claims = Claims()
+    claim = mps_claim(claims)
+    uid, name = claim[2], daemon_pod_name(claim[2])
+    directories = MpsDirectories(short_dir / "mps", uid)
+    gpu = simulated_node("t4x4")[0].uuid
+
+    async def scenario() -> None:
+        node = Node(short_dir, apiserver, claims)
+        await node.engine.load_state()
+        await node.daemons.start(MpsDaemonSpec(directories, (gpu,), active_thread_percentage=10))
+        first_pod, first_pid = pods(apiserver)[name]["metadata"]["uid"], kubelet.pid_of(name)
+        assert first_pid is not None
+        os.kill(first_pid, signal.SIGKILL)
+        wait_until(lambda: pods(apiserver)[name].get("status", {}).get("phase") == "Failed", timeout=10)
+        assert not await node.daemons.is_running(uid)
+
+        await node.daemons.start(MpsDaemonSpec(directories, (gpu,), active_thread_percentage=10))
+        assert pods(apiserver)[name]["metadata"]["uid"] != first_pod
+        assert await node.daemons.is_running(uid)
+        settings = json.loads((directories.pipe / SIMULATED_SETTINGS_FILE).read_text())
+        assert settings["commands"] == ["set_default_active_thread_percentage 10"]
+
+        second_pid = kubelet.pid_of(name)
+        assert second_pid is not None and second_pid != first_pid
+        await node.pods.delete(name)  # an administrator's doing
+        wait_until(lambda: not process_alive(second_pid), timeout=10)
+        await node.daemons.stop(uid)
+        assert not directories.root.exists()
         await node.close()
 
     asyncio.run(scenario())
