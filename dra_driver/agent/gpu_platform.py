@@ -130,12 +130,20 @@ async def _wait_for_driver(driver_root: Path, on_driver_wait: Callable[[], objec
 async def _real(
     settings: NodeSettings, hardware: HardwareBackend, gpus: tuple[Gpu, ...], cdi_specs: CdiSpecDirectory
 ) -> Platform:
+    from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only on GPUs
     from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
+
+    # MPS sets whole GPUs' compute mode through NVML (a backend a test passes in may have none).
+    nvml_compute_modes = hardware if isinstance(hardware, NvmlBackend) else None
 
     try:
         discovery = await asyncio.to_thread(_driver_files, settings.driver_root, gpus)
         await asyncio.to_thread(_write_node_spec, settings, discovery, cdi_specs)
-        sharing = SharingControls(NvidiaSmiTimeSlicer(discovery), NvidiaMps(discovery, settings.mps_dir))
+        sharing = SharingControls(
+            NvidiaSmiTimeSlicer(discovery),
+            NvidiaMps(discovery, settings.mps_dir),
+            compute_modes=nvml_compute_modes,
+        )
     except HardwareError as error:  # a driver program missing from the driver root
         raise StartupError(f"--driver-root {settings.driver_root}: {error}") from error
     except (OSError, ValueError) as error:
@@ -184,7 +192,9 @@ async def _simulated(settings: NodeSettings, hardware: SimulatedBackend, gpus: t
         gpus=gpus,
         edits=SimulatedEdits(),
         sharing=SharingControls(
-            SimulatedTimeSlicer(gpu.uuid for gpu in gpus), SimulatedMps(settings.mps_dir)
+            SimulatedTimeSlicer(gpu.uuid for gpu in gpus),
+            SimulatedMps(settings.mps_dir),
+            compute_modes=hardware,
         ),
         health_source=SimulatedEvents(hardware, HEALTH_POLL_SECONDS),
         background=(("fault-inbox", take_faults),),

@@ -18,6 +18,7 @@ from dra_driver.agent.config_reports import PostEvent, ProblemReporter
 from dra_driver.agent.errors import SetupError, StartupError
 from dra_driver.agent.gpu_platform import Platform, discover_gpus, open_platform
 from dra_driver.agent.kube_client import kubernetes_api_client
+from dra_driver.agent.mps_daemons import with_mps_pods
 from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
 from dra_driver.agent.node_watch import NodeApi, NodeFacts, follow_node
 from dra_driver.agent.pool import NodePool
@@ -38,6 +39,8 @@ from dra_driver.health.monitor import HealthMonitor
 # kube_api before anything imports `kubernetes`: it keeps the client's package __init__ files
 # (the whole synchronous client and more, about 11 MiB) from running.
 from dra_driver.kube import kube_api  # noqa: F401
+from dra_driver.kube.kube_api import KubeClient
+from dra_driver.kube.pod_api import PodApi
 from dra_driver.observability.metrics import AgentMetrics
 from dra_driver.observability.server import ObservabilityServer, Readiness, keep_heartbeat
 from dra_driver.plugin.server import KubeletPluginServer
@@ -123,6 +126,7 @@ class NodeAgent:
         node_api: NodeApi | None = None,
         on_driver_wait: Callable[[], object] | None = None,
         claim_status: ClaimStatusWriter | None = None,
+        pod_api: PodApi | None = None,
     ) -> "NodeAgent":
         """`slice_api` None: no cluster (the demo), so nothing is published. `node_api`: where
         the Node's labels are read, which --node-configs needs in a cluster. `on_driver_wait`:
@@ -133,6 +137,11 @@ class NodeAgent:
         cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
         choice = initial_config(settings)
         platform = await open_platform(settings, cdi_specs, on_driver_wait)
+        try:
+            platform = with_mps_pods(settings, platform, pod_api)
+        except StartupError:
+            await platform.close()
+            raise
         first = replan(choice, platform.gpus, None, frozenset(), frozenset())
         inventory = build_inventory(first.plans)
         log.info(
@@ -305,6 +314,13 @@ async def _serve_claims(
     return engine, server
 
 
+def _pod_api(settings: NodeSettings, api_client: KubeClient) -> PodApi | None:
+    """Where MPS daemon pods are created (--mps-daemons pod, issue 26)."""
+    if settings.namespace is None:
+        return None
+    return PodApi(api_client, settings.namespace, settings.node_name)
+
+
 def initial_config(settings: NodeSettings) -> ConfigChoice:
     """The config at start. Named configs: none until the Node's label is read (follow_named_configs)."""
     if settings.node_configs is not None:
@@ -366,6 +382,7 @@ async def run_node(settings: NodeSettings) -> None:
             claim_status=ClaimStatusWriter(
                 ClaimStatusApi(api_client), settings.driver_name, metrics.claim_status
             ),
+            pod_api=_pod_api(settings, api_client),
         )
         try:
             # After the start, so a start that fails says so in exactly one line.

@@ -218,6 +218,7 @@ class ClaimEngine:
                     preparing,
                     time_sliced_gpus=tuple(change.gpu_uuid for change in sharing.time_slices),
                     mps=sharing.mps is not None,
+                    compute_modes=await self._effects.compute_modes_to_restore(sharing),
                 )
                 await self._records.write(preparing)
                 await self._effects.apply_sharing(ref, sharing)

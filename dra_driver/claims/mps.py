@@ -7,8 +7,10 @@ its PID into its pipe directory (MPS documentation: nvidia-cuda-mps-control.pid 
 CUDA_MPS_PIPE_DIRECTORY), so an agent that restarted finds the daemon of any claim again from
 the claim UID alone, and `claim_uids` lists the claims that have directories, for cleaning up
 after claims no record owns. The daemon does not need the agent: it runs in a session of its
-own and survives the agent process. Where the agent runs in a container, the container runtime
-ends it together with the agent's container, and the restarted agent starts it again.
+own and survives the agent process. Where the agent runs in a container, though, the container
+runtime ends it together with the agent's container; that is why a cluster runs each daemon in a
+pod of its own instead (`--mps-daemons pod`, mps_pods.py), which uses this class for the control
+program and the claim's directories only.
 
 The lifecycle is the same for the real daemon and the simulated one; they differ in the program
 that plays nvidia-cuda-mps-control, which speaks one protocol: `<control> -d` starts a daemon
@@ -21,9 +23,11 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from dra_driver.claims.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware.driver_root import DriverDiscovery
@@ -41,6 +45,26 @@ _LONGEST_UID = "00000000-0000-0000-0000-000000000000"  # every claim UID has thi
 STARTUP_LOG = "startup.log"
 DEFAULT_TIMEOUT_S = 20.0
 _POLL_S = 0.02
+
+
+class MpsDaemonRunner(Protocol):
+    """Where a claim's daemon runs, as the claim engine sees it: a process of the agent
+    (`MpsControlDaemons`) or a pod of its own (`mps_pods.MpsDaemonPods`). Every call is
+    idempotent, and tolerates a daemon that never started or is already gone."""
+
+    @property
+    def runtime_dir(self) -> Path: ...
+
+    async def start(self, spec: MpsDaemonSpec) -> None: ...
+
+    async def stop(self, claim_uid: str) -> None: ...
+
+    async def is_running(self, claim_uid: str) -> bool: ...
+
+    async def leftover_claim_uids(self) -> set[str]:
+        """The claims that have anything of a daemon here (directories, pods), for start-up to
+        remove what no record owns."""
+        ...
 
 
 class MpsControlDaemons:
@@ -68,11 +92,20 @@ class MpsControlDaemons:
                 f"MPS runtime directory {runtime_dir} is too long: the daemon's socket {longest} would be "
                 f"longer than the {_MAX_SOCKET_PATH} bytes a unix socket path may have"
             )
-        self.runtime_dir = runtime_dir
+        self._runtime_dir = runtime_dir
         self._control = tuple(control)
         self._env = dict(env)
         self._timeout = timeout_s
         self._private_shm = private_shm
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self._runtime_dir
+
+    def foreground_command(self) -> tuple[tuple[str, ...], Mapping[str, str]]:
+        """The program line and environment that run a daemon in the foreground (`-f`, as in
+        NVIDIA's documentation), as a pod's only process; the claim's variables are added to it."""
+        return (*self._control, "-f"), dict(self._env)
 
     async def start(self, spec: MpsDaemonSpec) -> None:
         """Starts the claim's daemon and applies its defaults; a daemon already running for the
@@ -82,9 +115,9 @@ class MpsControlDaemons:
         directories = spec.directories
         if directories.runtime_dir != self.runtime_dir:
             raise ValueError(f"MPS spec for {directories.root} is not under {self.runtime_dir}")
-        if await asyncio.to_thread(_daemon_pid, directories) is not None:
+        if await self._answers(directories):
             return
-        await asyncio.to_thread(_prepare_directories, directories)
+        await asyncio.to_thread(prepare_directories, directories)
         env = {**self._env, **spec.daemon_environment()}
         try:
             await self._launch(directories, env)
@@ -98,7 +131,14 @@ class MpsControlDaemons:
             raise
 
     async def is_running(self, claim_uid: str) -> bool:
-        return await asyncio.to_thread(_daemon_pid, MpsDirectories(self.runtime_dir, claim_uid)) is not None
+        return await self._answers(MpsDirectories(self.runtime_dir, claim_uid))
+
+    async def _answers(self, directories: MpsDirectories) -> bool:
+        """Whether the claim's daemon runs: here, its PID file names a live process of ours."""
+        return await asyncio.to_thread(daemon_pid, directories) is not None
+
+    async def leftover_claim_uids(self) -> set[str]:
+        return await asyncio.to_thread(self.claim_uids)
 
     async def stop(self, claim_uid: str) -> None:
         """Stops the claim's daemon, if one runs, and removes its directories. A claim without a
@@ -136,7 +176,7 @@ class MpsControlDaemons:
             os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
             returncode = None
-        if returncode == 0 and await self._wait_until(lambda: _daemon_pid(directories) is not None):
+        if returncode == 0 and await self._wait_until(lambda: daemon_pid(directories) is not None):
             return
         said = (await asyncio.to_thread(startup_log.read_text, errors="replace")).strip()
         outcome = f"exit status {returncode}" if returncode is not None else f"no exit in {self._timeout:g} s"
@@ -144,6 +184,16 @@ class MpsControlDaemons:
             f"the MPS control daemon for claim {directories.claim_uid} did not start "
             f"({' '.join(argv)}: {outcome}): {said[:2000] or '(no output)'}"
         )
+
+    async def send(self, directories: MpsDirectories, command: str) -> None:
+        """One command to the claim's running daemon; talking to a daemon needs only its pipe
+        directory, so a restarted agent (or another process) can stop it."""
+        env = {
+            **self._env,
+            "CUDA_MPS_PIPE_DIRECTORY": str(directories.pipe),
+            "CUDA_MPS_LOG_DIRECTORY": str(directories.log),
+        }
+        await self._send(directories, env, command)
 
     async def _send(self, directories: MpsDirectories, env: Mapping[str, str], command: str) -> None:
         result = await run_command(self._control, env=env, stdin=command + "\n", timeout_s=self._timeout)
@@ -156,15 +206,9 @@ class MpsControlDaemons:
     async def _stop(self, directories: MpsDirectories) -> None:
         if not await asyncio.to_thread(directories.root.exists):
             return
-        pid = await asyncio.to_thread(_daemon_pid, directories)
+        pid = await asyncio.to_thread(daemon_pid, directories)
         if pid is not None:
-            # Talking to a daemon needs only its pipe directory, so a restarted agent can stop it.
-            env = {
-                **self._env,
-                "CUDA_MPS_PIPE_DIRECTORY": str(directories.pipe),
-                "CUDA_MPS_LOG_DIRECTORY": str(directories.log),
-            }
-            await self._send(directories, env, "quit")
+            await self.send(directories, "quit")
             if not await self._wait_until(lambda: not _is_daemon(pid, directories.pipe)):
                 raise HardwareError(
                     f"the MPS control daemon for claim {directories.claim_uid} still runs "
@@ -194,7 +238,19 @@ def private_shm_argv(shm_directory: Path, argv: Sequence[str]) -> list[str]:
     return [*new_namespace, "sh", "-c", script, str(shm_directory), *argv]
 
 
-def _prepare_directories(directories: MpsDirectories) -> None:
+def control_socket_answers(directories: MpsDirectories) -> bool:
+    """Whether a daemon listens on the claim's control socket: a connection is accepted only
+    while a daemon serves it, whichever PID namespace that daemon runs in."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(1.0)
+        try:
+            client.connect(str(directories.pipe / CONTROL_SOCKET))
+        except OSError:
+            return False
+    return True
+
+
+def prepare_directories(directories: MpsDirectories) -> None:
     """The directories of a daemon about to start, emptied but not replaced: containers of the
     claim that already run have them bind-mounted, and must reach the new daemon through them.
     Leftovers of a daemon that died (its PID file, its socket, its shared memory) would make the
@@ -209,7 +265,7 @@ def _prepare_directories(directories: MpsDirectories) -> None:
                 entry.unlink()
 
 
-def _daemon_pid(directories: MpsDirectories) -> int | None:
+def daemon_pid(directories: MpsDirectories) -> int | None:
     """The PID of the claim's running daemon, or None. The PID file alone is not trusted: the
     process must be alive and serve this pipe directory, so a PID reused by an unrelated
     process after the daemon died is never taken for it."""
@@ -326,7 +382,10 @@ def serve(server):
             if "quit" in lines:
                 pid_file.unlink()
                 control.unlink()
-            connection.sendall("".join(reply + "\n" for reply in replies).encode())
+            try:  # a client that went away (one that only checked the socket) ends nothing
+                connection.sendall("".join(reply + "\n" for reply in replies).encode())
+            except OSError:
+                pass
         if "quit" in lines:
             return
 
@@ -370,7 +429,20 @@ def send():
     sys.exit(1 if "error" in reply.decode() else 0)
 
 
-start() if sys.argv[1:] == ["-d"] else send()
+def foreground():
+    # In a pod, as the container's only process: serves until "quit" or a signal ends it.
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(control))
+    server.listen()
+    serve(server)
+
+
+if sys.argv[1:] == ["-d"]:
+    start()
+elif sys.argv[1:] == ["-f"]:
+    foreground()
+else:
+    send()
 """
 
 

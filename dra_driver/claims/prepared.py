@@ -73,4 +73,5 @@ def prepared_record(
         mig_instances=preparing.mig_instances,
         time_sliced_gpus=preparing.time_sliced_gpus,
         mps=preparing.mps,
+        compute_modes=preparing.compute_modes,
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
+from dra_driver.hardware.model import ComputeMode
 
 # Version 2 added the prepare phase and the MIG instances a claim owns; version 1 records
 # (whole GPUs only, written once prepared) are still read.
@@ -56,6 +57,21 @@ class MigInstanceRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ComputeModeRecord:
+    """A GPU whose compute mode an MPS claim set, and the mode it had before: written before the
+    change, so that unprepare, and the rollback after a crash, put back what was there."""
+
+    gpu_uuid: str
+    restore: ComputeMode
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpuUUID": self.gpu_uuid, "restore": self.restore}
+
+
+_COMPUTE_MODES: tuple[ComputeMode, ...] = ("Default", "ExclusiveThread", "Prohibited", "ExclusiveProcess")
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimRecord:
     """Two-phase: "preparing" is on disk before any side effect, "prepared" before kubelet hears
     of it, and "preparing" again before unprepare undoes side effects. A "preparing" record found
@@ -69,6 +85,8 @@ class ClaimRecord:
     time_sliced_gpus: tuple[str, ...] = ()
     # Whether the claim has an MPS control daemon (found by claim UID under the MPS directory).
     mps: bool = False
+    # Whole GPUs set to ExclusiveProcess for the claim's MPS daemon, with the mode to restore.
+    compute_modes: tuple[ComputeModeRecord, ...] = ()
     # While preparing: the exclusive devices the claim has taken (also in the shared reservation
     # table), kept here too so that a crash that leaves this record leaves them taken until the
     # record is rolled back.
@@ -76,7 +94,7 @@ class ClaimRecord:
 
     @property
     def has_side_effects(self) -> bool:
-        return bool(self.mig_instances or self.time_sliced_gpus or self.mps)
+        return bool(self.mig_instances or self.time_sliced_gpus or self.mps or self.compute_modes)
 
     @property
     def exclusive_keys(self) -> tuple[str, ...]:
@@ -89,6 +107,7 @@ class ClaimRecord:
             "migInstances": [instance.to_json() for instance in self.mig_instances],
             "timeSlicedGPUs": list(self.time_sliced_gpus),
             "mps": self.mps,
+            "computeModes": [entry.to_json() for entry in self.compute_modes],
             "reservedDevices": list(self.reserved),
             "claim": {"namespace": self.claim.namespace, "name": self.claim.name, "uid": self.claim.uid},
             "devices": [
@@ -143,6 +162,23 @@ def _mig_instances(data: Mapping[str, Any]) -> tuple[MigInstanceRecord, ...]:
             )
         )
     return tuple(instances)
+
+
+def _compute_modes(data: Mapping[str, Any]) -> tuple[ComputeModeRecord, ...]:
+    raw = data.get("computeModes", [])
+    if not isinstance(raw, list):
+        raise CorruptRecord("computeModes: expected a list")
+    entries = []
+    for position, entry in enumerate(raw):
+        path = f"computeModes[{position}]"
+        if not isinstance(entry, Mapping):
+            raise CorruptRecord(f"{path}: expected an object")
+        restore = entry.get("restore")
+        mode = next((mode for mode in _COMPUTE_MODES if mode == restore), None)
+        if mode is None:
+            raise CorruptRecord(f"{path}.restore: expected one of {', '.join(_COMPUTE_MODES)}")
+        entries.append(ComputeModeRecord(_string(entry, "gpuUUID", path), mode))
+    return tuple(entries)
 
 
 def _optional_string(obj: Mapping[str, Any], key: str, path: str) -> str | None:
@@ -215,5 +251,6 @@ def record_from_json(data: object) -> ClaimRecord:
         mig_instances=_mig_instances(data),
         time_sliced_gpus=_strings(data.get("timeSlicedGPUs", []), "timeSlicedGPUs"),
         mps=mps,
+        compute_modes=_compute_modes(data),
         reserved=_strings(data.get("reservedDevices", []), "reservedDevices"),
     )

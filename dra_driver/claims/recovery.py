@@ -64,7 +64,7 @@ class StartupRecovery:
         await self._ownership.catch_up()
         await self._remove_unowned(self._cdi_specs.claim_uids(), self._remove_unowned_spec)
         for leftovers in self._effects.leftovers():
-            await self._remove_unowned(leftovers.claim_uids(), leftovers.remove, leftovers.owned_by)
+            await self._remove_unowned(await leftovers.claim_uids(), leftovers.remove, leftovers.owned_by)
         for record in self._ownership.prepared_claims.values():
             if await self._effects.mps_daemon_gone(record):
                 log.error(

@@ -173,6 +173,10 @@ class RestorePlan:
 class SharingPlan:
     time_slices: tuple[TimeSliceSetting, ...] = ()
     mps: MpsDaemonSpec | None = None
+    # Whole GPUs the MPS daemon serves, set to ExclusiveProcess while the claim is prepared
+    # (NVIDIA's MPS documentation): the MPS server is then the only CUDA context on them. MIG
+    # devices leave their GPU's mode alone: other claims share that GPU.
+    exclusive_process_gpus: tuple[str, ...] = ()
 
     @property
     def container_edits(self) -> ContainerEdits:
@@ -216,6 +220,7 @@ def plan_sharing(claim_uid: str, devices: Sequence[SharedDevice], mps_runtime_di
             and _time_slicing(device).interval != "Default"
         ),
         mps=_mps_spec(claim_uid, ordered, mps_runtime_dir) if mps_devices else None,
+        exclusive_process_gpus=tuple(device.gpu_uuid for device in mps_devices if device.type == "gpu"),
     )
 
 

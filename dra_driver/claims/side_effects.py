@@ -21,15 +21,15 @@ from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits
 from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.claims.mps import MpsControlDaemons
+from dra_driver.claims.mps import MpsDaemonRunner
 from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.claims.prepared import CreatedMig
-from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
+from dra_driver.claims.records import ClaimRecord, ComputeModeRecord, MigInstanceRecord
 from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
 from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits, vgpu_share
 from dra_driver.claims.vgpu_host import claim_directory_uids, create_host_entries, remove_claim_directory
 from dra_driver.devices.inventory import Inventory
-from dra_driver.hardware.backend import HardwareBackend
+from dra_driver.hardware.backend import ComputeModes, HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
 from dra_driver.hardware.time_slicing import TimeSlicer
 from dra_driver.state import failpoints
@@ -43,7 +43,9 @@ class SharingControls:
     MPS control program, or their simulated stand-ins)."""
 
     time_slicer: TimeSlicer
-    mps: MpsControlDaemons
+    mps: MpsDaemonRunner
+    # Where whole GPUs' compute modes are set for MPS (None: left as they are).
+    compute_modes: ComputeModes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +53,7 @@ class Leftovers:
     """One kind of per-claim runtime state, found by claim UID, that start-up removes where no
     record owns it (a crash between creating it and recording it, or between the two undos)."""
 
-    claim_uids: Callable[[], set[str]]
+    claim_uids: Callable[[], Awaitable[set[str]]]
     remove: Callable[[str], Awaitable[None]]
     owned_by: Callable[[ClaimRecord], bool]
 
@@ -116,14 +118,30 @@ class ClaimSideEffects:
             )
         return plan_sharing(ref.uid, shared, self._sharing.mps.runtime_dir)
 
+    async def compute_modes_to_restore(self, plan: SharingPlan) -> tuple[ComputeModeRecord, ...]:
+        """The modes the plan's ExclusiveProcess GPUs have now, for the record before they change."""
+        if self._sharing is None or self._sharing.compute_modes is None:
+            return ()
+        modes = self._sharing.compute_modes
+        return tuple(
+            [
+                ComputeModeRecord(gpu_uuid, await modes.compute_mode(gpu_uuid))
+                for gpu_uuid in plan.exclusive_process_gpus
+            ]
+        )
+
     async def apply_sharing(self, ref: ClaimRef, plan: SharingPlan) -> None:
         if self._sharing is None:
             return
         try:
             for change in plan.time_slices:
                 await self._sharing.time_slicer.set_time_slice(change.gpu_uuid, change.interval)
+            if self._sharing.compute_modes is not None:
+                for gpu_uuid in plan.exclusive_process_gpus:
+                    await self._sharing.compute_modes.set_compute_mode(gpu_uuid, "ExclusiveProcess")
             if plan.mps:
                 await self._sharing.mps.start(plan.mps)
+                failpoints.reached("prepare.mps-started")
         except HardwareError as error:
             raise ClaimRejected(f"claim {ref}: cannot set up GPU sharing: {error}") from error
 
@@ -152,11 +170,14 @@ class ClaimSideEffects:
     # -- undoing -------------------------------------------------------------------------------
 
     async def undo(self, record: ClaimRecord) -> None:
-        """MPS daemon first (its clients lose the GPU either way), then time slices, then MIG,
-        then the claim's HAMi-core directory."""
+        """MPS daemon first (its clients lose the GPU either way), then the compute modes it
+        needed, then time slices, then MIG, then the claim's HAMi-core directory."""
         if self._sharing is not None:
             if record.mps:
                 await self._sharing.mps.stop(record.claim.uid)
+            if self._sharing.compute_modes is not None:
+                for entry in record.compute_modes:
+                    await self._sharing.compute_modes.set_compute_mode(entry.gpu_uuid, entry.restore)
             for gpu_uuid in record.time_sliced_gpus:
                 await self._sharing.time_slicer.set_time_slice(gpu_uuid, "Default")
         await self._destroy_mig_instances(record.mig_instances)
@@ -203,20 +224,20 @@ class ClaimSideEffects:
             hami_core = self._hami_core
             found.append(
                 Leftovers(
-                    lambda: claim_directory_uids(hami_core),
+                    lambda: asyncio.to_thread(claim_directory_uids, hami_core),
                     self._remove_hami_core_directory,
                     lambda _record: True,
                 )
             )
         if self._sharing is not None:
             found.append(
-                Leftovers(self._sharing.mps.claim_uids, self._stop_daemon, lambda record: record.mps)
+                Leftovers(self._sharing.mps.leftover_claim_uids, self._stop_daemon, lambda record: record.mps)
             )
         return tuple(found)
 
     async def mps_daemon_gone(self, record: ClaimRecord) -> bool:
-        """Whether the claim should have an MPS daemon and has none (the agent's container was
-        restarted, and the daemon with it)."""
+        """Whether the claim should have an MPS daemon and has none (with --mps-daemons process,
+        the agent's container was restarted, and the daemon with it; in a pod, the daemon died)."""
         if self._sharing is None or not record.mps:
             return False
         return not await self._sharing.mps.is_running(record.claim.uid)

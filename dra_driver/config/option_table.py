@@ -249,6 +249,37 @@ NODE_CONFIG_LABEL = Option(
     v.label_key,
 )
 
+# -- MPS control daemons: where they run (issue 26) --
+MPS_DAEMONS = Option(
+    "--mps-daemons",
+    "DRA_DRIVER_MPS_DAEMONS",
+    "process",
+    "where a claim's MPS control daemon runs: 'pod' (a pod per claim, outlives the agent) or "
+    "'process' (a process of the agent)",
+    v.mps_daemon_mode,
+)
+MPS_DAEMON_IMAGE = Option(
+    "--mps-daemon-image",
+    "DRA_DRIVER_MPS_DAEMON_IMAGE",
+    None,
+    "image of the MPS daemon pods: the agent's own (needed with --mps-daemons pod)",
+    v.text,
+)
+POD_NAMESPACE = Option(
+    "--namespace",
+    "POD_NAMESPACE",
+    None,
+    "the agent's namespace, where its MPS daemon pods go (needed with --mps-daemons pod)",
+    v.namespace,
+)
+MPS_START_TIMEOUT = Option(
+    "--mps-start-timeout",
+    "DRA_DRIVER_MPS_START_TIMEOUT",
+    "60",
+    "seconds prepare waits for a claim's MPS control daemon to answer before it gives up",
+    v.SecondsParser(600),
+)
+
 # `dra-driver node`, in the order its --help lists them.
 AGENT_OPTIONS: tuple[Option[Any], ...] = (
     NODE_NAME,
@@ -275,6 +306,10 @@ AGENT_OPTIONS: tuple[Option[Any], ...] = (
     HOST_DRIVER_ROOT,
     NODE_CONFIGS,
     NODE_CONFIG_LABEL,
+    MPS_DAEMONS,
+    MPS_DAEMON_IMAGE,
+    POD_NAMESPACE,
+    MPS_START_TIMEOUT,
 )
 
 # What decides the devices a node offers; `inspect` takes exactly these.

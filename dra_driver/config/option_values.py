@@ -14,11 +14,12 @@ from dra_driver.config.node_config_files import load_node_config
 from dra_driver.config.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.devices.node_config import NodeConfigError
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy
-from dra_driver.kube.k8s_names import DNS_LABEL_MAX, dns_subdomain_problem, uid_problem
+from dra_driver.kube.k8s_names import DNS_LABEL_MAX, dns_label_problem, dns_subdomain_problem, uid_problem
 from dra_driver.observability.server import ListenAddress, MetricsAddressError, parse_metrics_address
 
 HardwareKind = Literal["nvml", "simulated"]
 LogFormat = Literal["json", "console"]
+MpsDaemonMode = Literal["process", "pod"]
 
 
 class SettingsError(ValueError):
@@ -169,3 +170,23 @@ def log_format(value: str | None) -> LogFormat | None:
 
 def hardware(value: str | None) -> HardwareSpec:
     return parse_hardware(value or "")
+
+
+# -- MPS control daemons (issue 26) ----------------------------------------------------------------
+
+
+def mps_daemon_mode(value: str | None) -> MpsDaemonMode:
+    if value == "process":
+        return "process"
+    if value == "pod":
+        return "pod"
+    raise OptionProblem(f"{value!r} must be 'process' (a process of the agent) or 'pod' (a pod per claim)")
+
+
+def namespace(value: str | None) -> str | None:
+    """A namespace is a DNS label; unset is checked where it is needed (--mps-daemons pod)."""
+    if not value:
+        return None
+    if problem := dns_label_problem(value):
+        raise OptionProblem(problem)
+    return value

@@ -16,6 +16,7 @@ from dra_driver.config.option_values import (
     HardwareKind,
     HardwareSpec,
     LogFormat,
+    MpsDaemonMode,
     SettingsError,
     parse_hardware,
 )
@@ -86,6 +87,12 @@ class NodeSettings:
     # whose value names the one for this node. None: `node_config` (or defaults) applies.
     node_configs: Path | None = None
     node_config_label: str = DEFAULT_NODE_CONFIG_LABEL
+    # Where a claim's MPS control daemon runs (issue 26): a pod of its own in `namespace` from
+    # `mps_daemon_image`, or a process of the agent; and how long prepare waits for it.
+    mps_daemons: MpsDaemonMode = "process"
+    mps_daemon_image: str | None = None
+    namespace: str | None = None
+    mps_start_timeout: float = 60.0
 
     # Where the kernel's sysfs is read from (the GPUs' PCIe roots and NUMA nodes under NVML).
     sysfs_root: Path = Path("/sys")
@@ -232,7 +239,18 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         node_configs=_node_configs(args, inventory.node_config),
         node_config_label=o.NODE_CONFIG_LABEL.value(args),
         host_driver_root=o.HOST_DRIVER_ROOT.value(args),
+        mps_daemons=o.MPS_DAEMONS.value(args),
+        mps_daemon_image=o.MPS_DAEMON_IMAGE.value(args),
+        namespace=o.POD_NAMESPACE.value(args),
+        mps_start_timeout=o.MPS_START_TIMEOUT.value(args),
     )
+    if settings.mps_daemons == "pod":
+        for option, value in (
+            (o.MPS_DAEMON_IMAGE, settings.mps_daemon_image),
+            (o.POD_NAMESPACE, settings.namespace),
+        ):
+            if not value:
+                raise SettingsError(f"{option.label}: must be set with --mps-daemons pod")
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),
         ("--plugins-dir", settings.dra_socket),

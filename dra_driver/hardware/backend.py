@@ -2,7 +2,7 @@
 
 from typing import Protocol
 
-from dra_driver.hardware.model import Gpu, MigInstance, Placement
+from dra_driver.hardware.model import ComputeMode, Gpu, MigInstance, Placement
 
 
 class HardwareBackend(Protocol):
@@ -30,3 +30,13 @@ class HardwareBackend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class ComputeModes(Protocol):
+    """A whole GPU's compute mode, which MPS needs set to ExclusiveProcess (both backends offer it)."""
+
+    async def compute_mode(self, gpu_uuid: str) -> ComputeMode: ...
+
+    async def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
+        """Raises HardwareError naming the GPU on failure (NOT_FOUND for an unknown GPU)."""
+        ...

@@ -14,6 +14,9 @@ from dra_driver.observability.error_reasons import ErrorReason
 # The time slice a GPU gives each process in turn, as the driver names its levels; opaque configs
 # ask for one, and the hardware layer sets it.
 TimeSliceInterval = Literal["Default", "Short", "Medium", "Long"]
+# A GPU's compute mode (NVML's nvmlComputeMode_t): who may make CUDA contexts on it. MPS wants
+# ExclusiveProcess, so that its server is the GPU's one context (NVIDIA's MPS documentation).
+ComputeMode = Literal["Default", "ExclusiveThread", "Prohibited", "ExclusiveProcess"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ import structlog
 from dra_driver.hardware import nvml_mig
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import (
+    ComputeMode,
     Gpu,
     HardwareError,
     HardwareErrorReason,
@@ -217,8 +218,43 @@ class NvmlBackend:
             functools.partial(nvml_mig.destroy_mig_instance, gpu_uuid, gpu_instance_id)
         )
 
+    async def compute_mode(self, gpu_uuid: str) -> ComputeMode:
+        return await self._initialized_then(functools.partial(_compute_mode, gpu_uuid))
+
+    async def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
+        await self._initialized_then(functools.partial(_set_compute_mode, gpu_uuid, mode))
+
     async def close(self) -> None:
         if self._initialized:
             await self._on_nvml_thread(lambda: nvml_call("nvmlShutdown", pynvml.nvmlShutdown))
             self._initialized = False
         self._thread.shutdown(wait=False)
+
+
+# nvmlComputeMode_t (nvml.h): NVML_COMPUTEMODE_DEFAULT 0, EXCLUSIVE_THREAD 1 (deprecated),
+# PROHIBITED 2, EXCLUSIVE_PROCESS 3.
+NVML_COMPUTE_MODES: dict[ComputeMode, int] = {
+    "Default": 0,
+    "ExclusiveThread": 1,
+    "Prohibited": 2,
+    "ExclusiveProcess": 3,
+}
+
+
+def _compute_mode(gpu_uuid: str) -> ComputeMode:
+    handle = nvml_call(f"nvmlDeviceGetHandleByUUID {gpu_uuid}", pynvml.nvmlDeviceGetHandleByUUID, gpu_uuid)
+    value = nvml_call(f"nvmlDeviceGetComputeMode of GPU {gpu_uuid}", pynvml.nvmlDeviceGetComputeMode, handle)
+    for mode, number in NVML_COMPUTE_MODES.items():
+        if number == value:
+            return mode
+    raise HardwareError(f"nvmlDeviceGetComputeMode of GPU {gpu_uuid}: unknown compute mode {value}")
+
+
+def _set_compute_mode(gpu_uuid: str, mode: ComputeMode) -> None:
+    handle = nvml_call(f"nvmlDeviceGetHandleByUUID {gpu_uuid}", pynvml.nvmlDeviceGetHandleByUUID, gpu_uuid)
+    nvml_call(
+        f"nvmlDeviceSetComputeMode {mode} of GPU {gpu_uuid}",
+        pynvml.nvmlDeviceSetComputeMode,
+        handle,
+        NVML_COMPUTE_MODES[mode],
+    )

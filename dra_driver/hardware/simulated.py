@@ -19,6 +19,7 @@ from pathlib import Path
 from dra_driver.hardware.catalog import MigGeometry
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
 from dra_driver.hardware.model import (
+    ComputeMode,
     Gpu,
     HardwareError,
     HardwareErrorReason,
@@ -78,6 +79,9 @@ class SimulatedBackend:
             operation: deque() for operation in FAULT_OPERATIONS
         }
         self._events: list[SimulatedEvent] = []
+        # Compute modes set (every GPU starts at Default); kept in memory only: the claim
+        # records hold what to restore, which is what a restart of the agent needs.
+        self._compute_modes: dict[str, ComputeMode] = {}
         self._state_file = state_file
         if state_file is not None:
             self._restore(state_file)
@@ -206,6 +210,14 @@ class SimulatedBackend:
             )
         del instances[gpu_instance_id]
         self._save()
+
+    async def compute_mode(self, gpu_uuid: str) -> ComputeMode:
+        self._known_gpu(gpu_uuid)
+        return self._compute_modes.get(gpu_uuid, "Default")
+
+    async def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
+        self._known_gpu(gpu_uuid)
+        self._compute_modes[gpu_uuid] = mode
 
     async def close(self) -> None:
         return None

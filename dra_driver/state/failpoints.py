@@ -15,6 +15,7 @@ ENVIRONMENT_VARIABLE = "DRA_DRIVER_FAILPOINTS"
 POINTS = (
     "prepare.preparing-recorded",
     "prepare.mig-created",
+    "prepare.mps-started",
     "prepare.cdi-written",
     "prepare.prepared-recorded",
     "unprepare.mig-destroyed",

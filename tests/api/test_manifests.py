@@ -102,6 +102,10 @@ def test_the_order_is_namespace_rbac_policy_daemonset_classes() -> None:
         "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "DaemonSet",
         "DeviceClass",
         "DeviceClass",
@@ -246,6 +250,8 @@ def request(
     }
 
 
+# The first policy is the slices' one; the claim-status and MPS daemon pods' policies have tests of their own
+# (test_claim_status_policy.py, test_mps_admission.py).
 POLICY = objects_of_kind(render(ManifestOptions()), "ValidatingAdmissionPolicy")[0]
 
 

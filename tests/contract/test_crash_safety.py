@@ -35,7 +35,7 @@ from dra_driver.state import failpoints
 from dra_driver.tools import kubelet_client
 from dra_driver.tools.kubelet_client import ClaimArg, KubeletClientError
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
-from tests.support.claims import allocate
+from tests.support.claims import allocate_results
 from tests.support.crash import MigKey, NodeSnapshot, snapshot
 from tests.support.nodes import inventory_for
 
@@ -57,6 +57,20 @@ def _mig_devices_by_gpu() -> dict[int, list[str]]:
 
 
 MIG_DEVICES_BY_GPU = _mig_devices_by_gpu()
+MPS_CONFIG = [
+    {
+        "source": "FromClaim",
+        "requests": [],
+        "opaque": {
+            "driver": DEFAULT_DRIVER_NAME,
+            "parameters": {
+                "apiVersion": "resource.dra-driver.dev/v1alpha1",
+                "kind": "MigDeviceConfig",
+                "sharing": {"strategy": "MPS", "mps": {"defaultActiveThreadPercentage": 50}},
+            },
+        },
+    }
+]
 
 
 def instance_of(device_name: str) -> MigKey:
@@ -73,6 +87,8 @@ class Claim:
     uid: str
     # (request, device), one per request, in request order.
     devices: tuple[tuple[str, str], ...]
+    # Whether its devices are shared through an MPS control daemon of its own (issue 26).
+    mps: bool = False
 
     @property
     def arg(self) -> ClaimArg:
@@ -91,7 +107,8 @@ class Claim:
                     "request_names": [request],
                     "pool_name": POOL,
                     "device_name": device,
-                    "cdi_device_ids": [f"{KIND}={self.uid}-{device}"],
+                    "cdi_device_ids": [f"{KIND}={self.uid}-{device}"]
+                    + ([f"{KIND}={self.uid}-mps"] if self.mps else []),
                 }
                 for request, device in sorted(self.devices, key=lambda pair: pair[1])
             ],
@@ -107,19 +124,25 @@ def sorted_devices(answer: dict[str, Any]) -> dict[str, Any]:
 def random_claims(
     rng: random.Random, api: client.ResourceV1Api, round_number: int, victim_size: int
 ) -> tuple[Claim, Claim]:
-    """The claim the crash hits (`victim_size` MIG devices) and a bystander (one or two), each
-    with random devices on GPUs of its own, created and allocated in the API server."""
+    """The claim the crash hits (`victim_size` MIG devices, shared through MPS) and a bystander
+    (one or two), each with random devices on GPUs of its own, created and allocated in the API
+    server."""
     gpus = rng.sample(sorted(MIG_DEVICES_BY_GPU), 4)
     victim_gpus = gpus[:victim_size]
     bystander_gpus = gpus[2 : 2 + rng.randint(1, 2)]
 
-    def claim(name: str, claim_gpus: list[int]) -> Claim:
+    def claim(name: str, claim_gpus: list[int], mps: bool = False) -> Claim:
         devices = tuple(
             (f"r{position}", rng.choice(MIG_DEVICES_BY_GPU[gpu])) for position, gpu in enumerate(claim_gpus)
         )
-        return Claim(name, allocate(api, name, dict(devices), pool=POOL), devices)
+        results = [
+            {"request": request, "driver": DEFAULT_DRIVER_NAME, "pool": POOL, "device": device}
+            for request, device in devices
+        ]
+        return Claim(name, allocate_results(api, name, results, MPS_CONFIG if mps else ()), devices, mps)
 
-    return claim(f"victim-{round_number}", victim_gpus), claim(f"bystander-{round_number}", bystander_gpus)
+    victim = claim(f"victim-{round_number}", victim_gpus, mps=True)
+    return victim, claim(f"bystander-{round_number}", bystander_gpus)
 
 
 class Node:
@@ -198,6 +221,8 @@ def node(short_dir: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 def times_reached(point: str, claim: Claim) -> int:
     """How often preparing or unpreparing `claim` passes `point`: whether `point@n` kills."""
+    if point == "prepare.mps-started":
+        return int(claim.mps)
     return len(claim.devices) if point in PER_INSTANCE_POINTS else 1
 
 
@@ -212,12 +237,16 @@ def assert_at_rest(state: NodeSnapshot) -> None:
     ), "a prepare or unprepare cut short was not rolled back"
     assert state.mig_instances == state.owned_instances(), "MIG instances no prepared claim owns"
     assert state.cdi_files == {spec_file(uid) for uid in state.prepared_uids()}, "CDI files out of step"
+    assert state.mps_daemons == dict.fromkeys(state.mps_named_by_prepared(), True), (
+        "MPS daemons (or their directories) out of step with the prepared claims"
+    )
 
 
 def assert_all_or_nothing(state: NodeSnapshot, claim: Claim) -> None:
     if state.record_state(claim.uid) is None:
         assert claim.uid not in state.cdi_specs, "a spec of a claim that is not prepared"
         assert not state.mig_instances & claim.instances, "an instance of a claim that is not prepared"
+        assert claim.uid not in state.mps_daemons, "an MPS daemon of a claim that is not prepared"
     else:
         assert_intact(state, claim)
 
@@ -228,6 +257,7 @@ def assert_intact(state: NodeSnapshot, claim: Claim) -> None:
     assert claim.uid in state.cdi_specs
     assert state.instances_named_by(claim.uid) == claim.instances
     assert claim.instances <= state.mig_instances
+    assert state.mps_daemons.get(claim.uid, False) == claim.mps
 
 
 def assert_left_behind(state: NodeSnapshot, point: str, times: int, victim: Claim, bystander: Claim) -> None:
@@ -238,6 +268,7 @@ def assert_left_behind(state: NodeSnapshot, point: str, times: int, victim: Clai
     expected = {
         "prepare.preparing-recorded": ("preparing", False, 0),
         "prepare.mig-created": ("preparing", False, times),
+        "prepare.mps-started": ("preparing", False, created),
         "prepare.cdi-written": ("preparing", True, created),
         "prepare.prepared-recorded": ("prepared", True, created),
         "unprepare.mig-destroyed": ("preparing", True, created - times),

@@ -79,6 +79,9 @@ async def exercise(backend: NvmlBackend, node: MockNode) -> None:
     profile = gpu.mig_profiles[0]
     created = await backend.create_mig_instance(gpu.uuid, profile.profile_id, profile.placements[0])
     await backend.destroy_mig_instance(gpu.uuid, created.gpu_instance_id)
+    await backend.set_compute_mode(gpus[0].uuid, "ExclusiveProcess")
+    assert await backend.compute_mode(gpus[0].uuid) == "ExclusiveProcess"
+    await backend.set_compute_mode(gpus[0].uuid, "Default")
     node.fail_next("nvmlGpuInstanceCreateComputeInstance", pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
     with pytest.raises(Exception, match="Insufficient resources"):
         await backend.create_mig_instance(gpu.uuid, profile.profile_id, profile.placements[0])
@@ -115,6 +118,29 @@ def test_every_nvml_call_of_the_driver_is_in_the_mock_and_reached(
     unreached = sorted(f for f, s in symbols.items() if not s & reached)
     assert missing == {}, "pynvml functions whose C symbols the mock lacks"
     assert unreached == [], "pynvml functions the driver calls that no test reached on the mock"
+
+
+def test_a_compute_mode_set_stays_with_the_gpu_across_processes_until_set_back(
+    node: MockNode, driver_root: Path
+) -> None:
+    async def set_then_read_anew() -> None:
+        backend = NvmlBackend(node.pci_devices, driver_root)
+        gpus = await backend.discover()
+        assert [await backend.compute_mode(gpu.uuid) for gpu in gpus] == ["Default"] * len(gpus)
+        await backend.set_compute_mode(gpus[1].uuid, "ExclusiveProcess")
+        await backend.close()
+        # A new process (the mock reloads from its state file on nvmlInit; here: after the
+        # state file is read again by a library instance with no memory of the change).
+        assert "cm 1 3" in node.state_file.read_text().split("\n")
+        again = NvmlBackend(node.pci_devices, driver_root)
+        assert await again.compute_mode(gpus[1].uuid) == "ExclusiveProcess"
+        await again.set_compute_mode(gpus[1].uuid, "Default")
+        assert await again.compute_mode(gpus[1].uuid) == "Default"
+        with pytest.raises(HardwareError, match="nvmlDeviceGetHandleByUUID GPU-00000000"):
+            await again.compute_mode("GPU-00000000-0000-0000-0000-000000000000")
+        await again.close()
+
+    asyncio.run(set_then_read_anew())
 
 
 def test_a_function_the_library_lacks_is_function_not_found(node: MockNode, driver_root: Path) -> None:

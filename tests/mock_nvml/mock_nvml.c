@@ -187,6 +187,7 @@ typedef struct {
     int nboot; /* instances at boot */
     unsigned int boot[MAX_GI_IDS][3];
     gpu_instance_t gis[MAX_GI_IDS];
+    unsigned int compute_mode; /* nvmlComputeMode_t; kept in the state file, as a GPU keeps it */
 } gpu_t;
 
 typedef struct { int magic; unsigned long long types[MAX_GPUS]; } event_set_t;
@@ -485,6 +486,8 @@ static int load_state(const char *path) {
         } else if (sscanf(line, "ci %u %u %u %u", &g, &gi, &a, &b) == 4 && g < (unsigned)gpu_count &&
                    gi < MAX_GI_IDS && a < MAX_CIS && gpus[g].gis[gi].used) {
             put_compute_instance(&gpus[g], gi, a, b);
+        } else if (sscanf(line, "cm %u %u", &g, &a) == 2 && g < (unsigned)gpu_count && a <= 3) {
+            gpus[g].compute_mode = a;
         }
     }
     fclose(file);
@@ -571,6 +574,8 @@ static void save_state(void) {
             for (int c = 0; c < MAX_CIS; c++)
                 if (gi->cis[c].used) fprintf(file, "ci %d %d %d %u\n", g, i, c, gi->cis[c].profile_id);
         }
+    for (int g = 0; g < gpu_count; g++)
+        if (gpus[g].compute_mode) fprintf(file, "cm %d %u\n", g, gpus[g].compute_mode);
     fflush(file);
     fsync(fileno(file));
     fclose(file);
@@ -855,6 +860,22 @@ nvmlReturn_t nvmlDeviceGetMigMode(void *device, unsigned int *current, unsigned 
     if (!current || !pending) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
     if (gpu->mig == MIG_UNSUPPORTED) return unlocked(NVML_ERROR_NOT_SUPPORTED);
     *current = *pending = gpu->mig == MIG_ENABLED;
+    return unlocked(NVML_SUCCESS);
+}
+
+/* NVML_COMPUTEMODE_DEFAULT 0 .. NVML_COMPUTEMODE_EXCLUSIVE_PROCESS 3; a whole GPU's setting. */
+nvmlReturn_t nvmlDeviceGetComputeMode(void *device, unsigned int *mode) {
+    WHOLE_GPU("nvmlDeviceGetComputeMode", device);
+    if (!mode) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
+    *mode = gpu->compute_mode;
+    return unlocked(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceSetComputeMode(void *device, unsigned int mode) {
+    WHOLE_GPU("nvmlDeviceSetComputeMode", device);
+    if (mode > 3) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
+    gpu->compute_mode = mode;
+    save_state();
     return unlocked(NVML_SUCCESS);
 }
 

@@ -190,6 +190,9 @@ INSTALL_RESOURCE_TYPES = (
     ResourceType(
         "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, False, False
     ),
+    # The agent's own namespace's Role for its MPS daemon pods.
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True, False, False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, False, False),
     ResourceType(
         "admissionregistration.k8s.io",
         "v1",

@@ -7,12 +7,14 @@ only the files tell what the crash left and whether the restart cleaned it up.
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
 from dra_driver.claims.cdi import claim_spec_file_name
+from dra_driver.claims.mps import daemon_pid
+from dra_driver.claims.sharing import MpsDirectories
 from tests.support.agent import AgentDirs
 
 # A MIG instance as both sides name it: GPU UUID, profile id, placement start and size. The GPU
@@ -29,6 +31,8 @@ class NodeSnapshot:
     cdi_specs: frozenset[str]
     # Every file in the CDI directory, by name: what the container runtime would read.
     cdi_files: frozenset[str]
+    # Claim UID -> whether its MPS control daemon runs, for every claim with MPS directories.
+    mps_daemons: dict[str, bool] = field(default_factory=dict)
 
     def record_state(self, uid: str) -> str | None:
         """The record's state ("preparing" or "prepared"), or None where the claim has none."""
@@ -43,6 +47,10 @@ class NodeSnapshot:
             (entry["gpuUUID"], entry["profileId"], entry["placementStart"], entry["placementSize"])
             for entry in record["migInstances"]
         )
+
+    def mps_named_by_prepared(self) -> frozenset[str]:
+        """The prepared claims whose record says they have an MPS daemon."""
+        return frozenset(uid for uid in self.prepared_uids() if self.records[uid].get("mps"))
 
     def prepared_uids(self) -> frozenset[str]:
         return frozenset(uid for uid in self.records if self.record_state(uid) == "prepared")
@@ -78,6 +86,18 @@ def _records(state_dir: Path) -> dict[str, dict[str, Any]]:
     return records
 
 
+def _mps_daemons(mps_dir: Path) -> dict[str, bool]:
+    """Per claim directory: whether its daemon runs, judged as the agent judges it (the PID
+    file names a live process that serves this pipe directory)."""
+    if not mps_dir.is_dir():
+        return {}
+    return {
+        entry.name: daemon_pid(MpsDirectories(mps_dir, entry.name)) is not None
+        for entry in mps_dir.iterdir()
+        if entry.is_dir()
+    }
+
+
 def snapshot(dirs: AgentDirs) -> NodeSnapshot:
     files = frozenset(path.name for path in dirs.cdi_dir.iterdir()) if dirs.cdi_dir.is_dir() else frozenset()
     prefix, suffix = claim_spec_file_name(dirs.driver_name, "{uid}").split("{uid}")
@@ -90,4 +110,5 @@ def snapshot(dirs: AgentDirs) -> NodeSnapshot:
             if name.startswith(prefix) and name.endswith(suffix)
         ),
         cdi_files=files,
+        mps_daemons=_mps_daemons(dirs.root / "mps"),
     )

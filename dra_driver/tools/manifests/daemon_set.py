@@ -104,6 +104,10 @@ def agent_env(options: ManifestOptions, run_dir: str) -> list[dict[str, Any]]:
         {"name": "DRA_DRIVER_METRICS_ADDRESS", "value": f":{options.metrics_port}"},
         {"name": "DRA_DRIVER_LOG_FORMAT", "value": options.log_format},
         {"name": "DRA_DRIVER_VERBOSITY", "value": str(options.log_verbosity)},
+        # MPS control daemons in pods of their own, from this image, in this namespace (issue 26).
+        {"name": "DRA_DRIVER_MPS_DAEMONS", "value": "pod"},
+        {"name": "DRA_DRIVER_MPS_DAEMON_IMAGE", "value": options.image},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
     return env + _optional_parts(options)[0]
 

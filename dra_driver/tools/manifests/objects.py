@@ -17,6 +17,12 @@ from dra_driver.tools.manifests.access import (
 )
 from dra_driver.tools.manifests.daemon_set import config_maps, daemon_set
 from dra_driver.tools.manifests.extended import extended_resources
+from dra_driver.tools.manifests.mps_access import (
+    mps_admission_policy,
+    mps_admission_policy_binding,
+    mps_role,
+    mps_role_binding,
+)
 from dra_driver.tools.manifests.options import ManifestOptions, common_labels
 from dra_driver.tools.manifests.validation import check_options
 
@@ -42,6 +48,10 @@ def render(options: ManifestOptions) -> list[dict[str, Any]]:
         admission_policy_binding(options),
         claim_status_policy(options),
         claim_status_policy_binding(options),
+        mps_role(options),
+        mps_role_binding(options),
+        mps_admission_policy(options),
+        mps_admission_policy_binding(options),
         daemon_set(options),
         *_device_classes(options),
     ]

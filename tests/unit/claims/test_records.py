@@ -11,6 +11,7 @@ from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.record_store import ABANDONED_WRITE_SECONDS, ClaimRecordStore
 from dra_driver.claims.records import (
     ClaimRecord,
+    ComputeModeRecord,
     CorruptRecord,
     MigInstanceRecord,
     PreparedDevice,
@@ -182,3 +183,22 @@ def test_a_first_record_is_created_and_never_replaces_one_there(tmp_path: Path, 
             asyncio.run(store.create(other))
         assert store.read(UID) == RECORD
     assert list(store.directory.glob(".*.tmp")) == []
+
+
+def test_the_compute_modes_to_restore_round_trip_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    store = ClaimRecordStore(tmp_path)
+    store.load_all()
+    record = ClaimRecord(
+        claim=RECORD.claim,
+        devices=(),
+        state="preparing",
+        mps=True,
+        compute_modes=(ComputeModeRecord("GPU-a", "Default"), ComputeModeRecord("GPU-b", "Prohibited")),
+    )
+    store.save(record)
+    assert store.read(UID) == record
+    assert dataclasses.replace(record, mps=False).has_side_effects
+    data = record.to_json()
+    data["computeModes"][1]["restore"] = "Exclusive"
+    with pytest.raises(CorruptRecord, match=r"computeModes\[1\]\.restore: expected one of Default, "):
+        record_from_json(data)
