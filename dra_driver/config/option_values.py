@@ -169,3 +169,13 @@ def log_format(value: str | None) -> LogFormat | None:
 
 def hardware(value: str | None) -> HardwareSpec:
     return parse_hardware(value or "")
+
+
+def switch(value: str | None) -> bool:
+    """A yes/no option given as a value (so an environment variable can set it too)."""
+    text = (value or "").strip().lower()
+    if text in ("1", "true", "yes"):
+        return True
+    if text in ("", "0", "false", "no"):
+        return False
+    raise OptionProblem(f"{value!r} must be true or false")
