@@ -4,6 +4,7 @@ Prometheus would. Two vGPU shares of one GPU: one over its memory limit (the shi
 for it and only it), and one whose pod ends (its series go)."""
 
 import asyncio
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,3 +166,45 @@ def test_two_vgpu_shares_of_one_gpu_are_measured_against_their_limits_and_a_pod_
 
     wait_until(lambda: limits() == {"a": 8 * GIB}, timeout=15)
     assert not any(dict(labels).get("claim") == "b" for (_m, labels) in scrape(agent))
+
+
+def last_sample(agent: AgentProcess) -> float:
+    return next(
+        (
+            v
+            for (m, _labels), v in scrape(agent).items()
+            if m == "dra_driver_usage_last_sample_timestamp_seconds"
+        ),
+        0.0,
+    )
+
+
+def test_a_sampler_stuck_in_nvml_does_not_delay_a_prepare(
+    usage_agent: tuple[AgentProcess, MockNode], claims_api: client.ResourceV1Api
+) -> None:
+    agent, node = usage_agent
+    wait_until(lambda: last_sample(agent) > 0, timeout=10)
+    stuck = node.hang("nvmlDeviceGetComputeRunningProcesses_v3")
+    time.sleep(0.6)  # any sample under way reaches the hanging call
+    frozen = last_sample(agent)
+    time.sleep(0.6)
+    assert last_sample(agent) == frozen, "the sampler should be stuck in NVML"
+
+    # A dynamic MIG device: prepare creates its instance through NVML (the backend's own thread).
+    uid = allocate_results(
+        claims_api,
+        "mig",
+        [{"request": "m", "driver": DRIVER, "pool": NODE_NAME, "device": "gpu-2-mig-1g10gb-3"}],
+        namespace="team",
+    )
+    started = time.monotonic()
+    prepared = asyncio.run(
+        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("team", "mig", uid)])
+    )
+    took = time.monotonic() - started
+    assert prepared["claims"][uid]["error"] == ""
+    assert took < 5, f"prepare took {took:.1f} s while the sampler was stuck"
+    assert last_sample(agent) == frozen
+
+    stuck.unlink()
+    wait_until(lambda: last_sample(agent) > frozen, timeout=10)
