@@ -27,7 +27,7 @@ from tests.support.waiting import wait_until
 
 pytestmark = WITHOUT_HOST_NVML
 
-REPO = Path(__file__).resolve().parents[2]
+RULES = Path(__file__).resolve().parents[2] / "deploy/helm/dra-driver/files/prometheus/dra-driver-rules.yaml"
 GIB = 2**30
 SHARE_A = "0d6a1c8e-3b2f-4a5d-9c7e-1f2a3b4c5d6e"
 SHARE_B = "7e5d4c3b-2a1f-4e9d-8c7b-6a5f4e3d2c1b"
@@ -52,7 +52,7 @@ def claim_values(samples: dict[tuple[str, Labels], float], name: str) -> dict[st
 
 
 def share_over_limit_rule() -> str:
-    rules = yaml.safe_load((REPO / "deploy" / "prometheus" / "dra-driver-rules.yaml").read_text())
+    rules = yaml.safe_load(RULES.read_text())
     (expr,) = [
         rule["expr"]
         for group in rules["groups"]

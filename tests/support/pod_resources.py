@@ -62,7 +62,7 @@ class StandInKubelet(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[m
         with self._lock:
             self._pods = tuple(pods)
 
-    def List(  # noqa: N802 - the gRPC method's name
+    def List(
         self, request: api_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
     ) -> api_pb2.ListPodResourcesResponse:
         with self._lock:
@@ -70,7 +70,7 @@ class StandInKubelet(api_pb2_grpc.PodResourcesListerServicer):  # type: ignore[m
             pods = self._pods
         return api_pb2.ListPodResourcesResponse(pod_resources=[pod_resources(pod) for pod in pods])
 
-    def Get(  # noqa: N802
+    def Get(
         self, request: api_pb2.GetPodResourcesRequest, context: grpc.ServicerContext
     ) -> api_pb2.GetPodResourcesResponse:
         with self._lock:

@@ -45,5 +45,7 @@ def firing(query: str, samples: Samples) -> set[Labels]:
     """The series a `<selector> > <selector>` alert (one-to-one on all labels) fires for."""
     expr = promql_parser.parse(query)
     assert isinstance(expr, promql_parser.BinaryExpr) and str(expr.op) == ">", query
+    assert isinstance(expr.lhs, promql_parser.VectorSelector), query
+    assert isinstance(expr.rhs, promql_parser.VectorSelector), query
     lhs, rhs = _selected(expr.lhs, samples), _selected(expr.rhs, samples)
     return {labels for labels, value in lhs.items() if labels in rhs and value > rhs[labels]}

@@ -5,7 +5,7 @@ from typing import Any
 import yaml
 
 from dra_driver.config.option_table import DEFAULT_HARDWARE
-from dra_driver.tools.manifests.options import ManifestOptions
+from dra_driver.tools.manifests.options import POD_RESOURCES_DIR, ManifestOptions
 from dra_driver.tools.manifests.validation import check_options
 
 
@@ -36,6 +36,11 @@ def chart_values(options: ManifestOptions) -> dict[str, Any]:
         "hamiCore": {"library": options.hami_core_library or ""},
         "metrics": {"port": options.metrics_port},
         "extraEnv": [{"name": name, "value": value} for name, value in options.extra_env.items()],
+        "usage": {
+            "interval": options.usage_interval,
+            "podResourcesDir": POD_RESOURCES_DIR,
+            "processes": options.usage_processes,
+        },
     }
     if options.simulated_node is not None:
         values["simulatedNode"] = yaml.safe_load(options.simulated_node)

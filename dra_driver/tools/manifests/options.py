@@ -46,6 +46,11 @@ SIMULATED_NODE_DIR = "/etc/dra-driver/simulated-node"
 SIMULATED_NODE_KEY = "simulated-node.yaml"
 # The node config a node without the config label uses.
 DEFAULT_NODE_CONFIG = "default"
+# GPU usage metrics: seconds between samples, kubelet's PodResources directory, and the pods' log
+# directories (pod names by UID) that attributing processes to pods reads.
+DEFAULT_USAGE_INTERVAL = 10
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
+POD_LOGS_DIR = "/var/log/pods"
 
 
 class ManifestError(SettingsError):
@@ -82,6 +87,10 @@ class ManifestOptions:
     metrics_port: int = DEFAULT_METRICS_PORT
     # More environment for the agent's container, after its own (e.g. a test library's settings).
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Seconds between GPU usage samples; 0: no usage metrics (and no PodResources mount).
+    usage_interval: int = DEFAULT_USAGE_INTERVAL
+    # Attribute GPU processes to pods by cgroup: the host PID namespace and /var/log/pods.
+    usage_processes: bool = False
 
 
 def selector_labels(options: ManifestOptions) -> dict[str, str]:

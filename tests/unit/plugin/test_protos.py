@@ -203,7 +203,8 @@ def test_pod_resources_messages() -> None:
         "device_name": (4, T.TYPE_STRING, False),
         "share_id": (5, T.TYPE_STRING, False),
     }
-    assert podresources.DESCRIPTOR.message_types_by_name["ClaimResource"].fields_by_name["share_id"].has_presence
+    claim_resource = podresources.DESCRIPTOR.message_types_by_name["ClaimResource"]
+    assert claim_resource.fields_by_name["share_id"].has_presence
     assert _fields(podresources, "CDIDevice") == {"name": (1, T.TYPE_STRING, False)}
     assert _fields(podresources, "GetPodResourcesRequest") == {
         "pod_name": (1, T.TYPE_STRING, False),
