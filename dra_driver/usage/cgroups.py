@@ -6,6 +6,7 @@ with cgroupfs `.../kubepods/burstable/pod<uid>/<id>`. Reading another process's 
 needs that process to be visible: the host PID namespace, or the host's /proc mounted in.
 """
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +36,16 @@ def pod_cgroup(cgroup_file: str) -> PodCgroup | None:
 
 
 def read_pod_cgroups(proc_root: Path, pids: set[int]) -> dict[int, PodCgroup]:
-    """The pods of those `pids` that can be read; a process gone or hidden is simply absent."""
+    """The pods of those `pids` that can be read; a process gone or hidden is simply absent.
+
+    Plain strings and open(), not pathlib: pathlib interns every path part, and a fresh set of
+    interned pid strings every sample grows the interpreter's intern table by megabytes."""
     found = {}
+    root = os.fspath(proc_root)
     for pid in pids:
         try:
-            text = (proc_root / str(pid) / "cgroup").read_text(encoding="utf-8", errors="replace")
+            with open(f"{root}/{pid}/cgroup", encoding="utf-8", errors="replace") as file:
+                text = file.read()
         except OSError:
             continue
         if (pod := pod_cgroup(text)) is not None:
@@ -52,11 +58,11 @@ def pods_by_uid(pod_logs_dir: Path) -> dict[str, tuple[str, str]]:
     (`<namespace>_<name>_<uid>`): namespaces and pod names cannot contain '_', so the split is exact."""
     pods = {}
     try:
-        entries = list(pod_logs_dir.iterdir())
+        names = os.listdir(pod_logs_dir)
     except OSError:
         return {}
-    for entry in entries:
-        parts = entry.name.split("_")
+    for name in names:
+        parts = name.split("_")
         if len(parts) == 3 and all(parts):
             pods[parts[2]] = (parts[0], parts[1])
     return pods

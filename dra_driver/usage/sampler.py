@@ -68,22 +68,44 @@ def _process_pods(
     return {pid: names[pod.pod_uid] for pid, pod in cgroups.items() if pod.pod_uid in names}
 
 
-def sample(sources: UsageSources, metrics: UsageMetrics) -> UsageReport:
+class _Failing:
+    """Sources failing now: each failure is counted every sample, but logged when it starts and
+    when it ends, not every few seconds for as long as it lasts."""
+
+    def __init__(self) -> None:
+        self._sources: set[str] = set()
+
+    def failed(self, source: str, event: str, error: Exception, metrics: UsageMetrics) -> None:
+        metrics.sample_errors.labels(source=source).inc()
+        if source not in self._sources:
+            self._sources.add(source)
+            log.warning(event, error=str(error), until="it recovers (logged once)")
+
+    def succeeded(self, source: str) -> None:
+        if source in self._sources:
+            self._sources.discard(source)
+            log.info("usage sample: source recovered", source=source)
+
+
+_FAILING = _Failing()
+
+
+def sample(sources: UsageSources, metrics: UsageMetrics, failing: _Failing = _FAILING) -> UsageReport:
     """One sample, published; blocking (call it off the event loop)."""
     started = time.monotonic()
     try:
         usage = sources.reader.read_usage()
+        failing.succeeded("nvml")
     except HardwareError as error:
-        log.warning("usage sample: cannot read the GPUs", error=str(error))
-        metrics.sample_errors.labels(source="nvml").inc()
+        failing.failed("nvml", "usage sample: cannot read the GPUs", error, metrics)
         usage = ()
     users: tuple[DeviceUser, ...] | None = None
     if sources.pod_resources is not None:
         try:
             users = sources.pod_resources.list_users(sources.driver_name)
+            failing.succeeded("podresources")
         except PodResourcesUnavailable as error:
-            log.warning("usage sample: no pods from kubelet", error=str(error))
-            metrics.sample_errors.labels(source="podresources").inc()
+            failing.failed("podresources", "usage sample: no pods from kubelet", error, metrics)
     index_of = {gpu.uuid: (gpu.index, gpu.product_name) for gpu in sources.gpus()}
     report = UsageReport(
         gpus=gpu_rows(usage, index_of),
@@ -107,6 +129,7 @@ class UsageSampler:
         self._metrics = metrics
         self._interval = interval
         self._stopping = threading.Event()
+        self._failing = _Failing()
         self._thread = threading.Thread(target=self._run, name="usage-sampler", daemon=True)
 
     def start(self) -> None:
@@ -115,7 +138,7 @@ class UsageSampler:
     def _run(self) -> None:
         while not self._stopping.is_set():
             try:
-                sample(self._sources, self._metrics)
+                sample(self._sources, self._metrics, self._failing)
             except Exception:
                 log.exception("usage sample failed")
             self._stopping.wait(self._interval)

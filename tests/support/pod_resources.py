@@ -93,3 +93,24 @@ def serve_pod_resources(socket: Path) -> Iterator[StandInKubelet]:
         yield kubelet
     finally:
         server.stop(grace=None)
+
+
+def main() -> None:
+    """`python -m tests.support.pod_resources <socket> <pods.json>`: serves until stdin closes, so a
+    benchmark can keep the stand-in kubelet's memory and threads out of the process it measures."""
+    import json  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    socket, pods_file = Path(sys.argv[1]), Path(sys.argv[2])
+    pods = [
+        Pod(pod["namespace"], pod["name"], [UsedDevice(**used) for used in pod["devices"]])
+        for pod in json.loads(pods_file.read_text())
+    ]
+    with serve_pod_resources(socket) as kubelet:
+        kubelet.set_pods(pods)
+        print("serving", flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()
