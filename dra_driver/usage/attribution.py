@@ -20,6 +20,8 @@ from dra_driver.usage.pod_resources import DeviceUser
 
 # A whole GPU by UUID, or one MIG device by its GPU's UUID and placement start.
 UsageKey = tuple[str, int | None]
+# The (namespace, pod) of a process whose cgroup was read but names no pod we know.
+NO_POD = ("", "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +142,8 @@ def attribute(
     """One row per (claim, device, pod/container using it); a claim no known pod uses yet gets one
     row with empty pod and container, so its limits show from the moment it is prepared.
 
-    `process_pods`: (namespace, pod name) of the processes whose cgroup could be read."""
+    `process_pods`: (namespace, pod name) of the processes whose cgroup could be read, NO_POD for
+    those outside any known pod; a process missing from it makes a shared device's split unknown."""
     users = None if users is None else tuple(users)
     by_key = {usage_key(device): device for device in usage}
     held = [

@@ -35,8 +35,9 @@ def pod_cgroup(cgroup_file: str) -> PodCgroup | None:
     return None
 
 
-def read_pod_cgroups(proc_root: Path, pids: set[int]) -> dict[int, PodCgroup]:
-    """The pods of those `pids` that can be read; a process gone or hidden is simply absent.
+def read_pod_cgroups(proc_root: Path, pids: set[int]) -> dict[int, PodCgroup | None]:
+    """The pods of those `pids` whose cgroup can be read (None: not a pod's process); a process
+    gone or hidden is absent.
 
     Plain strings and open(), not pathlib: pathlib interns every path part, and a fresh set of
     interned pid strings every sample grows the interpreter's intern table by megabytes."""
@@ -48,8 +49,7 @@ def read_pod_cgroups(proc_root: Path, pids: set[int]) -> dict[int, PodCgroup]:
                 text = file.read()
         except OSError:
             continue
-        if (pod := pod_cgroup(text)) is not None:
-            found[pid] = pod
+        found[pid] = pod_cgroup(text)
     return found
 
 

@@ -19,7 +19,7 @@ from dra_driver.claims.records import ClaimRecord
 from dra_driver.hardware.model import Gpu, HardwareError
 from dra_driver.hardware.usage import DeviceUsage, UsageReader
 from dra_driver.observability.metrics import UsageMetrics
-from dra_driver.usage.attribution import DeviceFacts, UsageReport, attribute, gpu_rows
+from dra_driver.usage.attribution import NO_POD, DeviceFacts, UsageReport, attribute, gpu_rows
 from dra_driver.usage.cgroups import pods_by_uid, read_pod_cgroups
 from dra_driver.usage.pod_resources import DeviceUser, PodResourcesClient, PodResourcesUnavailable
 
@@ -65,7 +65,8 @@ def _process_pods(
         metrics.sample_errors.labels(source="cgroups").inc()
         return {}
     names = pods_by_uid(sources.pod_logs_dir)
-    return {pid: names[pod.pod_uid] for pid, pod in cgroups.items() if pod.pod_uid in names}
+    # A process outside any pod, or in a pod whose name is unknown, is known not to be a claim's.
+    return {pid: names.get(pod.pod_uid, NO_POD) if pod else NO_POD for pid, pod in cgroups.items()}
 
 
 class _Failing:

@@ -12,7 +12,7 @@ from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import parse_node_config
 from dra_driver.hardware.usage import DeviceUsage, ProcessUsage
 from dra_driver.observability.metrics import UsageMetrics
-from dra_driver.usage.attribution import ClaimRow, DeviceFacts, attribute, gpu_rows
+from dra_driver.usage.attribution import NO_POD, ClaimRow, DeviceFacts, attribute, gpu_rows
 from dra_driver.usage.facts import device_facts
 from dra_driver.usage.pod_resources import DeviceUser
 from tests.support.nodes import simulated_node
@@ -146,3 +146,14 @@ def test_series_of_a_claim_that_went_are_removed() -> None:
     assert not any(claim == "b" for _name, claim in left)
     assert ("dra_driver_claim_memory_limit_bytes", "a") in left
     assert ("dra_driver_gpu_memory_used_bytes", "") in left
+
+
+def test_a_host_process_on_a_shared_gpu_counts_for_no_claim() -> None:
+    claims = [record("a", share="s-a", memory=8 * GIB), record("b", share="s-b", memory=4 * GIB)]
+    usage = [gpu(ProcessUsage(1, 2 * GIB, 10.0), ProcessUsage(9, GIB, 5.0))]
+    users = [user("pod-a", "a", share="s-a"), user("pod-b", "b", share="s-b")]
+    rows = attribute(claims, {"gpu-0": WHOLE}, usage, users, {1: ("team", "pod-a"), 9: NO_POD})
+    assert {r.claim: (r.memory_used_bytes, r.utilization) for r in rows} == {
+        "a": (2 * GIB, 0.1),
+        "b": (0, 0.0),
+    }

@@ -33,12 +33,12 @@ def test_a_host_process_and_a_pod_level_cgroup() -> None:
     assert pod_cgroup(f"0::/kubepods/pod{UID}\n") == PodCgroup(UID, "")
 
 
-def test_only_readable_processes_are_reported(tmp_path: Path) -> None:
+def test_readable_processes_are_reported_pod_or_not(tmp_path: Path) -> None:
     (tmp_path / "10").mkdir()
     (tmp_path / "10" / "cgroup").write_text(f"0::/kubepods/pod{UID}/{CID}\n")
     (tmp_path / "11").mkdir()
     (tmp_path / "11" / "cgroup").write_text("0::/user.slice\n")
-    assert read_pod_cgroups(tmp_path, {10, 11, 12}) == {10: PodCgroup(UID, CID)}
+    assert read_pod_cgroups(tmp_path, {10, 11, 12}) == {10: PodCgroup(UID, CID), 11: None}
 
 
 def test_pod_names_come_from_kubelets_log_directories(tmp_path: Path) -> None:
