@@ -78,7 +78,15 @@ def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
     names = set()
     for key, value in values.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict) and key in ("image", "hamiCore", "metrics", "podMonitor"):
+        if isinstance(value, dict) and key in (
+            "image",
+            "hamiCore",
+            "metrics",
+            "podMonitor",
+            "dashboard",
+            "prometheusRule",
+            "usage",
+        ):
             names |= leaf_values(value, f"{name}.")
         else:
             names.add(name)
