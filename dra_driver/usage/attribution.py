@@ -16,12 +16,24 @@ from dataclasses import dataclass
 
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.hardware.usage import DeviceUsage, ProcessUsage
-from dra_driver.usage.pod_resources import DeviceUser
 
 # A whole GPU by UUID, or one MIG device by its GPU's UUID and placement start.
 UsageKey = tuple[str, int | None]
 # The (namespace, pod) of a process whose cgroup was read but names no pod we know.
 NO_POD = ("", "")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUser:
+    """One container using one of our devices through a claim."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim: str
+    pool: str
+    device: str
+    share_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

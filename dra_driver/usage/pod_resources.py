@@ -4,12 +4,12 @@ Synchronous gRPC on purpose: the usage sampler calls it from its own thread, wit
 a kubelet that does not answer delays a sample and nothing else.
 """
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from dra_driver._proto.podresources.v1 import api_pb2, api_pb2_grpc
+from dra_driver.usage.attribution import DeviceUser
 
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 CALL_TIMEOUT_SECONDS = 5.0
@@ -17,19 +17,6 @@ CALL_TIMEOUT_SECONDS = 5.0
 
 class PodResourcesUnavailable(Exception):
     """kubelet's PodResources socket did not answer (missing, refused, or too slow)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceUser:
-    """One container using one of our devices through a claim."""
-
-    namespace: str
-    pod: str
-    container: str
-    claim: str
-    pool: str
-    device: str
-    share_id: str | None = None
 
 
 def device_users(response: api_pb2.ListPodResourcesResponse, driver_name: str) -> tuple[DeviceUser, ...]:

@@ -12,9 +12,8 @@ from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import parse_node_config
 from dra_driver.hardware.usage import DeviceUsage, ProcessUsage
 from dra_driver.observability.metrics import UsageMetrics
-from dra_driver.usage.attribution import NO_POD, ClaimRow, DeviceFacts, attribute, gpu_rows
+from dra_driver.usage.attribution import NO_POD, ClaimRow, DeviceFacts, DeviceUser, attribute, gpu_rows
 from dra_driver.usage.facts import device_facts
-from dra_driver.usage.pod_resources import DeviceUser
 from tests.support.nodes import simulated_node
 
 GIB = 2**30
