@@ -208,3 +208,41 @@ def test_a_sampler_stuck_in_nvml_does_not_delay_a_prepare(
 
     stuck.unlink()
     wait_until(lambda: last_sample(agent) > frozen, timeout=10)
+
+
+def test_without_kubelets_socket_a_sample_still_reports_claims_and_counts_the_failure(tmp_path: Path) -> None:
+    """In process: the simulated reader, a claim record, and a PodResources socket nobody serves."""
+    from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+    from dra_driver.claims.identity import claim_ref  # noqa: PLC0415
+    from dra_driver.claims.records import ClaimRecord, PreparedDevice  # noqa: PLC0415
+    from dra_driver.devices.inventory import node_inventory  # noqa: PLC0415
+    from dra_driver.devices.node_config import parse_node_config  # noqa: PLC0415
+    from dra_driver.hardware.simulated_usage import SimulatedUsageReader  # noqa: PLC0415
+    from dra_driver.observability.metrics import UsageMetrics  # noqa: PLC0415
+    from dra_driver.usage.facts import device_facts  # noqa: PLC0415
+    from dra_driver.usage.pod_resources import PodResourcesClient  # noqa: PLC0415
+    from dra_driver.usage.sampler import UsageSources, sample  # noqa: PLC0415
+    from tests.support.nodes import simulated_node  # noqa: PLC0415
+
+    gpus = simulated_node("dgx-h100")
+    facts = device_facts(node_inventory(gpus, parse_node_config({}, "t")))
+    record = ClaimRecord(
+        claim=claim_ref("team", "solo", "0b7c4d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f"),
+        devices=(PreparedDevice(("r",), NODE_NAME, "gpu-0", ("k8s.x/claim=solo",)),),
+    )
+    registry = CollectorRegistry()
+    metrics = UsageMetrics(registry)
+    sources = UsageSources(
+        reader=SimulatedUsageReader(lambda: gpus, None),
+        driver_name=DRIVER,
+        claims=lambda: [record],
+        facts=lambda: facts,
+        gpus=lambda: gpus,
+        pod_resources=PodResourcesClient(tmp_path / "nobody.sock", timeout=0.5),
+    )
+    report = sample(sources, metrics)
+    assert [(row.claim, row.pod, row.memory_used_bytes) for row in report.claims] == [("solo", "", 0)]
+    assert len(report.gpus) == 8
+    errors = registry.get_sample_value("dra_driver_usage_sample_errors_total", {"source": "podresources"})
+    assert errors == 1.0
