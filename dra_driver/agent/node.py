@@ -22,6 +22,7 @@ from dra_driver.agent.mps_daemons import with_mps_pods
 from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
 from dra_driver.agent.node_watch import NodeApi, NodeFacts, follow_node
 from dra_driver.agent.pool import NodePool
+from dra_driver.agent.usage import usage_sampler
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.record_store import ClaimRecordStore
@@ -106,6 +107,7 @@ class NodeAgent:
         self._publishing: asyncio.Task[None] | None = None
         self._background: tuple[asyncio.Task[None], ...] = ()
         self.claim_status: ClaimStatusWriter | None = None
+        self._usage = usage_sampler(settings, platform, engine, pool, metrics.usage)
 
     @property
     def hardware(self) -> HardwareBackend:
@@ -177,6 +179,8 @@ class NodeAgent:
         if slice_api is None:
             readiness.published(True)  # no cluster: nothing to publish
         agent._run(agent._follow_registration(), "registration")
+        if agent._usage is not None:
+            agent._usage.start()
         return agent
 
     def _run(self, work: Coroutine[Any, Any, None], name: str) -> None:
@@ -250,6 +254,8 @@ class NodeAgent:
         for good, and a restarting agent takes them over without a gap."""
         self.readiness.registered(False)  # /readyz fails while in-flight calls finish
         self.metrics.kubelet_registered.set(0)
+        if self._usage is not None:
+            await asyncio.to_thread(self._usage.stop)
         for task in (*self._background, self._publishing):
             if task is not None:
                 task.cancel()

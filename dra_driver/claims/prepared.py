@@ -10,8 +10,10 @@ from collections.abc import Mapping, Sequence
 from dra_driver.claims.cdi import CdiSpec, ContainerEdits
 from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.gpu_edits import DeviceEdits
+from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
 from dra_driver.claims.sharing import SharingPlan
+from dra_driver.claims.vgpu_edits import vgpu_share
 from dra_driver.hardware.model import MigInstance
 
 # The MIG instances the prepare created, by what its record says of each.
@@ -67,6 +69,7 @@ def prepared_record(
                 cdi_device_ids=(spec.qualified_name(cdi_device), *claim_wide, *common_cdi_ids),
                 exclusive_key=device.exclusive_key,
                 share_id=device.result.share_id,
+                **_vgpu_limits(device),
             )
             for device, cdi_device in zip(planned, spec.devices[: len(planned)], strict=True)
         ),
@@ -75,3 +78,18 @@ def prepared_record(
         mps=preparing.mps,
         compute_modes=preparing.compute_modes,
     )
+
+
+def _vgpu_limits(device: PlannedDevice) -> dict[str, int]:
+    """A vGPU share's grant, recomputed as `vgpu_edits` computed it (the result was checked there),
+    for the usage metrics to compare use against; nothing for other devices."""
+    if device.device.type != "vgpu" or device.result.admin_access:
+        return {}
+    share = vgpu_share(
+        {"consumedCapacity": dict(device.result.consumed_capacity), "shareID": device.result.share_id},
+        device.result.position,
+        device.device,
+        device.gpu,
+        device.config if isinstance(device.config, VgpuConfig) else VgpuConfig(),
+    )
+    return {"memory_limit_bytes": share.memory_bytes, "cores_limit": share.cores}

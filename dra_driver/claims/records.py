@@ -35,6 +35,9 @@ class PreparedDevice:
     exclusive_key: str | None = None
     # The allocation result's shareID, for a share of a device that allows multiple allocations.
     share_id: str | None = None
+    # A vGPU share's grant (memory bytes, SM percent): what usage metrics compare use against.
+    memory_limit_bytes: int | None = None
+    cores_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +121,25 @@ class ClaimRecord:
                     "cdiDeviceIds": list(d.cdi_device_ids),
                     "exclusiveKey": d.exclusive_key,
                     "shareID": d.share_id,
+                    **_limits_json(d),
                 }
                 for d in self.devices
             ],
         }
+
+
+def _limits_json(device: PreparedDevice) -> dict[str, int]:
+    """Written only for vGPU shares, so records of other devices read as they always did."""
+    limits = {}
+    if device.memory_limit_bytes is not None:
+        limits["memoryLimitBytes"] = device.memory_limit_bytes
+    if device.cores_limit is not None:
+        limits["coresLimit"] = device.cores_limit
+    return limits
+
+
+def _optional_integer(obj: Mapping[str, Any], key: str, path: str) -> int | None:
+    return None if obj.get(key) is None else _integer(obj, key, path)
 
 
 def _strings(value: object, path: str) -> tuple[str, ...]:
@@ -239,6 +257,8 @@ def record_from_json(data: object) -> ClaimRecord:
                 cdi_device_ids=_strings(device.get("cdiDeviceIds"), f"{path}.cdiDeviceIds"),
                 exclusive_key=_exclusive_key(device, path),
                 share_id=_optional_string(device, "shareID", path),
+                memory_limit_bytes=_optional_integer(device, "memoryLimitBytes", path),
+                cores_limit=_optional_integer(device, "coresLimit", path),
             )
         )
     mps = data.get("mps", False)

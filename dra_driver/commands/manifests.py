@@ -60,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
         kubernetes_version=args.kubernetes_version,
         extended_resources=args.extended_resources,
         extended_mig_profiles=tuple(args.extended_mig_profile or ()),
+        usage_interval=args.usage_interval,
+        usage_processes=args.usage_processes,
     )
     sys.stdout.write(render_yaml(options))
     return 0
@@ -144,6 +146,20 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="HAMi-core's libvgpu.so on the GPU nodes, to enforce vGPU limits (default: advisory only)",
     )
     o.add_options(manifests, [library], env=False)
+    add(
+        "--usage-interval",
+        type=int,
+        default=m.DEFAULT_USAGE_INTERVAL,
+        metavar="SECONDS",
+        help="seconds between GPU usage samples; 0: no usage metrics and no mount of kubelet's "
+        "PodResources socket; default: %(default)s",
+    )
+    add(
+        "--usage-processes",
+        action="store_true",
+        help="attribute GPU processes to pods by cgroup: runs the agent in the host PID namespace "
+        "and mounts /var/log/pods read-only",
+    )
     add(
         "--env",
         action="append",

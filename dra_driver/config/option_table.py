@@ -248,6 +248,36 @@ NODE_CONFIG_LABEL = Option(
     "Node label whose value names the node's config in --node-configs (none: default.yaml)",
     v.label_key,
 )
+# -- GPU usage metrics --
+USAGE_INTERVAL = Option(
+    "--usage-interval",
+    "DRA_DRIVER_USAGE_INTERVAL",
+    "10",
+    "seconds between GPU usage samples (per-claim and per-pod metrics); 0: no usage metrics",
+    v.SecondsParser(3600),
+)
+POD_RESOURCES_SOCKET = Option(
+    "--pod-resources-socket",
+    "DRA_DRIVER_POD_RESOURCES_SOCKET",
+    "/var/lib/kubelet/pod-resources/kubelet.sock",
+    "kubelet's PodResources socket, which says which pods and containers use each claim",
+    v.absolute_path,
+)
+USAGE_PROCESSES = Option(
+    "--usage-processes",
+    "DRA_DRIVER_USAGE_PROCESSES",
+    "false",
+    "attribute GPU processes to pods by their cgroup under --proc-root (needs the host PID "
+    "namespace, and --pod-logs-dir for pod names)",
+    v.switch,
+)
+POD_LOGS_DIR = Option(
+    "--pod-logs-dir",
+    "DRA_DRIVER_POD_LOGS_DIR",
+    "/var/log/pods",
+    "kubelet's pod log directory; its <namespace>_<pod>_<uid> names map a process's pod UID to its pod",
+    v.absolute_path,
+)
 
 # -- MPS control daemons: where they run (issue 26) --
 MPS_DAEMONS = Option(
@@ -310,6 +340,10 @@ AGENT_OPTIONS: tuple[Option[Any], ...] = (
     MPS_DAEMON_IMAGE,
     POD_NAMESPACE,
     MPS_START_TIMEOUT,
+    USAGE_INTERVAL,
+    POD_RESOURCES_SOCKET,
+    USAGE_PROCESSES,
+    POD_LOGS_DIR,
 )
 
 # What decides the devices a node offers; `inspect` takes exactly these.

@@ -190,3 +190,13 @@ def namespace(value: str | None) -> str | None:
     if problem := dns_label_problem(value):
         raise OptionProblem(problem)
     return value
+
+
+def switch(value: str | None) -> bool:
+    """A yes/no option given as a value (so an environment variable can set it too)."""
+    text = (value or "").strip().lower()
+    if text in ("1", "true", "yes"):
+        return True
+    if text in ("", "0", "false", "no"):
+        return False
+    raise OptionProblem(f"{value!r} must be true or false")

@@ -98,6 +98,12 @@ class NodeSettings:
     sysfs_root: Path = Path("/sys")
     # Where the kernel's procfs is read from (the NVIDIA driver's MIG capability files).
     proc_root: Path = Path("/proc")
+    # GPU usage metrics: seconds between samples (0: none), kubelet's PodResources socket,
+    # whether processes are attributed to pods by cgroup, and where pods' names are found.
+    usage_interval: float = 0.0
+    pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    usage_processes: bool = False
+    pod_logs_dir: Path = Path("/var/log/pods")
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -243,6 +249,10 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         mps_daemon_image=o.MPS_DAEMON_IMAGE.value(args),
         namespace=o.POD_NAMESPACE.value(args),
         mps_start_timeout=o.MPS_START_TIMEOUT.value(args),
+        usage_interval=o.USAGE_INTERVAL.value(args),
+        pod_resources_socket=o.POD_RESOURCES_SOCKET.value(args),
+        usage_processes=o.USAGE_PROCESSES.value(args),
+        pod_logs_dir=o.POD_LOGS_DIR.value(args),
     )
     if settings.mps_daemons == "pod":
         for option, value in (

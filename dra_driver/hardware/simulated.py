@@ -156,6 +156,11 @@ class SimulatedBackend:
         with self._shared_with_peers():
             return self._discovered()
 
+    def current_gpus(self) -> tuple[Gpu, ...]:
+        """The GPUs as `discover` would report them, without its fault injection: what the usage
+        sampler reads from its own thread."""
+        return self._discovered()
+
     def _discovered(self) -> tuple[Gpu, ...]:
         return tuple(
             replace(gpu, mig_instances=self._current_instances(gpu_uuid))

@@ -389,7 +389,7 @@ def test_the_e2e_installation_is_the_default_one_on_the_mock_driver() -> None:
     on the worker: the driver root there, the mock's environment, the e2e node config."""
     image = "dra-driver:e2e-0123456789ab"
     objects = e2e_manifests(image)
-    # The MPS daemon pods' admission policy names the driver root, so the default is rendered on the same root.
+    # The MPS daemon pods' admission policy names the driver root: the default is rendered on that root.
     default = render(
         ManifestOptions(image=image, node_selector=dict([NODE_LABEL]), driver_root=mock_driver.DRIVER_ROOT)
     )

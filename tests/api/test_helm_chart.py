@@ -271,7 +271,7 @@ def test_a_pod_monitor_scrapes_the_agents_when_asked(server: ApiServer, tmp_path
     assert pod_monitor["spec"]["selector"] == daemon_set["spec"]["selector"]
     assert pod_monitor["spec"]["namespaceSelector"] == {"matchNames": ["dra-driver"]}
     assert pod_monitor["spec"]["podMetricsEndpoints"] == [
-        {"port": "metrics", "path": "/metrics", "interval": "15s"}
+        {"port": "metrics", "path": "/metrics", "interval": "15s", "honorLabels": True}
     ]
     assert [port["name"] for port in ports] == ["metrics"]
     others = [item for item in objects if item["kind"] != "PodMonitor"]
@@ -704,3 +704,62 @@ def test_the_stand_in_serves_discovery_for_the_install_kinds(server: ApiServer) 
     assert {"apps", "rbac.authorization.k8s.io", "admissionregistration.k8s.io", "resource.k8s.io"} <= groups
     assert resources["daemonsets"]["namespaced"] is True
     assert resources["daemonsets"]["kind"] == "DaemonSet"
+
+
+def test_the_dashboard_and_the_alert_rules_install_when_asked(server: ApiServer, tmp_path: Path) -> None:
+    """Both off by default (the rule's kind needs the Prometheus Operator's CRD); on, the dashboard
+    ConfigMap carries the Grafana sidecar's label and the file byte for byte, the PrometheusRule the
+    rule file's groups. The rest of the release is unchanged."""
+    values = {"metrics": {"dashboard": {"enabled": True}, "prometheusRule": {"enabled": True}}}
+    install(server, tmp_path, "dra-driver", "dra-driver", values)
+
+    objects = installed(server, "dra-driver")
+    (dashboard,) = [item for item in objects if item["metadata"]["name"] == "dra-driver-dashboard"]
+    (rule,) = [item for item in objects if item["kind"] == "PrometheusRule"]
+    files = CHART / "files"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["data"]["dra-driver-usage.json"] == (
+        files / "grafana" / "dra-driver-usage.json"
+    ).read_text().rstrip("\n")
+    assert rule["spec"] == yaml.safe_load((files / "prometheus" / "dra-driver-rules.yaml").read_text())
+    others = [item for item in objects if item is not dashboard and item is not rule]
+    assert by_identity(others) == rendered_by_the_command(ManifestOptions())
+
+
+def test_no_dashboard_or_alert_rules_by_default(server: ApiServer, tmp_path: Path) -> None:
+    install(server, tmp_path, "dra-driver", "dra-driver", {})
+
+    assert server.objects("prometheusrules") == []
+    assert [m for m in server.objects("configmaps") if m["metadata"]["name"].endswith("-dashboard")] == []
+
+
+def test_process_attribution_runs_the_agent_in_the_host_pid_namespace(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    """The privilege it costs, in the chart and the command alike: the host PID namespace, and
+    the pods' log directories read-only, next to kubelet's PodResources socket."""
+    options = ManifestOptions(usage_processes=True)
+
+    install(server, tmp_path, options.name, options.namespace, chart_values(options))
+
+    assert by_identity(installed(server, options.name)) == rendered_by_the_command(options)
+    (daemon_set,) = server.objects("daemonsets")
+    pod = daemon_set["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    (container,) = pod["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["DRA_DRIVER_USAGE_PROCESSES"] == "true"
+    mounts = {m["mountPath"]: m.get("readOnly", False) for m in container["volumeMounts"]}
+    assert mounts["/var/log/pods"] is True
+    assert mounts["/var/lib/kubelet/pod-resources"] is True
+
+
+def test_usage_metrics_off_mount_nothing_of_kubelets(server: ApiServer, tmp_path: Path) -> None:
+    options = ManifestOptions(usage_interval=0)
+
+    install(server, tmp_path, options.name, options.namespace, chart_values(options))
+
+    assert by_identity(installed(server, options.name)) == rendered_by_the_command(options)
+    (daemon_set,) = server.objects("daemonsets")
+    (container,) = daemon_set["spec"]["template"]["spec"]["containers"]
+    assert "pod-resources" not in {m["name"] for m in container["volumeMounts"]}

@@ -605,6 +605,8 @@ def test_the_command_applies_its_options(capsys: pytest.CaptureFixture[str]) -> 
         ("--log-verbosity", "11"),
         ("--log-format", "text"),
         ("--metrics-port", "0"),
+        ("--usage-interval", "3601"),
+        ("--usage-interval", "-1"),
         ("--name", "Dra_Driver"),
         ("--env", "NO_EQUALS_SIGN"),
         ("--env", "1ST=x"),
@@ -620,6 +622,20 @@ def test_a_bad_option_exits_2_naming_its_flag(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith(f"dra-driver manifests: {flag}"), captured.err
+
+
+def test_the_command_sets_up_usage_metrics_as_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["manifests", "--usage-interval", "30", "--usage-processes"]) == 0
+
+    printed = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert printed == render(ManifestOptions(usage_interval=30, usage_processes=True))
+    pod = only(printed, "DaemonSet")["spec"]["template"]["spec"]
+    env = {entry["name"]: entry.get("value") for entry in pod["containers"][0]["env"]}
+    assert (pod["hostPID"], env["DRA_DRIVER_USAGE_INTERVAL"], env["DRA_DRIVER_USAGE_PROCESSES"]) == (
+        True,
+        "30",
+        "true",
+    )
 
 
 def test_render_refuses_bad_options_itself() -> None:

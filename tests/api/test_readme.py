@@ -78,8 +78,16 @@ def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
     names = set()
     for key, value in values.items():
         name = f"{prefix}{key}"
-        nested = ("image", "hamiCore", "metrics", "podMonitor", "extendedResources")
-        if isinstance(value, dict) and key in nested:
+        if isinstance(value, dict) and key in (
+            "extendedResources",
+            "image",
+            "hamiCore",
+            "metrics",
+            "podMonitor",
+            "dashboard",
+            "prometheusRule",
+            "usage",
+        ):
             names |= leaf_values(value, f"{name}.")
         else:
             names.add(name)

@@ -46,6 +46,7 @@ def agent_on_mock(
     wait: bool = True,
     env: dict[str, str] | None = None,
     host_driver_root: str | None = None,
+    more: tuple[str, ...] = (),
 ) -> AgentProcess:
     node_config = dirs.root / "node-config.yaml"
     node_config.write_text(NODE_CONFIG)
@@ -53,6 +54,7 @@ def agent_on_mock(
         *("--driver-root", str(driver_root), "--sysfs-root", str(node.sysfs), "--proc-root", str(node.proc)),
         *("--node-config", str(node_config), "--health-recovery", "300"),
         *(("--host-driver-root", host_driver_root) if host_driver_root else ()),
+        *more,
     )
     return start_agent(dirs, kubeconfig, "nvml", extra, wait=wait, env={**node.environment(), **(env or {})})
 

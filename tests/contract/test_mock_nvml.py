@@ -26,7 +26,9 @@ from dra_driver.hardware.nvml_library import (
     candidate_paths,
     load_nvml_library,
 )
+from dra_driver.hardware.nvml_usage import NvmlUsageReader
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
+from dra_driver.hardware.usage import DeviceUsage
 from tests.support.mock_nvml import WITHOUT_HOST_NVML, MockNode, build_library, make_driver_root
 
 HARDWARE_CODE = Path(__file__).resolve().parents[2] / "dra_driver" / "hardware"
@@ -95,12 +97,48 @@ async def exercise(backend: NvmlBackend, node: MockNode) -> None:
     await backend.close()
 
 
+GIB = 2**30
+
+
+def read_usage(node: MockNode, driver_root: Path) -> tuple[DeviceUsage, ...]:
+    """What the usage sampler reads: a process on static MIG instance 2 of GPU 0 (placement 4 in
+    the mixed profile's boot layout) and two on whole GPU 6, one with an SM sample."""
+    node.run_processes([(0, 2, 0, 501, GIB), (6, -1, -1, 601, 3 * GIB), (6, -1, -1, 602, GIB)])
+    node.set_utilization({6: 77})
+    node.set_process_utilization([(6, 601, 40)])
+    reader = NvmlUsageReader(driver_root)
+    try:
+        return reader.read_usage()
+    finally:
+        reader.close()
+
+
+def test_usage_is_read_per_gpu_and_per_mig_device(node: MockNode, driver_root: Path) -> None:
+    usage = read_usage(node, driver_root)
+
+    gpus = [u for u in usage if u.mig_uuid is None]
+    assert len(gpus) == 8
+    gpu6 = gpus[6]
+    assert (gpu6.memory_used_bytes, gpu6.utilization_percent) == (4 * GIB, 77.0)
+    assert {(p.pid, p.memory_bytes, p.sm_percent) for p in gpu6.processes} == {
+        (601, 3 * GIB, 40.0),
+        (602, GIB, None),
+    }
+    (mig,) = [u for u in usage if u.mig_uuid is not None and u.processes]
+    assert mig.gpu_uuid == gpus[0].gpu_uuid
+    assert mig.utilization_percent is None  # NVML has none for MIG devices
+    assert (mig.memory_used_bytes, [p.pid for p in mig.processes]) == (GIB, [501])
+    assert mig.mig_placement_start is not None
+    assert mig.memory_total_bytes < gpus[0].memory_total_bytes
+
+
 def test_every_nvml_call_of_the_driver_is_in_the_mock_and_reached(
     node: MockNode, driver_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls"
     monkeypatch.setenv("MOCK_NVML_CALLS", str(calls))
     asyncio.run(exercise(NvmlBackend(node.pci_devices, driver_root), node))
+    read_usage(node, driver_root)
     # The fabric call answers only on GPUs in an NVLink domain.
     fabric = MockNode.create(tmp_path / "fabric", NODE, "gb200x4")
     for name, value in fabric.environment().items():

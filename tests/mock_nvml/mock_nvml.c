@@ -19,7 +19,15 @@
  *                                                 to a set registered for XIDs on that GPU
  *                       fail-<function name>      the next call of that function returns the
  *                                                 NVML return code the file holds (decimal)
- *                       processes                 lines "<gpu> <gi|-1> <ci|-1> <pid> <bytes>"
+ *                       processes                 lines "<gpu> <gi|-1> <ci|-1> <pid> <bytes>"; a device's
+ *                                                 memory used is the sum of its processes' bytes
+ *                       utilization               lines "<gpu> <percent>": nvmlDeviceGetUtilizationRates
+ *                                                 of a whole GPU (0 when the GPU is not listed)
+ *                       process-utilization       lines "<gpu> <pid> <SM percent>": the samples
+ *                                                 nvmlDeviceGetProcessUtilization returns
+ *                       hang-<function name>      calls of that function wait while the file exists,
+ *                                                 outside the mock's lock, as a real driver stuck in
+ *                                                 one call leaves other threads' calls running
  *   MOCK_NVML_CALLS   a file each called function's name is appended to (which calls a test reached)
  *   MOCK_NVML_PROC    a directory standing for /proc, where the kernel side of the driver is
  *                     mimicked: each GPU and compute instance's MIG capability file
@@ -248,7 +256,18 @@ static void record(const char *function) {
 }
 
 /* Every public function starts here: the lock, initialization, then an injected failure. */
+/* While hang-<function> exists in the fault directory, the call waits (polled every 10 ms). */
+static void hang_while_asked(const char *function) {
+    const char *dir = faults_dir();
+    if (!dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/hang-%s", dir, function);
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    while (access(path, F_OK) == 0) nanosleep(&pause, NULL);
+}
+
 #define ENTER(function)                                          \
+    hang_while_asked(function);                                  \
     pthread_mutex_lock(&lock);                                   \
     record(function);                                            \
     if (refcount == 0) return unlocked(NVML_ERROR_UNINITIALIZED); \
@@ -607,6 +626,35 @@ static unsigned int processes_on(int gpu, int gi, int ci, nvmlProcessInfo_t *out
     return found;
 }
 
+/* Memory the processes on a GPU (gi < 0) or on one MIG device use, in bytes. */
+static unsigned long long process_bytes(int gpu, int gi, int ci) {
+    nvmlProcessInfo_t found[256];
+    unsigned int count = processes_on(gpu, gi, ci, found, 256);
+    unsigned long long bytes = 0;
+    for (unsigned int i = 0; i < count && i < 256; i++) bytes += found[i].usedGpuMemory;
+    return bytes;
+}
+
+/* A number from the first line "<gpu> <value>" of a fault file naming the GPU; `fallback` if none. */
+static unsigned int gpu_value(const char *name, int gpu, unsigned int fallback) {
+    const char *dir = faults_dir();
+    if (!dir) return fallback;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *file = fopen(path, "r");
+    if (!file) return fallback;
+    int g;
+    unsigned int value, result = fallback;
+    while (fscanf(file, "%d %u", &g, &value) == 2) {
+        if (g == gpu) {
+            result = value;
+            break;
+        }
+    }
+    fclose(file);
+    return result;
+}
+
 /* ---- init and system ------------------------------------------------------------------------ */
 
 static nvmlReturn_t init(const char *function) {
@@ -799,7 +847,9 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(void *device, nvmlMemory_t *memory) {
     if (bad != NVML_SUCCESS) return unlocked(bad);
     if (!memory) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
     unsigned long long total = memory_mib_of(gpu, mig) << 20;
-    *memory = (nvmlMemory_t){total, total, 0};
+    unsigned long long used = process_bytes((int)(gpu - gpus), mig ? mig->gi : -1, mig ? mig->ci : -1);
+    if (used > total) used = total;
+    *memory = (nvmlMemory_t){total, total - used, used};
     return unlocked(NVML_SUCCESS);
 }
 
@@ -812,7 +862,9 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *device, nvmlMemory_v2_t *memory) {
     if (!memory) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
     if (memory->version != MEMORY_V2) return unlocked(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     unsigned long long total = memory_mib_of(gpu, mig) << 20;
-    *memory = (nvmlMemory_v2_t){MEMORY_V2, total, 0, total, 0};
+    unsigned long long used = process_bytes((int)(gpu - gpus), mig ? mig->gi : -1, mig ? mig->ci : -1);
+    if (used > total) used = total;
+    *memory = (nvmlMemory_v2_t){MEMORY_V2, total, 0, total - used, used};
     return unlocked(NVML_SUCCESS);
 }
 
@@ -1280,6 +1332,68 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *device, unsigned int 
         return unlocked(found ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS);
     }
     *count = processes_on(index, mig ? mig->gi : -1, mig ? mig->ci : -1, infos, *count);
+    return unlocked(NVML_SUCCESS);
+}
+
+/* ---- utilisation ------------------------------------------------------------------------------ */
+
+typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(void *device, nvmlUtilization_t *utilization) {
+    gpu_t *gpu = NULL;
+    handle_t *mig = NULL;
+    ENTER("nvmlDeviceGetUtilizationRates");
+    nvmlReturn_t bad = device_of(device, 1, &gpu, &mig);
+    if (bad != NVML_SUCCESS) return unlocked(bad);
+    if (mig) return unlocked(NVML_ERROR_NOT_SUPPORTED); /* as on real MIG devices */
+    if (!utilization) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
+    *utilization = (nvmlUtilization_t){gpu_value("utilization", (int)(gpu - gpus), 0), 0};
+    return unlocked(NVML_SUCCESS);
+}
+
+/* Samples newer than `since` (microseconds); NOT_FOUND when there are none, as NVML answers. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(void *device, nvmlProcessUtilizationSample_t *samples,
+                                             unsigned int *count, unsigned long long since) {
+    gpu_t *gpu = NULL;
+    handle_t *mig = NULL;
+    ENTER("nvmlDeviceGetProcessUtilization");
+    nvmlReturn_t bad = device_of(device, 1, &gpu, &mig);
+    if (bad != NVML_SUCCESS) return unlocked(bad);
+    if (mig) return unlocked(NVML_ERROR_NOT_SUPPORTED);
+    if (!count) return unlocked(NVML_ERROR_INVALID_ARGUMENT);
+    struct timespec now_ts;
+    clock_gettime(CLOCK_REALTIME, &now_ts);
+    unsigned long long now = (unsigned long long)now_ts.tv_sec * 1000000ULL + (unsigned long long)now_ts.tv_nsec / 1000;
+    unsigned int found = 0;
+    const char *dir = faults_dir();
+    char path[4096];
+    FILE *file = NULL;
+    if (dir && now > since) {
+        snprintf(path, sizeof path, "%s/process-utilization", dir);
+        file = fopen(path, "r");
+    }
+    if (file) {
+        int g;
+        unsigned int pid, sm;
+        while (fscanf(file, "%d %u %u", &g, &pid, &sm) == 3) {
+            if (g != (int)(gpu - gpus)) continue;
+            if (samples && found < *count)
+                samples[found] = (nvmlProcessUtilizationSample_t){pid, now, sm, 0, 0, 0};
+            found++;
+        }
+        fclose(file);
+    }
+    if (found == 0) return unlocked(NVML_ERROR_NOT_FOUND);
+    if (!samples || *count < found) {
+        *count = found;
+        return unlocked(NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    *count = found;
     return unlocked(NVML_SUCCESS);
 }
 

@@ -219,6 +219,16 @@ INSTALL_RESOURCE_TYPES = (
     ResourceType(
         "monitoring.coreos.com", "v1", "podmonitors", "PodMonitor", True, False, False, upstream_schema=False
     ),
+    ResourceType(
+        "monitoring.coreos.com",
+        "v1",
+        "prometheusrules",
+        "PrometheusRule",
+        True,
+        False,
+        False,
+        upstream_schema=False,
+    ),
 )
 
 

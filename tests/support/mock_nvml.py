@@ -229,3 +229,17 @@ class MockNode:
     def run_processes(self, entries: Iterable[tuple[int, int, int, int, int]]) -> None:
         """(GPU index, GPU instance id or -1, compute instance id or -1, pid, bytes) per process."""
         (self.faults / "processes").write_text("".join(" ".join(map(str, entry)) + "\n" for entry in entries))
+
+    def set_utilization(self, percent_by_gpu: dict[int, int]) -> None:
+        """nvmlDeviceGetUtilizationRates(...).gpu of each GPU by index (others: 0)."""
+        (self.faults / "utilization").write_text("".join(f"{g} {p}\n" for g, p in percent_by_gpu.items()))
+
+    def set_process_utilization(self, entries: Iterable[tuple[int, int, int]]) -> None:
+        """(GPU index, pid, SM percent) per sample nvmlDeviceGetProcessUtilization returns."""
+        (self.faults / "process-utilization").write_text("".join(f"{g} {p} {u}\n" for g, p, u in entries))
+
+    def hang(self, function: str) -> Path:
+        """Calls of the NVML C function `function` wait until the returned file is removed."""
+        path = self.faults / f"hang-{function}"
+        path.write_text("")
+        return path

@@ -6,7 +6,7 @@ import yaml
 
 from dra_driver.config.option_table import DEFAULT_HARDWARE
 from dra_driver.tools.manifests.extended import mig_profiles
-from dra_driver.tools.manifests.options import ManifestOptions
+from dra_driver.tools.manifests.options import POD_RESOURCES_DIR, ManifestOptions
 from dra_driver.tools.manifests.validation import check_options
 
 
@@ -37,6 +37,11 @@ def chart_values(options: ManifestOptions) -> dict[str, Any]:
         "hamiCore": {"library": options.hami_core_library or ""},
         "metrics": {"port": options.metrics_port},
         "extraEnv": [{"name": name, "value": value} for name, value in options.extra_env.items()],
+        "usage": {
+            "interval": options.usage_interval,
+            "podResourcesDir": POD_RESOURCES_DIR,
+            "processes": options.usage_processes,
+        },
     }
     values["extendedResources"] = {
         "enabled": options.extended_resources,

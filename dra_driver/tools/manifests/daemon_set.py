@@ -8,6 +8,8 @@ from dra_driver.tools.manifests.options import (
     DEFAULT_TOLERATIONS,
     GPU_NODE_LABELS,
     NODE_CONFIGS_DIR,
+    POD_LOGS_DIR,
+    POD_RESOURCES_DIR,
     SIMULATED_NODE_DIR,
     SIMULATED_NODE_KEY,
     ManifestOptions,
@@ -66,6 +68,24 @@ def _optional_parts(
     return env, mounts, volumes
 
 
+def _usage_parts(
+    options: ManifestOptions,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Environment, mounts and volumes of GPU usage metrics: kubelet's PodResources socket, read
+    only; with process attribution also the pods' log directories (pod names by UID)."""
+    env: list[dict[str, Any]] = [{"name": "DRA_DRIVER_USAGE_INTERVAL", "value": str(options.usage_interval)}]
+    if not options.usage_interval:
+        return env, [], []
+    env.append({"name": "DRA_DRIVER_POD_RESOURCES_SOCKET", "value": f"{POD_RESOURCES_DIR}/kubelet.sock"})
+    mounts = [{"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True}]
+    volumes = [_host_path("pod-resources", POD_RESOURCES_DIR, "DirectoryOrCreate")]
+    if options.usage_processes:
+        env.append({"name": "DRA_DRIVER_USAGE_PROCESSES", "value": "true"})
+        mounts.append({"name": "pod-logs", "mountPath": POD_LOGS_DIR, "readOnly": True})
+        volumes.append(_host_path("pod-logs", POD_LOGS_DIR, "DirectoryOrCreate"))
+    return env, mounts, volumes
+
+
 def _hardware_value(options: ManifestOptions) -> str:
     if options.simulated_node is not None:
         return f"simulated:{SIMULATED_NODE_DIR}/{SIMULATED_NODE_KEY}"
@@ -109,7 +129,7 @@ def agent_env(options: ManifestOptions, run_dir: str) -> list[dict[str, Any]]:
         {"name": "DRA_DRIVER_MPS_DAEMON_IMAGE", "value": options.image},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
-    return env + _optional_parts(options)[0]
+    return env + _optional_parts(options)[0] + _usage_parts(options)[0]
 
 
 def daemon_set(options: ManifestOptions) -> dict[str, Any]:
@@ -139,8 +159,9 @@ def daemon_set(options: ManifestOptions) -> dict[str, Any]:
     env = agent_env(options, run_dir)
     _, optional_mounts, optional_volumes = _optional_parts(options)
     env += [{"name": name, "value": value} for name, value in options.extra_env.items()]
-    mounts += optional_mounts
-    volumes += optional_volumes
+    _, usage_mounts, usage_volumes = _usage_parts(options)
+    mounts += optional_mounts + usage_mounts
+    volumes += optional_volumes + usage_volumes
     container = {
         "name": "node-agent",
         "image": options.image,
@@ -163,6 +184,9 @@ def daemon_set(options: ManifestOptions) -> dict[str, Any]:
         pod["priorityClassName"] = options.priority_class_name
     pod.update(_placement(options))
     pod["tolerations"] = [dict(toleration) for toleration in DEFAULT_TOLERATIONS]
+    if options.usage_interval and options.usage_processes:
+        # Processes' cgroups are read under /proc, which shows other pods' processes only here.
+        pod["hostPID"] = True
     pod["containers"] = [container]
     pod["volumes"] = volumes
     return {

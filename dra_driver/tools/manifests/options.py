@@ -47,6 +47,11 @@ SIMULATED_NODE_DIR = "/etc/dra-driver/simulated-node"
 SIMULATED_NODE_KEY = "simulated-node.yaml"
 # The node config a node without the config label uses.
 DEFAULT_NODE_CONFIG = "default"
+# GPU usage metrics: seconds between samples, kubelet's PodResources directory, and the pods' log
+# directories (pod names by UID) that attributing processes to pods reads.
+DEFAULT_USAGE_INTERVAL = 10
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
+POD_LOGS_DIR = "/var/log/pods"
 
 
 class ManifestError(SettingsError):
@@ -89,6 +94,10 @@ class ManifestOptions:
     extended_resources: bool = False
     # MIG profiles served as nvidia.com/mig-<profile>; empty: every profile of the GPU catalog.
     extended_mig_profiles: tuple[str, ...] = ()
+    # Seconds between GPU usage samples; 0: no usage metrics (and no PodResources mount).
+    usage_interval: int = DEFAULT_USAGE_INTERVAL
+    # Attribute GPU processes to pods by cgroup: the host PID namespace and /var/log/pods.
+    usage_processes: bool = False
 
 
 def selector_labels(options: ManifestOptions) -> dict[str, str]:

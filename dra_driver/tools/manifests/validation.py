@@ -207,6 +207,8 @@ def check_options(options: ManifestOptions) -> None:
         raise ManifestError(f"--log-format: {shown(options.log_format)} is not 'json' or 'console'")
     if not 1 <= options.metrics_port <= 65535:
         raise ManifestError(f"--metrics-port: {options.metrics_port} is not a port (1-65535)")
+    if not 0 <= options.usage_interval <= 3600:
+        raise ManifestError(f"--usage-interval: {options.usage_interval} is not between 0 and 3600 seconds")
     for key, value in options.node_selector.items():
         if problem := label_problem(key, value):
             raise ManifestError(f"--node-selector: {shown(f'{key}={value}')}: {problem}")

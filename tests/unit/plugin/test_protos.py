@@ -14,6 +14,7 @@ from dra_driver._proto.dra.v1beta1 import api_pb2 as dra_v1beta1
 from dra_driver._proto.dra_health.v1 import api_pb2 as health_v1
 from dra_driver._proto.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
 from dra_driver._proto.pluginregistration.v1 import api_pb2 as registration
+from dra_driver._proto.podresources.v1 import api_pb2 as podresources
 
 REPO = Path(__file__).resolve().parents[3]
 GENERATED = REPO / "dra_driver" / "_proto"
@@ -76,6 +77,16 @@ def test_generated_modules_match_a_fresh_generation(tmp_path: Path) -> None:
             "DRAResourceHealth",
             "v1.DRAResourceHealth",
             {"NodeWatchResources": ("NodeWatchResourcesRequest", "NodeWatchResourcesResponse")},
+        ),
+        (
+            podresources,
+            "PodResourcesLister",
+            "v1.PodResourcesLister",
+            {
+                "List": ("ListPodResourcesRequest", "ListPodResourcesResponse"),
+                "GetAllocatableResources": ("AllocatableResourcesRequest", "AllocatableResourcesResponse"),
+                "Get": ("GetPodResourcesRequest", "GetPodResourcesResponse"),
+            },
         ),
     ],
 )
@@ -161,3 +172,42 @@ def test_health_messages(module: ModuleType) -> None:
     assert _fields(module, "NodeWatchResourcesResponse") == {"devices": (1, T.TYPE_MESSAGE, True)}
     status = module.DESCRIPTOR.enum_types_by_name["HealthStatus"]
     assert {v.name: v.number for v in status.values} == {"UNKNOWN": 0, "HEALTHY": 1, "UNHEALTHY": 2}
+
+
+def test_pod_resources_messages() -> None:
+    """kubelet's podresources/v1 wire facts: the path from a pod to the DRA devices its containers use."""
+    assert _fields(podresources, "ListPodResourcesResponse") == {"pod_resources": (1, T.TYPE_MESSAGE, True)}
+    assert _fields(podresources, "PodResources") == {
+        "name": (1, T.TYPE_STRING, False),
+        "namespace": (2, T.TYPE_STRING, False),
+        "containers": (3, T.TYPE_MESSAGE, True),
+        "cpu_ids": (4, T.TYPE_INT64, True),
+        "memory": (5, T.TYPE_MESSAGE, True),
+    }
+    assert _fields(podresources, "ContainerResources") == {
+        "name": (1, T.TYPE_STRING, False),
+        "devices": (2, T.TYPE_MESSAGE, True),
+        "cpu_ids": (3, T.TYPE_INT64, True),
+        "memory": (4, T.TYPE_MESSAGE, True),
+        "dynamic_resources": (5, T.TYPE_MESSAGE, True),
+    }
+    assert _fields(podresources, "DynamicResource") == {
+        "claim_name": (2, T.TYPE_STRING, False),
+        "claim_namespace": (3, T.TYPE_STRING, False),
+        "claim_resources": (4, T.TYPE_MESSAGE, True),
+    }
+    assert _fields(podresources, "ClaimResource") == {
+        "cdi_devices": (1, T.TYPE_MESSAGE, True),
+        "driver_name": (2, T.TYPE_STRING, False),
+        "pool_name": (3, T.TYPE_STRING, False),
+        "device_name": (4, T.TYPE_STRING, False),
+        "share_id": (5, T.TYPE_STRING, False),
+    }
+    claim_resource = podresources.DESCRIPTOR.message_types_by_name["ClaimResource"]
+    assert claim_resource.fields_by_name["share_id"].has_presence
+    assert _fields(podresources, "CDIDevice") == {"name": (1, T.TYPE_STRING, False)}
+    assert _fields(podresources, "GetPodResourcesRequest") == {
+        "pod_name": (1, T.TYPE_STRING, False),
+        "pod_namespace": (2, T.TYPE_STRING, False),
+    }
+    assert _fields(podresources, "GetPodResourcesResponse") == {"pod_resources": (1, T.TYPE_MESSAGE, False)}

@@ -1,0 +1,95 @@
+"""GPU usage of a simulated node: idle GPUs, plus whatever a test or demo writes into a usage file.
+
+The file (JSON) names devices by GPU or MIG UUID:
+    {"<uuid>": {"utilization": 40, "processes": [{"pid": 4242, "memoryBytes": 1073741824, "smPercent": 30}]}}
+Memory used is the sum of the processes' memory, as on a real GPU with nothing but compute work.
+A file that cannot be read or parsed is reported as an error of the sample, never half-applied.
+"""
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dra_driver.hardware.model import Gpu, HardwareError
+from dra_driver.hardware.usage import DeviceUsage, ProcessUsage
+
+
+def _number(value: object, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise HardwareError(f"simulated usage {path}: expected a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _processes(raw: object, path: str) -> tuple[ProcessUsage, ...]:
+    if not isinstance(raw, list):
+        raise HardwareError(f"simulated usage {path}: expected a list")
+    processes = []
+    for position, entry in enumerate(raw):
+        where = f"{path}[{position}]"
+        if not isinstance(entry, Mapping):
+            raise HardwareError(f"simulated usage {where}: expected an object")
+        sm = entry.get("smPercent")
+        processes.append(
+            ProcessUsage(
+                pid=int(_number(entry.get("pid"), f"{where}.pid")),
+                memory_bytes=int(_number(entry.get("memoryBytes", 0), f"{where}.memoryBytes")),
+                sm_percent=None if sm is None else _number(sm, f"{where}.smPercent"),
+            )
+        )
+    return tuple(processes)
+
+
+def usage_from_json(gpus: tuple[Gpu, ...], data: object) -> tuple[DeviceUsage, ...]:
+    """Every GPU and MIG instance of `gpus`, with what `data` says runs on it (pure)."""
+    if not isinstance(data, Mapping):
+        raise HardwareError("simulated usage: expected an object keyed by GPU or MIG UUID")
+    known = {gpu.uuid for gpu in gpus} | {mig.uuid for gpu in gpus for mig in gpu.mig_instances}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise HardwareError(f"simulated usage: no GPU or MIG device {unknown[0]} on this node")
+
+    def device(gpu: Gpu, uuid: str, total: int, mig: int | None) -> DeviceUsage:
+        entry: Mapping[str, Any] = data.get(uuid) or {}
+        processes = _processes(entry.get("processes", []), f"{uuid}.processes")
+        utilization = entry.get("utilization")
+        return DeviceUsage(
+            gpu_uuid=gpu.uuid,
+            memory_used_bytes=sum(p.memory_bytes or 0 for p in processes),
+            memory_total_bytes=total,
+            utilization_percent=None if mig is not None else _number(utilization or 0, f"{uuid}.utilization"),
+            processes=processes,
+            mig_uuid=None if mig is None else uuid,
+            mig_placement_start=mig,
+        )
+
+    usage = []
+    for gpu in gpus:
+        usage.append(device(gpu, gpu.uuid, gpu.memory_bytes, None))
+        for instance in gpu.mig_instances:
+            profile = gpu.mig_profile(instance.profile_id)
+            total = profile.memory_bytes if profile else 0
+            usage.append(device(gpu, instance.uuid, total, instance.placement.start))
+    return tuple(usage)
+
+
+class SimulatedUsageReader:
+    """A UsageReader over the simulated node's GPUs (asked anew each time: MIG instances come and go)."""
+
+    def __init__(self, gpus: Callable[[], tuple[Gpu, ...]], usage_file: Path | None) -> None:
+        self._gpus = gpus
+        self._usage_file = usage_file
+
+    def read_usage(self) -> tuple[DeviceUsage, ...]:
+        data: object = {}
+        if self._usage_file is not None:
+            try:
+                data = json.loads(self._usage_file.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                data = {}
+            except (OSError, ValueError) as error:
+                raise HardwareError(f"simulated usage {self._usage_file}: {error}") from error
+        return usage_from_json(self._gpus(), data)
+
+    def close(self) -> None:
+        return None
