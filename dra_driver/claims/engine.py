@@ -6,17 +6,20 @@ yielding to the event loop, so two overlapping calls can never both get the same
 kubelet is answered only once the claim's record is on disk.
 
 The record protocol, which makes a crash at any point recoverable:
-- A claim without side effects: its CDI spec is written, then its "prepared" record created,
-  then kubelet is answered.
+- A claim without side effects: its device metadata files and CDI spec are written, then its
+  "prepared" record created, then kubelet is answered.
 - A claim with side effects (a MIG instance to create, a time slice to set, an MPS daemon to
   start) is prepared in two phases: a "preparing" record naming the side effects is durable
   before the first of them, and the "prepared" record before kubelet is answered. A crash in
   between leaves the "preparing" record, and the next start (or the next prepare of the claim)
   undoes what it names.
 - Unprepare turns a record with side effects back into "preparing" before undoing any of them,
-  then erases the record, then removes the spec.
-- Rolling back a "preparing" record undoes its side effects, removes the spec and erases the
-  record last, so that a crash while undoing is finished by the next start.
+  then erases the record, then removes the spec and the metadata files.
+- Rolling back a "preparing" record undoes its side effects, removes the spec and the metadata
+  files and erases the record last, so that a crash while undoing is finished by the next start.
+- Metadata files and specs are found by claim UID: any that no record owns (a crash between
+  writing them and the record, or between erasing the record and removing them) are removed by
+  the next start, or by an unprepare of the claim.
 
 Another agent process may share the state directory (the old and the new pod of a rolling
 update), so the records on disk are the truth, not this process's memory: a claim is worked on
@@ -41,11 +44,13 @@ from dra_driver.claims.calls import RawClaim, claim_context, concurrently, failu
 from dra_driver.claims.cdi import CdiSpec
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
+from dra_driver.claims.device_metadata import RequestMetadata, mount_edits, pod_claim_name, request_metadata
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, claim_ref
+from dra_driver.claims.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.opaque_config import config_entries
 from dra_driver.claims.ownership import DeviceOwnership
-from dra_driver.claims.prepared import claim_cdi_devices, prepared_record
+from dra_driver.claims.prepared import claim_cdi_devices, metadata_devices, prepared_record
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
@@ -102,6 +107,8 @@ class ClaimEngine:
         self._source = claim_source
         self._records = records
         self._cdi_specs = cdi_specs
+        # Beside the records: the files must outlive a restart of the agent, as the claims do.
+        self._metadata = DeviceMetadataDirectory(records.state_dir)
         self._claim_locks = ClaimLocks(records.state_dir / "claim.locks")
         self._ownership = DeviceOwnership(records, self._claim_locks)
         self._effects = ClaimSideEffects(
@@ -110,6 +117,7 @@ class ClaimEngine:
         self._recovery = StartupRecovery(
             records=records,
             cdi_specs=cdi_specs,
+            metadata=self._metadata,
             claim_locks=self._claim_locks,
             ownership=self._ownership,
             effects=self._effects,
@@ -164,12 +172,13 @@ class ClaimEngine:
                 claim = await self._source.get(ref.namespace, ref.name)
                 allocated = allocated_devices(claim, ref, self._driver_name)
                 entries = config_entries(claim)
+                pod_claim = pod_claim_name(claim, ref)
                 record = await self._finished_record(ref)
                 if record is None:
                     planned = plan_claim(
                         ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
                     )
-                    record = await self._prepare_new(ref, planned, ticket)
+                    record = await self._prepare_new(ref, planned, ticket, pod_claim)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:
             self._metrics.prepare_failed(error)
@@ -186,8 +195,13 @@ class ClaimEngine:
         return None
 
     async def _prepare_new(
-        self, ref: ClaimRef, planned: tuple[PlannedDevice, ...], ticket: GateTicket | None
+        self,
+        ref: ClaimRef,
+        planned: tuple[PlannedDevice, ...],
+        ticket: GateTicket | None,
+        pod_claim: str | None,
     ) -> ClaimRecord:
+        """`pod_claim`: the pod's name for a claim made from a template (device_metadata)."""
         if not planned:
             return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
         keys = tuple(key for device in planned if (key := device.exclusive_key))
@@ -211,11 +225,15 @@ class ClaimEngine:
                 await self._records.write(preparing)
                 await self._effects.apply_sharing(ref, sharing)
             vgpu = await self._effects.vgpu_edits(ref, planned)
-            devices = claim_cdi_devices(self._edits, planned, created, vgpu, sharing)
+            metadata = request_metadata(self._driver_name, ref, pod_claim, metadata_devices(planned, created))
+            mounts = [(m.cdi_device, mount_edits(self._metadata.root, ref.uid, m)) for m in metadata]
+            devices = claim_cdi_devices(self._edits, planned, created, vgpu, sharing, mounts)
             spec = cdi.claim_spec(self._driver_name, ref.uid, devices)
-            record = prepared_record(preparing, planned, spec, self._common_cdi_ids)
+            record = prepared_record(
+                preparing, planned, spec, self._common_cdi_ids, [m.request for m in metadata]
+            )
             await self._write_prepared(  # phase two
-                ref, spec, record, first_record=not preparing.has_side_effects, ticket=ticket
+                ref, spec, record, metadata, first_record=not preparing.has_side_effects, ticket=ticket
             )
         except BaseException:
             await self._roll_back(preparing)
@@ -234,13 +252,17 @@ class ClaimEngine:
         ref: ClaimRef,
         spec: CdiSpec,
         record: ClaimRecord,
+        metadata: tuple[RequestMetadata, ...],
         *,
         first_record: bool,
         ticket: GateTicket | None,
     ) -> None:
         """`first_record`: no "preparing" record was written (nothing had side effects), so the
         claim has no record file yet: the one written now is created, not replaced. `ticket`: the
-        claim's passage through its call's gate (see call_gate), None for a call of one claim."""
+        claim's passage through its call's gate (see call_gate), None for a call of one claim.
+        The metadata files go first, so no spec ever mounts a file that is not there yet."""
+        self._metadata.write(ref.uid, metadata)
+        failpoints.reached("prepare.metadata-written")
         self._cdi_specs.write(ref.uid, spec)
         failpoints.reached("prepare.cdi-written")
         if ticket is not None:
@@ -256,6 +278,7 @@ class ClaimEngine:
         devices it holds. Each step is safe to repeat."""
         await self._effects.undo(record)
         self._cdi_specs.remove(record.claim.uid)
+        self._metadata.remove(record.claim.uid)
         await self._records.erase(record.claim.uid)
         await self._ownership.release(record.claim)
 
@@ -278,6 +301,7 @@ class ClaimEngine:
                 if record is None:
                     # A crash between writing the spec and the record leaves a spec nobody owns.
                     self._cdi_specs.remove(ref.uid)
+                    self._metadata.remove(ref.uid)
                     return ""
                 if record.has_side_effects:
                     # From here on the claim's side effects are in doubt: a crash before the end
@@ -300,3 +324,5 @@ class ClaimEngine:
         failpoints.reached("unprepare.record-deleted")
         self._cdi_specs.remove(claim_uid)
         failpoints.reached("unprepare.cdi-removed")
+        self._metadata.remove(claim_uid)
+        failpoints.reached("unprepare.metadata-removed")

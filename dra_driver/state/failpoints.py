@@ -15,11 +15,13 @@ ENVIRONMENT_VARIABLE = "DRA_DRIVER_FAILPOINTS"
 POINTS = (
     "prepare.preparing-recorded",
     "prepare.mig-created",
+    "prepare.metadata-written",
     "prepare.cdi-written",
     "prepare.prepared-recorded",
     "unprepare.mig-destroyed",
     "unprepare.record-deleted",
     "unprepare.cdi-removed",
+    "unprepare.metadata-removed",
 )
 
 
