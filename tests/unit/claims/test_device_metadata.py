@@ -10,7 +10,7 @@ from dra_driver.claims import device_metadata
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.device_metadata import MetadataDevice, request_metadata
 from dra_driver.claims.identity import claim_ref
-from dra_driver.devices.model import Version
+from dra_driver.devices.model import AttributeValue, Version
 from tests.support.device_metadata_schema import metadata_stream, validate_metadata
 from tests.support.nodes import inventory_for
 
@@ -189,8 +189,12 @@ def test_every_published_device_with_the_facts_prepare_adds_is_a_valid_metadata_
 ) -> None:
     """The published attributes of each device, plus the three facts prepare may add (MIG device
     UUID, or a vGPU share's limits and share ID), stay within the API's rules."""
-    prepared = {"uuid": "MIG-0d1e2f30-1111-2222-3333-444455556666", "memoryLimit": 2**34, "coresLimit": 30}
-    prepared["shareID"] = "3f0c5e62-5b51-4b57-9e4a-2c9f1d6f4b10"
+    prepared: dict[str, AttributeValue] = {
+        "uuid": "MIG-0d1e2f30-1111-2222-3333-444455556666",
+        "memoryLimit": 2**34,
+        "coresLimit": 30,
+        "shareID": "3f0c5e62-5b51-4b57-9e4a-2c9f1d6f4b10",
+    }
     devices = [
         MetadataDevice(
             request="gpu", pool="node-a", name=device.name, attributes={**device.attributes, **prepared}
