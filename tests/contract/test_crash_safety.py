@@ -2,10 +2,12 @@
 leaves a side effect behind (dra_driver.state.failpoints), restarted, and the node must come out whole.
 
 After every crash and restart:
-- no leaked MIG instance or CDI file: the GPUs hold exactly the instances prepared claims own,
-  and the CDI directory holds the specs of prepared claims and nothing else;
+- no leaked MIG instance, CDI file or device metadata file: the GPUs hold exactly the instances
+  prepared claims own, and the CDI directory and the metadata directory hold the specs and files
+  of prepared claims and nothing else;
 - no half-prepared claim and no lost one: a claim whose prepare was cut short is either prepared
-  (record, spec and instances) or gone without a trace, and a claim nobody touched stays prepared;
+  (record, spec, metadata files and instances) or gone without a trace, and a claim nobody
+  touched stays prepared;
 - prepare afterwards gives the answer a crash-free prepare gives, and the same answer again;
 - unprepare afterwards completes and leaves nothing of the claim behind.
 
@@ -91,7 +93,10 @@ class Claim:
                     "request_names": [request],
                     "pool_name": POOL,
                     "device_name": device,
-                    "cdi_device_ids": [f"{KIND}={self.uid}-{device}"],
+                    "cdi_device_ids": [
+                        f"{KIND}={self.uid}-{device}",
+                        f"{KIND}={self.uid}-{request}.metadata",
+                    ],
                 }
                 for request, device in sorted(self.devices, key=lambda pair: pair[1])
             ],
@@ -212,11 +217,13 @@ def assert_at_rest(state: NodeSnapshot) -> None:
     ), "a prepare or unprepare cut short was not rolled back"
     assert state.mig_instances == state.owned_instances(), "MIG instances no prepared claim owns"
     assert state.cdi_files == {spec_file(uid) for uid in state.prepared_uids()}, "CDI files out of step"
+    assert state.metadata_dirs == state.prepared_uids(), "device metadata files out of step"
 
 
 def assert_all_or_nothing(state: NodeSnapshot, claim: Claim) -> None:
     if state.record_state(claim.uid) is None:
         assert claim.uid not in state.cdi_specs, "a spec of a claim that is not prepared"
+        assert claim.uid not in state.metadata_dirs, "metadata files of a claim that is not prepared"
         assert not state.mig_instances & claim.instances, "an instance of a claim that is not prepared"
     else:
         assert_intact(state, claim)
@@ -226,27 +233,37 @@ def assert_intact(state: NodeSnapshot, claim: Claim) -> None:
     """The claim is prepared, with all it was prepared with."""
     assert state.record_state(claim.uid) == "prepared"
     assert claim.uid in state.cdi_specs
+    assert claim.uid in state.metadata_dirs
     assert state.instances_named_by(claim.uid) == claim.instances
     assert claim.instances <= state.mig_instances
 
 
 def assert_left_behind(state: NodeSnapshot, point: str, times: int, victim: Claim, bystander: Claim) -> None:
     """The debris the crash at `point` (the `times`-th time it was reached) leaves: the victim's
-    record state, whether its spec exists, and how many of its instances exist."""
+    record state, whether its spec and its metadata files exist, and how many of its instances
+    exist."""
     assert_intact(state, bystander)
     created = len(victim.instances)
     expected = {
-        "prepare.preparing-recorded": ("preparing", False, 0),
-        "prepare.mig-created": ("preparing", False, times),
-        "prepare.cdi-written": ("preparing", True, created),
-        "prepare.prepared-recorded": ("prepared", True, created),
-        "unprepare.mig-destroyed": ("preparing", True, created - times),
-        "unprepare.record-deleted": (None, True, 0),
-        "unprepare.cdi-removed": (None, False, 0),
+        "prepare.preparing-recorded": ("preparing", False, False, 0),
+        "prepare.mig-created": ("preparing", False, False, times),
+        "prepare.metadata-written": ("preparing", False, True, created),
+        "prepare.cdi-written": ("preparing", True, True, created),
+        "prepare.prepared-recorded": ("prepared", True, True, created),
+        "unprepare.mig-destroyed": ("preparing", True, True, created - times),
+        "unprepare.record-deleted": (None, True, True, 0),
+        "unprepare.cdi-removed": (None, False, True, 0),
+        "unprepare.metadata-removed": (None, False, False, 0),
     }[point]
     left = state.mig_instances - bystander.instances
     assert left <= victim.instances
-    assert (state.record_state(victim.uid), victim.uid in state.cdi_specs, len(left)) == expected
+    left_behind = (
+        state.record_state(victim.uid),
+        victim.uid in state.cdi_specs,
+        victim.uid in state.metadata_dirs,
+        len(left),
+    )
+    assert left_behind == expected
 
 
 def crash_during_prepare(node: Node, point: str, times: int, victim: Claim, bystander: Claim) -> None:
@@ -319,6 +336,7 @@ def empty_the_node(node: Node, *claims: Claim) -> None:
     emptied = snapshot(node.dirs)
     assert emptied.records == {}
     assert emptied.cdi_files == frozenset()
+    assert emptied.metadata_dirs == frozenset()
     assert emptied.mig_instances == frozenset()
     node.stop()
 

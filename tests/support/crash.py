@@ -1,5 +1,5 @@
 """What a node holds after its agent died: the MIG instances on the (simulated) GPUs, the claim
-records and the CDI specs, read straight from disk.
+records, the CDI specs and the device metadata files, read straight from disk.
 
 Crash tests must judge the node without the agent's help: right after a SIGKILL there is no
 agent to ask, and once one is restarted it has already rolled back whatever the crash left, so
@@ -13,6 +13,7 @@ from typing import Any
 
 from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
 from dra_driver.claims.cdi import claim_spec_file_name
+from dra_driver.claims.device_metadata import HOST_SUBDIR
 from tests.support.agent import AgentDirs
 
 # A MIG instance as both sides name it: GPU UUID, profile id, placement start and size. The GPU
@@ -29,6 +30,8 @@ class NodeSnapshot:
     cdi_specs: frozenset[str]
     # Every file in the CDI directory, by name: what the container runtime would read.
     cdi_files: frozenset[str]
+    # Claim UIDs that have a directory of device metadata files (KEP-5304).
+    metadata_dirs: frozenset[str]
 
     def record_state(self, uid: str) -> str | None:
         """The record's state ("preparing" or "prepared"), or None where the claim has none."""
@@ -78,6 +81,11 @@ def _records(state_dir: Path) -> dict[str, dict[str, Any]]:
     return records
 
 
+def _metadata_dirs(state_dir: Path) -> frozenset[str]:
+    root = state_dir / HOST_SUBDIR
+    return frozenset(path.name for path in root.iterdir()) if root.is_dir() else frozenset()
+
+
 def snapshot(dirs: AgentDirs) -> NodeSnapshot:
     files = frozenset(path.name for path in dirs.cdi_dir.iterdir()) if dirs.cdi_dir.is_dir() else frozenset()
     prefix, suffix = claim_spec_file_name(dirs.driver_name, "{uid}").split("{uid}")
@@ -90,4 +98,5 @@ def snapshot(dirs: AgentDirs) -> NodeSnapshot:
             if name.startswith(prefix) and name.endswith(suffix)
         ),
         cdi_files=files,
+        metadata_dirs=_metadata_dirs(dirs.state_dir),
     )
