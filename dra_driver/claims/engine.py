@@ -172,12 +172,12 @@ class ClaimEngine:
                 claim = await self._source.get(ref.namespace, ref.name)
                 allocated = allocated_devices(claim, ref, self._driver_name)
                 entries = config_entries(claim)
-                pod_claim = pod_claim_name(claim, ref)
                 record = await self._finished_record(ref)
                 if record is None:
                     planned = plan_claim(
                         ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
                     )
+                    pod_claim = pod_claim_name(claim, ref)
                     record = await self._prepare_new(ref, planned, ticket, pod_claim)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:

@@ -319,3 +319,32 @@ def test_a_prepare_that_fails_after_writing_the_files_takes_them_away(
 
     assert "No space left on device" in asyncio.run(scenario())
     assert not metadata_dir(tmp_path, claim[2]).exists()
+
+
+def test_a_bad_pod_claim_name_refuses_a_new_prepare_but_not_a_prepared_claim(tmp_path: Path) -> None:
+    """The annotation is mutable: one edited after the prepare must not break kubelet's retries."""
+    claims = Claims()
+    claim = claims.add("edited", {"request": "gpu", "device": "gpu-0"})
+    fresh = claims.add(
+        "fresh",
+        {"request": "gpu", "device": "gpu-1"},
+        annotations={"resource.kubernetes.io/pod-claim-name": "../x"},
+    )
+
+    async def scenario() -> tuple[str, str]:
+        engine = simulated_engine(tmp_path, claims)
+        await engine.load_state()
+        first = (await engine.prepare([claim]))[claim[2]]
+        claims.claims[("default", "edited")]["metadata"]["annotations"] = {
+            "resource.kubernetes.io/pod-claim-name": "../x"
+        }
+        again = (await engine.prepare([claim]))[claim[2]]
+        assert again == first
+        return again.error, (await engine.prepare([fresh]))[fresh[2]].error
+
+    again, refused = asyncio.run(scenario())
+    assert again == ""
+    assert (
+        "metadata.annotations['resource.kubernetes.io/pod-claim-name']: '../x' is not a DNS label" in refused
+    )
+    assert not metadata_dir(tmp_path, fresh[2]).exists()
