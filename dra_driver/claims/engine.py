@@ -308,7 +308,7 @@ class ClaimEngine:
                     # leaves a record the next start rolls back, never one that looks prepared.
                     await self._records.write(replace(record, state="preparing"))
                 await self._effects.undo(record)
-                await self._remove_prepared(ref.uid)
+                await self._remove_prepared(record)
                 await self._ownership.release(record.claim)
             log.info("claim unprepared")
             return ""
@@ -316,13 +316,15 @@ class ClaimEngine:
             self._metrics.unprepare_failed(error)
             return failure_answer("unprepare", error)
 
-    async def _remove_prepared(self, claim_uid: str) -> None:
-        # The record goes first: a crash in between leaves a spec no record owns, which the next
-        # start (or an unprepare of the unknown claim) removes. The other way round would leave a
-        # record that answers a re-prepare with CDI IDs whose spec is gone.
+    async def _remove_prepared(self, record: ClaimRecord) -> None:
+        # The record goes first: a crash in between leaves a spec and metadata files no record
+        # owns, which the next start (or an unprepare of the unknown claim) removes. The other way
+        # round would leave a record that answers a re-prepare with CDI IDs whose spec is gone.
+        claim_uid = record.claim.uid
         await self._records.erase(claim_uid)
         failpoints.reached("unprepare.record-deleted")
         self._cdi_specs.remove(claim_uid)
         failpoints.reached("unprepare.cdi-removed")
-        self._metadata.remove(claim_uid)
+        # The record names the requests, so no search of the directory for the claim's files.
+        self._metadata.remove(claim_uid, {name for device in record.devices for name in device.request_names})
         failpoints.reached("unprepare.metadata-removed")

@@ -113,7 +113,6 @@ class StartupRecovery:
 
     async def _remove_unowned_metadata(self, claim_uid: str) -> None:
         log.info(
-            "removing device metadata no prepared claim owns",
-            path=str(self._metadata.claim_directory(claim_uid)),
+            "removing device metadata files no prepared claim owns", directory=str(self._metadata.directory)
         )
         self._metadata.remove(claim_uid)

@@ -217,13 +217,13 @@ def assert_at_rest(state: NodeSnapshot) -> None:
     ), "a prepare or unprepare cut short was not rolled back"
     assert state.mig_instances == state.owned_instances(), "MIG instances no prepared claim owns"
     assert state.cdi_files == {spec_file(uid) for uid in state.prepared_uids()}, "CDI files out of step"
-    assert state.metadata_dirs == state.prepared_uids(), "device metadata files out of step"
+    assert state.metadata_claims == state.prepared_uids(), "device metadata files out of step"
 
 
 def assert_all_or_nothing(state: NodeSnapshot, claim: Claim) -> None:
     if state.record_state(claim.uid) is None:
         assert claim.uid not in state.cdi_specs, "a spec of a claim that is not prepared"
-        assert claim.uid not in state.metadata_dirs, "metadata files of a claim that is not prepared"
+        assert claim.uid not in state.metadata_claims, "metadata files of a claim that is not prepared"
         assert not state.mig_instances & claim.instances, "an instance of a claim that is not prepared"
     else:
         assert_intact(state, claim)
@@ -233,7 +233,7 @@ def assert_intact(state: NodeSnapshot, claim: Claim) -> None:
     """The claim is prepared, with all it was prepared with."""
     assert state.record_state(claim.uid) == "prepared"
     assert claim.uid in state.cdi_specs
-    assert claim.uid in state.metadata_dirs
+    assert claim.uid in state.metadata_claims
     assert state.instances_named_by(claim.uid) == claim.instances
     assert claim.instances <= state.mig_instances
 
@@ -260,7 +260,7 @@ def assert_left_behind(state: NodeSnapshot, point: str, times: int, victim: Clai
     left_behind = (
         state.record_state(victim.uid),
         victim.uid in state.cdi_specs,
-        victim.uid in state.metadata_dirs,
+        victim.uid in state.metadata_claims,
         len(left),
     )
     assert left_behind == expected
@@ -336,7 +336,7 @@ def empty_the_node(node: Node, *claims: Claim) -> None:
     emptied = snapshot(node.dirs)
     assert emptied.records == {}
     assert emptied.cdi_files == frozenset()
-    assert emptied.metadata_dirs == frozenset()
+    assert emptied.metadata_claims == frozenset()
     assert emptied.mig_instances == frozenset()
     node.stop()
 

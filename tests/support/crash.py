@@ -30,8 +30,8 @@ class NodeSnapshot:
     cdi_specs: frozenset[str]
     # Every file in the CDI directory, by name: what the container runtime would read.
     cdi_files: frozenset[str]
-    # Claim UIDs that have a directory of device metadata files (KEP-5304).
-    metadata_dirs: frozenset[str]
+    # Claim UIDs that have device metadata files (KEP-5304).
+    metadata_claims: frozenset[str]
 
     def record_state(self, uid: str) -> str | None:
         """The record's state ("preparing" or "prepared"), or None where the claim has none."""
@@ -81,9 +81,11 @@ def _records(state_dir: Path) -> dict[str, dict[str, Any]]:
     return records
 
 
-def _metadata_dirs(state_dir: Path) -> frozenset[str]:
+def _metadata_claims(state_dir: Path) -> frozenset[str]:
+    """The claim UIDs that name a metadata file, temporary ones included (<uid>_<request>.json)."""
     root = state_dir / HOST_SUBDIR
-    return frozenset(path.name for path in root.iterdir()) if root.is_dir() else frozenset()
+    names = [path.name for path in root.iterdir()] if root.is_dir() else []
+    return frozenset(name.removeprefix(".").partition("_")[0] for name in names)
 
 
 def snapshot(dirs: AgentDirs) -> NodeSnapshot:
@@ -98,5 +100,5 @@ def snapshot(dirs: AgentDirs) -> NodeSnapshot:
             if name.startswith(prefix) and name.endswith(suffix)
         ),
         cdi_files=files,
-        metadata_dirs=_metadata_dirs(dirs.state_dir),
+        metadata_claims=_metadata_claims(dirs.state_dir),
     )

@@ -120,7 +120,7 @@ def test_the_mount_is_read_only_from_the_claims_host_file_to_the_standard_path()
     assert edits.to_json() == {
         "mounts": [
             {
-                "hostPath": f"/var/lib/kubelet/plugins/x/dra-device-metadata/{REF.uid}/gpu.json",
+                "hostPath": f"/var/lib/kubelet/plugins/x/dra-device-metadata/{REF.uid}_gpu.json",
                 "containerPath": str(metadata.container_path),
                 "options": ["ro", "nosuid", "nodev", "noexec", "bind"],
             }

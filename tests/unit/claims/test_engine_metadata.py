@@ -62,8 +62,15 @@ class Claims:
         return self.claims[(namespace, name)]
 
 
-def metadata_dir(root: Path, uid: str) -> Path:
-    return root / "state" / "dra-device-metadata" / uid
+def metadata_file(root: Path, uid: str, request: str) -> Path:
+    return root / "state" / "dra-device-metadata" / f"{uid}_{request}.json"
+
+
+def files_of(root: Path, uid: str) -> list[str]:
+    """The names of the claim's files, temporary ones included."""
+    directory = root / "state" / "dra-device-metadata"
+    names = [path.name for path in directory.iterdir()] if directory.is_dir() else []
+    return sorted(name for name in names if name.removeprefix(".").startswith(f"{uid}_"))
 
 
 def spec_of(root: Path, uid: str) -> dict[str, Any]:
@@ -110,25 +117,24 @@ def test_each_request_gets_a_file_mounted_at_its_standard_path_by_its_first_devi
             "gpu-3": (f"{KIND}={uid}-gpu-3",),
             "gpu-0": (f"{KIND}={uid}-gpu-0", f"{KIND}={uid}-single.metadata"),
         }
-        host = metadata_dir(tmp_path, uid)
         assert mounts_of(tmp_path, uid) == {
             f"{uid}-pair.metadata": (
                 f"{CONTAINER_DIR}/resourceclaims/train/pair/{DRIVER}-metadata.json",
-                [str(host / "pair.json"), "ro", "nosuid", "nodev", "noexec", "bind"],
+                [str(metadata_file(tmp_path, uid, "pair")), "ro", "nosuid", "nodev", "noexec", "bind"],
             ),
             f"{uid}-single.metadata": (
                 f"{CONTAINER_DIR}/resourceclaims/train/single/{DRIVER}-metadata.json",
-                [str(host / "single.json"), "ro", "nosuid", "nodev", "noexec", "bind"],
+                [str(metadata_file(tmp_path, uid, "single")), "ro", "nosuid", "nodev", "noexec", "bind"],
             ),
         }
-        pair = devices_in(host / "pair.json")
+        pair = devices_in(metadata_file(tmp_path, uid, "pair"))
         assert sorted(pair) == ["gpu-1", "gpu-3"]
-        for name, device in {**pair, **devices_in(host / "single.json")}.items():
+        for name, device in {**pair, **devices_in(metadata_file(tmp_path, uid, "single"))}.items():
             published = inventory.device_by_name[name].attributes
             assert device["pool"] == POOL and device["driver"] == DRIVER
             assert device["attributes"]["uuid"] == {"string": published["uuid"]}
             assert set(device["attributes"]) == set(published)
-        assert (host / "pair.json").stat().st_mode & 0o777 == 0o644
+        assert metadata_file(tmp_path, uid, "pair").stat().st_mode & 0o777 == 0o644
 
     asyncio.run(scenario())
 
@@ -149,7 +155,7 @@ def test_a_template_claim_is_mounted_under_its_pod_claim_name(tmp_path: Path) ->
     asyncio.run(scenario())
     ((container_path, _),) = mounts_of(tmp_path, claim[2]).values()
     assert container_path == f"{CONTAINER_DIR}/resourceclaimtemplates/gpus/gpu/{DRIVER}-metadata.json"
-    (document, _) = metadata_stream((metadata_dir(tmp_path, claim[2]) / "gpu.json").read_bytes())
+    (document, _) = metadata_stream(metadata_file(tmp_path, claim[2], "gpu").read_bytes())
     assert document["podClaimName"] == "gpus"
     assert document["metadata"]["name"] == "pod-7-gpus-x4k2p"
 
@@ -167,7 +173,7 @@ def test_a_dynamic_mig_device_lists_the_uuid_of_the_instance_prepare_created(tmp
         return instance.uuid
 
     created = asyncio.run(scenario())
-    device = devices_in(metadata_dir(tmp_path, claim[2]) / "slice.json")["gpu-1-mig-1g10gb-3"]
+    device = devices_in(metadata_file(tmp_path, claim[2], "slice"))["gpu-1-mig-1g10gb-3"]
     assert created.startswith("MIG-")
     assert device["attributes"]["uuid"] == {"string": created}
     assert device["attributes"]["profile"] == {"string": "1g.10gb"}
@@ -193,7 +199,7 @@ def test_a_vgpu_share_lists_its_limits_and_share_id(tmp_path: Path) -> None:
         assert (await engine.prepare([claim]))[claim[2]].error == ""
 
     asyncio.run(scenario())
-    attributes = devices_in(metadata_dir(tmp_path, claim[2]) / "gpu.json")["gpu-2"]["attributes"]
+    attributes = devices_in(metadata_file(tmp_path, claim[2], "gpu"))["gpu-2"]["attributes"]
     assert attributes["memoryLimit"] == {"int": 8 * 2**30}
     assert attributes["coresLimit"] == {"int": 30}
     assert attributes["shareID"] == {"string": share}
@@ -202,7 +208,7 @@ def test_a_vgpu_share_lists_its_limits_and_share_id(tmp_path: Path) -> None:
 def test_a_second_prepare_answers_the_same_and_leaves_the_files_untouched(tmp_path: Path) -> None:
     claims = Claims()
     claim = claims.add("again", {"request": "gpu", "device": "gpu-0"})
-    path = metadata_dir(tmp_path, claim[2]) / "gpu.json"
+    path = metadata_file(tmp_path, claim[2], "gpu")
 
     async def scenario() -> None:
         engine = simulated_engine(tmp_path, claims)
@@ -226,60 +232,63 @@ def test_unprepare_removes_the_files_and_their_directory(tmp_path: Path) -> None
         engine = simulated_engine(tmp_path, claims)
         await engine.load_state()
         assert (await engine.prepare([claim]))[claim[2]].error == ""
-        assert sorted(p.name for p in metadata_dir(tmp_path, claim[2]).iterdir()) == ["a.json", "b.json"]
+        assert files_of(tmp_path, claim[2]) == [f"{claim[2]}_a.json", f"{claim[2]}_b.json"]
         assert await engine.unprepare([claim]) == {claim[2]: ""}
 
     asyncio.run(scenario())
-    assert not metadata_dir(tmp_path, claim[2]).exists()
     assert list((tmp_path / "state" / "dra-device-metadata").iterdir()) == []
 
 
-def leave_orphan(root: Path, uid: str) -> Path:
+def leave_orphan(root: Path, uid: str) -> list[str]:
     """Files as a crash between writing them and the claim's record leaves them: one file and the
-    temporary sibling of another."""
-    directory = metadata_dir(root, uid)
-    directory.mkdir(parents=True)
-    (directory / "gpu.json").write_text("{}\n")
-    (directory / ".other.json.1a2b3c4d.tmp").write_text("{")
-    return directory
+    temporary sibling of another. Returns their names."""
+    directory = root / "state" / "dra-device-metadata"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{uid}_gpu.json").write_text("{}\n")
+    (directory / f".{uid}_other.json.1a2b3c4d.tmp").write_text("{")
+    return files_of(root, uid)
 
 
 def test_the_start_removes_files_no_record_owns_and_keeps_those_of_prepared_claims(tmp_path: Path) -> None:
     claims = Claims()
     kept = claims.add("kept", {"request": "gpu", "device": "gpu-0"})
-    orphan = leave_orphan(tmp_path, str(uuid.uuid4()))
-    foreign = tmp_path / "state" / "dra-device-metadata" / "not-a-claim"
+    orphan = str(uuid.uuid4())
+    assert len(leave_orphan(tmp_path, orphan)) == 2
+    foreign = [
+        tmp_path / "state" / "dra-device-metadata" / name for name in ("notes.txt", "not-a-uid_gpu.json")
+    ]
 
     async def prepare_then_restart() -> None:
         engine = simulated_engine(tmp_path, claims)
         await engine.load_state()
         assert (await engine.prepare([kept]))[kept[2]].error == ""
-        foreign.mkdir()
+        for path in foreign:
+            path.write_text("an operator's\n")
         restarted: ClaimEngine = simulated_engine(tmp_path, claims)
         await restarted.load_state()
 
     asyncio.run(prepare_then_restart())
-    assert not orphan.exists()
-    assert foreign.is_dir(), "a directory not named like a claim UID is not ours to remove"
-    assert (metadata_dir(tmp_path, kept[2]) / "gpu.json").is_file()
+    assert files_of(tmp_path, orphan) == []
+    assert all(path.is_file() for path in foreign), "a file not named by a claim UID is not ours to remove"
+    assert metadata_file(tmp_path, kept[2], "gpu").is_file()
 
 
 def test_an_unprepare_of_a_claim_without_record_removes_its_files(tmp_path: Path) -> None:
     uid = str(uuid.uuid4())
-    orphan = leave_orphan(tmp_path, uid)
+    assert len(leave_orphan(tmp_path, uid)) == 2
 
     async def scenario() -> dict[str, str]:
         return await simulated_engine(tmp_path, Claims()).unprepare([("default", "lost", uid)])
 
     assert asyncio.run(scenario()) == {uid: ""}
-    assert not orphan.exists()
+    assert files_of(tmp_path, uid) == []
 
 
 def test_a_prepare_cut_short_is_rolled_back_with_its_files(tmp_path: Path) -> None:
     claims = Claims()
     claim = claims.add("mig", {"request": "gpu", "device": "gpu-2-mig-2g20gb-4"})
     gpu_2 = simulated_node("dgx-h100-mig")[2]
-    orphan = leave_orphan(tmp_path, claim[2])
+    assert len(leave_orphan(tmp_path, claim[2])) == 2
 
     async def crash_after_the_files(hardware: SimulatedBackend) -> None:
         wanted = MigInstanceRecord(gpu_2.uuid, 14, 4, 2)
@@ -291,13 +300,13 @@ def test_a_prepare_cut_short_is_rolled_back_with_its_files(tmp_path: Path) -> No
     async def restart(hardware: SimulatedBackend) -> None:
         engine = simulated_engine(tmp_path, claims, "dgx-h100-mig", DYNAMIC, hardware=hardware)
         await engine.load_state()
-        assert not orphan.exists()
+        assert files_of(tmp_path, claim[2]) == []
         assert (await engine.prepare([claim]))[claim[2]].error == ""
 
     hardware = simulated_hardware(tmp_path, "dgx-h100-mig")
     asyncio.run(crash_after_the_files(hardware))
     asyncio.run(restart(hardware))
-    assert "gpu-2-mig-2g20gb-4" in devices_in(orphan / "gpu.json")
+    assert "gpu-2-mig-2g20gb-4" in devices_in(metadata_file(tmp_path, claim[2], "gpu"))
 
 
 def test_a_prepare_that_fails_after_writing_the_files_takes_them_away(
@@ -307,7 +316,7 @@ def test_a_prepare_that_fails_after_writing_the_files_takes_them_away(
     claim = claims.add("unlucky", {"request": "gpu", "device": "gpu-0"})
 
     def full_disk(self: CdiSpecDirectory, claim_uid: str, spec: CdiSpec) -> None:
-        assert metadata_dir(tmp_path, claim_uid).is_dir(), "the files come before the spec"
+        assert files_of(tmp_path, claim_uid) == [f"{claim_uid}_gpu.json"], "the files come before the spec"
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(CdiSpecDirectory, "write", full_disk)
@@ -318,7 +327,7 @@ def test_a_prepare_that_fails_after_writing_the_files_takes_them_away(
         return (await engine.prepare([claim]))[claim[2]].error
 
     assert "No space left on device" in asyncio.run(scenario())
-    assert not metadata_dir(tmp_path, claim[2]).exists()
+    assert files_of(tmp_path, claim[2]) == []
 
 
 def test_a_bad_pod_claim_name_refuses_a_new_prepare_but_not_a_prepared_claim(tmp_path: Path) -> None:
@@ -347,4 +356,4 @@ def test_a_bad_pod_claim_name_refuses_a_new_prepare_but_not_a_prepared_claim(tmp
     assert (
         "metadata.annotations['resource.kubernetes.io/pod-claim-name']: '../x' is not a DNS label" in refused
     )
-    assert not metadata_dir(tmp_path, fresh[2]).exists()
+    assert files_of(tmp_path, fresh[2]) == []
