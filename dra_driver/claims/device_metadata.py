@@ -148,10 +148,11 @@ def host_file_prefix(claim_uid: str) -> str:
     return f"{claim_uid}{HOST_SEPARATOR}"
 
 
-def host_path(root: PurePosixPath, claim_uid: str, request: str) -> PurePosixPath:
+def host_path(root: str, claim_uid: str, request: str) -> str:
     """The request's file in `root` (<state-dir>/dra-device-metadata); both names are checked
-    (claim_ref and `_checked_request`) before they get here."""
-    return root / f"{host_file_prefix(claim_uid)}{request}{HOST_SUFFIX}"
+    (claim_ref and `_checked_request`) before they get here. A string, not a path object: built
+    on every prepare and unprepare, where pathlib cost more than the file work it names."""
+    return f"{root}/{claim_uid}{HOST_SEPARATOR}{request}{HOST_SUFFIX}"
 
 
 def cdi_device_name(request: str) -> str:
@@ -220,8 +221,10 @@ def request_metadata(
     driver_name: str, ref: ClaimRef, pod_claim: str | None, devices: Sequence[MetadataDevice]
 ) -> tuple[RequestMetadata, ...]:
     """The claim's files, one per main request in the order the requests first appear among
-    `devices`. Each is the same object once per API version (newest first), indented so that an
-    operator can read it with cat, and byte-for-byte the same every time for the same input."""
+    `devices`. Each is the same object once per API version (newest first), one object per line:
+    compact, because the indenting JSON encoder is pure Python and took most of the time a file
+    adds to a prepare, and a line per object lets a shell reader take the version it wants with
+    head or grep. The bytes are the same every time for the same input."""
     by_request: dict[str, list[MetadataDevice]] = {}
     for device in devices:
         by_request.setdefault(_checked_request(device), []).append(device)
@@ -229,7 +232,10 @@ def request_metadata(
         RequestMetadata(
             request=request,
             content=b"".join(
-                json.dumps(document(version, driver_name, ref, pod_claim, listed), indent=2).encode() + b"\n"
+                json.dumps(
+                    document(version, driver_name, ref, pod_claim, listed), separators=(",", ":")
+                ).encode()
+                + b"\n"
                 for version in API_VERSIONS
             ),
             container_path=container_path(driver_name, ref, pod_claim, request),
@@ -238,12 +244,12 @@ def request_metadata(
     )
 
 
-def mount_edits(root: PurePosixPath, claim_uid: str, metadata: RequestMetadata) -> ContainerEdits:
+def mount_edits(root: str, claim_uid: str, metadata: RequestMetadata) -> ContainerEdits:
     """The CDI edits that show a request's file, read-only, at its standard path."""
     return ContainerEdits(
         mounts=(
             Mount(
-                host_path=str(host_path(root, claim_uid, metadata.request)),
+                host_path=host_path(root, claim_uid, metadata.request),
                 container_path=str(metadata.container_path),
                 options=READ_ONLY,
             ),

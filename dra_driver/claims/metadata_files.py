@@ -8,7 +8,7 @@ An fsync, on the other hand, would cost every prepare a disk flush per request.
 """
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from dra_driver.claims import device_metadata
 from dra_driver.claims.device_metadata import RequestMetadata, host_file_prefix
@@ -24,14 +24,11 @@ class DeviceMetadataDirectory:
 
     def __init__(self, state_dir: Path) -> None:
         self.directory = state_dir / device_metadata.HOST_SUBDIR
+        # What the pure module builds host paths (and so CDI mounts) from.
+        self.root = str(self.directory)
 
-    @property
-    def root(self) -> PurePosixPath:
-        """What the pure module builds host paths (and so CDI mounts) from."""
-        return PurePosixPath(self.directory)
-
-    def path_for(self, claim_uid: str, request: str) -> Path:
-        return Path(device_metadata.host_path(self.root, claim_uid, request))
+    def path_for(self, claim_uid: str, request: str) -> str:
+        return device_metadata.host_path(self.root, claim_uid, request)
 
     def write(self, claim_uid: str, files: Sequence[RequestMetadata]) -> None:
         for metadata in files:

@@ -33,6 +33,8 @@ GPU = MetadataDevice(
 def test_a_request_file_holds_each_api_version_newest_first_with_the_same_content() -> None:
     (metadata,) = request_metadata(DRIVER, REF, None, [GPU])
     beta, alpha = metadata_stream(metadata.content)
+    # One object per line, so a shell reader can pick its version with head or grep.
+    assert [json.loads(line) for line in metadata.content.splitlines()] == [beta, alpha]
 
     assert [beta["apiVersion"], alpha["apiVersion"]] == [
         "metadata.resource.k8s.io/v1beta1",
@@ -113,9 +115,7 @@ def test_the_same_input_renders_the_same_bytes() -> None:
 
 def test_the_mount_is_read_only_from_the_claims_host_file_to_the_standard_path() -> None:
     (metadata,) = request_metadata(DRIVER, REF, None, [GPU])
-    edits = device_metadata.mount_edits(
-        PurePosixPath("/var/lib/kubelet/plugins/x/dra-device-metadata"), REF.uid, metadata
-    )
+    edits = device_metadata.mount_edits("/var/lib/kubelet/plugins/x/dra-device-metadata", REF.uid, metadata)
 
     assert edits.to_json() == {
         "mounts": [
