@@ -224,7 +224,7 @@ def test_a_second_prepare_answers_the_same_and_leaves_the_files_untouched(tmp_pa
     asyncio.run(scenario())
 
 
-def test_unprepare_removes_the_files_and_their_directory(tmp_path: Path) -> None:
+def test_unprepare_removes_the_claims_files(tmp_path: Path) -> None:
     claims = Claims()
     claim = claims.add("gone", {"request": "a", "device": "gpu-0"}, {"request": "b", "device": "gpu-1"})
 
