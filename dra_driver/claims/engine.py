@@ -6,17 +6,20 @@ yielding to the event loop, so two overlapping calls can never both get the same
 kubelet is answered only once the claim's record is on disk.
 
 The record protocol, which makes a crash at any point recoverable:
-- A claim without side effects: its CDI spec is written, then its "prepared" record created,
-  then kubelet is answered.
+- A claim without side effects: its device metadata files and CDI spec are written, then its
+  "prepared" record created, then kubelet is answered.
 - A claim with side effects (a MIG instance to create, a time slice to set, an MPS daemon to
   start) is prepared in two phases: a "preparing" record naming the side effects is durable
   before the first of them, and the "prepared" record before kubelet is answered. A crash in
   between leaves the "preparing" record, and the next start (or the next prepare of the claim)
   undoes what it names.
 - Unprepare turns a record with side effects back into "preparing" before undoing any of them,
-  then erases the record, then removes the spec.
-- Rolling back a "preparing" record undoes its side effects, removes the spec and erases the
-  record last, so that a crash while undoing is finished by the next start.
+  then erases the record, then removes the spec and the metadata files.
+- Rolling back a "preparing" record undoes its side effects, removes the spec and the metadata
+  files and erases the record last, so that a crash while undoing is finished by the next start.
+- Metadata files and specs are found by claim UID: any that no record owns (a crash between
+  writing them and the record, or between erasing the record and removing them) are removed by
+  the next start, or by an unprepare of the claim.
 
 Another agent process may share the state directory (the old and the new pod of a rolling
 update), so the records on disk are the truth, not this process's memory: a claim is worked on
@@ -42,19 +45,27 @@ from dra_driver.claims.calls import RawClaim, claim_context, concurrently, failu
 from dra_driver.claims.cdi import CdiSpec
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
+from dra_driver.claims.device_metadata import RequestMetadata, mount_edits, pod_claim_name, request_metadata
 from dra_driver.claims.device_status import JsonObject, VgpuLimits, device_status_entries
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, claim_ref
-from dra_driver.claims.opaque_config import VgpuConfig, config_entries
+from dra_driver.claims.metadata_files import DeviceMetadataDirectory
+from dra_driver.claims.opaque_config import config_entries
 from dra_driver.claims.ownership import DeviceOwnership
-from dra_driver.claims.prepared import CreatedMig, claim_cdi_devices, prepared_record
+from dra_driver.claims.prepared import (
+    CreatedMig,
+    claim_cdi_devices,
+    metadata_devices,
+    prepared_record,
+    vgpu_grant,
+)
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
 from dra_driver.claims.side_effects import ClaimSideEffects, SharingControls
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status_writer import ClaimStatusWriter
-from dra_driver.claims.vgpu_edits import HamiCore, vgpu_share
+from dra_driver.claims.vgpu_edits import HamiCore
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.observability.metrics import ClaimMetrics
@@ -108,6 +119,8 @@ class ClaimEngine:
         self._records = records
         self._cdi_specs = cdi_specs
         self._claim_status = claim_status
+        # Beside the records: the files must outlive a restart of the agent, as the claims do.
+        self._metadata = DeviceMetadataDirectory(records.state_dir)
         self._claim_locks = ClaimLocks(records.state_dir / "claim.locks")
         self._ownership = DeviceOwnership(records, self._claim_locks)
         self._effects = ClaimSideEffects(
@@ -116,6 +129,7 @@ class ClaimEngine:
         self._recovery = StartupRecovery(
             records=records,
             cdi_specs=cdi_specs,
+            metadata=self._metadata,
             claim_locks=self._claim_locks,
             ownership=self._ownership,
             effects=self._effects,
@@ -175,7 +189,8 @@ class ClaimEngine:
                     planned = plan_claim(
                         ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
                     )
-                    record = await self._prepare_new(ref, planned, ticket, claim=claim)
+                    pod_claim = pod_claim_name(claim, ref)
+                    record = await self._prepare_new(ref, planned, ticket, pod_claim, claim=claim)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:
             self._metrics.prepare_failed(error)
@@ -196,9 +211,11 @@ class ClaimEngine:
         ref: ClaimRef,
         planned: tuple[PlannedDevice, ...],
         ticket: GateTicket | None,
+        pod_claim: str | None,
         *,
         claim: object = None,
     ) -> ClaimRecord:
+        """`pod_claim`: the pod's name for a claim made from a template (device_metadata)."""
         if not planned:
             return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
         keys = tuple(key for device in planned if (key := device.exclusive_key))
@@ -223,11 +240,15 @@ class ClaimEngine:
                 await self._records.write(preparing)
                 await self._effects.apply_sharing(ref, sharing)
             vgpu = await self._effects.vgpu_edits(ref, planned)
-            devices = claim_cdi_devices(self._edits, planned, created, vgpu, sharing)
+            metadata = request_metadata(self._driver_name, ref, pod_claim, metadata_devices(planned, created))
+            mounts = [(m.cdi_device, mount_edits(self._metadata.root, ref.uid, m)) for m in metadata]
+            devices = claim_cdi_devices(self._edits, planned, created, vgpu, sharing, mounts)
             spec = cdi.claim_spec(self._driver_name, ref.uid, devices)
-            record = prepared_record(preparing, planned, spec, self._common_cdi_ids)
+            record = prepared_record(
+                preparing, planned, spec, self._common_cdi_ids, [m.request for m in metadata]
+            )
             await self._write_prepared(  # phase two
-                ref, spec, record, first_record=not preparing.has_side_effects, ticket=ticket
+                ref, spec, record, metadata, first_record=not preparing.has_side_effects, ticket=ticket
             )
         except BaseException:
             await self._roll_back(preparing)
@@ -275,13 +296,17 @@ class ClaimEngine:
         ref: ClaimRef,
         spec: CdiSpec,
         record: ClaimRecord,
+        metadata: tuple[RequestMetadata, ...],
         *,
         first_record: bool,
         ticket: GateTicket | None,
     ) -> None:
         """`first_record`: no "preparing" record was written (nothing had side effects), so the
         claim has no record file yet: the one written now is created, not replaced. `ticket`: the
-        claim's passage through its call's gate (see call_gate), None for a call of one claim."""
+        claim's passage through its call's gate (see call_gate), None for a call of one claim.
+        The metadata files go first, so no spec ever mounts a file that is not there yet."""
+        self._metadata.write(ref.uid, metadata)
+        failpoints.reached("prepare.metadata-written")
         self._cdi_specs.write(ref.uid, spec)
         failpoints.reached("prepare.cdi-written")
         if ticket is not None:
@@ -297,6 +322,7 @@ class ClaimEngine:
         devices it holds. Each step is safe to repeat."""
         await self._effects.undo(record)
         self._cdi_specs.remove(record.claim.uid)
+        self._metadata.remove(record.claim.uid)
         await self._records.erase(record.claim.uid)
         await self._ownership.release(record.claim)
 
@@ -321,13 +347,14 @@ class ClaimEngine:
                 if record is None:
                     # A crash between writing the spec and the record leaves a spec nobody owns.
                     self._cdi_specs.remove(ref.uid)
+                    self._metadata.remove(ref.uid)
                     return ""
                 if record.has_side_effects:
                     # From here on the claim's side effects are in doubt: a crash before the end
                     # leaves a record the next start rolls back, never one that looks prepared.
                     await self._records.write(replace(record, state="preparing"))
                 await self._effects.undo(record)
-                await self._remove_prepared(ref.uid)
+                await self._remove_prepared(record)
                 await self._ownership.release(record.claim)
             log.info("claim unprepared")
             return ""
@@ -335,30 +362,24 @@ class ClaimEngine:
             self._metrics.unprepare_failed(error)
             return failure_answer("unprepare", error)
 
-    async def _remove_prepared(self, claim_uid: str) -> None:
-        # The record goes first: a crash in between leaves a spec no record owns, which the next
-        # start (or an unprepare of the unknown claim) removes. The other way round would leave a
-        # record that answers a re-prepare with CDI IDs whose spec is gone.
+    async def _remove_prepared(self, record: ClaimRecord) -> None:
+        # The record goes first: a crash in between leaves a spec and metadata files no record
+        # owns, which the next start (or an unprepare of the unknown claim) removes. The other way
+        # round would leave a record that answers a re-prepare with CDI IDs whose spec is gone.
+        claim_uid = record.claim.uid
         await self._records.erase(claim_uid)
         failpoints.reached("unprepare.record-deleted")
         self._cdi_specs.remove(claim_uid)
         failpoints.reached("unprepare.cdi-removed")
+        # The record names the requests, so no search of the directory for the claim's files.
+        self._metadata.remove(claim_uid, {name for device in record.devices for name in device.request_names})
+        failpoints.reached("unprepare.metadata-removed")
 
 
 def _vgpu_limits(planned: tuple[PlannedDevice, ...]) -> dict[str, VgpuLimits]:
     """The limits each vGPU share of the claim was prepared with, as side_effects computed them."""
-    limits = {}
-    for device in planned:
-        if device.device.type == "vgpu" and not device.result.admin_access:
-            share = vgpu_share(
-                {
-                    "consumedCapacity": dict(device.result.consumed_capacity),
-                    "shareID": device.result.share_id,
-                },
-                device.result.position,
-                device.device,
-                device.gpu,
-                device.config if isinstance(device.config, VgpuConfig) else VgpuConfig(),
-            )
-            limits[device.cdi_name] = VgpuLimits(share.memory_bytes, share.cores)
-    return limits
+    return {
+        device.cdi_name: VgpuLimits(grant.memory_bytes, grant.cores)
+        for device in planned
+        if (grant := vgpu_grant(device)) is not None
+    }

@@ -1,19 +1,22 @@
 """What a prepared claim's containers get, and what its record says.
 
-Both follow from the plan and the side effects already applied, and change nothing themselves:
+All follow from the plan and the side effects already applied, and change nothing themselves:
 the container edits of a device come from the backend's `DeviceEdits` (which, for a real MIG
-device, reads the capability files of its instance), the record is built from the CDI spec.
+device, reads the capability files of its instance), the devices' metadata files (KEP-5304) from
+their published attributes and what prepare made of them, the record from the CDI spec.
 """
 
 from collections.abc import Mapping, Sequence
 
 from dra_driver.claims.cdi import CdiSpec, ContainerEdits
 from dra_driver.claims.claim_plan import PlannedDevice
+from dra_driver.claims.device_metadata import MetadataDevice
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
 from dra_driver.claims.sharing import SharingPlan
-from dra_driver.claims.vgpu_edits import vgpu_share
+from dra_driver.claims.vgpu_edits import VgpuShare, vgpu_share
+from dra_driver.devices.model import AttributeValue
 from dra_driver.hardware.model import MigInstance
 
 # The MIG instances the prepare created, by what its record says of each.
@@ -29,10 +32,13 @@ def claim_cdi_devices(
     created: CreatedMig,
     vgpu: ContainerEdits,
     sharing: SharingPlan,
+    metadata: Sequence[tuple[str, ContainerEdits]] = (),
 ) -> list[tuple[str, ContainerEdits]]:
-    """The claim's CDI devices: one per planned device, in the plan's order, then the claim-wide
-    ones (MPS) that every device of the claim needs; `prepared_record` relies on that order."""
+    """The claim's CDI devices: one per planned device, in the plan's order, then the metadata
+    mount of each request (`metadata`, in request order), then the claim-wide ones (MPS) that
+    every device of the claim needs; `prepared_record` relies on that order."""
     devices = [(device.cdi_name, _device_edits(edits, device, created, vgpu)) for device in planned]
+    devices.extend(metadata)
     if sharing.mps:
         devices.append((MPS_CDI_DEVICE, sharing.container_edits))
     return devices
@@ -56,23 +62,40 @@ def prepared_record(
     planned: tuple[PlannedDevice, ...],
     spec: CdiSpec,
     common_cdi_ids: Sequence[str],
+    metadata_requests: Sequence[str] = (),
 ) -> ClaimRecord:
-    """The "prepared" record that replaces `preparing` (which names the claim's side effects)."""
-    claim_wide = tuple(spec.qualified_name(extra) for extra in spec.devices[len(planned) :])
-    return ClaimRecord(
-        claim=preparing.claim,
-        devices=tuple(
+    """The "prepared" record that replaces `preparing` (which names the claim's side effects).
+
+    `metadata_requests`: the requests whose metadata mounts follow the planned devices in `spec`.
+    Each mount's ID goes to the first device of its request only, as upstream's helper does: a
+    container of the request gets it once, however many devices the request has."""
+    own = spec.devices[: len(planned)]
+    mounts = spec.devices[len(planned) : len(planned) + len(metadata_requests)]
+    claim_wide = tuple(spec.qualified_name(extra) for extra in spec.devices[len(own) + len(mounts) :])
+    # Request -> its mount's ID, until the request's first device has taken it.
+    unmounted = dict(zip(metadata_requests, (spec.qualified_name(mount) for mount in mounts), strict=True))
+    devices = []
+    for device, cdi_device in zip(planned, own, strict=True):
+        mount = unmounted.pop(device.result.main_request, None)
+        devices.append(
             PreparedDevice(
                 request_names=(device.result.main_request,),
                 pool=device.result.pool,
                 device=device.result.device,
-                cdi_device_ids=(spec.qualified_name(cdi_device), *claim_wide, *common_cdi_ids),
+                cdi_device_ids=(
+                    spec.qualified_name(cdi_device),
+                    *((mount,) if mount else ()),
+                    *claim_wide,
+                    *common_cdi_ids,
+                ),
                 exclusive_key=device.exclusive_key,
                 share_id=device.result.share_id,
-                **_vgpu_limits(device),
+                **_record_limits(device),
             )
-            for device, cdi_device in zip(planned, spec.devices[: len(planned)], strict=True)
-        ),
+        )
+    return ClaimRecord(
+        claim=preparing.claim,
+        devices=tuple(devices),
         mig_instances=preparing.mig_instances,
         time_sliced_gpus=preparing.time_sliced_gpus,
         mps=preparing.mps,
@@ -80,16 +103,48 @@ def prepared_record(
     )
 
 
-def _vgpu_limits(device: PlannedDevice) -> dict[str, int]:
-    """A vGPU share's grant, recomputed as `vgpu_edits` computed it (the result was checked there),
-    for the usage metrics to compare use against; nothing for other devices."""
+def vgpu_grant(device: PlannedDevice) -> VgpuShare | None:
+    """A vGPU share's grant, recomputed as `vgpu_edits` computed it (the result was checked
+    there), for what reports it after prepare: the record (usage metrics compare use against it),
+    the claim's device status and its metadata files. None for other devices and admin access."""
     if device.device.type != "vgpu" or device.result.admin_access:
-        return {}
-    share = vgpu_share(
+        return None
+    return vgpu_share(
         {"consumedCapacity": dict(device.result.consumed_capacity), "shareID": device.result.share_id},
         device.result.position,
         device.device,
         device.gpu,
         device.config if isinstance(device.config, VgpuConfig) else VgpuConfig(),
     )
-    return {"memory_limit_bytes": share.memory_bytes, "cores_limit": share.cores}
+
+
+def _record_limits(device: PlannedDevice) -> dict[str, int]:
+    grant = vgpu_grant(device)
+    return {} if grant is None else {"memory_limit_bytes": grant.memory_bytes, "cores_limit": grant.cores}
+
+
+def metadata_devices(planned: tuple[PlannedDevice, ...], created: CreatedMig) -> list[MetadataDevice]:
+    """What each device's metadata file says of it: its published attributes, and what only
+    prepare knows (the UUID of a MIG device it created; a vGPU share's limits and share ID)."""
+    return [
+        MetadataDevice(
+            request=device.result.request,
+            pool=device.result.pool,
+            name=device.result.device,
+            attributes={**device.device.attributes, **_prepared_attributes(device, created)},
+            result_path=device.result.path,
+        )
+        for device in planned
+    ]
+
+
+def _prepared_attributes(device: PlannedDevice, created: CreatedMig) -> dict[str, AttributeValue]:
+    facts: dict[str, AttributeValue] = {}
+    if device.create_mig:
+        facts["uuid"] = created[device.create_mig].uuid
+    if device.result.share_id:
+        facts["shareID"] = device.result.share_id
+    if (grant := vgpu_grant(device)) is not None:
+        facts["memoryLimit"] = grant.memory_bytes
+        facts["coresLimit"] = grant.cores
+    return facts

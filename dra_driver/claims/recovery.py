@@ -4,7 +4,8 @@ Three things can be out of step when an agent starts. The node rebooted: every r
 MIG instances and CDI specs that are gone, so the records are dropped and kubelet prepares its
 pods' claims again. A prepare or unprepare was cut short (a "preparing" record): it is rolled
 back. Runtime state exists that no record owns (a crash between creating it and recording it,
-or between removing the record and removing it): it is removed.
+or between removing the record and removing it): it is removed, CDI specs and device metadata
+files among it.
 
 A peer agent (the other pod of a rolling update) may be working at the same time, so each claim
 is looked at again under its own lock before anything of it is touched: a peer's prepare under
@@ -18,6 +19,7 @@ import structlog
 
 from dra_driver.claims.calls import claim_context
 from dra_driver.claims.cdi_files import CdiSpecDirectory
+from dra_driver.claims.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.ownership import DeviceOwnership
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord
@@ -33,6 +35,7 @@ class StartupRecovery:
         *,
         records: ClaimRecordStore,
         cdi_specs: CdiSpecDirectory,
+        metadata: DeviceMetadataDirectory,
         claim_locks: ClaimLocks,
         ownership: DeviceOwnership,
         effects: ClaimSideEffects,
@@ -42,6 +45,7 @@ class StartupRecovery:
         (the order of its steps is the record protocol's, so it stays with the protocol)."""
         self._records = records
         self._cdi_specs = cdi_specs
+        self._metadata = metadata
         self._claim_locks = claim_locks
         self._ownership = ownership
         self._effects = effects
@@ -63,6 +67,7 @@ class StartupRecovery:
                 await self._roll_back_unfinished(uid)
         await self._ownership.catch_up()
         await self._remove_unowned(self._cdi_specs.claim_uids(), self._remove_unowned_spec)
+        await self._remove_unowned(self._metadata.claim_uids(), self._remove_unowned_metadata)
         for leftovers in self._effects.leftovers():
             await self._remove_unowned(await leftovers.claim_uids(), leftovers.remove, leftovers.owned_by)
         for record in self._ownership.prepared_claims.values():
@@ -105,3 +110,9 @@ class StartupRecovery:
     async def _remove_unowned_spec(self, claim_uid: str) -> None:
         log.info("removing CDI spec no prepared claim owns", path=str(self._cdi_specs.path_for(claim_uid)))
         self._cdi_specs.remove(claim_uid)
+
+    async def _remove_unowned_metadata(self, claim_uid: str) -> None:
+        log.info(
+            "removing device metadata files no prepared claim owns", directory=str(self._metadata.directory)
+        )
+        self._metadata.remove(claim_uid)

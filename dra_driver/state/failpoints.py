@@ -16,11 +16,13 @@ POINTS = (
     "prepare.preparing-recorded",
     "prepare.mig-created",
     "prepare.mps-started",
+    "prepare.metadata-written",
     "prepare.cdi-written",
     "prepare.prepared-recorded",
     "unprepare.mig-destroyed",
     "unprepare.record-deleted",
     "unprepare.cdi-removed",
+    "unprepare.metadata-removed",
 )
 
 

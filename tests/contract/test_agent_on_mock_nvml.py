@@ -112,7 +112,7 @@ def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepar
     specs = "".join(path.read_text() for path in dirs.cdi_dir.glob("*.json"))
     assert f"{dirs.root}/driver/{LIBRARY_DIR}/libnvidia-ml.so.{DEFAULT_DRIVER_VERSION}" in specs
     dynamic_spec = json.loads((dirs.cdi_dir / f"k8s.{DRIVER}-claim_{dynamic}.json").read_text())
-    nodes = [n["path"] for d in dynamic_spec["devices"] for n in d["containerEdits"]["deviceNodes"]]
+    nodes = [n["path"] for d in dynamic_spec["devices"] for n in d["containerEdits"].get("deviceNodes", [])]
     # The GPU's node, and the GPU and compute instance's capabilities (the mock's minors).
     assert nodes == ["/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap1528", "/dev/nvidia-caps/nvidia-cap1529"]
 
@@ -175,7 +175,11 @@ def test_cdi_specs_name_the_driver_root_as_the_host_sees_it_not_as_the_agent_doe
     assert f"{host}/dev/nvidiactl" in paths
     assert f"{host}/dev/nvidia6" in paths
     assert f"{host}/dev/nvidia-caps/nvidia-cap1528" in paths
-    assert [path for path in paths if not path.startswith(f"{host}/")] == []
+    # The device metadata files are the one mount from elsewhere: the state directory, which the
+    # chart mounts at the same path in the agent's pod as on the host.
+    metadata = f"{agent_dirs.state_dir}/dra-device-metadata/"
+    assert len([path for path in paths if path.startswith(metadata)]) == 2
+    assert [path for path in paths if not path.startswith((f"{host}/", metadata))] == []
     assert str(seen) not in json.dumps(specs)
 
 

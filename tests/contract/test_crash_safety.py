@@ -2,10 +2,12 @@
 leaves a side effect behind (dra_driver.state.failpoints), restarted, and the node must come out whole.
 
 After every crash and restart:
-- no leaked MIG instance or CDI file: the GPUs hold exactly the instances prepared claims own,
-  and the CDI directory holds the specs of prepared claims and nothing else;
+- no leaked MIG instance, CDI file or device metadata file: the GPUs hold exactly the instances
+  prepared claims own, and the CDI directory and the metadata directory hold the specs and files
+  of prepared claims and nothing else;
 - no half-prepared claim and no lost one: a claim whose prepare was cut short is either prepared
-  (record, spec and instances) or gone without a trace, and a claim nobody touched stays prepared;
+  (record, spec, metadata files and instances) or gone without a trace, and a claim nobody
+  touched stays prepared;
 - prepare afterwards gives the answer a crash-free prepare gives, and the same answer again;
 - unprepare afterwards completes and leaves nothing of the claim behind.
 
@@ -107,7 +109,10 @@ class Claim:
                     "request_names": [request],
                     "pool_name": POOL,
                     "device_name": device,
-                    "cdi_device_ids": [f"{KIND}={self.uid}-{device}"]
+                    "cdi_device_ids": [
+                        f"{KIND}={self.uid}-{device}",
+                        f"{KIND}={self.uid}-{request}.metadata",
+                    ]
                     + ([f"{KIND}={self.uid}-mps"] if self.mps else []),
                 }
                 for request, device in sorted(self.devices, key=lambda pair: pair[1])
@@ -240,11 +245,13 @@ def assert_at_rest(state: NodeSnapshot) -> None:
     assert state.mps_daemons == dict.fromkeys(state.mps_named_by_prepared(), True), (
         "MPS daemons (or their directories) out of step with the prepared claims"
     )
+    assert state.metadata_claims == state.prepared_uids(), "device metadata files out of step"
 
 
 def assert_all_or_nothing(state: NodeSnapshot, claim: Claim) -> None:
     if state.record_state(claim.uid) is None:
         assert claim.uid not in state.cdi_specs, "a spec of a claim that is not prepared"
+        assert claim.uid not in state.metadata_claims, "metadata files of a claim that is not prepared"
         assert not state.mig_instances & claim.instances, "an instance of a claim that is not prepared"
         assert claim.uid not in state.mps_daemons, "an MPS daemon of a claim that is not prepared"
     else:
@@ -255,6 +262,7 @@ def assert_intact(state: NodeSnapshot, claim: Claim) -> None:
     """The claim is prepared, with all it was prepared with."""
     assert state.record_state(claim.uid) == "prepared"
     assert claim.uid in state.cdi_specs
+    assert claim.uid in state.metadata_claims
     assert state.instances_named_by(claim.uid) == claim.instances
     assert claim.instances <= state.mig_instances
     assert state.mps_daemons.get(claim.uid, False) == claim.mps
@@ -262,22 +270,31 @@ def assert_intact(state: NodeSnapshot, claim: Claim) -> None:
 
 def assert_left_behind(state: NodeSnapshot, point: str, times: int, victim: Claim, bystander: Claim) -> None:
     """The debris the crash at `point` (the `times`-th time it was reached) leaves: the victim's
-    record state, whether its spec exists, and how many of its instances exist."""
+    record state, whether its spec and its metadata files exist, and how many of its instances
+    exist."""
     assert_intact(state, bystander)
     created = len(victim.instances)
     expected = {
-        "prepare.preparing-recorded": ("preparing", False, 0),
-        "prepare.mig-created": ("preparing", False, times),
-        "prepare.mps-started": ("preparing", False, created),
-        "prepare.cdi-written": ("preparing", True, created),
-        "prepare.prepared-recorded": ("prepared", True, created),
-        "unprepare.mig-destroyed": ("preparing", True, created - times),
-        "unprepare.record-deleted": (None, True, 0),
-        "unprepare.cdi-removed": (None, False, 0),
+        "prepare.preparing-recorded": ("preparing", False, False, 0),
+        "prepare.mig-created": ("preparing", False, False, times),
+        "prepare.mps-started": ("preparing", False, False, created),
+        "prepare.metadata-written": ("preparing", False, True, created),
+        "prepare.cdi-written": ("preparing", True, True, created),
+        "prepare.prepared-recorded": ("prepared", True, True, created),
+        "unprepare.mig-destroyed": ("preparing", True, True, created - times),
+        "unprepare.record-deleted": (None, True, True, 0),
+        "unprepare.cdi-removed": (None, False, True, 0),
+        "unprepare.metadata-removed": (None, False, False, 0),
     }[point]
     left = state.mig_instances - bystander.instances
     assert left <= victim.instances
-    assert (state.record_state(victim.uid), victim.uid in state.cdi_specs, len(left)) == expected
+    left_behind = (
+        state.record_state(victim.uid),
+        victim.uid in state.cdi_specs,
+        victim.uid in state.metadata_claims,
+        len(left),
+    )
+    assert left_behind == expected
 
 
 def crash_during_prepare(node: Node, point: str, times: int, victim: Claim, bystander: Claim) -> None:
@@ -350,6 +367,7 @@ def empty_the_node(node: Node, *claims: Claim) -> None:
     emptied = snapshot(node.dirs)
     assert emptied.records == {}
     assert emptied.cdi_files == frozenset()
+    assert emptied.metadata_claims == frozenset()
     assert emptied.mig_instances == frozenset()
     node.stop()
 

@@ -60,7 +60,7 @@ def test_prepare_returns_devices_writes_cdi_spec_and_record(
                     "request_names": ["gpu"],
                     "pool_name": "node-a",
                     "device_name": "gpu-3",
-                    "cdi_device_ids": [f"{KIND}={uid}-gpu-3"],
+                    "cdi_device_ids": [f"{KIND}={uid}-gpu-3", f"{KIND}={uid}-gpu.metadata"],
                 }
             ],
             "error": "",
@@ -70,7 +70,7 @@ def test_prepare_returns_devices_writes_cdi_spec_and_record(
     # The minimum version: device names may start with a digit only since CDI 0.5.0.
     assert spec["cdiVersion"] == ("0.3.0" if uid[0].isalpha() else "0.5.0")
     assert spec["kind"] == KIND
-    assert [device["name"] for device in spec["devices"]] == [f"{uid}-gpu-3"]
+    assert [device["name"] for device in spec["devices"]] == [f"{uid}-gpu-3", f"{uid}-gpu.metadata"]
     env = spec["devices"][0]["containerEdits"]["env"]
     assert "DRA_DEVICE_GPU_3_PRODUCT_NAME=NVIDIA H100 80GB HBM3" in env
     record = json.loads((agent.dirs.state_dir / "claims" / f"{uid}.json").read_text())
@@ -128,8 +128,13 @@ def test_every_claim_of_a_call_gets_exactly_one_answer(
         "devices": [],
         "error": "GET resourceclaims default/gone: not found (deleted, or never created)",
     }
-    # Both devices of one claim share one spec file.
-    assert [d["name"] for d in cdi_spec(agent.dirs, good)["devices"]] == [f"{good}-gpu-0", f"{good}-gpu-1"]
+    # Both devices of one claim, and the metadata mount of each request, share one spec file.
+    assert [d["name"] for d in cdi_spec(agent.dirs, good)["devices"]] == [
+        f"{good}-gpu-0",
+        f"{good}-gpu-1",
+        f"{good}-a.metadata",
+        f"{good}-b.metadata",
+    ]
 
 
 def test_an_empty_call_gets_an_empty_answer(agent: AgentProcess) -> None:

@@ -148,8 +148,15 @@ class Claim:
         ]
 
     @property
+    def metadata_names(self) -> list[str]:
+        """The CDI devices that mount each request's device metadata file (one request per device)."""
+        return [f"{self.uid}-r{position}.metadata" for position in range(len(self.devices))]
+
+    @property
     def spec_devices(self) -> list[str]:
-        return self.device_names + ([f"{self.uid}-mps"] if self.strategy == "MPS" else [])
+        return (
+            self.device_names + self.metadata_names + ([f"{self.uid}-mps"] if self.strategy == "MPS" else [])
+        )
 
 
 @dataclass
@@ -328,8 +335,10 @@ def check_answers(calls: Sequence[Call], by_uid: dict[str, Claim]) -> Counter[st
                 assert error == "", (call.op, claim.name, error)
                 if call.op == "prepare":
                     assert sorted(devices) == sorted(
-                        (device, [f"{CDI_KIND}={cdi_name}", *claim.mps_id])
-                        for (device, _), cdi_name in zip(claim.devices, claim.device_names, strict=True)
+                        (device, [f"{CDI_KIND}={cdi_name}", f"{CDI_KIND}={metadata}", *claim.mps_id])
+                        for (device, _), cdi_name, metadata in zip(
+                            claim.devices, claim.device_names, claim.metadata_names, strict=True
+                        )
                     )
                 continue
             assert devices == [], "a refused claim gets no devices"

@@ -730,11 +730,12 @@ def test_any_claim_identity_gets_its_own_answer_and_the_agent_keeps_serving(
 
     try:
         one_call()
-        # Still serving, and nothing was written but the real claim's record and spec.
+        # Still serving, and nothing was written but the real claim's record, spec and metadata file.
         assert call("v1", True, [real]) == {uid: ""}
         assert files_under(short_dir) - before == {
             f"node/plugins/{DRIVER}/claims/{uid}.json",
             f"node/cdi/k8s.{DRIVER}-claim_{uid}.json",
+            f"node/plugins/{DRIVER}/dra-device-metadata/{uid}_gpu.json",
         }
         assert call("v1beta1", False, [real]) == {uid: ""}
     finally:

@@ -164,7 +164,10 @@ def test_a_whole_gpu(node: Node) -> None:
     with node.prepared(claim) as answer:
         (device,) = answer[claim.uid]["devices"]
         assert (device["request_names"], device["device_name"]) == (["gpu"], "gpu-6")
-        assert device["cdi_device_ids"] == [f"{CDI_KIND}={claim.uid}-gpu-6"]
+        assert device["cdi_device_ids"] == [
+            f"{CDI_KIND}={claim.uid}-gpu-6",
+            f"{CDI_KIND}={claim.uid}-gpu.metadata",
+        ]
         seen = container_env(cdi_ids(answer[claim.uid]))
 
     assert seen == [f"DRA_DEVICE_GPU_6={GPUS[6].uuid}", "DRA_DEVICE_GPU_6_PRODUCT_NAME=NVIDIA L4"]
@@ -236,7 +239,10 @@ def test_a_vgpu_share_gets_its_consumed_capacity_as_hami_core_limits(node: Node)
         (device,) = answer[claim.uid]["devices"]
         assert (device["device_name"], device["share_id"]) == ("gpu-4", share)
         # Two shares of one device in one claim are two CDI devices, so the name carries the share.
-        assert device["cdi_device_ids"] == [f"{CDI_KIND}={claim.uid}-gpu-4-{share}"]
+        assert device["cdi_device_ids"] == [
+            f"{CDI_KIND}={claim.uid}-gpu-4-{share}",
+            f"{CDI_KIND}={claim.uid}-gpu.metadata",
+        ]
         seen = container_env(cdi_ids(answer[claim.uid]))
 
     assert seen == [

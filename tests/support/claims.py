@@ -9,11 +9,16 @@ from kubernetes import client
 from dra_driver import DEFAULT_DRIVER_NAME
 
 
-def claim_body(name: str, requests: list[str], namespace: str = "default") -> dict[str, Any]:
+def claim_body(
+    name: str, requests: list[str], namespace: str = "default", annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": metadata,
         "spec": {
             "devices": {
                 "requests": [
@@ -31,12 +36,14 @@ def allocate_results(
     results: Sequence[Mapping[str, Any]],
     configs: Sequence[Mapping[str, Any]] = (),
     namespace: str = "default",
+    annotations: Mapping[str, str] | None = None,
 ) -> str:
     """Creates claim `name` with the requests `results` name and writes its allocation as the
     scheduler would: `results` as given (shareID, consumedCapacity, adminAccess included) and the
-    opaque `configs`. Returns the claim's UID."""
+    opaque `configs`. `annotations`: the claim's, as the resource claim controller sets them on
+    claims it makes from a template. Returns the claim's UID."""
     requests = sorted({str(result["request"]).split("/")[0] for result in results})
-    api.create_namespaced_resource_claim(namespace, claim_body(name, requests, namespace))
+    api.create_namespaced_resource_claim(namespace, claim_body(name, requests, namespace, annotations))
     stored = api.read_namespaced_resource_claim(name, namespace)
     status = {
         "allocation": {

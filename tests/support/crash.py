@@ -1,5 +1,5 @@
 """What a node holds after its agent died: the MIG instances on the (simulated) GPUs, the claim
-records and the CDI specs, read straight from disk.
+records, the CDI specs and the device metadata files, read straight from disk.
 
 Crash tests must judge the node without the agent's help: right after a SIGKILL there is no
 agent to ask, and once one is restarted it has already rolled back whatever the crash left, so
@@ -13,6 +13,7 @@ from typing import Any
 
 from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
 from dra_driver.claims.cdi import claim_spec_file_name
+from dra_driver.claims.device_metadata import HOST_SUBDIR
 from dra_driver.claims.mps import daemon_pid
 from dra_driver.claims.sharing import MpsDirectories
 from tests.support.agent import AgentDirs
@@ -31,6 +32,8 @@ class NodeSnapshot:
     cdi_specs: frozenset[str]
     # Every file in the CDI directory, by name: what the container runtime would read.
     cdi_files: frozenset[str]
+    # Claim UIDs that have device metadata files (KEP-5304).
+    metadata_claims: frozenset[str]
     # Claim UID -> whether its MPS control daemon runs, for every claim with MPS directories.
     mps_daemons: dict[str, bool] = field(default_factory=dict)
 
@@ -98,6 +101,13 @@ def _mps_daemons(mps_dir: Path) -> dict[str, bool]:
     }
 
 
+def _metadata_claims(state_dir: Path) -> frozenset[str]:
+    """The claim UIDs that name a metadata file, temporary ones included (<uid>_<request>.json)."""
+    root = state_dir / HOST_SUBDIR
+    names = [path.name for path in root.iterdir()] if root.is_dir() else []
+    return frozenset(name.removeprefix(".").partition("_")[0] for name in names)
+
+
 def snapshot(dirs: AgentDirs) -> NodeSnapshot:
     files = frozenset(path.name for path in dirs.cdi_dir.iterdir()) if dirs.cdi_dir.is_dir() else frozenset()
     prefix, suffix = claim_spec_file_name(dirs.driver_name, "{uid}").split("{uid}")
@@ -111,4 +121,5 @@ def snapshot(dirs: AgentDirs) -> NodeSnapshot:
         ),
         cdi_files=files,
         mps_daemons=_mps_daemons(dirs.root / "mps"),
+        metadata_claims=_metadata_claims(dirs.state_dir),
     )

@@ -24,7 +24,9 @@ from dra_driver.claims.cdi import (
     node_spec_file_name,
 )
 from dra_driver.claims.cdi_files import CdiSpecDirectory
+from dra_driver.claims.device_metadata import MetadataDevice, mount_edits, request_metadata
 from dra_driver.claims.driver_edits import common_edits, control_device_nodes
+from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.mig_caps import capability_edits, mig_instance_capabilities
 from dra_driver.hardware.driver_root import DeviceRoot, discover_driver
 
@@ -234,6 +236,14 @@ def test_generated_specs_match_the_cdi_schema_and_a_version_podman_accepts(
             f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\n"
         )
     caps = mig_instance_capabilities(tmp_path / "proc", gpu_minor=0, gpu_instance=1, compute_instance=0)
+    # A UID that starts with a letter: the spec then needs no CDI 0.5.0 for its device names.
+    lettered = "a" + UID[1:]
+    (metadata,) = request_metadata(
+        DRIVER,
+        claim_ref("default", "c", lettered),
+        None,
+        [MetadataDevice("gpu", "node-a", "gpu-0", {"index": 0})],
+    )
 
     specs = {
         "common, plain host": node_spec(
@@ -253,6 +263,17 @@ def test_generated_specs_match_the_cdi_schema_and_a_version_podman_accepts(
                 ("gpu-0-mig-1g", capability_edits(caps, tmp_path)),
             ],
         ),
+        "claim with a device metadata mount": claim_spec(
+            DRIVER,
+            lettered,
+            [
+                ("gpu-0", ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=void",))),
+                (
+                    metadata.cdi_device,
+                    mount_edits("/var/lib/kubelet/plugins/x/dra-device-metadata", lettered, metadata),
+                ),
+            ],
+        ),
     }
 
     rendered = {name: spec.to_json() for name, spec in specs.items()}
@@ -262,6 +283,8 @@ def test_generated_specs_match_the_cdi_schema_and_a_version_podman_accepts(
         "common, plain host": "0.3.0",
         "common, driver container": "0.5.0",
         "claim with a MIG device": "0.5.0",
+        # A file mount and a dotted device name need nothing newer than the oldest version.
+        "claim with a device metadata mount": "0.3.0",
     }
     mounts = rendered["common, plain host"]["devices"][0]["containerEdits"]["mounts"]
     assert {m["containerPath"] for m in mounts} == {

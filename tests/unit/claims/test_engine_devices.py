@@ -71,7 +71,9 @@ def node(
 def spec_env(tmp: Path, uid: str) -> list[str]:
     (spec,) = (tmp / "cdi").glob(f"*{uid}*")
     return [
-        env for device in json.loads(spec.read_text())["devices"] for env in device["containerEdits"]["env"]
+        env
+        for device in json.loads(spec.read_text())["devices"]
+        for env in device["containerEdits"].get("env", [])
     ]
 
 

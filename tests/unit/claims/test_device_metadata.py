@@ -1,0 +1,234 @@
+"""The KEP-5304 device metadata files, as rendered from what prepare knows (pure)."""
+
+import json
+from pathlib import PurePosixPath
+
+import jsonschema
+import pytest
+
+from dra_driver.claims import device_metadata
+from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.device_metadata import MetadataDevice, request_metadata
+from dra_driver.claims.identity import claim_ref
+from dra_driver.devices.model import AttributeValue, Version
+from tests.support.device_metadata_schema import metadata_stream, validate_metadata
+from tests.support.nodes import inventory_for
+
+DRIVER = "gpu.dra-driver.dev"
+REF = claim_ref("team-a", "training", "0b7c4d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f")
+GPU = MetadataDevice(
+    request="gpu",
+    pool="node-a",
+    name="gpu-0",
+    attributes={
+        "uuid": "GPU-0d1e2f30-1111-2222-3333-444455556666",
+        "index": 0,
+        "driverVersion": Version("580.95.5"),
+        "resource.kubernetes.io/pciBusID": "0000:3b:00.0",
+        "type": "gpu",
+    },
+)
+
+
+def test_a_request_file_holds_each_api_version_newest_first_with_the_same_content() -> None:
+    (metadata,) = request_metadata(DRIVER, REF, None, [GPU])
+    beta, alpha = metadata_stream(metadata.content)
+    # One object per line, so a shell reader can pick its version with head or grep.
+    assert [json.loads(line) for line in metadata.content.splitlines()] == [beta, alpha]
+
+    assert [beta["apiVersion"], alpha["apiVersion"]] == [
+        "metadata.resource.k8s.io/v1beta1",
+        "metadata.resource.k8s.io/v1alpha1",
+    ]
+    assert {**beta, "apiVersion": ""} == {**alpha, "apiVersion": ""}
+    assert beta == {
+        "kind": "DeviceMetadata",
+        "apiVersion": "metadata.resource.k8s.io/v1beta1",
+        "metadata": {"name": "training", "namespace": "team-a", "uid": REF.uid, "generation": 1},
+        "requests": [
+            {
+                "name": "gpu",
+                "devices": [
+                    {
+                        "driver": DRIVER,
+                        "pool": "node-a",
+                        "name": "gpu-0",
+                        "attributes": {
+                            "driverVersion": {"version": "580.95.5"},
+                            "index": {"int": 0},
+                            "resource.kubernetes.io/pciBusID": {"string": "0000:3b:00.0"},
+                            "type": {"string": "gpu"},
+                            "uuid": {"string": "GPU-0d1e2f30-1111-2222-3333-444455556666"},
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+    for document in (beta, alpha):
+        validate_metadata(document)
+
+
+def test_a_claim_the_pod_names_is_under_resourceclaims_and_a_template_claim_under_its_pod_name() -> None:
+    (direct,) = request_metadata(DRIVER, REF, None, [GPU])
+    (templated,) = request_metadata(DRIVER, REF, "gpus", [GPU])
+
+    assert direct.container_path == PurePosixPath(
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/training/gpu/gpu.dra-driver.dev-metadata.json"
+    )
+    assert templated.container_path == PurePosixPath(
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpus/gpu/gpu.dra-driver.dev-metadata.json"
+    )
+    assert "podClaimName" not in metadata_stream(direct.content)[0]
+    assert all(document["podClaimName"] == "gpus" for document in metadata_stream(templated.content))
+
+
+def test_each_main_request_gets_one_file_with_all_its_devices_and_a_subrequest_keeps_its_full_name() -> None:
+    second = MetadataDevice(request="gpu", pool="node-a", name="gpu-1", attributes={"index": 1})
+    fallback = MetadataDevice(request="small/mig", pool="node-a", name="gpu-2-mig-1g10gb-0", attributes={})
+    gpus, small = request_metadata(DRIVER, REF, None, [GPU, fallback, second])
+
+    assert (gpus.request, small.request) == ("gpu", "small")
+    assert [d["name"] for d in metadata_stream(gpus.content)[0]["requests"][0]["devices"]] == [
+        "gpu-0",
+        "gpu-1",
+    ]
+    assert metadata_stream(small.content)[0]["requests"] == [
+        {
+            "name": "small/mig",
+            "devices": [{"driver": DRIVER, "pool": "node-a", "name": "gpu-2-mig-1g10gb-0", "attributes": {}}],
+        }
+    ]
+    assert small.container_path.parent.name == "small"
+    assert small.cdi_device == "small.metadata"
+
+
+def test_the_same_input_renders_the_same_bytes() -> None:
+    reordered = MetadataDevice(
+        request=GPU.request,
+        pool=GPU.pool,
+        name=GPU.name,
+        attributes=dict(reversed(list(GPU.attributes.items()))),
+    )
+    assert request_metadata(DRIVER, REF, "gpus", [GPU]) == request_metadata(DRIVER, REF, "gpus", [reordered])
+
+
+def test_the_mount_is_read_only_from_the_claims_host_file_to_the_standard_path() -> None:
+    (metadata,) = request_metadata(DRIVER, REF, None, [GPU])
+    edits = device_metadata.mount_edits("/var/lib/kubelet/plugins/x/dra-device-metadata", REF.uid, metadata)
+
+    assert edits.to_json() == {
+        "mounts": [
+            {
+                "hostPath": f"/var/lib/kubelet/plugins/x/dra-device-metadata/{REF.uid}_gpu.json",
+                "containerPath": str(metadata.container_path),
+                "options": ["ro", "nosuid", "nodev", "noexec", "bind"],
+            }
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("annotations", "message"),
+    [
+        ({"resource.kubernetes.io/pod-claim-name": "../../etc"}, "is not a DNS label"),
+        ({"resource.kubernetes.io/pod-claim-name": "Gpus"}, "is not a DNS label"),
+        ({"resource.kubernetes.io/pod-claim-name": 7}, "expected a string, got int"),
+    ],
+)
+def test_a_pod_claim_name_that_cannot_be_a_path_component_rejects_the_claim(
+    annotations: dict[str, object], message: str
+) -> None:
+    claim = {"metadata": {"name": REF.name, "annotations": annotations}}
+    with pytest.raises(
+        ClaimRejected,
+        match=r"metadata\.annotations\['resource\.kubernetes\.io/pod-claim-name'\]: .*" + message,
+    ):
+        device_metadata.pod_claim_name(claim, REF)
+
+
+def test_the_pod_claim_name_comes_from_the_annotation_of_generated_claims_only() -> None:
+    generated = {"metadata": {"annotations": {"resource.kubernetes.io/pod-claim-name": "gpus", "other": "x"}}}
+    assert device_metadata.pod_claim_name(generated, REF) == "gpus"
+    assert device_metadata.pod_claim_name({"metadata": {"annotations": {"other": "x"}}}, REF) is None
+    assert device_metadata.pod_claim_name({"metadata": {}}, REF) is None
+
+
+@pytest.mark.parametrize("request_name", ["../escape", "gpu/../../x", "GPU", "a" * 64])
+def test_a_request_name_that_cannot_be_a_path_component_rejects_the_claim(request_name: str) -> None:
+    device = MetadataDevice(
+        request=request_name,
+        pool="node-a",
+        name="gpu-0",
+        attributes={},
+        result_path="status.allocation.devices.results[2]",
+    )
+    with pytest.raises(ClaimRejected, match=r"status\.allocation\.devices\.results\[2\]\.request: "):
+        request_metadata(DRIVER, REF, None, [device])
+
+
+def test_more_attributes_than_the_api_allows_are_refused() -> None:
+    crowded = MetadataDevice(
+        request="gpu", pool="node-a", name="gpu-0", attributes={f"a{i}": i for i in range(33)}
+    )
+    with pytest.raises(ValueError, match="33 metadata attributes; the DeviceMetadata API allows 32"):
+        request_metadata(DRIVER, REF, None, [crowded])
+
+
+@pytest.mark.parametrize(
+    ("profile", "config"),
+    [
+        ("dgx-h100-mig", "mig-dynamic"),
+        ("mixed", "vgpu-capacity"),
+        ("mixed", "vgpu-partitions"),
+        ("gb200x4", "default"),
+    ],
+)
+def test_every_published_device_with_the_facts_prepare_adds_is_a_valid_metadata_device(
+    profile: str, config: str
+) -> None:
+    """The published attributes of each device, plus the three facts prepare may add (MIG device
+    UUID, or a vGPU share's limits and share ID), stay within the API's rules."""
+    prepared: dict[str, AttributeValue] = {
+        "uuid": "MIG-0d1e2f30-1111-2222-3333-444455556666",
+        "memoryLimit": 2**34,
+        "coresLimit": 30,
+        "shareID": "3f0c5e62-5b51-4b57-9e4a-2c9f1d6f4b10",
+    }
+    devices = [
+        MetadataDevice(
+            request="gpu", pool="node-a", name=device.name, attributes={**device.attributes, **prepared}
+        )
+        for device in inventory_for(profile, config).devices
+    ]
+    (metadata,) = request_metadata(DRIVER, REF, "gpus", devices)
+    for document in metadata_stream(metadata.content):
+        validate_metadata(document)
+
+
+def test_the_schema_check_refuses_what_the_api_refuses() -> None:
+    """The validator used above can fail: each broken document is refused."""
+    (metadata,) = request_metadata(DRIVER, REF, None, [GPU])
+    good = metadata_stream(metadata.content)[0]
+    device = good["requests"][0]["devices"][0]
+    broken = [
+        {**good, "extra": 1},
+        {**good, "apiVersion": "metadata.resource.k8s.io/v1"},
+        {**good, "requests": [{"devices": []}]},
+        {**good, "requests": [{"name": "gpu", "devices": [{**device, "pool": ""}]}]},
+        {
+            **good,
+            "requests": [{"name": "gpu", "devices": [{k: v for k, v in device.items() if k != "driver"}]}],
+        },
+        {
+            **good,
+            "requests": [
+                {"name": "gpu", "devices": [{**device, "attributes": {"a": {"int": 1, "bool": True}}}]}
+            ],
+        },
+        {**good, "requests": [{"name": "gpu", "devices": [{**device, "attributes": {"a": {"float": 1.5}}}]}]},
+        {**good, "metadata": {**good["metadata"], "generation": "one"}},
+    ]
+    for document in broken:
+        with pytest.raises(jsonschema.ValidationError):
+            validate_metadata(json.loads(json.dumps(document)))
