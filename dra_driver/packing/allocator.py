@@ -271,6 +271,19 @@ class NodeState:
         """The allocation the scheduler would make for this claim now, or why there is none."""
         return _Search(self, claim).run()
 
+    def fitting(self, request: Request) -> tuple[DeviceResult, ...]:
+        """Every device that could serve a one-device request now, in pool order: the choices a
+        scoring allocator would weigh (the packing bound uses it; the scheduler takes the first)."""
+        search = _Search(self, Claim((request,)))
+        candidates = search.candidates[0]
+        found = []
+        for index in candidates.indices:
+            undo = search._take(index, request, candidates.charged[index])
+            if undo is not None:
+                found.append(search.results[-1])
+                undo()
+        return tuple(found)
+
 
 class _Search:
     """One claim's depth-first search, with the tentative state it keeps while backtracking."""
