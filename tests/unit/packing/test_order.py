@@ -11,7 +11,7 @@ from dra_driver.devices.node_config import GpuSettings, NodeConfig, VgpuPartitio
 from dra_driver.devices.order import name_ordered
 from dra_driver.devices.origins import DynamicMig
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Request
-from dra_driver.packing.traces import GIB, mig_shapes, partition_mix
+from dra_driver.packing.traces import GIB, mig_shapes
 from tests.support.nodes import simulated_node
 
 DRIVER = "gpu.example.com"
@@ -61,17 +61,6 @@ def test_binpack_fills_one_gpu_before_the_next_and_spread_goes_round_robin() -> 
     assert [name.split("-mig-")[0] for name in packed] == ["gpu-0"] * 7 + ["gpu-1"]
     spread = first_fits(mig_inventory("spread"), [one_g] * 8)
     assert [name.split("-mig-")[0] for name in spread] == [f"gpu-{minor}" for minor in range(8)]
-
-
-def test_big_partitions_and_whole_gpus_fill_from_the_last_gpu() -> None:
-    gpus = simulated_node("dgx-h100")
-    settings = GpuSettings(
-        mode="vgpu-partitions", partitions=tuple(VgpuPartitionSize(size * GIB) for size in (5, 10, 20))
-    )
-    inventory = node_inventory(gpus, NodeConfig(default=settings))
-    shapes = {shape.label: shape.claim for shape, _ in partition_mix(gpus[0]).shapes}
-    small, big, whole = shapes["vgpu 5Gi"], shapes["vgpu 20Gi"], shapes["gpu"]
-    assert first_fits(inventory, [small, big, whole]) == ["gpu-0-vgpu-5gi-0", "gpu-7-vgpu-20gi-0", "gpu-6"]
 
 
 def test_a_gpu_with_a_tenant_is_skipped_by_spread_until_every_gpu_has_one() -> None:
