@@ -5,10 +5,12 @@ The hand-worked cases are those of the upstream allocator's own table
 the devices rebuilt in our model: the facts (which device each request gets) are upstream's.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import pytest
 
+from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.devices.classes import selector
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import (
     AttributeValue,
@@ -20,6 +22,7 @@ from dra_driver.devices.model import (
     Taint,
     ValidRange,
     Version,
+    device_to_api,
 )
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.devices.slices import PlannedSlice
@@ -36,6 +39,7 @@ from dra_driver.packing.allocator import (
     allocate,
 )
 from dra_driver.packing.capacity_policy import ModelCapacity, Policy, charges
+from tests.support.cel import selects
 
 DRIVER = "driver-a"
 
@@ -299,3 +303,38 @@ def test_removing_an_allocation_frees_its_devices_and_counters() -> None:
     state.remove(whole)
     assert devices_of(state.allocate(Claim((profile("1g.10gb"),))))[0].startswith("gpu-0-")
     assert all(amount == 0 for counters in state.counters_used().values() for amount in counters.values())
+
+
+def cel(expression: str) -> Callable[[Device], bool]:
+    """A class's and a claim's selector evaluated by a real CEL engine on the rendered device."""
+    return lambda device: selects(expression, DEFAULT_DRIVER_NAME, device_to_api(device))
+
+
+def test_real_cel_selectors_and_match_attribute_on_our_mig_pool() -> None:
+    """The published MIG DeviceClass selector and a claim's profile selector, in real CEL: two
+    3g.40gb claims fill GPU 0 (slice 4 first: it blocks less than slice 0), the third goes to
+    GPU 1; a 4g and a 1g that must share a GPU (matchAttribute parentUUID) backtrack to GPU 2."""
+    gpus = simulated_gpus("node-a", resolve_node_spec("dgx-h100-mig"))
+    inventory = node_inventory(gpus, NodeConfig(default=GpuSettings(mode="mig-dynamic")))
+    state = NodeState(Pool.from_inventory(inventory, DEFAULT_DRIVER_NAME))
+    mig = selector("mig", DEFAULT_DRIVER_NAME)
+
+    def of_profile(name: str, profile: str) -> Request:
+        attributes = f'device.attributes["{DEFAULT_DRIVER_NAME}"]'
+        return Request(name, selector=cel(f'{mig} && {attributes}.profile == "{profile}"'))
+
+    placed: list[str] = []
+    for _ in range(3):
+        answer = state.allocate(Claim((of_profile("mig", "3g.40gb"),)))
+        assert isinstance(answer, Allocation)
+        state.add(answer)
+        placed += answer.devices
+    assert placed == ["gpu-0-mig-3g40gb-4", "gpu-0-mig-3g40gb-0", "gpu-1-mig-3g40gb-4"]
+    pair = Claim(
+        (of_profile("big", "4g.40gb"), of_profile("small", "1g.10gb")),
+        (MatchAttribute(f"{DEFAULT_DRIVER_NAME}/parentUUID"),),
+    )
+    # The 4g fits GPU 1 next to its 3g, but then the 1g has no slice left there: backtrack to GPU 2.
+    assert devices_of(state.allocate(pair)) == ("gpu-2-mig-4g40gb-0", "gpu-2-mig-1g10gb-6")
+    apart = Claim((of_profile("big", "4g.40gb"), of_profile("small", "1g.10gb")))
+    assert devices_of(state.allocate(apart)) == ("gpu-1-mig-4g40gb-0", "gpu-2-mig-1g10gb-6")
