@@ -10,6 +10,7 @@ from dra_driver.devices.naming import parse_device_name
 from dra_driver.devices.node_config import GpuSettings, NodeConfig, VgpuPartitionSize, parse_node_config
 from dra_driver.devices.order import name_ordered
 from dra_driver.devices.origins import DynamicMig
+from dra_driver.devices.slices import plan_slices
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Request
 from dra_driver.packing.traces import GIB, mig_shapes
 from tests.support.nodes import simulated_node
@@ -72,3 +73,23 @@ def test_a_gpu_with_a_tenant_is_skipped_by_spread_until_every_gpu_has_one() -> N
     share = Claim((Request("vgpu", selector=lambda d: d.type == "vgpu"),))
     placed = first_fits(inventory, [share] * 9)
     assert [inventory.gpu_of_device[name].minor for name in placed] == [*range(8), 0]
+
+
+def test_kubernetes_1_34_keeps_each_gpus_devices_in_its_own_slice_so_spread_is_gpu_after_gpu() -> None:
+    """1.34 slices hold a counter set with the devices drawing from it, one slice per GPU: the
+    scheduler then tries GPU after GPU whatever the inventory order, as docs/drafts/packing.md says."""
+    inventory = mig_inventory("spread")
+    slices = plan_slices(inventory, "1.34")
+    gpus_per_slice = [{inventory.gpu_of_device[d.name].minor for d in planned.devices} for planned in slices]
+    assert gpus_per_slice == [{minor} for minor in range(8)]
+    one_g = mig_shapes(simulated_node("dgx-h100-mig")[0])["1g"].claim
+    state = NodeState(Pool.from_slices(slices, DRIVER))
+    first = state.allocate(one_g)
+    assert isinstance(first, Allocation)
+    state.add(first)
+    assert devices_gpu(state.allocate(one_g)) == 0
+
+
+def devices_gpu(answer: Allocation | object) -> int:
+    assert isinstance(answer, Allocation)
+    return int(answer.devices[0].split("-")[1])
