@@ -9,7 +9,9 @@ The facts, from kubernetes/dynamic-resource-allocation `structured/internal/expe
 - Order: pools sorted by driver name, then pool name (pools whose devices have binding
   conditions last); within a pool, slices sorted by object name; within a slice, devices in
   the order listed. Our slices are named with a hex plan index first (`devices.slices`), so the
-  order is the plan's: the inventory's device order.
+  order is the plan's: the inventory's device order. (The sorting is v0.36 / Kubernetes 1.36,
+  in the allocators used whenever a non-GA DRA feature is on; before, and in the stable one,
+  slices come in listing order and only the order within a slice holds.)
 - Claims, then their requests, then the devices of a request, are filled in turn. Each request
   searches from the first device; the second and later device of the same request search from
   just after the previous one, so one request never gets a device twice. When a later step finds
