@@ -16,6 +16,7 @@ from dra_driver.devices.mig import (
 from dra_driver.devices.model import CounterSet, Device
 from dra_driver.devices.naming import natural_key
 from dra_driver.devices.node_config import GpuPlan, NodeConfig, plan_gpus
+from dra_driver.devices.order import ordered_devices
 from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig, VgpuShare, WholeGpu
 from dra_driver.devices.vgpu import (
     partitioned_whole_gpu_device,
@@ -32,7 +33,8 @@ Offer = tuple[Device, DeviceOrigin]
 
 @dataclass(frozen=True, slots=True)
 class Inventory:
-    """What this node offers: devices sorted by name, counter sets, and what each device stands for."""
+    """What this node offers: devices in publishing order (`devices.order`), counter sets, and
+    what each device stands for."""
 
     devices: tuple[Device, ...]
     counter_sets: tuple[CounterSet, ...]
@@ -114,7 +116,8 @@ def build_inventory(plans: Sequence[GpuPlan]) -> Inventory:
         counter_sets.extend(gpu_counter_sets)
     devices = [device for device, _ in offers]
     return Inventory(
-        devices=tuple(sorted(devices, key=lambda device: natural_key(device.name))),
+        # The scheduler tries devices in this order: it is the node's packing policy.
+        devices=ordered_devices(offers, {plan.gpu.uuid: plan.settings.packing for plan in plans}),
         device_by_name={device.name: device for device in devices},
         counter_sets=tuple(sorted(counter_sets, key=lambda counter_set: natural_key(counter_set.name))),
         origin_of_device={device.name: origin for device, origin in offers},

@@ -19,6 +19,7 @@ from dra_driver.config.strict_decode import (
     mapping,
 )
 from dra_driver.devices.gpu_selection import select_entries
+from dra_driver.devices.order import PackingPolicy
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import Gpu, MigMode
 
@@ -59,6 +60,8 @@ class GpuSettings:
     partitions: tuple[VgpuPartitionSize, ...] = ()
     # Dynamic MIG: profile names to publish; empty = all.
     mig_profiles: tuple[str, ...] = ()
+    # Where the scheduler's first fit puts claims that share GPUs (devices.order).
+    packing: PackingPolicy = "binpack"
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +199,31 @@ def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
             f"{where}.mig.profiles: expected profile names such as 1g.10gb, got {profiles!r}"
         )
     return GpuSettings(
-        mode=mode, memory_step=memory_step, partitions=partitions, mig_profiles=tuple(profiles)
+        mode=mode,
+        memory_step=memory_step,
+        partitions=partitions,
+        mig_profiles=tuple(profiles),
+        packing=_packing(raw, mode, where),
     )
 
 
-_SETTINGS_FIELDS = ("mode", "vgpu", "mig")
+def _packing(raw: Mapping[str, Any], mode: Mode, where: str) -> PackingPolicy:
+    try:
+        packing: PackingPolicy = choice(
+            raw.get("packing", "binpack"), f"{where}.packing", literal_options(PackingPolicy)
+        )
+    except DecodeError as error:
+        raise NodeConfigError(str(error)) from error
+    if packing == "spread" and mode == "vgpu-capacity":
+        raise NodeConfigError(
+            f"{where}.packing: spread needs a device per tenant slot (mode vgpu-partitions or "
+            "mig-dynamic); with vgpu-capacity each GPU is one device and the scheduler fills the "
+            "first GPU that fits"
+        )
+    return packing
+
+
+_SETTINGS_FIELDS = ("mode", "vgpu", "mig", "packing")
 _SELECTORS = ("index", "uuid", "model", "productName")
 
 

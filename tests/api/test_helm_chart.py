@@ -22,13 +22,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 import yaml
 
 from dra_driver import __version__
 from dra_driver.devices.node_config import MODES
+from dra_driver.devices.order import PackingPolicy
 from dra_driver.hardware.simulated_nodes import node_profiles
 from dra_driver.tools.manifests import LOG_FORMATS, ManifestOptions, chart_values, render
 from tests.e2e.deploy import e2e_chart_values, e2e_manifests
@@ -569,6 +570,7 @@ def test_a_partition_size_the_chart_cannot_read_is_refused(server: ApiServer, tm
         ({"nodeConfigs": {"mig": {"defaults": {}}}}, "defaults"),
         ({"nodeConfigs": {"bad name": {}}}, "bad name"),
         ({"nodeConfigs": {"mig": {"default": {"mode": "warp-drive"}}}}, "/nodeConfigs/mig/default/mode"),
+        ({"nodeConfigs": {"mig": {"default": {"packing": "tight"}}}}, "/nodeConfigs/mig/default/packing"),
         ({"nodeConfigs": {"mig": {"gpus": [{"index": 0, "uuid": "GPU-1", "mode": "gpu"}]}}}, "oneOf"),
         ({"nodeConfigs": {"mig": {"gpus": [{"mode": "gpu"}]}}}, "oneOf"),
         ({"hardware": "simulated:dgx-h10"}, "hardware"),
@@ -608,6 +610,8 @@ def test_the_schema_knows_what_the_agent_knows() -> None:
 
     assert node_config["default"]["properties"]["mode"]["enum"] == list(MODES)
     assert node_config["gpus"]["items"]["properties"]["mode"]["enum"] == list(MODES)
+    for where in (node_config["default"], node_config["gpus"]["items"]):
+        assert where["properties"]["packing"]["enum"] == list(get_args(PackingPolicy))
     assert profiles.split("|") == sorted(node_profiles())
     assert properties["logFormat"]["enum"] == list(LOG_FORMATS)
 

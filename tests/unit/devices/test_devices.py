@@ -79,7 +79,7 @@ def test_dynamic_mig_can_be_limited_to_some_profiles() -> None:
         gpus=(GpuEntry("gpus[0]", 0, None, GpuSettings(mode="mig-dynamic", mig_profiles=("3g.40gb",))),)
     )
     names = [device.name for device in node_inventory((gpu,), config).devices]
-    assert names == ["gpu-0-mig-3g40gb-0", "gpu-0-mig-3g40gb-4"]
+    assert sorted(names) == ["gpu-0-mig-3g40gb-0", "gpu-0-mig-3g40gb-4"]
 
 
 def test_static_mig_publishes_the_existing_instances_with_their_uuids() -> None:
@@ -127,8 +127,8 @@ def test_partitions_mode_offers_fixed_sizes_and_the_whole_gpu_on_shared_counters
     )
     inventory = node_inventory((gpu,), config)
 
+    # Smallest partitions first, the whole GPU last (devices.order, binpack).
     assert [device.name for device in inventory.devices] == [
-        "gpu-0",
         "gpu-0-vgpu-4gi-0",
         "gpu-0-vgpu-4gi-1",
         "gpu-0-vgpu-4gi-2",
@@ -136,6 +136,7 @@ def test_partitions_mode_offers_fixed_sizes_and_the_whole_gpu_on_shared_counters
         "gpu-0-vgpu-4gi-4",
         "gpu-0-vgpu-10gi-0",
         "gpu-0-vgpu-10gi-1",
+        "gpu-0",
     ]
     (counter_set,) = inventory.counter_sets
     assert counter_set.counters == {"memory": gpu.memory_bytes, "cores": 100}

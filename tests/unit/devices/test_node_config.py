@@ -160,6 +160,14 @@ def test_a_config_that_does_not_fit_the_gpus_names_the_gpu_and_the_setting(
             "default: {mode: mig-dynamic, mig: {profiles: [7]}}",
             "default.mig.profiles: expected profile names",
         ),
+        (
+            "default: {mode: mig-dynamic, packing: tight}",
+            'default.packing: "tight" is not one of binpack, spread',
+        ),
+        (
+            "gpus: [{index: 0, mode: vgpu-capacity, packing: spread}]",
+            "gpus[0].packing: spread needs a device per tenant slot",
+        ),
     ],
 )
 def test_malformed_configs_are_rejected_with_the_field_path(text: str, message: str) -> None:

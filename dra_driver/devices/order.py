@@ -1,0 +1,95 @@
+"""The order devices are published in, which is the order the scheduler tries them.
+
+The scheduler's allocator does no scoring: each request takes the first device that fits, in
+slice-name order and then list order (`packing.allocator` has the facts). So the published
+order is the node's packing policy, and a good one makes first fit behave like best fit:
+
+- binpack (the default): GPU after GPU, so one GPU's partitions are used before the next GPU
+  is touched and whole GPUs stay free for big claims. Within a GPU, small devices come first
+  and each MIG profile's placements are listed from the one that strands the least: the
+  placement blocking the fewest placements of the other profiles, weighted by how rare those
+  are (blocking the only 4g placement costs more than blocking one of four 1g.20gb ones).
+  Ties go to the higher start, since the big profiles all start at slice 0. vGPU partitions:
+  smallest size first, the whole GPU last.
+- spread: the same order within a GPU, but round-robin over the GPUs, so the first claim of
+  each GPU's best slot goes to every GPU before any GPU gets a second tenant.
+
+Names never change (an allocated device keeps its name, and names parse back); only the
+position in the slices does, and the order is a pure function of the node's plans, so it never
+changes while the GPUs' plans stay the same: no republishing, no extra API writes.
+"""
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from dra_driver.devices.model import Device
+from dra_driver.devices.naming import natural_key
+from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig, VgpuPartition, VgpuShare, WholeGpu
+from dra_driver.hardware.model import MigProfile, Placement
+
+PackingPolicy = Literal["binpack", "spread"]
+
+# (kind, size, tie-breakers...): the rank of a device among the devices of its GPU.
+WithinGpuKey = tuple[int | str, ...]
+
+
+def _overlaps(first: Placement, second: Placement) -> bool:
+    return first.start < second.start + second.size and second.start < first.start + first.size
+
+
+def stranding_cost(profile: MigProfile, placement: Placement, profiles: Sequence[MigProfile]) -> float:
+    """How much taking this placement costs the other profiles: for each placement of another
+    profile it overlaps, the share of that profile's placements it takes away."""
+    return sum(
+        sum(_overlaps(placement, theirs) for theirs in other.placements) / len(other.placements)
+        for other in profiles
+        if other.profile_id != profile.profile_id and other.placements
+    )
+
+
+def _within_gpu(origin: DeviceOrigin, profiles: Sequence[MigProfile]) -> WithinGpuKey:
+    match origin:
+        case DynamicMig(profile=profile, placement=placement):
+            cost = round(stranding_cost(profile, placement, profiles) * 1000)
+            return (0, placement.size, profile.compute_slices, profile.name, cost, -placement.start)
+        case StaticMig(profile=profile, instance=instance):
+            return (
+                0,
+                instance.placement.size,
+                profile.compute_slices,
+                profile.name,
+                instance.placement.start,
+            )
+        case VgpuPartition(memory_bytes=memory, slot=slot):
+            return (0, memory, slot)
+        case VgpuShare() | WholeGpu():
+            # Last on its GPU: it is the GPU whole (or all of it shared).
+            return (1,)
+
+
+def name_ordered(devices: Sequence[Device]) -> tuple[Device, ...]:
+    """Plain name order: what was published before issue 25, the packing benchmark's baseline."""
+    return tuple(sorted(devices, key=lambda device: natural_key(device.name)))
+
+
+def ordered_devices(
+    offers: Sequence[tuple[Device, DeviceOrigin]], policy_of_gpu: Mapping[str, PackingPolicy]
+) -> tuple[Device, ...]:
+    """The devices in publishing order. `policy_of_gpu`: by GPU UUID (binpack where missing);
+    binpack GPUs come first, GPU after GPU, then the spread GPUs round-robin."""
+    published: Mapping[str, list[MigProfile]] = defaultdict(list)
+    for _, origin in offers:
+        if isinstance(origin, DynamicMig) and origin.profile not in published[origin.gpu.uuid]:
+            published[origin.gpu.uuid].append(origin.profile)
+
+    def key(offer: tuple[Device, DeviceOrigin]) -> tuple[object, ...]:
+        device, origin = offer
+        gpu = origin.gpu
+        within = _within_gpu(origin, published[gpu.uuid])
+        name = natural_key(device.name)
+        if policy_of_gpu.get(gpu.uuid, "binpack") == "binpack":
+            return (0, (gpu.minor, within), name)
+        return (1, (within, gpu.minor), name)
+
+    return tuple(device for device, _ in sorted(offers, key=key))

@@ -1,0 +1,95 @@
+"""The published order: first fit packs GPU after GPU (binpack) or round-robin (spread), and
+names stay what they were."""
+
+import dataclasses
+
+import yaml
+
+from dra_driver.devices.inventory import Inventory, node_inventory
+from dra_driver.devices.naming import parse_device_name
+from dra_driver.devices.node_config import GpuSettings, NodeConfig, VgpuPartitionSize, parse_node_config
+from dra_driver.devices.order import name_ordered
+from dra_driver.devices.origins import DynamicMig
+from dra_driver.devices.slices import plan_slices
+from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Request
+from dra_driver.packing.traces import GIB, mig_shapes
+from tests.support.nodes import simulated_node
+
+DRIVER = "gpu.example.com"
+
+
+def mig_inventory(packing: str = "binpack") -> Inventory:
+    text = f"default: {{mode: mig-dynamic, packing: {packing}}}"
+    return node_inventory(simulated_node("dgx-h100-mig"), parse_node_config(yaml.safe_load(text), "t"))
+
+
+def first_fits(inventory: Inventory, claims: list[Claim]) -> list[str]:
+    state = NodeState(Pool.from_inventory(inventory, DRIVER))
+    names = []
+    for claim in claims:
+        answer = state.allocate(claim)
+        assert isinstance(answer, Allocation), answer
+        state.add(answer)
+        names.append(answer.devices[0])
+    return names
+
+
+def test_reordering_keeps_every_name_and_names_parse_back() -> None:
+    for packing in ("binpack", "spread"):
+        inventory = mig_inventory(packing)
+        assert name_ordered(inventory.devices) == name_ordered(mig_inventory("binpack").devices)
+        assert all(parse_device_name(device.name) is not None for device in inventory.devices)
+
+
+def test_binpack_puts_small_mig_instances_where_they_block_the_big_profiles_least() -> None:
+    """Name order puts the first 1g at slice 0, which blocks the only 4g placement and a 3g
+    one; binpack starts at the far end (slice 6), so 4g and 3g at slice 0 stay possible."""
+    inventory = mig_inventory()
+    one_g = mig_shapes(simulated_node("dgx-h100-mig")[0])["1g"].claim
+    (first,) = first_fits(inventory, [one_g])
+    origin = inventory.origin_of_device[first]
+    assert isinstance(origin, DynamicMig)
+    assert (origin.gpu.minor, origin.placement.start) == (0, 6)
+    (by_name,) = first_fits(dataclasses.replace(inventory, devices=name_ordered(inventory.devices)), [one_g])
+    assert by_name == "gpu-0-mig-1g10gb-0"
+    four_g = mig_shapes(simulated_node("dgx-h100-mig")[0])["4g"].claim
+    assert first_fits(inventory, [one_g, four_g])[1] == "gpu-0-mig-4g40gb-0"
+
+
+def test_binpack_fills_one_gpu_before_the_next_and_spread_goes_round_robin() -> None:
+    one_g = mig_shapes(simulated_node("dgx-h100-mig")[0])["1g"].claim
+    packed = first_fits(mig_inventory(), [one_g] * 8)
+    assert [name.split("-mig-")[0] for name in packed] == ["gpu-0"] * 7 + ["gpu-1"]
+    spread = first_fits(mig_inventory("spread"), [one_g] * 8)
+    assert [name.split("-mig-")[0] for name in spread] == [f"gpu-{minor}" for minor in range(8)]
+
+
+def test_a_gpu_with_a_tenant_is_skipped_by_spread_until_every_gpu_has_one() -> None:
+    gpus = simulated_node("dgx-h100")
+    settings = GpuSettings(
+        mode="vgpu-partitions", partitions=(VgpuPartitionSize(10 * GIB),), packing="spread"
+    )
+    inventory = node_inventory(gpus, NodeConfig(default=settings))
+    share = Claim((Request("vgpu", selector=lambda d: d.type == "vgpu"),))
+    placed = first_fits(inventory, [share] * 9)
+    assert [inventory.gpu_of_device[name].minor for name in placed] == [*range(8), 0]
+
+
+def test_kubernetes_1_34_keeps_each_gpus_devices_in_its_own_slice_so_spread_is_gpu_after_gpu() -> None:
+    """1.34 slices hold a counter set with the devices drawing from it, one slice per GPU: the
+    scheduler then tries GPU after GPU whatever the inventory order, as docs/drafts/packing.md says."""
+    inventory = mig_inventory("spread")
+    slices = plan_slices(inventory, "1.34")
+    gpus_per_slice = [{inventory.gpu_of_device[d.name].minor for d in planned.devices} for planned in slices]
+    assert gpus_per_slice == [{minor} for minor in range(8)]
+    one_g = mig_shapes(simulated_node("dgx-h100-mig")[0])["1g"].claim
+    state = NodeState(Pool.from_slices(slices, DRIVER))
+    first = state.allocate(one_g)
+    assert isinstance(first, Allocation)
+    state.add(first)
+    assert devices_gpu(state.allocate(one_g)) == 0
+
+
+def devices_gpu(answer: Allocation | object) -> int:
+    assert isinstance(answer, Allocation)
+    return int(answer.devices[0].split("-")[1])
