@@ -28,7 +28,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         description, inventory = asyncio.run(discover())
-        if args.output == "yaml":
+        if args.output == "layout":
+            sys.stdout.write(_layout(inventory, settings.driver_name, description))
+        elif args.output == "yaml":
             layout = layout_for(args.kubernetes_version)
             sys.stdout.write(slices_yaml(inventory, layout, settings.driver_name, settings.node_name))
         else:
@@ -37,6 +39,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"dra-driver inspect: {error}", file=sys.stderr)
         return 2 if isinstance(error, SetupError) else 1
     return 0
+
+
+def _layout(inventory: "Inventory", driver_name: str, description: str) -> str:
+    """The published devices per GPU, as `plan -o layout` draws them (nothing is allocated:
+    inspect reads no cluster)."""
+    from dra_driver.packing.allocator import Pool  # noqa: PLC0415
+    from dra_driver.packing.layout import gpu_layouts  # noqa: PLC0415
+    from dra_driver.tools.layout_text import layout_text  # noqa: PLC0415
+
+    layouts = gpu_layouts(Pool.from_inventory(inventory, driver_name), ())
+    return f"hardware: {description}\n" + layout_text(layouts)
 
 
 def _kubernetes_version(text: str) -> tuple[int, int]:
@@ -58,9 +71,9 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     inspect.add_argument(
         "-o",
         "--output",
-        choices=("table", "yaml"),
+        choices=("table", "yaml", "layout"),
         default="table",
-        help="a table, or the ResourceSlices as YAML",
+        help="a table, the ResourceSlices as YAML, or the layout (each GPU's MIG slices or memory as text)",
     )
     inspect.add_argument(
         "--kubernetes-version",

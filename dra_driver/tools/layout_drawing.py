@@ -55,7 +55,8 @@ def _mig(axes: Axes, layout: GpuLayout, colour: dict[str, str], gid: str) -> int
         axes.text(
             block.start + block.size / 2,
             block.compute / 2,
-            block.profile,
+            # A one-slice box has room for "1g" only.
+            block.profile if block.size > 1 else block.profile.split(".")[0],
             ha="center",
             va="center",
             fontsize=6,

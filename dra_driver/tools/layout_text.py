@@ -36,6 +36,18 @@ def _mig_cells(layout: GpuLayout, marks: dict[str, str]) -> list[str]:
     return cells
 
 
+def _mig_picture(layout: GpuLayout, marks: dict[str, str]) -> str:
+    """The slices separated by spaces, or by '|' where a MIG instance begins or ends."""
+    cells = _mig_cells(layout, marks)
+    edges = {edge for block in layout.blocks for edge in (block.start, block.start + block.size)}
+    separators = ["|" if index in edges else " " for index in range(1, len(cells))]
+    return (
+        cells[0] + "".join(sep + cell for sep, cell in zip(separators, cells[1:], strict=True))
+        if cells
+        else ""
+    )
+
+
 def _bar(amounts: Sequence[tuple[str, int]], total: int, columns: int) -> str:
     """Columns filled left to right, each allocation by its share of `total` (at least one column)."""
     cells: list[str] = []
@@ -60,9 +72,7 @@ def _gib(value: int) -> str:
 
 
 def gpu_row(layout: GpuLayout, marks: dict[str, str]) -> str:
-    picture = (
-        f"slices [{' '.join(_mig_cells(layout, marks))}]" if layout.kind == "mig" else _bars(layout, marks)
-    )
+    picture = f"slices [{_mig_picture(layout, marks)}]" if layout.kind == "mig" else _bars(layout, marks)
     used = f"{_gib(layout.used_bytes)} of {_gib(layout.memory_bytes)} used"
     return f"GPU {layout.index:<2} {layout.kind:<15} {picture}  {used}"
 
