@@ -92,3 +92,25 @@ def test_the_node_name_defaults_to_the_host_name_and_bad_versions_are_refused() 
     refused = inspect("--hardware", "simulated:t4x4", "--kubernetes-version", "1.33")
     assert refused.returncode == 2
     assert "expected a Kubernetes version from 1.34 on" in refused.stderr
+
+
+def test_the_layout_has_a_row_per_gpu_with_its_slices_or_its_memory() -> None:
+    from dra_driver.packing.allocator import Pool  # noqa: PLC0415
+    from dra_driver.packing.layout import gpu_layouts  # noqa: PLC0415
+
+    result = inspect("--hardware", "simulated:mixed", "--node-name", "node-a", "-o", "layout")
+
+    assert result.returncode == 0, result.stderr
+    hardware, legend, *rows = result.stdout.splitlines()
+    assert hardware.startswith("hardware: simulated profile mixed")
+    assert legend.startswith("legend: ")
+    inventory = node_inventory(simulated_node("mixed"), load_node_config(None))
+    layouts = gpu_layouts(Pool.from_inventory(inventory, "gpu.dra-driver.dev"), ())
+    assert [row.split()[:3] for row in rows] == [
+        ["GPU", str(layout.index), layout.kind] for layout in layouts
+    ]
+    for row, layout in zip(rows, layouts, strict=True):
+        picture = row.split("[", 1)[1].split("]", 1)[0]
+        # Nothing is allocated: a MIG GPU's slices are its free instances ("-") or free (".").
+        assert len(picture) == (2 * layout.memory_slices - 1 if layout.kind == "mig" else 40)
+        assert set(picture) <= {"-", ".", " ", "|"}

@@ -1,0 +1,125 @@
+"""`dra-driver plan`: the table and JSON say what the planner says, the drawing is written, and a
+live node is planned on the slices the stand-in API server stores, read through the official
+client."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dra_driver.cli import main
+from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.node_config import GpuSettings, NodeConfig
+from dra_driver.devices.slices import plan_slices, slices_to_api
+from dra_driver.packing.allocator import Pool
+from dra_driver.packing.planner import plan_node_modes, plan_pool
+from dra_driver.packing.shapes import parse_pods
+from dra_driver.tools.plan_report import plan_document
+from tests.support.apiserver import ApiServer
+from tests.support.nodes import simulated_node
+from tests.support.publishing import DRIVER, json_request
+
+PODS = "10x1g.10gb,4xvgpu:10Gi/30%,2xgpu"
+
+
+def test_json_is_the_planners_answer_for_every_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["plan", "--node", "simulated:dgx-h100", "--node-name", "node-a", "--pods", PODS, "-o", "json"]
+    )
+
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    groups = parse_pods(PODS)
+    plans = plan_node_modes(simulated_node("dgx-h100", "node-a"), groups, DRIVER)
+    assert printed == plan_document(printed["node"], groups, plans)
+    assert [mode["mode"] for mode in printed["modes"]] == [
+        "gpu",
+        "mig-dynamic",
+        "vgpu-capacity",
+        "vgpu-partitions",
+    ]
+
+
+def test_the_table_says_per_mode_how_many_fit_and_per_gpu_what_is_stranded(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(["plan", "--node", "simulated:dgx-h100", "--pods", PODS, "--mode", "mig-dynamic"])
+
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    (plan,) = plan_node_modes(simulated_node("dgx-h100", "node"), parse_pods(PODS), DRIVER, ("mig-dynamic",))
+    assert lines[0] == "node: simulated profile dgx-h100: 8x NVIDIA H100 80GB HBM3"
+    assert lines[3].startswith(f"mode mig-dynamic: {plan.placed} of {plan.asked} pods fit")
+    gpu_header = next(n for n, line in enumerate(lines) if line.split()[:2] == ["GPU", "OFFERED"])
+    gpu_rows = [line.split() for line in lines[gpu_header + 1 : gpu_header + 1 + len(plan.gpus)]]
+    assert [row[0] for row in gpu_rows] == [str(gpu.layout.index) for gpu in plan.gpus]
+    assert [row[4] for row in gpu_rows] == [f"{gpu.stranded_bytes / 2**30:.1f}Gi" for gpu in plan.gpus]
+
+
+@pytest.mark.parametrize("output", ["svg", "png"])
+def test_a_drawing_is_written_to_the_output_file(output: str, tmp_path: Path) -> None:
+    target = tmp_path / f"node.{output}"
+
+    code = main(
+        [
+            "plan",
+            "--node",
+            "simulated:l4x8",
+            "--pods",
+            "3xvgpu:4Gi",
+            "-o",
+            output,
+            "--output-file",
+            str(target),
+        ]
+    )
+
+    assert code == 0
+    assert target.stat().st_size > 1000
+
+
+def test_a_live_node_is_planned_on_its_published_slices(
+    apiserver: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = node_inventory(
+        simulated_node("dgx-h100-mig", "node-a"), NodeConfig(GpuSettings(mode="mig-dynamic"))
+    )
+    for body in slices_to_api(plan_slices(inventory, "1.35"), DRIVER, "node-a"):
+        json_request("POST", f"{apiserver.url}/apis/resource.k8s.io/v1/resourceslices", body)
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+
+    code = main(
+        [
+            "plan",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--node-name",
+            "node-a",
+            "--pods",
+            "9x1g.10gb,3g.40gb",
+            "-o",
+            "json",
+        ]
+    )
+
+    assert code == 0, capsys.readouterr().err
+    (printed,) = json.loads(capsys.readouterr().out)["modes"]
+    expected = plan_pool(Pool.from_inventory(inventory, DRIVER), parse_pods("9x1g.10gb,3g.40gb"), "published")
+    assert printed["mode"] == "published"
+    assert [[p["device"] for p in group["placements"]] for group in printed["groups"]] == [
+        [pod.device for pod in outcome.placed] for outcome in expected.groups
+    ]
+    assert printed["fit"] == 10
+
+
+def test_a_live_node_without_slices_is_a_failure_not_bad_input(
+    apiserver: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+
+    code = main(["plan", "--kubeconfig", str(kubeconfig), "--node-name", "node-z", "--pods", "gpu"])
+
+    assert code == 1
+    assert (
+        capsys.readouterr().err == "dra-driver plan: node node-z publishes no devices of gpu.dra-driver.dev\n"
+    )
