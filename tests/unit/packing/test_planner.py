@@ -5,17 +5,18 @@ Expected numbers come from the GPU catalog (placements per profile, memory slice
 allocator model run pod by pod, never from a picture of the answer.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dra_driver.devices.model import Device
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.packing.allocator import Claim, NodeState, Pool, Refusal, Request
 from dra_driver.packing.planner import mode_pool, modes_for, plan_node_modes, plan_pool
-from dra_driver.packing.shapes import PodGroup, ShapeError, parse_pods
+from dra_driver.packing.shapes import PodGroup, PodShape, ShapeError, parse_pods
 from tests.support.nodes import simulated_node
 
 DRIVER = "gpu.dra-driver.dev"
@@ -125,6 +126,16 @@ def test_a_profile_on_a_node_without_mig_says_so() -> None:
         plan_node_modes(simulated_node("l4x8"), parse_pods("1g.10gb"), DRIVER)
 
 
+def wanted(shape: PodShape) -> Callable[[Device], bool]:
+    """The class's selector, and for MIG the profile's, written out again."""
+
+    def selector(device: Device) -> bool:
+        kind_ok = device.attributes.get("type") == shape.kind
+        return kind_ok and (shape.kind != "mig" or device.attributes.get("profile") == shape.profile)
+
+    return selector
+
+
 def one_by_one(pool: Pool, groups: Sequence[PodGroup]) -> list[list[str]]:
     """The placements of asking the allocator model for every pod in turn, with nothing cached."""
     state = NodeState(pool)
@@ -134,14 +145,7 @@ def one_by_one(pool: Pool, groups: Sequence[PodGroup]) -> list[list[str]]:
         devices = []
         for _ in range(group.count):
             capacity = {"memory": shape.memory_bytes} | ({"cores": shape.cores} if shape.cores else {})
-            request = Request(
-                shape.kind,
-                lambda d, s=shape: (
-                    d.attributes.get("type") == s.kind
-                    and (s.kind != "mig" or d.attributes.get("profile") == s.profile)
-                ),
-                capacity=capacity if shape.kind == "vgpu" else {},
-            )
+            request = Request(shape.kind, wanted(shape), capacity=capacity if shape.kind == "vgpu" else {})
             outcome = state.allocate(Claim((request,)))
             if isinstance(outcome, Refusal):
                 continue
