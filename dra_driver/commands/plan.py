@@ -2,8 +2,9 @@
 
 The node is a simulated profile or node file (`--node simulated:dgx-h100`), planned in every way
 its GPUs can be offered, or a live node (`--kubeconfig`, `--node-name`), planned as it publishes
-its devices now. Exit 2 for input that cannot work (a bad shape, an unknown profile), 1 when
-the cluster cannot be read or the drawing cannot be written.
+its devices now, around the devices its allocated claims hold. Exit 2 for input that cannot work
+(a bad shape, an unknown profile), 1 when the cluster cannot be read or the drawing cannot be
+written.
 """
 
 import argparse
@@ -16,12 +17,13 @@ from typing import TYPE_CHECKING
 from dra_driver import DEFAULT_DRIVER_NAME
 
 if TYPE_CHECKING:
-    from dra_driver.packing.allocator import Pool
+    from dra_driver.packing.allocator import Allocation, Pool
     from dra_driver.packing.planner import ModePlan
     from dra_driver.packing.shapes import PodGroup
 
 OUTPUTS = ("table", "json", "layout", "svg", "png")
 SIMULATED = "simulated:"
+CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 
 
 class _Invalid(Exception):
@@ -45,17 +47,26 @@ def _simulated_plans(
     return describe_node(spec), plan_node_modes(gpus, groups, args.driver_name, tuple(args.mode or ()))
 
 
-async def _published_pool(kubeconfig: Path | None, driver: str, node: str) -> "Pool":
+async def _published_pool(
+    kubeconfig: Path | None, driver: str, node: str
+) -> "tuple[Pool, list[tuple[Allocation, str]]]":
+    """The node's pool and what the cluster's claims hold of it now."""
     from dra_driver.agent.kube_client import kubernetes_api_client  # noqa: PLC0415
-    from dra_driver.packing.published import pool_from_slices  # noqa: PLC0415
-    from dra_driver.publish.slice_api import SliceApi  # noqa: PLC0415
+    from dra_driver.kube.kube_api import call  # noqa: PLC0415
+    from dra_driver.packing.published import allocations_from_claims, pool_from_slices  # noqa: PLC0415
+    from dra_driver.publish.slice_api import REQUEST_TIMEOUT_SECONDS, SliceApi, json_answer  # noqa: PLC0415
 
     client = await kubernetes_api_client(kubeconfig)
     try:
         slices, _ = await SliceApi(client, driver, node).list_slices()
+        claims = await json_answer(
+            "LIST resourceclaims",
+            call(client, "GET", CLAIMS_PATH, request_timeout=REQUEST_TIMEOUT_SECONDS),
+            (200,),
+        )
     finally:
         await client.close()
-    return pool_from_slices(slices, driver)
+    return pool_from_slices(slices, driver), allocations_from_claims(claims.get("items") or [], driver, node)
 
 
 def _live_plans(
@@ -78,14 +89,16 @@ def _live_plans(
         choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
     except SettingsError as error:
         raise _Invalid(str(error)) from error
-    pool = asyncio.run(_published_pool(choice.path, args.driver_name, args.node_name))
+    pool, allocated = asyncio.run(_published_pool(choice.path, args.driver_name, args.node_name))
     if not pool.devices:
         raise LookupError(f"node {args.node_name} publishes no devices of {args.driver_name}")
     products = {str(d.attributes.get("productName", "")) for d in pool.devices}
     check_profiles(
         groups, {", ".join(sorted(products)): offered_profiles(pool)} if offered_profiles(pool) else {}
     )
-    return f"node {args.node_name} (published ResourceSlices)", (plan_pool(pool, groups, "published"),)
+    return f"node {args.node_name} (published ResourceSlices)", (
+        plan_pool(pool, groups, "published", allocated=allocated),
+    )
 
 
 def _write(args: argparse.Namespace, text: str) -> None:

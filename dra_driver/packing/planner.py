@@ -20,7 +20,7 @@ from dra_driver.devices.model import Device
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize, plan_node
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.health.tracker import HealthState
-from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Refusal, Request
+from dra_driver.packing.allocator import Allocation, Claim, DeviceResult, NodeState, Pool, Refusal, Request
 from dra_driver.packing.layout import GpuLayout, Occupant, device_gpu_uuid, device_memory, gpu_layouts
 from dra_driver.packing.shapes import ALL_CORES, PodGroup, PodShape, ShapeError
 from dra_driver.publish.desired import ApiCapabilities, desired_pool
@@ -206,8 +206,7 @@ def modes_for(gpus: Sequence[Gpu], groups: Sequence[PodGroup]) -> tuple[PlanMode
     )
 
 
-def _occupant(pool_device: Device, allocation: Allocation, label: str) -> Occupant:
-    (result,) = allocation.results
+def _occupant(pool_device: Device, result: DeviceResult, label: str) -> Occupant:
     if result.consumed:
         return Occupant(
             result.device, label, result.consumed.get("memory", 0), result.consumed.get("cores", 0)
@@ -230,16 +229,25 @@ def _claims(groups: Iterable[PodGroup], on_gpu: str = "") -> dict[PodShape, Clai
 
 
 def plan_pool(
-    pool: Pool, groups: Sequence[PodGroup], mode: PlanMode, notes: tuple[str, ...] = ()
+    pool: Pool,
+    groups: Sequence[PodGroup],
+    mode: PlanMode,
+    notes: tuple[str, ...] = (),
+    allocated: Sequence[tuple[Allocation, str]] = (),
 ) -> ModePlan:
-    """Places the pods group by group in the given order, first fit, one claim per pod."""
+    """Places the pods group by group in the given order, first fit, one claim per pod, around
+    what is `allocated` already (each allocation with the label the layout shows for it)."""
     state = NodeState(pool)
     devices = {device.name: device for device in pool.devices}
     claims = _claims(groups)
+    occupants: list[Occupant] = []
+    for allocation, label in allocated:
+        known = tuple(result for result in allocation.results if result.device in devices)
+        state.add(Allocation(known))
+        occupants += [_occupant(devices[result.device], result, label) for result in known]
     # Allocations only take, so a shape refused once stays refused for the rest of the plan.
     refused: dict[PodShape, str] = {}
     gpu_index = {layout.uuid: layout.index for layout in gpu_layouts(pool, ())}
-    occupants: list[Occupant] = []
     outcomes = []
     number = 0
     for position, group in enumerate(groups):
@@ -250,7 +258,8 @@ def plan_pool(
                 refused[group.shape] = outcome.reason
                 break
             state.add(outcome)
-            occupant = _occupant(devices[outcome.devices[0]], outcome, group.shape.text)
+            (result,) = outcome.results
+            occupant = _occupant(devices[result.device], result, group.shape.text)
             occupants.append(occupant)
             gpu = gpu_index[device_gpu_uuid(devices[occupant.device])]
             placed.append(

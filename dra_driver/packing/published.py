@@ -23,7 +23,7 @@ from dra_driver.devices.model import (
     ValidRange,
     Version,
 )
-from dra_driver.packing.allocator import Pool
+from dra_driver.packing.allocator import Allocation, DeviceResult, Pool
 
 _QUANTITY = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 _TYPES: Mapping[str, DeviceType] = {"gpu": "gpu", "mig": "mig", "vgpu": "vgpu"}
@@ -122,3 +122,33 @@ def pool_from_slices(slices: Iterable[Mapping[str, Any]], driver: str) -> Pool:
             where = f"resourceslice {name} sharedCounters {counter_set['name']}"
             counter_sets[str(counter_set["name"])] = _counters(counter_set.get("counters") or {}, where)
     return Pool(driver=driver, devices=tuple(devices), counter_sets=counter_sets)
+
+
+def allocations_from_claims(
+    claims: Iterable[Mapping[str, Any]], driver: str, node: str
+) -> list[tuple[Allocation, str]]:
+    """What allocated claims hold of this node's pool, each with `claim <namespace>/<name>`.
+
+    Only results of this driver and this node's pool count: a claim may hold devices of other
+    drivers and nodes too. A share's consumed capacity is read back, so shares are charged what
+    the scheduler charged them."""
+    held = []
+    for claim in claims:
+        metadata = claim.get("metadata") or {}
+        where = f"resourceclaim {metadata.get('namespace', '')}/{metadata.get('name', '')}"
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = tuple(
+            DeviceResult(
+                str(result.get("request", "")),
+                str(result["device"]),
+                {
+                    name: parse_quantity(value, f"{where} consumedCapacity.{name}")
+                    for name, value in (result.get("consumedCapacity") or {}).items()
+                },
+            )
+            for result in (allocation.get("devices") or {}).get("results") or []
+            if result.get("driver") == driver and result.get("pool") == node
+        )
+        if results:
+            held.append((Allocation(results), f"claim {where.removeprefix('resourceclaim ')}"))
+    return held

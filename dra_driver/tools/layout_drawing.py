@@ -18,7 +18,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from dra_driver.packing.layout import GpuLayout
+from dra_driver.packing.layout import GpuLayout, Occupant
 from dra_driver.packing.planner import ModePlan
 
 # Colour-blind safe (Okabe-Ito), then matplotlib's tab10 for more shapes.
@@ -26,14 +26,26 @@ _COLOURS = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#
 _EXTRA = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 _FREE = "#eeeeee"
 _OFFERED = "#bbbbbb"
+# Devices a live node's claims hold already: one colour for all of them.
+_CLAIMED = "#666666"
+CLAIMED = "allocated before"
 
 
-def colours(labels: Sequence[str]) -> dict[str, str]:
+class Colours(dict[str, str]):
+    """A colour per pod shape; any other label (a claim's) is drawn as allocated before."""
+
+    def __missing__(self, label: str) -> str:
+        return _CLAIMED
+
+
+def colours(labels: Sequence[str]) -> Colours:
     palette = (*_COLOURS, *_EXTRA)
-    return {label: palette[number % len(palette)] for number, label in enumerate(dict.fromkeys(labels))}
+    return Colours(
+        {label: palette[number % len(palette)] for number, label in enumerate(dict.fromkeys(labels))}
+    )
 
 
-def _mig(axes: Axes, layout: GpuLayout, colour: dict[str, str], gid: str) -> int:
+def _mig(axes: Axes, layout: GpuLayout, colour: Colours, gid: str) -> int:
     slices, compute = layout.memory_slices, layout.compute_slices or 1
     for index in range(slices):
         axes.add_patch(Rectangle((index, 0), 1, compute, facecolor=_FREE, edgecolor="white"))
@@ -69,7 +81,7 @@ def _mig(axes: Axes, layout: GpuLayout, colour: dict[str, str], gid: str) -> int
     return drawn
 
 
-def _bars(axes: Axes, layout: GpuLayout, colour: dict[str, str], gid: str) -> int:
+def _bars(axes: Axes, layout: GpuLayout, colour: Colours, gid: str) -> int:
     """Memory on the upper bar, cores on the lower, each as a fraction of the GPU's."""
     axes.add_patch(Rectangle((0, 1.1), 1, 0.8, facecolor=_FREE))
     axes.add_patch(Rectangle((0, 0.1), 1, 0.8, facecolor=_FREE))
@@ -96,6 +108,10 @@ def _bars(axes: Axes, layout: GpuLayout, colour: dict[str, str], gid: str) -> in
     return len(layout.occupants)
 
 
+def _occupants(layout: GpuLayout) -> list[Occupant]:
+    return [*layout.occupants, *(block.occupant for block in layout.blocks if block.occupant)]
+
+
 def layout_figure(node: str, plans: Sequence[ModePlan]) -> Figure:
     labels = [outcome.group.shape.text for plan in plans for outcome in plan.groups]
     colour = colours(labels)
@@ -113,6 +129,8 @@ def layout_figure(node: str, plans: Sequence[ModePlan]) -> Figure:
             gid = f"placement-{plan.mode}-gpu{layout.index}"
             (_mig if layout.kind == "mig" else _bars)(axes, layout, colour, gid)
             axes.set_ylabel(f"GPU {layout.index}", fontsize=6)
+    if any(o.label not in colour for plan in plans for gpu in plan.gpus for o in _occupants(gpu.layout)):
+        colour[CLAIMED] = _CLAIMED
     handles = [Rectangle((0, 0), 1, 1, facecolor=value) for value in colour.values()]
     figure.legend(
         handles, list(colour), loc="outside lower center", ncols=min(6, len(colour)) or 1, fontsize=7

@@ -6,16 +6,18 @@ import json
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from dra_driver.cli import main
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.devices.slices import plan_slices, slices_to_api
-from dra_driver.packing.allocator import Pool
+from dra_driver.packing.allocator import Allocation, DeviceResult, Pool
 from dra_driver.packing.planner import plan_node_modes, plan_pool
 from dra_driver.packing.shapes import parse_pods
 from dra_driver.tools.plan_report import plan_document
 from tests.support.apiserver import ApiServer
+from tests.support.claims import allocate
 from tests.support.nodes import simulated_node
 from tests.support.publishing import DRIVER, json_request
 
@@ -123,3 +125,49 @@ def test_a_live_node_without_slices_is_a_failure_not_bad_input(
     assert (
         capsys.readouterr().err == "dra-driver plan: node node-z publishes no devices of gpu.dra-driver.dev\n"
     )
+
+
+def test_a_live_node_is_planned_around_the_devices_its_claims_hold(
+    apiserver: ApiServer,
+    kubeconfig: Path,
+    claims_api: client.ResourceV1Api,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    inventory = node_inventory(
+        simulated_node("dgx-h100-mig", "node-a"), NodeConfig(GpuSettings(mode="mig-dynamic"))
+    )
+    for body in slices_to_api(plan_slices(inventory, "1.35"), DRIVER, "node-a"):
+        json_request("POST", f"{apiserver.url}/apis/resource.k8s.io/v1/resourceslices", body)
+    allocate(claims_api, "held", {"big": "gpu-0-mig-3g40gb-0"}, pool="node-a")
+    allocate(claims_api, "elsewhere", {"big": "gpu-0-mig-3g40gb-0"}, pool="node-b")
+
+    code = main(
+        [
+            "plan",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--node-name",
+            "node-a",
+            "--pods",
+            "9x1g.10gb",
+            "-o",
+            "json",
+        ]
+    )
+
+    assert code == 0, capsys.readouterr().err
+    (printed,) = json.loads(capsys.readouterr().out)["modes"]
+    held = Allocation((DeviceResult("big", "gpu-0-mig-3g40gb-0"),))
+    expected = plan_pool(
+        Pool.from_inventory(inventory, DRIVER),
+        parse_pods("9x1g.10gb"),
+        "published",
+        allocated=[(held, "claim")],
+    )
+    (group,) = printed["groups"]
+    placements = [placement["device"] for placement in group["placements"]]
+    assert placements == [pod.device for pod in expected.groups[0].placed]
+    # The held 3g instance covers GPU 0's slices 0-3: the 1g pods start after it.
+    on_gpu_0 = [int(device.rsplit("-", 1)[1]) for device in placements if device.startswith("gpu-0-")]
+    assert on_gpu_0 and min(on_gpu_0) >= 4
+    assert printed["gpus"][0]["usedBytes"] > 0
