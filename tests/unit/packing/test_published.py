@@ -7,8 +7,8 @@ import pytest
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.devices.slices import plan_slices, slices_to_api
-from dra_driver.packing.allocator import Pool
-from dra_driver.packing.published import PublishedSliceError, pool_from_slices
+from dra_driver.packing.allocator import Allocation, DeviceResult, Pool
+from dra_driver.packing.published import PublishedSliceError, allocations_from_claims, pool_from_slices
 from tests.support.nodes import inventory_for, mode_configs, simulated_node
 
 DRIVER = "gpu.dra-driver.dev"
@@ -62,3 +62,25 @@ def test_a_quantity_with_a_fraction_names_the_slice_and_the_field() -> None:
         f"resourceslice {slices[0]['metadata']['name']} devices[0].capacity.memory.value: "
         "quantity '79.5Gi' is not a whole number such as 80Gi"
     )
+
+
+def test_claims_count_with_their_results_on_this_node_and_driver_only() -> None:
+    def claim(name: str, *results: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "metadata": {"namespace": "team", "name": name},
+            "status": {"allocation": {"devices": {"results": list(results)}}},
+        }
+
+    share = {"request": "r", "driver": DRIVER, "pool": "node-a", "device": "gpu-0", "shareID": "1"}
+    claims = [
+        claim("mine", {**share, "consumedCapacity": {"memory": "10Gi", "cores": "30"}}),
+        claim("other-node", {**share, "pool": "node-b"}),
+        claim("other-driver", {**share, "driver": "other.example.com"}),
+        {"metadata": {"namespace": "team", "name": "pending"}, "status": {}},
+    ]
+
+    held = allocations_from_claims(claims, DRIVER, "node-a")
+
+    assert held == [
+        (Allocation((DeviceResult("r", "gpu-0", {"memory": 10 * 2**30, "cores": 30}),)), "claim team/mine")
+    ]
