@@ -17,13 +17,11 @@ from typing import TYPE_CHECKING
 from dra_driver import DEFAULT_DRIVER_NAME
 
 if TYPE_CHECKING:
-    from dra_driver.packing.allocator import Allocation, Pool
     from dra_driver.packing.planner import ModePlan
     from dra_driver.packing.shapes import PodGroup
 
 OUTPUTS = ("table", "json", "layout", "svg", "png")
 SIMULATED = "simulated:"
-CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"
 
 
 class _Invalid(Exception):
@@ -47,28 +45,6 @@ def _simulated_plans(
     return describe_node(spec), plan_node_modes(gpus, groups, args.driver_name, tuple(args.mode or ()))
 
 
-async def _published_pool(
-    kubeconfig: Path | None, driver: str, node: str
-) -> "tuple[Pool, list[tuple[Allocation, str]]]":
-    """The node's pool and what the cluster's claims hold of it now."""
-    from dra_driver.agent.kube_client import kubernetes_api_client  # noqa: PLC0415
-    from dra_driver.kube.kube_api import call  # noqa: PLC0415
-    from dra_driver.packing.published import allocations_from_claims, pool_from_slices  # noqa: PLC0415
-    from dra_driver.publish.slice_api import REQUEST_TIMEOUT_SECONDS, SliceApi, json_answer  # noqa: PLC0415
-
-    client = await kubernetes_api_client(kubeconfig)
-    try:
-        slices, _ = await SliceApi(client, driver, node).list_slices()
-        claims = await json_answer(
-            "LIST resourceclaims",
-            call(client, "GET", CLAIMS_PATH, request_timeout=REQUEST_TIMEOUT_SECONDS),
-            (200,),
-        )
-    finally:
-        await client.close()
-    return pool_from_slices(slices, driver), allocations_from_claims(claims.get("items") or [], driver, node)
-
-
 def _live_plans(
     args: argparse.Namespace, groups: "tuple[PodGroup, ...]"
 ) -> "tuple[str, tuple[ModePlan, ...]]":
@@ -76,6 +52,7 @@ def _live_plans(
     from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem  # noqa: PLC0415
     from dra_driver.kube.kubeconfig_choice import choose_kubeconfig  # noqa: PLC0415
     from dra_driver.packing.planner import check_profiles, offered_profiles, plan_pool  # noqa: PLC0415
+    from dra_driver.tools.cluster_reads import read_node  # noqa: PLC0415
 
     if not args.node_name:
         raise _Invalid("--node-name: required with --kubeconfig: which node's published devices to plan on")
@@ -89,7 +66,7 @@ def _live_plans(
         choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
     except SettingsError as error:
         raise _Invalid(str(error)) from error
-    pool, allocated = asyncio.run(_published_pool(choice.path, args.driver_name, args.node_name))
+    pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
     if not pool.devices:
         raise LookupError(f"node {args.node_name} publishes no devices of {args.driver_name}")
     products = {str(d.attributes.get("productName", "")) for d in pool.devices}
