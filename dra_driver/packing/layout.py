@@ -58,8 +58,6 @@ class GpuLayout:
     blocks: tuple[MigBlock, ...]
     # Everything else that is allocated: the whole GPU, vGPU shares and partitions.
     occupants: tuple[Occupant, ...]
-    # Devices of this GPU in the pool, in pool order.
-    devices: tuple[str, ...]
 
     @property
     def used_bytes(self) -> int:
@@ -71,10 +69,6 @@ class GpuLayout:
     @property
     def slice_bytes(self) -> int:
         return self.memory_bytes // self.memory_slices if self.memory_slices else 0
-
-    @property
-    def used_cores(self) -> int:
-        return min(100, sum(occupant.cores for occupant in self.occupants))
 
     @property
     def free_bytes(self) -> int:
@@ -194,5 +188,4 @@ def _layout(
         compute_slices=compute,
         blocks=tuple(sorted(blocks, key=lambda block: block.start)),
         occupants=tuple(occupants),
-        devices=tuple(device.name for device in devices),
     )

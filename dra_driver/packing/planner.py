@@ -33,7 +33,6 @@ MIB = 2**20
 @dataclass(frozen=True, slots=True)
 class PlacedPod:
     number: int
-    group: int
     shape: str
     device: str
     gpu: int
@@ -250,7 +249,7 @@ def plan_pool(
     gpu_index = {layout.uuid: layout.index for layout in gpu_layouts(pool, ())}
     outcomes = []
     number = 0
-    for position, group in enumerate(groups):
+    for group in groups:
         placed: list[PlacedPod] = []
         for _ in range(0 if group.shape in refused else group.count):
             outcome = state.allocate(claims[group.shape])
@@ -265,7 +264,6 @@ def plan_pool(
             placed.append(
                 PlacedPod(
                     number,
-                    position,
                     group.shape.text,
                     occupant.device,
                     gpu,

@@ -99,6 +99,7 @@ def plan_document(node: str, groups: Sequence[PodGroup], plans: Sequence[ModePla
                         "item": outcome.group.item,
                         "asked": outcome.group.count,
                         "fit": len(outcome.placed),
+                        "refused": outcome.refused,
                         "refusal": outcome.refusal,
                         "placements": [
                             {
