@@ -110,10 +110,16 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if args.output in ("svg", "png"):
         return _draw(node, plans, Path(args.output_file), args.output)
-    if args.output == "json":
-        _write(args, plan_json(node, groups, plans))
-    else:
-        _write(args, plan_table(node, groups, plans, layout=args.output == "layout"))
+    text = (
+        plan_json(node, groups, plans)
+        if args.output == "json"
+        else plan_table(node, groups, plans, layout=args.output == "layout")
+    )
+    try:
+        _write(args, text)
+    except OSError as error:
+        print(f"dra-driver plan: --output-file {args.output_file}: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -163,3 +163,15 @@ def test_a_live_node_is_planned_around_the_devices_its_claims_hold(
     on_gpu_0 = [int(device.rsplit("-", 1)[1]) for device in placements if device.startswith("gpu-0-")]
     assert on_gpu_0 and min(on_gpu_0) >= 4
     assert printed["gpus"][0]["usedBytes"] > 0
+
+
+def test_the_answer_goes_to_the_output_file_and_an_unwritable_one_is_a_failure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["plan", "--node", "simulated:l4x8", "--pods", "2xgpu", "--mode", "gpu", "-o", "json"]
+
+    assert main([*args, "--output-file", str(tmp_path / "plan.json")]) == 0
+    assert main(args) == 0
+    assert (tmp_path / "plan.json").read_text() == capsys.readouterr().out
+    assert main([*args, "--output-file", str(tmp_path / "absent" / "plan.json")]) == 1
+    assert capsys.readouterr().err.startswith(f"dra-driver plan: --output-file {tmp_path}/absent/plan.json: ")
