@@ -50,7 +50,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m tests.bench.agent_instructions --runs 2 --output docs/bench/agent-instructions.json
 	$(BIN)/python -m tests.bench.nvml_discovery --rounds 100 --output docs/bench/nvml-discovery.json
 	$(BIN)/python -m tests.bench.usage_sampling --rounds 3000 --output docs/bench/usage-sampling.json
-	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/pip install --quiet -e '.[plot]'
 	$(BIN)/python -m tests.bench.packing --output docs/bench/packing.json
 
 ## mock-nvml: build the mock libnvidia-ml.so.1 the NVML tests load (the tests build it too)

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from dra_driver import __version__
-from dra_driver.commands import cleanup, demo, faults, inspection, kubelet, manifests, node, validate
+from dra_driver.commands import cleanup, demo, faults, inspection, kubelet, manifests, node, plan, validate
 from dra_driver.config.settings import SettingsError
 
 
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     for command in (node, inspection, cleanup, faults, kubelet, demo, manifests, validate):
         command.add_parser(commands)
+    plan.add_parser(commands)
     return parser
 
 

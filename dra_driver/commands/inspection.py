@@ -4,6 +4,7 @@ import argparse
 import asyncio
 import socket
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver.config.option_table import INVENTORY_OPTIONS, NODE_NAME, add_options
@@ -17,7 +18,9 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.agent.node import discover_inventory  # noqa: PLC0415
     from dra_driver.devices.slices import SlicePlanError, layout_for  # noqa: PLC0415
+    from dra_driver.packing.published import PublishedSliceError  # noqa: PLC0415
     from dra_driver.publish.capabilities import PARTITION_TYPE_SINCE  # noqa: PLC0415
+    from dra_driver.publish.slice_api import ApiCallError  # noqa: PLC0415
     from dra_driver.tools.inspection import inventory_table, slices_yaml  # noqa: PLC0415
 
     settings = inventory_settings(args)
@@ -29,7 +32,10 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         description, inventory = asyncio.run(discover())
-        if args.output == "yaml":
+        if args.output == "layout":
+            text = _layout(inventory, args.kubeconfig, settings.driver_name, settings.node_name, description)
+            sys.stdout.write(text)
+        elif args.output == "yaml":
             layout = layout_for(args.kubernetes_version)
             partition_types = args.kubernetes_version >= PARTITION_TYPE_SINCE
             sys.stdout.write(
@@ -37,10 +43,26 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             sys.stdout.write(inventory_table(inventory, description))
-    except (StartupError, SlicePlanError) as error:
+    except (StartupError, SlicePlanError, ApiCallError, PublishedSliceError) as error:
         print(f"dra-driver inspect: {error}", file=sys.stderr)
         return 2 if isinstance(error, SetupError) else 1
     return 0
+
+
+def _layout(inventory: "Inventory", kubeconfig: str | None, driver: str, node: str, description: str) -> str:
+    """The devices per GPU, as `plan -o layout` draws them; with --kubeconfig, those the
+    cluster's allocated claims hold on this node are marked with their claim."""
+    from dra_driver.packing.allocator import Pool  # noqa: PLC0415
+    from dra_driver.packing.planner import plan_pool  # noqa: PLC0415
+    from dra_driver.tools.cluster_reads import Held, read_node  # noqa: PLC0415
+    from dra_driver.tools.layout_text import layout_text  # noqa: PLC0415
+
+    pool = Pool.from_inventory(inventory, driver)
+    held: Held = []
+    if kubeconfig:
+        _, held = asyncio.run(read_node(Path(kubeconfig), driver, node, slices=False))
+    plan = plan_pool(pool, (), "published", allocated=held)
+    return f"hardware: {description}\n" + layout_text([gpu.layout for gpu in plan.gpus])
 
 
 def _kubernetes_version(text: str) -> tuple[int, int]:
@@ -62,9 +84,9 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     inspect.add_argument(
         "-o",
         "--output",
-        choices=("table", "yaml"),
+        choices=("table", "yaml", "layout"),
         default="table",
-        help="a table, or the ResourceSlices as YAML",
+        help="a table, the ResourceSlices as YAML, or the layout (each GPU's MIG slices or memory as text)",
     )
     inspect.add_argument(
         "--kubernetes-version",
@@ -73,5 +95,10 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="MAJOR.MINOR",
         help="the cluster's version, which decides the slice layout (1.34, or 1.35 and later) and, from "
         "1.37, whether slices name their partition-type attribute; default 1.35",
+    )
+    inspect.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="with -o layout: mark the devices that the cluster's allocated claims hold on this node",
     )
     inspect.set_defaults(run=run)

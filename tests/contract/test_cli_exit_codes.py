@@ -141,6 +141,24 @@ CASES = {
     "manifests: an unknown simulated profile": Case(
         ("manifests", "--hardware", "simulated:dgx-h10"), "dgx-h10"
     ),
+    "plan: a pod shape with a bad memory quantity": Case(
+        ("plan", "--node", "simulated:dgx-h100", "--pods", "1x1g.10gb,4xvgpu:10Qi/30%"),
+        '--pods[1] "4xvgpu:10Qi/30%": memory "10Qi": expected a quantity like 10Gi',
+    ),
+    "plan: a MIG profile the GPUs do not offer": Case(
+        ("plan", "--node", "simulated:dgx-h100", "--pods", "2x1g.11gb"),
+        '--pods[0] "2x1g.11gb": MIG profile "1g.11gb" is not offered',
+    ),
+    "plan: an unknown simulated profile": Case(
+        ("plan", "--node", "simulated:dgx-h10", "--pods", "gpu"), "--node simulated:dgx-h10"
+    ),
+    "plan: no node": Case(("plan", "--pods", "gpu"), "--node"),
+    "plan: a drawing without a file to write it to": Case(
+        ("plan", "--node", "simulated:l4x8", "--pods", "gpu", "-o", "svg"), "--output-file"
+    ),
+    "plan: a live node without its name": Case(
+        ("plan", "--kubeconfig", "{tmp}/kubeconfig", "--pods", "gpu"), "--node-name", files={"kubeconfig": ""}
+    ),
 }
 
 

@@ -1,15 +1,20 @@
 """`dra-driver inspect`: the inventory as a table, and exactly the slices `node` would publish."""
 
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
+from kubernetes import client
 
+from dra_driver.cli import main
 from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.slices import plan_slices, slices_to_api
+from tests.support.claims import allocate
 from tests.support.nodes import simulated_node
 
 
@@ -150,3 +155,54 @@ def test_yaml_for_1_37_names_the_partition_type_attribute_and_for_1_36_does_not(
         "gpu.dra-driver.dev/partitionType"
     ]
     assert not any("partitionTypeAttribute" in spec for spec in published("1.36"))
+
+
+def test_the_layout_has_a_row_per_gpu_with_its_slices_or_its_memory() -> None:
+    from dra_driver.packing.allocator import Pool  # noqa: PLC0415
+    from dra_driver.packing.layout import gpu_layouts  # noqa: PLC0415
+
+    result = inspect("--hardware", "simulated:mixed", "--node-name", "node-a", "-o", "layout")
+
+    assert result.returncode == 0, result.stderr
+    hardware, legend, *rows = result.stdout.splitlines()
+    assert hardware.startswith("hardware: simulated profile mixed")
+    assert legend.startswith("legend: ")
+    inventory = node_inventory(simulated_node("mixed"), load_node_config(None))
+    layouts = gpu_layouts(Pool.from_inventory(inventory, "gpu.dra-driver.dev"), ())
+    assert [row.split()[:3] for row in rows] == [
+        ["GPU", str(layout.index), layout.kind] for layout in layouts
+    ]
+    for row, layout in zip(rows, layouts, strict=True):
+        picture = row.split("[", 1)[1].split("]", 1)[0]
+        # Nothing is allocated: a MIG GPU's slices are its free instances ("-") or free (".").
+        assert len(picture) == (2 * layout.memory_slices - 1 if layout.kind == "mig" else 40)
+        assert set(picture) <= {"-", ".", " ", "|"}
+
+
+def test_the_layout_marks_the_devices_allocated_claims_hold(
+    kubeconfig: Path, claims_api: client.ResourceV1Api, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = node_inventory(simulated_node("mixed"), load_node_config(None))
+    static_mig = next(device for device in inventory.devices if device.type == "mig")
+    allocate(claims_api, "whole", {"gpu": "gpu-4"}, pool="node-a")
+    allocate(claims_api, "slice", {"mig": static_mig.name}, pool="node-a", namespace="team")
+    allocate(claims_api, "other-node", {"gpu": "gpu-5"}, pool="node-b")
+
+    args = ["inspect", "--hardware", "simulated:mixed", "--node-name", "node-a", "-o", "layout"]
+
+    code = main([*args, "--kubeconfig", str(kubeconfig)])
+
+    assert code == 0, capsys.readouterr().err
+    _, legend, *rows = capsys.readouterr().out.splitlines()
+    mark = {label: letter for letter, label in re.findall(r"(\w) = ([^,]+)", legend)}
+    assert set(mark) == {"claim default/whole", "claim team/slice"}
+    by_gpu = {int(row.split()[1]): row.split("[", 1)[1].split("]", 1)[0] for row in rows}
+    assert set(by_gpu[4]) == {mark["claim default/whole"]}
+    assert set(by_gpu[5]) == {"."}
+    gpu = inventory.gpu_of_device[static_mig.name]
+    start = int(static_mig.attributes["placementStart"])  # type: ignore[arg-type]
+    size = int(static_mig.attributes["placementSize"])  # type: ignore[arg-type]
+    cells = by_gpu[gpu.index][0::2]
+    assert [i for i, cell in enumerate(cells) if cell == mark["claim team/slice"]] == list(
+        range(start, start + size)
+    )

@@ -1,0 +1,180 @@
+"""`dra-driver plan`: how many pods of given shapes a node takes, where, and what is stranded.
+
+The node is a simulated profile or node file (`--node simulated:dgx-h100`), planned in every way
+its GPUs can be offered, or a live node (`--kubeconfig`, `--node-name`), planned as it publishes
+its devices now, around the devices its allocated claims hold. Exit 2 for input that cannot work
+(a bad shape, an unknown profile), 1 when the cluster cannot be read or the drawing cannot be
+written.
+"""
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dra_driver import DEFAULT_DRIVER_NAME
+
+if TYPE_CHECKING:
+    from dra_driver.packing.planner import ModePlan
+    from dra_driver.packing.shapes import PodGroup
+
+OUTPUTS = ("table", "json", "layout", "svg", "png")
+SIMULATED = "simulated:"
+
+
+class _Invalid(Exception):
+    """Input that cannot work: exit 2 with this line."""
+
+
+def _simulated_plans(
+    args: argparse.Namespace, groups: "tuple[PodGroup, ...]"
+) -> "tuple[str, tuple[ModePlan, ...]]":
+    from dra_driver.hardware.model import HardwareError  # noqa: PLC0415
+    from dra_driver.hardware.simulated_nodes import describe_node, resolve_node_spec, simulated_gpus  # noqa: PLC0415
+    from dra_driver.packing.planner import plan_node_modes  # noqa: PLC0415
+
+    if not args.node.startswith(SIMULATED):
+        raise _Invalid(f"--node {args.node!r}: expected simulated:<profile name or node YAML file>")
+    try:
+        spec = resolve_node_spec(args.node.removeprefix(SIMULATED))
+    except HardwareError as error:
+        raise _Invalid(f"--node {args.node}: {error}") from error
+    gpus = simulated_gpus(args.node_name or "node", spec)
+    return describe_node(spec), plan_node_modes(gpus, groups, args.driver_name, tuple(args.mode or ()))
+
+
+def _live_plans(
+    args: argparse.Namespace, groups: "tuple[PodGroup, ...]"
+) -> "tuple[str, tuple[ModePlan, ...]]":
+    from dra_driver.config.settings import SettingsError  # noqa: PLC0415
+    from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem  # noqa: PLC0415
+    from dra_driver.kube.kubeconfig_choice import choose_kubeconfig  # noqa: PLC0415
+    from dra_driver.packing.planner import check_profiles, offered_profiles, plan_pool  # noqa: PLC0415
+    from dra_driver.tools.cluster_reads import read_node  # noqa: PLC0415
+
+    if not args.node_name:
+        raise _Invalid("--node-name: required with --kubeconfig: which node's published devices to plan on")
+    if problem := dns_subdomain_problem(args.node_name):
+        raise _Invalid(f"--node-name: {problem}")
+    if problem := driver_name_problem(args.driver_name):
+        raise _Invalid(f"--driver-name: {problem}")
+    if args.mode:
+        raise _Invalid("--mode: only with --node simulated:...; a live node is planned as it publishes")
+    try:
+        choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
+    except SettingsError as error:
+        raise _Invalid(str(error)) from error
+    pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
+    if not pool.devices:
+        raise LookupError(f"node {args.node_name} publishes no devices of {args.driver_name}")
+    products = {str(d.attributes.get("productName", "")) for d in pool.devices}
+    check_profiles(
+        groups, {", ".join(sorted(products)): offered_profiles(pool)} if offered_profiles(pool) else {}
+    )
+    return f"node {args.node_name} (published ResourceSlices)", (
+        plan_pool(pool, groups, "published", allocated=allocated),
+    )
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
+    if args.output_file:
+        Path(args.output_file).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dra_driver.agent.errors import StartupError  # noqa: PLC0415
+    from dra_driver.packing.published import PublishedSliceError  # noqa: PLC0415
+    from dra_driver.packing.shapes import ShapeError, parse_pods  # noqa: PLC0415
+    from dra_driver.publish.slice_api import ApiCallError  # noqa: PLC0415
+    from dra_driver.tools.plan_report import plan_json, plan_table  # noqa: PLC0415
+
+    try:
+        groups = parse_pods(args.pods)
+        if args.output in ("svg", "png") and not args.output_file:
+            raise _Invalid(f"--output-file: required with -o {args.output}: where to write the drawing")
+        if bool(args.node) == bool(args.kubeconfig):
+            raise _Invalid(
+                "--node: give a node (simulated:<profile or file>), or --kubeconfig with --node-name "
+                "for a live node; exactly one of the two"
+            )
+        node, plans = _simulated_plans(args, groups) if args.node else _live_plans(args, groups)
+    except (_Invalid, ShapeError) as error:
+        print(f"dra-driver plan: {error}", file=sys.stderr)
+        return 2
+    except (StartupError, ApiCallError, PublishedSliceError, LookupError) as error:
+        print(f"dra-driver plan: {error}", file=sys.stderr)
+        return 1
+    if args.output in ("svg", "png"):
+        return _draw(node, plans, Path(args.output_file), args.output)
+    text = (
+        plan_json(node, groups, plans)
+        if args.output == "json"
+        else plan_table(node, groups, plans, layout=args.output == "layout")
+    )
+    try:
+        _write(args, text)
+    except OSError as error:
+        print(f"dra-driver plan: --output-file {args.output_file}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _draw(node: str, plans: "tuple[ModePlan, ...]", path: Path, output: str) -> int:
+    try:
+        from dra_driver.tools.layout_drawing import layout_figure, save_layout  # noqa: PLC0415
+    except ImportError as error:
+        print(
+            f"dra-driver plan: -o {output} needs matplotlib ({error}); pip install 'dra-driver[plot]'",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        save_layout(layout_figure(node, plans), path, output)
+    except OSError as error:
+        print(f"dra-driver plan: --output-file {path}: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    plan = commands.add_parser(
+        "plan",
+        help="how many pods of given shapes fit a node, where, and what is stranded; no cluster needed",
+    )
+    plan.add_argument(
+        "--pods",
+        required=True,
+        metavar="SHAPES",
+        help="pod shapes, comma-separated [<count>x]<kind>: gpu, a MIG profile (1g.10gb) or "
+        "vgpu:<memory>[/<cores>%%], e.g. 10x1g.10gb,4xvgpu:10Gi/30%%,2xgpu",
+    )
+    plan.add_argument(
+        "--node",
+        metavar="simulated:<profile or file>",
+        help="the node: a simulated profile or node YAML file",
+    )
+    plan.add_argument(
+        "--mode",
+        action="append",
+        choices=("gpu", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"),
+        help="plan only this way of offering the GPUs (repeatable); default: every way they allow",
+    )
+    plan.add_argument("--kubeconfig", metavar="FILE", help="plan on a live node's published devices instead")
+    plan.add_argument(
+        "--node-name", help="with --kubeconfig: the node; with --node: the name simulated UUIDs derive from"
+    )
+    plan.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="default: %(default)s")
+    plan.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default="table",
+        help="table (default), json, layout (table and "
+        "the GPUs drawn as text), svg or png (the GPUs drawn; needs --output-file)",
+    )
+    plan.add_argument("--output-file", metavar="FILE", help="write the answer here instead of to stdout")
+    plan.set_defaults(run=run)

@@ -1,0 +1,301 @@
+"""`dra-driver plan`: how many pods of the given shapes a node takes, where the scheduler puts
+them, and what is left stranded, for each way the node's GPUs can be offered.
+
+Each mode's devices are rendered by the agent's own code (`devices.node_config.plan_node` for the
+per-GPU decision, `publish.desired.desired_pool` for the inventory), and the pods are placed by
+the allocator model in the order given, one claim each, as the scheduler would place them
+arriving one after another. So a plan answers for the devices the driver really publishes, in
+the order it publishes them.
+
+Stranded memory is free memory on a GPU that can take none of the pod shapes asked for: free,
+but of no use to this workload (a lone memory slice next to a 3g instance when only 3g pods are
+asked for, or the rest of a GPU whose cores a vGPU share has taken).
+"""
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from dra_driver.devices.model import Device
+from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize, plan_node
+from dra_driver.hardware.model import Gpu, MigMode
+from dra_driver.health.tracker import HealthState
+from dra_driver.packing.allocator import Allocation, Claim, DeviceResult, NodeState, Pool, Refusal, Request
+from dra_driver.packing.layout import GpuLayout, Occupant, device_gpu_uuid, device_memory, gpu_layouts
+from dra_driver.packing.shapes import ALL_CORES, PodGroup, PodShape, ShapeError
+from dra_driver.publish.desired import ApiCapabilities, desired_pool
+
+PlanMode = Literal["gpu", "mig-dynamic", "vgpu-capacity", "vgpu-partitions", "published"]
+MODES: tuple[PlanMode, ...] = ("gpu", "mig-dynamic", "vgpu-capacity", "vgpu-partitions")
+MIB = 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedPod:
+    number: int
+    shape: str
+    device: str
+    gpu: int
+    memory_bytes: int
+    cores: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOutcome:
+    group: PodGroup
+    placed: tuple[PlacedPod, ...]
+    # Why the first pod that did not fit was refused ("" when all fit).
+    refusal: str
+
+    @property
+    def refused(self) -> int:
+        return self.group.count - len(self.placed)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuOutcome:
+    layout: GpuLayout
+    stranded_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModePlan:
+    mode: PlanMode
+    groups: tuple[GroupOutcome, ...]
+    gpus: tuple[GpuOutcome, ...]
+    # What the mode could not do with some GPUs (a GPU without MIG stays whole in MIG mode).
+    notes: tuple[str, ...] = ()
+
+    @property
+    def asked(self) -> int:
+        return sum(outcome.group.count for outcome in self.groups)
+
+    @property
+    def placed(self) -> int:
+        return sum(len(outcome.placed) for outcome in self.groups)
+
+    @property
+    def memory_bytes(self) -> int:
+        return sum(gpu.layout.memory_bytes for gpu in self.gpus)
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(gpu.layout.used_bytes for gpu in self.gpus)
+
+    @property
+    def stranded_bytes(self) -> int:
+        return sum(gpu.stranded_bytes for gpu in self.gpus)
+
+
+def _is_type(device_type: str) -> Callable[[Device], bool]:
+    def selector(device: Device) -> bool:
+        return device.attributes.get("type") == device_type
+
+    return selector
+
+
+def _is_profile(profile: str) -> Callable[[Device], bool]:
+    def selector(device: Device) -> bool:
+        return device.attributes.get("type") == "mig" and device.attributes.get("profile") == profile
+
+    return selector
+
+
+def _request(shape: PodShape, selector: Callable[[Device], bool]) -> Request:
+    if shape.kind != "vgpu":
+        return Request(shape.kind, selector)
+    capacity = {"memory": shape.memory_bytes}
+    if shape.cores is not None:
+        capacity["cores"] = shape.cores
+    return Request("vgpu", selector, capacity=capacity)
+
+
+def _selector(shape: PodShape) -> Callable[[Device], bool]:
+    """The shipped DeviceClass of the shape's kind, and for MIG the profile the pod asks for."""
+    return _is_profile(shape.profile) if shape.kind == "mig" else _is_type(shape.kind)
+
+
+def _on_gpu(selector: Callable[[Device], bool], uuid: str) -> Callable[[Device], bool]:
+    def on_gpu(device: Device) -> bool:
+        return device_gpu_uuid(device) == uuid and selector(device)
+
+    return on_gpu
+
+
+def offered_profiles(pool: Pool) -> list[str]:
+    return sorted({str(d.attributes["profile"]) for d in pool.devices if d.attributes.get("type") == "mig"})
+
+
+def check_profiles(groups: Iterable[PodGroup], profiles_by_product: Mapping[str, Sequence[str]]) -> None:
+    """Raises ShapeError for a MIG shape no GPU of the node offers, naming the profiles they do."""
+    known = {profile for profiles in profiles_by_product.values() for profile in profiles}
+    for group in groups:
+        if group.shape.kind != "mig" or group.shape.profile in known:
+            continue
+        where = f'--pods[{group.position}] "{group.item}"'
+        offered = "; ".join(
+            f"{product}: {', '.join(names)}" for product, names in profiles_by_product.items()
+        )
+        raise ShapeError(
+            f'{where}: MIG profile "{group.shape.profile}" is not offered by this node\'s GPUs; '
+            + (f"they offer {offered}" if offered else "none of them supports MIG")
+        )
+
+
+def gpu_profiles(gpus: Iterable[Gpu]) -> dict[str, list[str]]:
+    """The MIG profiles each GPU model of the node offers, by product name."""
+    return {gpu.product_name: [p.name for p in gpu.mig_profiles] for gpu in gpus if gpu.mig_profiles}
+
+
+def _partition_sizes(groups: Iterable[PodGroup], gpu: Gpu) -> tuple[VgpuPartitionSize, ...]:
+    """One partition size per vGPU memory size asked for, with the most cores any of its pods
+    asks for (None: its share of the GPU), so every vGPU shape has a partition that fits it."""
+    cores: dict[int, int | None] = {}
+    for group in groups:
+        shape = group.shape
+        if shape.kind != "vgpu" or shape.memory_bytes > gpu.memory_bytes:
+            continue
+        memory = -(-shape.memory_bytes // MIB) * MIB
+        asked = [c for c in (cores.get(memory), shape.cores) if c is not None]
+        cores[memory] = max(asked) if asked else None
+    return tuple(VgpuPartitionSize(memory, cores[memory]) for memory in sorted(cores))
+
+
+def _mode_settings(gpu: Gpu, mode: PlanMode, groups: Sequence[PodGroup]) -> tuple[Gpu, GpuSettings]:
+    """The GPU as it would be in this mode (MIG mode switched as an operator would), and its
+    settings; a GPU that cannot be offered in the mode is offered whole."""
+    mig_mode = MigMode.UNSUPPORTED if not gpu.mig_profiles else MigMode.DISABLED
+    if mode == "mig-dynamic" and gpu.mig_profiles:
+        return replace(gpu, mig_mode=MigMode.ENABLED, mig_instances=()), GpuSettings(mode="mig-dynamic")
+    gpu = replace(gpu, mig_mode=mig_mode, mig_instances=())
+    if mode == "vgpu-capacity":
+        return gpu, GpuSettings(mode="vgpu-capacity")
+    if mode == "vgpu-partitions" and (sizes := _partition_sizes(groups, gpu)):
+        return gpu, GpuSettings(mode="vgpu-partitions", partitions=sizes)
+    return gpu, GpuSettings(mode="gpu")
+
+
+def mode_pool(
+    gpus: Sequence[Gpu], mode: PlanMode, groups: Sequence[PodGroup], driver: str
+) -> tuple[Pool, tuple[str, ...]]:
+    """The pool the agent would publish with every GPU in `mode`, and notes on GPUs that cannot be."""
+    moded = [_mode_settings(gpu, mode, groups) for gpu in gpus]
+    entries = tuple(
+        GpuEntry(where=f"gpus[{number}]", index=gpu.index, uuid=None, settings=settings)
+        for number, (gpu, settings) in enumerate(moded)
+    )
+    node_plan = plan_node(NodeConfig(gpus=entries), [gpu for gpu, _ in moded])
+    notes = [problem.message for problem in node_plan.problems]
+    notes += [
+        f"{plan.gpu.label} ({plan.gpu.product_name}) cannot be offered as {mode}; offered whole"
+        for plan in node_plan.plans
+        if plan.mode != mode
+    ]
+    pool = desired_pool(node_plan.plans, ApiCapabilities(), HealthState(started_at=0.0), driver)
+    return Pool.from_inventory(pool.published, driver), tuple(notes)
+
+
+def modes_for(gpus: Sequence[Gpu], groups: Sequence[PodGroup]) -> tuple[PlanMode, ...]:
+    """Every mode that can serve some shape: MIG only where a GPU supports it, vGPU partitions
+    only when vGPU shapes say which sizes to cut."""
+    mig = any(gpu.mig_profiles for gpu in gpus)
+    vgpu = any(group.shape.kind == "vgpu" for group in groups)
+    return tuple(
+        mode for mode in MODES if (mode != "mig-dynamic" or mig) and (mode != "vgpu-partitions" or vgpu)
+    )
+
+
+def _occupant(pool_device: Device, result: DeviceResult, label: str) -> Occupant:
+    if result.consumed:
+        return Occupant(
+            result.device, label, result.consumed.get("memory", 0), result.consumed.get("cores", 0)
+        )
+    cores = pool_device.capacity.get("cores")
+    return Occupant(result.device, label, device_memory(pool_device), cores.value if cores else ALL_CORES)
+
+
+def _claims(groups: Iterable[PodGroup], on_gpu: str = "") -> dict[PodShape, Claim]:
+    """One claim per distinct shape: equal pods share one selector, so the allocator model
+    finds their candidate devices once (`NodeState` caches them per selector)."""
+    claims = {}
+    for group in groups:
+        if group.shape not in claims:
+            selector = _selector(group.shape)
+            claims[group.shape] = Claim(
+                (_request(group.shape, _on_gpu(selector, on_gpu) if on_gpu else selector),)
+            )
+    return claims
+
+
+def plan_pool(
+    pool: Pool,
+    groups: Sequence[PodGroup],
+    mode: PlanMode,
+    notes: tuple[str, ...] = (),
+    allocated: Sequence[tuple[Allocation, str]] = (),
+) -> ModePlan:
+    """Places the pods group by group in the given order, first fit, one claim per pod, around
+    what is `allocated` already (each allocation with the label the layout shows for it)."""
+    state = NodeState(pool)
+    devices = {device.name: device for device in pool.devices}
+    claims = _claims(groups)
+    occupants: list[Occupant] = []
+    for allocation, label in allocated:
+        known = tuple(result for result in allocation.results if result.device in devices)
+        state.add(Allocation(known))
+        occupants += [_occupant(devices[result.device], result, label) for result in known]
+    # Allocations only take, so a shape refused once stays refused for the rest of the plan.
+    refused: dict[PodShape, str] = {}
+    gpu_index = {layout.uuid: layout.index for layout in gpu_layouts(pool, ())}
+    outcomes = []
+    number = 0
+    for group in groups:
+        placed: list[PlacedPod] = []
+        for _ in range(0 if group.shape in refused else group.count):
+            outcome = state.allocate(claims[group.shape])
+            if isinstance(outcome, Refusal):
+                refused[group.shape] = outcome.reason
+                break
+            state.add(outcome)
+            (result,) = outcome.results
+            occupant = _occupant(devices[result.device], result, group.shape.text)
+            occupants.append(occupant)
+            gpu = gpu_index[device_gpu_uuid(devices[occupant.device])]
+            placed.append(
+                PlacedPod(
+                    number,
+                    group.shape.text,
+                    occupant.device,
+                    gpu,
+                    occupant.memory_bytes,
+                    occupant.cores,
+                )
+            )
+            number += 1
+        number += group.count - len(placed)
+        outcomes.append(GroupOutcome(group, tuple(placed), refused.get(group.shape, "")))
+    layouts = gpu_layouts(pool, occupants)
+    return ModePlan(
+        mode, tuple(outcomes), tuple(_stranded(state, layout, groups) for layout in layouts), notes
+    )
+
+
+def _stranded(state: NodeState, layout: GpuLayout, groups: Sequence[PodGroup]) -> GpuOutcome:
+    """All the GPU's free memory when no shape asked for fits on it any more, else none."""
+    for claim in _claims(groups, on_gpu=layout.uuid).values():
+        if not isinstance(state.allocate(claim), Refusal):
+            return GpuOutcome(layout, 0)
+    return GpuOutcome(layout, layout.free_bytes)
+
+
+def plan_node_modes(
+    gpus: Sequence[Gpu], groups: Sequence[PodGroup], driver: str, modes: Sequence[PlanMode] = ()
+) -> tuple[ModePlan, ...]:
+    """The plan in every mode the node's GPUs allow (or the modes named). Raises ShapeError for
+    a MIG profile the GPUs do not offer."""
+    check_profiles(groups, gpu_profiles(gpus))
+    plans = []
+    for mode in modes or modes_for(gpus, groups):
+        pool, notes = mode_pool(gpus, mode, groups, driver)
+        plans.append(plan_pool(pool, groups, mode, notes))
+    return tuple(plans)

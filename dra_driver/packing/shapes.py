@@ -1,0 +1,124 @@
+"""Pod shapes for `dra-driver plan`: `--pods 10x1g.10gb,4xvgpu:10Gi/30%,2xgpu`.
+
+A shape is what one pod's claim asks for, in the words operators use: a whole GPU, a MIG
+profile, or a vGPU share of memory and (optionally) cores. The grammar is checked here, with no
+knowledge of the node, so a typo is reported before any hardware is read; whether a MIG profile
+exists is the node's question (`packing.planner`).
+
+    item   := [count "x"] kind            count: 1..MAX_COUNT, no leading zeros (default 1)
+    kind   := "gpu" | profile | "vgpu:" memory ["/" cores "%"]
+    profile:= <n>"g."<m>"gb" ["+me" | "-me" ...]    e.g. 1g.10gb, 3g.40gb, 1g.10gb+me
+    memory := a whole quantity: digits with Ki, Mi, Gi, Ti, k, M, G or T
+    cores  := 1..100
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from dra_driver.config.strict_decode import QUANTITY_FACTORS
+
+ShapeKind = Literal["gpu", "mig", "vgpu"]
+
+# More pods than any node could hold by orders of magnitude, and small enough that a typo such as
+# an extra zero is caught before a plan loops over it.
+MAX_COUNT = 100_000
+ALL_CORES = 100
+FLAG = "--pods"
+
+_ITEM = re.compile(r"(?:(?P<count>[0-9]+)x)?(?P<kind>.*)", re.S)
+_PROFILE = re.compile(r"[1-9][0-9]*g\.[1-9][0-9]*gb(?:[+-][a-z][a-z0-9.]*)*")
+_QUANTITY = re.compile(r"(?P<digits>[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|k|M|G|T)?")
+_CORES = re.compile(r"(?P<digits>[0-9]+)%")
+_KIND_FORM = "gpu, a MIG profile such as 1g.10gb or 3g.40gb, or vgpu:<memory>[/<cores>%]"
+
+
+class ShapeError(ValueError):
+    """One bad `--pods` item: the message names the item, the field and what was expected."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """What one pod asks for. `text` is the kind as written (`1g.10gb`, `vgpu:10Gi/30%`)."""
+
+    kind: ShapeKind
+    text: str
+    # MIG: the profile name.
+    profile: str = ""
+    # vGPU: the share's memory in bytes, and its cores in percent (None: not asked, so the
+    # request policy's default, all of them, as the scheduler charges it).
+    memory_bytes: int = 0
+    cores: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    """`count` pods of one shape; `position` is the item's place in --pods, for messages."""
+
+    count: int
+    shape: PodShape
+    position: int
+
+    @property
+    def item(self) -> str:
+        return f"{self.count}x{self.shape.text}"
+
+
+def _where(position: int, item: str) -> str:
+    return f'{FLAG}[{position}] "{item}"'
+
+
+def _count(text: str | None, where: str) -> int:
+    if text is None:
+        return 1
+    if text.startswith("0") or len(text) > len(str(MAX_COUNT)) or int(text) > MAX_COUNT:
+        raise ShapeError(f'{where}: count "{text}": expected a whole number from 1 to {MAX_COUNT}')
+    return int(text)
+
+
+def _memory(text: str, where: str) -> int:
+    match = _QUANTITY.fullmatch(text)
+    if match is None or int(match["digits"]) == 0:
+        raise ShapeError(f'{where}: memory "{text}": expected a quantity like 10Gi, more than zero')
+    return int(match["digits"]) * QUANTITY_FACTORS[match["suffix"] or ""]
+
+
+def _cores(text: str, where: str) -> int:
+    match = _CORES.fullmatch(text)
+    if match is None or not 1 <= int(match["digits"]) <= ALL_CORES:
+        raise ShapeError(f'{where}: cores "{text}": expected a percentage from 1% to {ALL_CORES}%')
+    return int(match["digits"])
+
+
+def _vgpu(text: str, where: str) -> PodShape:
+    memory_text, slash, cores_text = text.removeprefix("vgpu:").partition("/")
+    memory = _memory(memory_text, where)
+    cores = _cores(cores_text, where) if slash else None
+    return PodShape("vgpu", text, memory_bytes=memory, cores=cores)
+
+
+def parse_shape(text: str, where: str) -> PodShape:
+    if text == "gpu":
+        return PodShape("gpu", text)
+    if text.startswith("vgpu:"):
+        return _vgpu(text, where)
+    if _PROFILE.fullmatch(text):
+        return PodShape("mig", text, profile=text)
+    raise ShapeError(f'{where}: kind "{text}": expected {_KIND_FORM}')
+
+
+def parse_item(item: str, position: int) -> PodGroup:
+    where = _where(position, item)
+    match = _ITEM.fullmatch(item)
+    assert match is not None  # the pattern matches every string
+    if not match["kind"]:
+        raise ShapeError(f"{where}: expected [<count>x]<kind>, e.g. 2x1g.10gb, with <kind> {_KIND_FORM}")
+    return PodGroup(_count(match["count"], where), parse_shape(match["kind"], where), position)
+
+
+def parse_pods(text: str) -> tuple[PodGroup, ...]:
+    """`--pods` as written: comma-separated items, spaces around them allowed. Raises
+    ShapeError for the first bad item."""
+    if not text.strip():
+        raise ShapeError(f"{FLAG}: expected at least one pod shape, e.g. 10x1g.10gb,4xvgpu:10Gi/30%,2xgpu")
+    return tuple(parse_item(item.strip(), position) for position, item in enumerate(text.split(",")))
