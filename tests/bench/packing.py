@@ -249,7 +249,7 @@ def table(results: Sequence[dict[str, Any]], small: Sequence[dict[str, Any]]) ->
 
 def plot(results: Sequence[dict[str, Any]], small: Sequence[dict[str, Any]], directory: Path) -> list[str]:
     try:
-        import matplotlib  # noqa: PLC0415  (optional: the bench extra)
+        import matplotlib  # noqa: PLC0415  (optional: the plot extra)
 
         matplotlib.use("svg")
         import matplotlib.pyplot as plt  # noqa: PLC0415
