@@ -61,7 +61,7 @@ from typing import Any
 from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, Mount
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.devices.model import AttributeValue, Version
+from dra_driver.devices.model import AttributeValue, attribute_to_api
 from dra_driver.kube.k8s_names import dns_label_problem
 
 CONTAINER_DIR = PurePosixPath("/var/run/kubernetes.io/dra-device-attributes")
@@ -160,16 +160,6 @@ def cdi_device_name(request: str) -> str:
     return f"{request}{CDI_DEVICE_SUFFIX}"
 
 
-def _attribute(value: AttributeValue) -> dict[str, Any]:
-    if isinstance(value, Version):
-        return {"version": value.text}
-    if isinstance(value, bool):
-        return {"bool": value}
-    if isinstance(value, int):
-        return {"int": value}
-    return {"string": value}
-
-
 def _device(driver_name: str, device: MetadataDevice) -> dict[str, Any]:
     if len(device.attributes) > MAX_ATTRIBUTES:
         raise ValueError(
@@ -180,7 +170,7 @@ def _device(driver_name: str, device: MetadataDevice) -> dict[str, Any]:
         "driver": driver_name,
         "pool": device.pool,
         "name": device.name,
-        "attributes": {name: _attribute(value) for name, value in sorted(device.attributes.items())},
+        "attributes": {name: attribute_to_api(value) for name, value in sorted(device.attributes.items())},
     }
 
 

@@ -176,7 +176,9 @@ class MpsControlDaemons:
             os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
             returncode = None
-        if returncode == 0 and await self._wait_until(lambda: daemon_pid(directories) is not None):
+        if returncode == 0 and await wait_until(
+            lambda: daemon_pid(directories) is not None, self._timeout, _POLL_S
+        ):
             return
         said = (await asyncio.to_thread(startup_log.read_text, errors="replace")).strip()
         outcome = f"exit status {returncode}" if returncode is not None else f"no exit in {self._timeout:g} s"
@@ -209,21 +211,23 @@ class MpsControlDaemons:
         pid = await asyncio.to_thread(daemon_pid, directories)
         if pid is not None:
             await self.send(directories, "quit")
-            if not await self._wait_until(lambda: not _is_daemon(pid, directories.pipe)):
+            if not await wait_until(lambda: not _is_daemon(pid, directories.pipe), self._timeout, _POLL_S):
                 raise HardwareError(
                     f"the MPS control daemon for claim {directories.claim_uid} still runs "
                     f"{self._timeout:g} s after 'quit'; {directories.root} stays until it exits"
                 )
         await asyncio.to_thread(shutil.rmtree, directories.root)
 
-    async def _wait_until(self, condition: Callable[[], bool]) -> bool:
-        """Whether `condition` (which reads files, so it runs off the event loop) came true in time."""
-        deadline = asyncio.get_running_loop().time() + self._timeout
-        while not await asyncio.to_thread(condition):
-            if asyncio.get_running_loop().time() > deadline:
-                return False
-            await asyncio.sleep(_POLL_S)
-        return True
+
+async def wait_until(condition: Callable[[], bool], timeout_s: float, poll_s: float) -> bool:
+    """Whether `condition` came true within `timeout_s`, looked at every `poll_s`. It reads files
+    or sockets (whether a daemon runs, answers, has quit), so it runs off the event loop."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await asyncio.to_thread(condition):
+        if asyncio.get_running_loop().time() > deadline:
+            return False
+        await asyncio.sleep(poll_s)
+    return True
 
 
 def private_shm_argv(shm_directory: Path, argv: Sequence[str]) -> list[str]:

@@ -15,12 +15,11 @@ the daemon another agent started, and a restart of the agent leaves every daemon
 
 import asyncio
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
-from dra_driver.claims.mps import MpsControlDaemons, control_socket_answers, prepare_directories
+from dra_driver.claims.mps import MpsControlDaemons, control_socket_answers, prepare_directories, wait_until
 from dra_driver.claims.mps_pod_spec import MpsPodSettings, claim_uid_of, daemon_pod, daemon_pod_name, selector
 from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware.model import HardwareError
@@ -102,7 +101,7 @@ class MpsDaemonPods:
         """Graceful `quit` while the daemon answers, then the pod, then the directories."""
         if await asyncio.to_thread(control_socket_answers, directories):
             await self._local.send(directories, "quit")
-            if not await self._until(lambda: not control_socket_answers(directories)):
+            if not await wait_until(lambda: not control_socket_answers(directories), self._timeout, _POLL_S):
                 raise HardwareError(
                     f"the MPS control daemon for claim {directories.claim_uid} still answers "
                     f"{self._timeout:g} s after 'quit'; its pod and {directories.root} stay until it stops"
@@ -147,11 +146,3 @@ class MpsDaemonPods:
                         f"(pod {self._pods.namespace}/{name}: {phase})"
                     )
             await asyncio.sleep(_POLL_S)
-
-    async def _until(self, condition: Callable[[], bool]) -> bool:
-        deadline = asyncio.get_running_loop().time() + self._timeout
-        while not await asyncio.to_thread(condition):
-            if asyncio.get_running_loop().time() > deadline:
-                return False
-            await asyncio.sleep(_POLL_S)
-        return True

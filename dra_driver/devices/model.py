@@ -115,7 +115,9 @@ def quantity(value: int) -> str:
     return str(value)
 
 
-def _attribute_to_api(value: AttributeValue) -> dict[str, Any]:
+def attribute_to_api(value: AttributeValue) -> dict[str, Any]:
+    """A DeviceAttribute as the resource.k8s.io API spells it, one-of by type; KEP-5304's
+    device metadata files use the same type, so they render through this too."""
     if isinstance(value, Version):
         return {"version": value.text}
     if isinstance(value, bool):
@@ -147,7 +149,7 @@ def device_to_api(device: Device) -> dict[str, Any]:
     """A resource.k8s.io/v1 Device object as a plain dict."""
     rendered: dict[str, Any] = {
         "name": device.name,
-        "attributes": {name: _attribute_to_api(value) for name, value in sorted(device.attributes.items())},
+        "attributes": {name: attribute_to_api(value) for name, value in sorted(device.attributes.items())},
     }
     if device.capacity:
         rendered["capacity"] = {

@@ -189,8 +189,8 @@ class NodeConfigProblem(Protocol):
     def gpu(self) -> _Gpu | None: ...
 
 
-class GpuUsageRow(Protocol):
-    """One GPU's usage (`usage.attribution.GpuRow`); utilization None: the hardware has no figure."""
+class UsageGpu(Protocol):
+    """The GPU a usage row is about: the labels both kinds of row open with (GPU_LABELS)."""
 
     @property
     def gpu(self) -> str: ...
@@ -198,6 +198,11 @@ class GpuUsageRow(Protocol):
     def uuid(self) -> str: ...
     @property
     def model(self) -> str: ...
+
+
+class GpuUsageRow(UsageGpu, Protocol):
+    """One GPU's usage (`usage.attribution.GpuRow`); utilization None: the hardware has no figure."""
+
     @property
     def memory_used_bytes(self) -> int: ...
     @property
@@ -208,15 +213,9 @@ class GpuUsageRow(Protocol):
     def processes(self) -> int: ...
 
 
-class ClaimUsageRow(Protocol):
+class ClaimUsageRow(UsageGpu, Protocol):
     """One claim's device as one pod's container uses it (`usage.attribution.ClaimRow`)."""
 
-    @property
-    def gpu(self) -> str: ...
-    @property
-    def uuid(self) -> str: ...
-    @property
-    def model(self) -> str: ...
     @property
     def device(self) -> str: ...
     @property
@@ -241,6 +240,10 @@ class ClaimUsageRow(Protocol):
 # so dashboards can join the two; `device` and `claim` are DRA's own.
 GPU_LABELS = ("gpu", "UUID", "modelName")
 CLAIM_LABELS = (*GPU_LABELS, "device", "namespace", "pod", "container", "claim")
+
+
+def _gpu_values(row: UsageGpu) -> list[str]:
+    return [row.gpu, row.uuid, row.model]
 
 
 class UsageMetrics:
@@ -302,7 +305,7 @@ class UsageMetrics:
         )
         processes = family("dra_driver_gpu_processes", "Compute processes running on the GPU", GPU_LABELS)
         for gpu in gpus:
-            values = [gpu.gpu, gpu.uuid, gpu.model]
+            values = _gpu_values(gpu)
             memory_used.add_metric(values, gpu.memory_used_bytes)
             memory_total.add_metric(values, gpu.memory_total_bytes)
             processes.add_metric(values, gpu.processes)
@@ -332,9 +335,7 @@ class UsageMetrics:
         )
         for row in claims:
             values = [
-                row.gpu,
-                row.uuid,
-                row.model,
+                *_gpu_values(row),
                 row.device,
                 row.namespace,
                 row.pod,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Refusal
 from dra_driver.packing.bound import RepackingPacker
-from dra_driver.packing.traces import Event
+from dra_driver.packing.traces import Event, Shape
 
 # How a claim gets its devices: the scheduler's first fit (NodeState.allocate) or a stand-in.
 Chooser = Callable[[NodeState, Claim], Allocation | Refusal]
@@ -42,26 +42,65 @@ def replay(
     state: NodeState, events: Sequence[Event], node_memory_bytes: int, choose: Chooser = first_fit
 ) -> TraceResult:
     """Runs the trace on `state` (which it changes) and measures it."""
-    held: dict[int, tuple[Allocation, int]] = {}
-    allocated = 0
-    arrivals = refused = fragmented = refused_bytes = 0
+    held: dict[int, Allocation] = {}
+
+    def admit(claim_id: int, shape: Shape) -> bool:
+        answer = choose(state, shape.claim)
+        if isinstance(answer, Refusal):
+            return False
+        state.add(answer)
+        held[claim_id] = answer
+        return True
+
+    def depart(claim_id: int, shape: Shape) -> None:
+        state.remove(held.pop(claim_id))
+
+    return _measure(events, node_memory_bytes, admit, depart, fragmentation=True)
+
+
+def replay_repacking(packer: RepackingPacker, events: Sequence[Event], node_memory_bytes: int) -> TraceResult:
+    """The trace under a packer that moves running claims at will (`bound.RepackingPacker`):
+    every refusal is one of capacity, none of fragmentation."""
+
+    def admit(claim_id: int, shape: Shape) -> bool:
+        (request,) = shape.claim.requests
+        return packer.admit(request)
+
+    def depart(claim_id: int, shape: Shape) -> None:
+        (request,) = shape.claim.requests
+        packer.depart(request)
+
+    return _measure(events, node_memory_bytes, admit, depart, fragmentation=False)
+
+
+def _measure(
+    events: Sequence[Event],
+    node_memory_bytes: int,
+    admit: Callable[[int, Shape], bool],
+    depart: Callable[[int, Shape], None],
+    *,
+    fragmentation: bool,
+) -> TraceResult:
+    """Feeds the trace to `admit` (arrivals: whether the claim got its devices) and `depart` (the
+    claims it admitted, as they leave) and measures the outcome; with `fragmentation` off, no
+    refusal counts as fragmented, because the packer could have moved claims to make room."""
+    held: dict[int, Shape] = {}
+    allocated = arrivals = refused = refused_bytes = fragmented = 0
     first_refusal: float | None = None
     stranded_sum = 0.0
     weighted = 0.0
-    last_hours = events[0].hours if events else 0.0
+    first_hours = last_hours = events[0].hours if events else 0.0
     for event in events:
         weighted += allocated * (event.hours - last_hours)
         last_hours = event.hours
         if event.shape is None:
-            if (release := held.pop(event.claim_id, None)) is not None:
-                state.remove(release[0])
-                allocated -= release[1]
+            if (leaving := held.pop(event.claim_id, None)) is not None:
+                depart(event.claim_id, leaving)
+                allocated -= leaving.memory_bytes
             continue
         arrivals += 1
-        answer = choose(state, event.shape.claim)
-        if isinstance(answer, Allocation):
-            state.add(answer)
-            held[event.claim_id] = (answer, event.shape.memory_bytes)
+        if admit(event.claim_id, event.shape):
+            held[event.claim_id] = event.shape
             allocated += event.shape.memory_bytes
             continue
         refused += 1
@@ -69,10 +108,10 @@ def replay(
         if first_refusal is None:
             first_refusal = allocated / node_memory_bytes
         free = node_memory_bytes - allocated
-        if free >= event.shape.memory_bytes:
+        if fragmentation and free >= event.shape.memory_bytes:
             fragmented += 1
             stranded_sum += free / node_memory_bytes
-    span = last_hours - (events[0].hours if events else 0.0)
+    span = last_hours - first_hours
     return TraceResult(
         arrivals=arrivals,
         refused=refused,
@@ -80,44 +119,5 @@ def replay(
         fragmented=fragmented,
         memory_at_first_refusal=first_refusal,
         stranded=stranded_sum / fragmented if fragmented else 0.0,
-        utilisation=weighted / span / node_memory_bytes if span else 0.0,
-    )
-
-
-def replay_repacking(packer: RepackingPacker, events: Sequence[Event], node_memory_bytes: int) -> TraceResult:
-    """The trace under a packer that moves running claims at will (`bound.RepackingPacker`):
-    every refusal is one of capacity, none of fragmentation."""
-    held: dict[int, Event] = {}
-    allocated = arrivals = refused = refused_bytes = 0
-    first_refusal: float | None = None
-    weighted = 0.0
-    last_hours = events[0].hours if events else 0.0
-    for event in events:
-        weighted += allocated * (event.hours - last_hours)
-        last_hours = event.hours
-        if event.shape is None:
-            if (arrival := held.pop(event.claim_id, None)) is not None and arrival.shape is not None:
-                (request,) = arrival.shape.claim.requests
-                packer.depart(request)
-                allocated -= arrival.shape.memory_bytes
-            continue
-        arrivals += 1
-        (request,) = event.shape.claim.requests
-        if packer.admit(request):
-            held[event.claim_id] = event
-            allocated += event.shape.memory_bytes
-        else:
-            refused += 1
-            refused_bytes += event.shape.memory_bytes
-            if first_refusal is None:
-                first_refusal = allocated / node_memory_bytes
-    span = last_hours - (events[0].hours if events else 0.0)
-    return TraceResult(
-        arrivals=arrivals,
-        refused=refused,
-        refused_memory=refused_bytes / node_memory_bytes,
-        fragmented=0,
-        memory_at_first_refusal=first_refusal,
-        stranded=0.0,
         utilisation=weighted / span / node_memory_bytes if span else 0.0,
     )

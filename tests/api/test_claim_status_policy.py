@@ -6,15 +6,14 @@ a working cluster, so only evaluating it shows that it holds."""
 
 import copy
 import uuid
-from functools import cache
 from typing import Any
 
 import pytest
-from cel_expr_python import cel
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.device_status import status_update
-from dra_driver.tools.manifests import NODE_NAME_EXTRA, ManifestOptions, render, service_account_username
+from dra_driver.tools.manifests import ManifestOptions, render, service_account_username
+from tests.support.admission_policy import denials, user_info
 
 UID = str(uuid.uuid4())
 POLICY = next(
@@ -22,47 +21,15 @@ POLICY = next(
     for item in render(ManifestOptions())
     if item["kind"] == "ValidatingAdmissionPolicy" and item["metadata"]["name"].endswith("-node-claim-status")
 )
-_MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-
-
-@cache
-def _environment() -> cel.Env:
-    return cel.NewEnv(
-        variables={"request": _MAP, "object": cel.Type.DYN, "oldObject": cel.Type.DYN, "variables": _MAP}
-    )
-
-
-def _evaluate(expression: str, data: dict[str, Any]) -> Any:
-    result = _environment().compile(expression).eval(data=data)
-    assert result.type() != cel.Type.ERROR, f"{expression!r} failed: {result.value()}"
-    return result.plain_value()  # Python values, so that a variable can feed the next expression
 
 
 def admit(
     new: dict[str, Any], old: dict[str, Any], username: str, node: str | None
 ) -> tuple[bool, list[str]]:
-    """(allowed, denial messages) for an UPDATE of resourceclaims/status, as the API server runs
-    the policy: match constraints and conditions, then variables in order, then validations."""
-    spec = POLICY["spec"]
-    (rule,) = spec["matchConstraints"]["resourceRules"]
-    assert rule["resources"] == ["resourceclaims/status"] and rule["operations"] == ["UPDATE"]
-    extra = {NODE_NAME_EXTRA: [node]} if node else {}
-    data: dict[str, Any] = {
-        "request": {"operation": "UPDATE", "userInfo": {"username": username, "extra": extra}},
-        "object": new,
-        "oldObject": old,
-        "variables": {},
-    }
-    if not all(_evaluate(condition["expression"], data) for condition in spec["matchConditions"]):
-        return True, []
-    for variable in spec["variables"]:
-        data["variables"] = {**data["variables"], variable["name"]: _evaluate(variable["expression"], data)}
-    denials = [
-        _evaluate(v["messageExpression"], data) if "messageExpression" in v else v["message"]
-        for v in spec["validations"]
-        if _evaluate(v["expression"], data) is not True
-    ]
-    return not denials, denials
+    """(allowed, denial messages) for an UPDATE of resourceclaims/status."""
+    request = {"operation": "UPDATE", "userInfo": user_info(username, node)}
+    found = denials(POLICY, "resourceclaims/status", request, new, old)
+    return (True, []) if found is None else (not found, found)
 
 
 AGENT = service_account_username("dra-driver")

@@ -6,20 +6,17 @@ fails silently: nothing in a working cluster would show that one node's agent ca
 slices.
 """
 
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
-from cel_expr_python import cel
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import main
 from dra_driver.devices.classes import device_classes
 from dra_driver.tools.manifests import (
-    NODE_NAME_EXTRA,
     ManifestError,
     ManifestOptions,
     parse_env,
@@ -29,6 +26,7 @@ from dra_driver.tools.manifests import (
     service_account_username,
     split_node_config_argument,
 )
+from tests.support.admission_policy import denials, user_info
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -172,50 +170,14 @@ def test_rbac_grants_exactly_what_the_agent_uses(options: ManifestOptions) -> No
 
 # --- The admission policy, evaluated ------------------------------------------------------------
 
-_MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-
-
-@cache
-def _environment() -> cel.Env:
-    """`request`, `object`, `oldObject` and `variables` as maps, as the API server binds them
-    (with typed objects there; the expressions read the same fields)."""
-    return cel.NewEnv(
-        variables={"request": _MAP, "object": cel.Type.DYN, "oldObject": cel.Type.DYN, "variables": _MAP}
-    )
-
-
-def _evaluate(expression: str, data: dict[str, Any]) -> Any:
-    result = _environment().compile(expression).eval(data=data)
-    assert result.type() != cel.Type.ERROR, f"{expression!r} failed: {result.value()}"
-    return result.value()
-
 
 def admit(policy: dict[str, Any], request: dict[str, Any]) -> tuple[bool, list[str]]:
-    """What the API server decides: (allowed, the denial messages), as the policy's match
-    conditions, variables and validations say."""
-    spec = policy["spec"]
+    """What the API server decides: (allowed, the denial messages)."""
     operation = request["operation"]
-    data: dict[str, Any] = {
-        "request": request,
-        "object": None if operation == "DELETE" else request["object"],
-        "oldObject": None if operation == "CREATE" else request["oldObject"],
-        "variables": {},
-    }
-    rules = spec["matchConstraints"]["resourceRules"]
-    if not any(operation in rule["operations"] and "resourceslices" in rule["resources"] for rule in rules):
-        return True, []
-    if not all(_evaluate(condition["expression"], data) for condition in spec["matchConditions"]):
-        return True, []
-    for variable in spec.get("variables", []):
-        data["variables"] = {**data["variables"], variable["name"]: _evaluate(variable["expression"], data)}
-    denials = []
-    for validation in spec["validations"]:
-        if _evaluate(validation["expression"], data) is not True:
-            if "messageExpression" in validation:
-                denials.append(_evaluate(validation["messageExpression"], data))
-            else:
-                denials.append(validation["message"])
-    return not denials, denials
+    new = None if operation == "DELETE" else request["object"]
+    old = None if operation == "CREATE" else request["oldObject"]
+    found = denials(policy, "resourceslices", request, new, old)
+    return (True, []) if found is None else (not found, found)
 
 
 def slice_on(node: str | None) -> dict[str, Any]:
@@ -239,15 +201,8 @@ def request(
     namespace: str = "dra-driver",
     node: str | None = "node-a",
 ) -> dict[str, Any]:
-    extra = (
-        {NODE_NAME_EXTRA: [node], "authentication.kubernetes.io/pod-name": ["dra-driver-x"]} if node else {}
-    )
-    return {
-        "operation": operation,
-        "userInfo": {"username": service_account_username(namespace), "extra": extra},
-        "object": new,
-        "oldObject": old,
-    }
+    user = user_info(service_account_username(namespace), node, pod="dra-driver-x")
+    return {"operation": operation, "userInfo": user, "object": new, "oldObject": old}
 
 
 # The first policy is the slices' one; the claim-status and MPS daemon pods' policies have tests of their own

@@ -4,19 +4,18 @@ it must never be able to make. The policy's expressions are taken from the rende
 
 import copy
 from collections.abc import Callable, Mapping
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cel_expr_python import cel
 
 from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.mps_pod_spec import MpsPodSettings, daemon_pod
 from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
 from dra_driver.tools.manifests import ManifestOptions, render
 from dra_driver.tools.manifests.access import service_account_username
-from dra_driver.tools.manifests.options import CONTAINER_DRIVER_ROOT, NODE_NAME_EXTRA
+from dra_driver.tools.manifests.options import CONTAINER_DRIVER_ROOT
+from tests.support.admission_policy import denials, user_info
 
 OPTIONS = ManifestOptions()
 CLAIM = "0b7c4d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f"
@@ -39,44 +38,21 @@ def policy() -> dict[str, Any]:
 
 
 POLICY = policy()
-_MAP = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-
-
-@cache
-def _environment() -> cel.Env:
-    return cel.NewEnv(
-        variables={"request": _MAP, "object": cel.Type.DYN, "oldObject": cel.Type.DYN, "variables": _MAP}
-    )
-
-
-def _evaluate(expression: str, data: dict[str, Any]) -> Any:
-    result = _environment().compile(expression).eval(data=data)
-    assert result.type() != cel.Type.ERROR, f"{expression!r} failed: {result.value()}"
-    return result.value()
 
 
 def admit(operation: str, pod: Pod, node: str | None = NODE) -> list[str]:
     """The denial messages the API server would answer the agent's token with (none: admitted)."""
-    extra = {NODE_NAME_EXTRA: [node]} if node else {}
-    request = {
-        "operation": operation,
-        "userInfo": {"username": service_account_username(OPTIONS.namespace, OPTIONS.name), "extra": extra},
-    }
-    data: dict[str, Any] = {
-        "request": request,
-        "object": None if operation == "DELETE" else pod,
-        "oldObject": pod if operation == "DELETE" else None,
-        "variables": {},
-    }
-    spec = POLICY["spec"]
-    assert all(_evaluate(condition["expression"], data) for condition in spec["matchConditions"])
-    for variable in spec["variables"]:
-        data["variables"] = {**data["variables"], variable["name"]: _evaluate(variable["expression"], data)}
-    return [
-        validation.get("message") or _evaluate(validation["messageExpression"], data)
-        for validation in spec["validations"]
-        if _evaluate(validation["expression"], data) is not True
-    ]
+    user = user_info(service_account_username(OPTIONS.namespace, OPTIONS.name), node)
+    deleted = operation == "DELETE"
+    found = denials(
+        POLICY,
+        "pods",
+        {"operation": operation, "userInfo": user},
+        None if deleted else pod,
+        pod if deleted else None,
+    )
+    assert found is not None, "the policy must apply to every pod write of the agent"
+    return found
 
 
 def agent_pod(*, real: bool = True) -> Pod:

@@ -11,9 +11,6 @@ Run: `make bench` (or `python -m tests.bench.device_model --rounds 200 --runs 2`
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -25,6 +22,7 @@ from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.devices.slices import plan_slices, slices_to_api
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
+from tests.bench.report import host, publish
 
 PROFILE = "b200x8-mig"
 DYNAMIC_MIG = NodeConfig(default=GpuSettings(mode="mig-dynamic"))
@@ -73,15 +71,11 @@ def main() -> None:
     args = parser.parse_args()
     results = {
         "node": f"simulated:{PROFILE}, every GPU mig-dynamic",
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
+        **host(),
         "rounds": args.rounds,
         "runs": [run(args.rounds) for _ in range(args.runs)],
     }
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.output:
-        args.output.write_text(text + "\n")
+    publish(results, args.output)
 
 
 if __name__ == "__main__":

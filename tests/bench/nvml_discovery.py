@@ -13,9 +13,7 @@ Run: `make bench` (or `python -m tests.bench.nvml_discovery --rounds 100`).
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 from dra_driver.hardware.nvml import NvmlBackend
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
 from tests.bench.device_model import timed
+from tests.bench.report import host, publish
 from tests.support.mock_nvml import MockNode, make_driver_root
 
 # The heaviest 8-GPU nodes: every MIG profile and placement asked for on every GPU, and MIG
@@ -72,15 +71,11 @@ def main() -> None:
         driver_root = make_driver_root(directory / "driver", DEFAULT_DRIVER_VERSION)
         results = {
             "what": "NVML backend discovery of 8 GPUs over the mock libnvidia-ml.so.1",
-            "python": platform.python_version(),
-            "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
+            **host(),
             "rounds": args.rounds,
             "nodes": [measure(directory, driver_root, profile, args.rounds) for profile in PROFILES],
         }
-    text = json.dumps(results, indent=2) + "\n"
-    if args.output:
-        args.output.write_text(text)
-    print(text, end="")
+    publish(results, args.output)
 
 
 if __name__ == "__main__":

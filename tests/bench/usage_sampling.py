@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from dra_driver.hardware.nvml_library import load_nvml_library
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
 from dra_driver.observability.metrics import UsageMetrics
 from dra_driver.usage.facts import device_facts
+from tests.bench.report import host, publish
 from tests.support.mock_nvml import MockNode, make_driver_root
 from tests.support.nodes import simulated_node
 from tests.support.pod_resources import Pod, UsedDevice
@@ -195,15 +195,11 @@ def main() -> None:
     args = parser.parse_args()
     results = {
         "what": f"one usage sample: {PROFILE} (8 GPUs), 64 processes in 64 pods, 64 vGPU-share claims",
-        "python": platform.python_version(),
-        "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
+        **host(),
         "rounds": args.rounds,
         "result": measure(args.rounds),
     }
-    text = json.dumps(results, indent=2) + "\n"
-    if args.output:
-        args.output.write_text(text)
-    print(text, end="")
+    publish(results, args.output)
 
 
 if __name__ == "__main__":

@@ -34,10 +34,11 @@ from tests.support.agent import AgentDirs, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate_results
 from tests.support.engines import POOL, simulated_engine, simulated_hardware
+from tests.support.memory_claims import MemoryClaims
 from tests.support.nodes import simulated_node
 from tests.support.stand_in_kubelet import StandInKubelet
 from tests.support.waiting import wait_until
-from tests.unit.claims.test_engine_devices import Claims, sharing_config
+from tests.unit.claims.test_engine_devices import sharing_config
 
 NAMESPACE = "dra-driver"
 IMAGE = "registry.example/dra-driver:test"
@@ -52,7 +53,7 @@ def kubelet(kubeconfig: Path, short_dir: Path) -> Iterator[StandInKubelet]:
     assert running.errors == []
 
 
-def mps_claim(claims: Claims) -> RawClaim:
+def mps_claim(claims: MemoryClaims) -> RawClaim:
     return claims.add(
         "mps",
         {"device": "gpu-0"},
@@ -68,7 +69,7 @@ class Node:
         self,
         root: Path,
         server: ApiServer,
-        claims: Claims,
+        claims: MemoryClaims,
         *,
         timeout_s: float = 15.0,
         gpus: SimulatedBackend | None = None,
@@ -115,7 +116,7 @@ def process_alive(pid: int) -> bool:
 def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprepare(
     apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
 ) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = mps_claim(claims)
     uid = claim[2]
     name = daemon_pod_name(uid)
@@ -169,7 +170,7 @@ def test_a_daemon_that_does_not_answer_fails_the_prepare_and_leaves_nothing(
     apiserver: ApiServer, short_dir: Path
 ) -> None:
     """No kubelet runs the pod: it stays Pending and its daemon never answers."""
-    claims = Claims()
+    claims = MemoryClaims()
     claim = mps_claim(claims)
     uid = claim[2]
 
@@ -190,7 +191,7 @@ def test_a_daemon_that_does_not_answer_fails_the_prepare_and_leaves_nothing(
 def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_cut_short(
     apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
 ) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     orphan, cut_short = mps_claim(claims), claims.add("other", {"device": "gpu-1"})
 
     async def scenario() -> None:
@@ -297,7 +298,7 @@ def test_start_up_does_not_wait_for_the_api_server_to_list_daemon_pods(
     leftover.pipe.mkdir(parents=True)
 
     async def scenario() -> None:
-        node = Node(short_dir, apiserver, Claims())
+        node = Node(short_dir, apiserver, MemoryClaims())
         apiserver.faults.fail_next, apiserver.faults.fail_status = 1, 503
         apiserver.faults.fail_methods = frozenset({"GET"})
         await node.engine.load_state()
@@ -311,7 +312,7 @@ def test_start_up_does_not_wait_for_the_api_server_to_list_daemon_pods(
 def test_a_dead_daemons_pod_is_replaced_and_a_pod_someone_deleted_does_not_stop_unprepare(
     apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
 ) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = mps_claim(claims)
     uid, name = claim[2], daemon_pod_name(claim[2])
     directories = MpsDirectories(short_dir / "mps", uid)

@@ -4,12 +4,13 @@ client."""
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
 
 from dra_driver.cli import main
-from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.devices.slices import plan_slices, slices_to_api
 from dra_driver.packing.allocator import Allocation, DeviceResult, Pool
@@ -72,32 +73,33 @@ def test_a_drawing_is_written_to_the_output_file(output: str, tmp_path: Path) ->
     assert target.stat().st_size > 1000
 
 
-def test_a_live_node_is_planned_on_its_published_slices(
-    apiserver: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def published_mig_node(apiserver: ApiServer) -> Inventory:
+    """node-a, a dgx-h100-mig in MIG dynamic mode, with its slices stored as its agent writes them."""
     inventory = node_inventory(
         simulated_node("dgx-h100-mig", "node-a"), NodeConfig(GpuSettings(mode="mig-dynamic"))
     )
     for body in slices_to_api(plan_slices(inventory, "1.35"), DRIVER, "node-a"):
         json_request("POST", f"{apiserver.url}/apis/resource.k8s.io/v1/resourceslices", body)
-    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+    return inventory
 
-    code = main(
-        [
-            "plan",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--node-name",
-            "node-a",
-            "--pods",
-            "9x1g.10gb,3g.40gb",
-            "-o",
-            "json",
-        ]
-    )
 
+def planned_live(kubeconfig: Path, pods: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """The one mode `dra-driver plan -o json` prints for live node-a: its published devices."""
+    args = ["--kubeconfig", str(kubeconfig), "--node-name", "node-a", "--pods", pods, "-o", "json"]
+    code = main(["plan", *args])
     assert code == 0, capsys.readouterr().err
     (printed,) = json.loads(capsys.readouterr().out)["modes"]
+    assert isinstance(printed, dict)
+    return printed
+
+
+def test_a_live_node_is_planned_on_its_published_slices(
+    apiserver: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inventory = published_mig_node(apiserver)
+    kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
+
+    printed = planned_live(kubeconfig, "9x1g.10gb,3g.40gb", capsys)
     expected = plan_pool(Pool.from_inventory(inventory, DRIVER), parse_pods("9x1g.10gb,3g.40gb"), "published")
     assert printed["mode"] == "published"
     assert [[p["device"] for p in group["placements"]] for group in printed["groups"]] == [
@@ -125,30 +127,11 @@ def test_a_live_node_is_planned_around_the_devices_its_claims_hold(
     claims_api: client.ResourceV1Api,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    inventory = node_inventory(
-        simulated_node("dgx-h100-mig", "node-a"), NodeConfig(GpuSettings(mode="mig-dynamic"))
-    )
-    for body in slices_to_api(plan_slices(inventory, "1.35"), DRIVER, "node-a"):
-        json_request("POST", f"{apiserver.url}/apis/resource.k8s.io/v1/resourceslices", body)
+    inventory = published_mig_node(apiserver)
     allocate(claims_api, "held", {"big": "gpu-0-mig-3g40gb-0"}, pool="node-a")
     allocate(claims_api, "elsewhere", {"big": "gpu-0-mig-3g40gb-0"}, pool="node-b")
 
-    code = main(
-        [
-            "plan",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--node-name",
-            "node-a",
-            "--pods",
-            "9x1g.10gb",
-            "-o",
-            "json",
-        ]
-    )
-
-    assert code == 0, capsys.readouterr().err
-    (printed,) = json.loads(capsys.readouterr().out)["modes"]
+    printed = planned_live(kubeconfig, "9x1g.10gb", capsys)
     held = Allocation((DeviceResult("big", "gpu-0-mig-3g40gb-0"),))
     expected = plan_pool(
         Pool.from_inventory(inventory, DRIVER),

@@ -9,8 +9,6 @@ the tests of this module and each test pays only for its containers.
 
 import asyncio
 import json
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,17 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
 from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
 from dra_driver.hardware.simulated_nodes import mig_instance_uuid, resolve_node_spec, simulated_gpus
 from dra_driver.tools import kubelet_client, podman
 from dra_driver.tools.kubelet_client import ClaimArg, DraApi
 from tests.support import podman_tier
-from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
-from tests.support.apiserver import ApiServer
+from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess
 from tests.support.claims import allocate_results
-from tests.support.publishing import add_node
 
 pytestmark = pytest.mark.podman
 
@@ -132,30 +128,9 @@ def require_podman() -> None:
 
 @pytest.fixture(scope="module")
 def node(require_podman: None) -> Iterator[Node]:
-    """One agent for the whole module (its own stand-in API server, so the function-scoped
-    fixtures of conftest do not apply). The root is short for the 108-byte socket path limit."""
-    root = Path(tempfile.mkdtemp(prefix="dra-"))
-    server = ApiServer().start()
-    try:
-        add_node(server)
-        kubeconfig = server.write_kubeconfig(root / "kubeconfig")
-        node_config = root / "node-config.yaml"
-        node_config.write_text(NODE_CONFIG)
-        api_client = config.new_client_from_config(str(kubeconfig))
-        agent = start_agent(
-            AgentDirs(root=root / "node", driver_name=DRIVER),
-            kubeconfig,
-            hardware=f"simulated:{HARDWARE}",
-            extra=("--cdi-dir", str(podman.CDI_DIRS[1]), "--node-config", str(node_config)),
-        )
-        try:
-            yield Node(agent, client.ResourceV1Api(api_client))
-        finally:
-            assert agent.terminate() == 0
-            api_client.close()
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    """One agent for the whole module, so each test pays only for its containers."""
+    with podman_tier.simulated_node(DRIVER, HARDWARE, NODE_CONFIG) as (agent, claims):
+        yield Node(agent, claims)
 
 
 def test_a_whole_gpu(node: Node) -> None:

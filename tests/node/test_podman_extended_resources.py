@@ -4,14 +4,11 @@ class selects, is prepared by a real agent over kubelet's gRPC, and podman start
 with the CDI IDs prepare returned. The container must see the device the claim holds."""
 
 import asyncio
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 
 from dra_driver.devices.classes import device_classes
 from dra_driver.devices.extended_resources import ExtendedResources
@@ -22,11 +19,9 @@ from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpu
 from dra_driver.tools import kubelet_client, podman
 from dra_driver.tools.kubelet_client import ClaimArg
 from tests.support import podman_tier
-from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
-from tests.support.apiserver import ApiServer
+from tests.support.agent import NODE_NAME, AgentProcess
 from tests.support.cel import selects
 from tests.support.extended_claims import create_and_allocate, extended_resource_claim, gpu_pod
-from tests.support.publishing import add_node
 
 pytestmark = pytest.mark.podman
 
@@ -53,28 +48,8 @@ def chosen_device(resource: str) -> str:
 @pytest.fixture(scope="module")
 def node() -> Iterator[tuple[AgentProcess, client.ResourceV1Api]]:
     podman_tier.require_podman()
-    root = Path(tempfile.mkdtemp(prefix="dra-"))
-    server = ApiServer().start()
-    try:
-        add_node(server)
-        kubeconfig = server.write_kubeconfig(root / "kubeconfig")
-        node_config = root / "node-config.yaml"
-        node_config.write_text(NODE_CONFIG)
-        api_client = config.new_client_from_config(str(kubeconfig))
-        agent = start_agent(
-            AgentDirs(root=root / "node", driver_name=DRIVER),
-            kubeconfig,
-            hardware=f"simulated:{HARDWARE}",
-            extra=("--cdi-dir", str(podman.CDI_DIRS[1]), "--node-config", str(node_config)),
-        )
-        try:
-            yield agent, client.ResourceV1Api(api_client)
-        finally:
-            assert agent.terminate() == 0
-            api_client.close()
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    with podman_tier.simulated_node(DRIVER, HARDWARE, NODE_CONFIG) as node:
+        yield node
 
 
 @pytest.mark.parametrize("resource", ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"])

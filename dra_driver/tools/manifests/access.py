@@ -98,7 +98,7 @@ def _slice_on_the_agents_node(slice_variable: str) -> str:
     return f"has({slice_variable}.spec.nodeName) && {slice_variable}.spec.nodeName == variables.nodeName"
 
 
-def _node_name_variable() -> dict[str, str]:
+def node_name_variable() -> dict[str, str]:
     """The node the agent's pod-bound service-account token names; empty for any other token."""
     return {
         "name": "nodeName",
@@ -110,73 +110,84 @@ def _node_name_variable() -> dict[str, str]:
     }
 
 
-def admission_policy(options: ManifestOptions) -> dict[str, Any]:
-    """Only the agent's own node's slices, checked on the new object (CREATE, UPDATE) and the old
-    one (UPDATE, DELETE), so that the agent can neither write a slice onto another node nor move
-    or delete one that is there. A token without the node claim (not pod-bound) writes nothing.
-    The match condition keeps the policy off everyone else, the scheduler and admins included."""
+# What every policy on the agent's token checks first: a token with no node names no node.
+_BOUND_TO_A_NODE = {
+    "expression": 'variables.nodeName != ""',
+    "message": "the node agent's service-account token must be bound to a pod on a node",
+    "reason": "Forbidden",
+}
+
+
+def agent_policy(
+    options: ManifestOptions,
+    name: str,
+    resource_rule: dict[str, list[str]],
+    variables: list[dict[str, str]],
+    validations: list[dict[str, str]],
+) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy on the node agent's own token only (the match condition keeps
+    it off everyone else, the scheduler and admins included), failing closed. Every such policy
+    needs the node the token names, so `variables.nodeName` comes first and the token must name
+    one before `validations` run."""
     username = service_account_username(options.namespace, service_account_name(options))
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": object_metadata(options, _policy_name(options)),
+        "metadata": object_metadata(options, name),
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["resource.k8s.io"],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["resourceslices"],
-                    }
-                ]
-            },
+            "matchConstraints": {"resourceRules": [resource_rule]},
             "matchConditions": [
-                {
-                    "name": "is-the-node-agent",
-                    "expression": f'request.userInfo.username == "{username}"',
-                }
+                {"name": "is-the-node-agent", "expression": f'request.userInfo.username == "{username}"'}
             ],
-            "variables": [_node_name_variable()],
-            "validations": [
-                {
-                    "expression": 'variables.nodeName != ""',
-                    "message": "the node agent's service-account token must be bound to a pod on a node",
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": (
-                        f'request.operation == "DELETE" || ({_slice_on_the_agents_node("object")})'
-                    ),
-                    "messageExpression": (
-                        '"the node agent on " + variables.nodeName'
-                        ' + " may only write ResourceSlices of its own node"'
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": (
-                        f'request.operation == "CREATE" || ({_slice_on_the_agents_node("oldObject")})'
-                    ),
-                    "messageExpression": (
-                        '"the node agent on " + variables.nodeName'
-                        ' + " may only change or delete ResourceSlices of its own node"'
-                    ),
-                    "reason": "Forbidden",
-                },
-            ],
+            "variables": [node_name_variable(), *variables],
+            "validations": [dict(_BOUND_TO_A_NODE), *validations],
         },
     }
 
 
-def admission_policy_binding(options: ManifestOptions) -> dict[str, Any]:
+def agent_policy_binding(options: ManifestOptions, name: str) -> dict[str, Any]:
+    """Deny is the only action: a policy that merely warned would confine nothing."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": object_metadata(options, _policy_name(options)),
-        "spec": {"policyName": _policy_name(options), "validationActions": ["Deny"]},
+        "metadata": object_metadata(options, name),
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
     }
+
+
+def admission_policy(options: ManifestOptions) -> dict[str, Any]:
+    """Only the agent's own node's slices, checked on the new object (CREATE, UPDATE) and the old
+    one (UPDATE, DELETE), so that the agent can neither write a slice onto another node nor move
+    or delete one that is there. A token without the node claim (not pod-bound) writes nothing."""
+    rule = {
+        "apiGroups": ["resource.k8s.io"],
+        "apiVersions": ["*"],
+        "operations": ["CREATE", "UPDATE", "DELETE"],
+        "resources": ["resourceslices"],
+    }
+    validations = [
+        {
+            "expression": f'request.operation == "DELETE" || ({_slice_on_the_agents_node("object")})',
+            "messageExpression": (
+                '"the node agent on " + variables.nodeName + " may only write ResourceSlices of its own node"'
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": f'request.operation == "CREATE" || ({_slice_on_the_agents_node("oldObject")})',
+            "messageExpression": (
+                '"the node agent on " + variables.nodeName'
+                ' + " may only change or delete ResourceSlices of its own node"'
+            ),
+            "reason": "Forbidden",
+        },
+    ]
+    return agent_policy(options, _policy_name(options), rule, [], validations)
+
+
+def admission_policy_binding(options: ManifestOptions) -> dict[str, Any]:
+    return agent_policy_binding(options, _policy_name(options))
 
 
 def _claim_status_policy_name(options: ManifestOptions) -> str:
@@ -206,66 +217,40 @@ def claim_status_policy(options: ManifestOptions) -> dict[str, Any]:
     driver's entries stay as they were. Kubernetes 1.36 checks the node itself (RBAC above),
     but 1.34 and 1.35 grant `resourceclaims/status` for every claim and every field, so this is
     what keeps a compromised agent from rewriting other nodes' claims there."""
-    username = service_account_username(options.namespace, service_account_name(options))
     driver = options.driver_name
     others = 'has({0}.status.devices) ? {0}.status.devices.filter(d, d.driver != "' + driver + '") : []'
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": object_metadata(options, _claim_status_policy_name(options)),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": ["resource.k8s.io"],
-                        "apiVersions": ["*"],
-                        "operations": ["UPDATE"],
-                        "resources": ["resourceclaims/status"],
-                    }
-                ]
-            },
-            "matchConditions": [
-                {"name": "is-the-node-agent", "expression": f'request.userInfo.username == "{username}"'}
-            ],
-            "variables": [
-                _node_name_variable(),
-                {"name": "otherDevices", "expression": others.format("object")},
-                {"name": "otherDevicesBefore", "expression": others.format("oldObject")},
-            ],
-            "validations": [
-                {
-                    "expression": 'variables.nodeName != ""',
-                    "message": "the node agent's service-account token must be bound to a pod on a node",
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": _ALLOCATED_ON_THE_AGENTS_NODE,
-                    "messageExpression": (
-                        '"the node agent on " + variables.nodeName'
-                        ' + " may only write the status of claims allocated on its own node"'
-                    ),
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": _BINDING_UNCHANGED,
-                    "message": "the node agent may not change a claim's allocation or reservedFor",
-                    "reason": "Forbidden",
-                },
-                {
-                    "expression": "variables.otherDevices == variables.otherDevicesBefore",
-                    "message": f"the node agent may only change the status.devices entries of {driver}",
-                    "reason": "Forbidden",
-                },
-            ],
-        },
+    rule = {
+        "apiGroups": ["resource.k8s.io"],
+        "apiVersions": ["*"],
+        "operations": ["UPDATE"],
+        "resources": ["resourceclaims/status"],
     }
+    variables = [
+        {"name": "otherDevices", "expression": others.format("object")},
+        {"name": "otherDevicesBefore", "expression": others.format("oldObject")},
+    ]
+    validations = [
+        {
+            "expression": _ALLOCATED_ON_THE_AGENTS_NODE,
+            "messageExpression": (
+                '"the node agent on " + variables.nodeName'
+                ' + " may only write the status of claims allocated on its own node"'
+            ),
+            "reason": "Forbidden",
+        },
+        {
+            "expression": _BINDING_UNCHANGED,
+            "message": "the node agent may not change a claim's allocation or reservedFor",
+            "reason": "Forbidden",
+        },
+        {
+            "expression": "variables.otherDevices == variables.otherDevicesBefore",
+            "message": f"the node agent may only change the status.devices entries of {driver}",
+            "reason": "Forbidden",
+        },
+    ]
+    return agent_policy(options, _claim_status_policy_name(options), rule, variables, validations)
 
 
 def claim_status_policy_binding(options: ManifestOptions) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": object_metadata(options, _claim_status_policy_name(options)),
-        "spec": {"policyName": _claim_status_policy_name(options), "validationActions": ["Deny"]},
-    }
+    return agent_policy_binding(options, _claim_status_policy_name(options))

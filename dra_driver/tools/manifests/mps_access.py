@@ -15,10 +15,9 @@ install (`python -c <program> -f`) must run unprivileged.
 from typing import Any
 
 from dra_driver.claims.mps_pod_spec import CLAIM_UID_LABEL, COMPONENT, COMPONENT_LABEL, POD_NAME_PREFIX
-from dra_driver.tools.manifests.access import service_account_name, service_account_username
+from dra_driver.tools.manifests.access import agent_policy, agent_policy_binding, service_account_name
 from dra_driver.tools.manifests.options import (
     CONTAINER_DRIVER_ROOT,
-    NODE_NAME_EXTRA,
     ManifestOptions,
     object_metadata,
 )
@@ -64,14 +63,8 @@ def _quoted(text: str) -> str:
 
 
 def _variables(options: ManifestOptions) -> list[dict[str, str]]:
-    node_name = (
-        f'has(request.userInfo.extra) && "{NODE_NAME_EXTRA}" in request.userInfo.extra'
-        f' && size(request.userInfo.extra["{NODE_NAME_EXTRA}"]) > 0'
-        f' ? request.userInfo.extra["{NODE_NAME_EXTRA}"][0] : ""'
-    )
     claim_uid = f'request.operation == "DELETE" ? {_claim_uid("oldObject")} : {_claim_uid("object")}'
     return [
-        {"name": "nodeName", "expression": node_name},
         {"name": "image", "expression": _quoted(options.image)},
         {"name": "driverRoot", "expression": _quoted(CONTAINER_DRIVER_ROOT)},
         {"name": "hostDriverRoot", "expression": _quoted(options.driver_root)},
@@ -156,13 +149,13 @@ _CREATE_RULES = (
 
 
 def mps_admission_policy(options: ManifestOptions) -> dict[str, Any]:
-    username = service_account_username(options.namespace, service_account_name(options))
+    pods = {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE", "DELETE"],
+        "resources": ["pods"],
+    }
     validations: list[dict[str, str]] = [
-        {
-            "expression": 'variables.nodeName != ""',
-            "message": "the node agent's service-account token must be bound to a pod on a node",
-            "reason": "Forbidden",
-        },
         {
             "expression": (
                 f'request.operation == "DELETE" ? {_is_daemon("oldObject")} : {_is_daemon("object")}'
@@ -184,35 +177,8 @@ def mps_admission_policy(options: ManifestOptions) -> dict[str, Any]:
         }
         for rule, what in _CREATE_RULES
     ]
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": object_metadata(options, _policy_name(options)),
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE", "UPDATE", "DELETE"],
-                        "resources": ["pods"],
-                    }
-                ]
-            },
-            "matchConditions": [
-                {"name": "is-the-node-agent", "expression": f'request.userInfo.username == "{username}"'}
-            ],
-            "variables": _variables(options),
-            "validations": validations,
-        },
-    }
+    return agent_policy(options, _policy_name(options), pods, _variables(options), validations)
 
 
 def mps_admission_policy_binding(options: ManifestOptions) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": object_metadata(options, _policy_name(options)),
-        "spec": {"policyName": _policy_name(options), "validationActions": ["Deny"]},
-    }
+    return agent_policy_binding(options, _policy_name(options))

@@ -5,12 +5,10 @@ import asyncio
 import json
 import shutil
 import tempfile
-import uuid
-from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls
+from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.gpu_edits import NvmlEdits
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.mps import SimulatedMps
@@ -22,6 +20,7 @@ from dra_driver.hardware.model import HardwareErrorReason, Placement
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from tests.support.engines import simulated_engine, simulated_hardware
+from tests.support.memory_claims import MemoryClaims
 from tests.support.nodes import simulated_node
 
 DRIVER = "gpu.dra-driver.dev"
@@ -29,35 +28,11 @@ DYNAMIC = NodeConfig(default=GpuSettings(mode="mig-dynamic"))
 CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity"))
 
 
-class Claims:
-    def __init__(self) -> None:
-        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def add(
-        self, name: str, *results: Mapping[str, Any], config: list[dict[str, Any]] | None = None
-    ) -> RawClaim:
-        uid = str(uuid.uuid4())
-        allocation: dict[str, Any] = {
-            "devices": {
-                "results": [{"request": "gpu", "driver": DRIVER, "pool": "node-a", **r} for r in results],
-                "config": config or [],
-            }
-        }
-        self.claims[("default", name)] = {
-            "metadata": {"namespace": "default", "name": name, "uid": uid},
-            "status": {"allocation": allocation},
-        }
-        return ("default", name, uid)
-
-    async def get(self, namespace: str, name: str) -> object:
-        return self.claims[(namespace, name)]
-
-
 def node(
     tmp: Path,
     profile: str,
     config: NodeConfig,
-    claims: Claims,
+    claims: MemoryClaims,
     sharing: SharingControls | None = None,
     hami_core: HamiCore | None = None,
 ) -> tuple[ClaimEngine, SimulatedBackend]:
@@ -90,7 +65,7 @@ async def instances(hardware: SimulatedBackend) -> list[tuple[str, int, Placemen
 
 
 def test_dynamic_mig_creates_the_instance_at_the_placement_and_unprepare_destroys_it(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("mig", {"device": "gpu-1-mig-1g10gb-3"})
 
     async def scenario() -> None:
@@ -111,7 +86,7 @@ def test_dynamic_mig_creates_the_instance_at_the_placement_and_unprepare_destroy
 
 
 def test_a_failed_creation_leaves_no_instance_record_or_spec_and_frees_the_device(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     # Overlapping placements (the scheduler's counters never allow this): the second creation fails
     # after the first succeeded, and the first must be destroyed again.
     overlapping = claims.add(
@@ -136,7 +111,7 @@ def test_a_failed_creation_leaves_no_instance_record_or_spec_and_frees_the_devic
 
 
 def test_a_prepare_cut_short_is_rolled_back_at_the_next_start(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("mig", {"device": "gpu-2-mig-2g20gb-4"})
     gpu_2 = simulated_node("dgx-h100-mig")[2]
 
@@ -163,7 +138,7 @@ def test_a_prepare_cut_short_is_rolled_back_at_the_next_start(tmp_path: Path) ->
 
 
 def test_records_of_an_earlier_boot_are_forgotten(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("whole", {"device": "gpu-0"})
 
     async def boot(boot_id: str) -> dict[str, ClaimRecord]:
@@ -182,7 +157,7 @@ def test_records_of_an_earlier_boot_are_forgotten(tmp_path: Path) -> None:
 
 
 def test_static_mig_uses_the_existing_instance(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("static", {"device": "gpu-0-mig-1g10gb-2"})
     existing = next(i for i in simulated_node("mixed")[0].mig_instances if i.placement.start == 2)
 
@@ -197,7 +172,7 @@ def test_static_mig_uses_the_existing_instance(tmp_path: Path) -> None:
 
 
 def test_admin_access_and_shares_are_not_exclusive_but_plain_devices_are(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     share = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
     other_share = "6b0d3c1e-1f2a-4b3c-8d4e-5f6a7b8c9d0e"
     first = claims.add("a", {"device": "gpu-0", "shareID": share, "consumedCapacity": {"memory": "8Gi"}})
@@ -217,7 +192,7 @@ def test_admin_access_and_shares_are_not_exclusive_but_plain_devices_are(tmp_pat
 
 
 def test_a_bad_opaque_config_is_that_claims_error_naming_the_field(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     config = sharing_config({"strategy": "Timeslicing"})
     bad = claims.add("bad", {"device": "gpu-0"}, config=config)
     good = claims.add("good", {"device": "gpu-1"})
@@ -233,7 +208,7 @@ def test_a_bad_opaque_config_is_that_claims_error_naming_the_field(tmp_path: Pat
 
 
 def test_a_vgpu_share_gets_its_limits_in_cuda_order_and_the_config_knobs(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     config = [
         {
             "source": "FromClass",
@@ -295,7 +270,7 @@ def sharing_config(sharing: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_time_slicing_is_set_for_the_claim_and_restored_when_it_goes(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add(
         "ts",
         {"device": "gpu-1"},
@@ -324,7 +299,7 @@ def test_time_slicing_is_set_for_the_claim_and_restored_when_it_goes(tmp_path: P
 
 
 def test_an_mps_claim_runs_its_own_control_daemon_while_prepared(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add(
         "mps",
         {"device": "gpu-0"},
@@ -357,7 +332,7 @@ def test_an_mps_claim_runs_its_own_control_daemon_while_prepared(tmp_path: Path)
 def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_that_goes_with_the_claim(
     tmp_path: Path,
 ) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     share = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
     claim = claims.add("vgpu", {"device": "gpu-0", "shareID": share, "consumedCapacity": {"memory": "2Gi"}})
     library = tmp_path / "libvgpu.so"
@@ -383,7 +358,7 @@ def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_that_goe
     asyncio.run(scenario())
 
 
-class SlowClaims(Claims):
+class SlowClaims(MemoryClaims):
     async def get(self, namespace: str, name: str) -> object:
         await asyncio.sleep(0.2)
         return await super().get(namespace, name)
@@ -406,7 +381,7 @@ def test_an_unprepare_sent_during_a_prepare_is_not_overtaken_by_it(tmp_path: Pat
 
 
 def test_admin_access_to_a_mig_device_monitors_its_gpu_without_creating_an_instance(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     admin = claims.add("admin", {"device": "gpu-3-mig-1g10gb-0", "adminAccess": True})
 
     async def scenario() -> list[str]:

@@ -5,7 +5,6 @@ import asyncio
 import errno
 import json
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import pytest
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.cdi import CdiSpec
 from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.engine import ClaimEngine, RawClaim
+from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
@@ -23,6 +22,7 @@ from dra_driver.hardware.model import Placement
 from dra_driver.hardware.simulated import SimulatedBackend
 from tests.support.device_metadata_schema import metadata_stream, validate_metadata
 from tests.support.engines import POOL, simulated_engine, simulated_hardware
+from tests.support.memory_claims import MemoryClaims
 from tests.support.nodes import inventory_for, simulated_node
 
 DRIVER = DEFAULT_DRIVER_NAME
@@ -30,36 +30,6 @@ KIND = f"k8s.{DRIVER}/claim"
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 DYNAMIC = NodeConfig(default=GpuSettings(mode="mig-dynamic"))
 CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity"))
-
-
-class Claims:
-    """Claims as the API server returns them, by namespace and name."""
-
-    def __init__(self) -> None:
-        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def add(
-        self, name: str, *results: Mapping[str, Any], annotations: Mapping[str, str] | None = None
-    ) -> RawClaim:
-        uid = str(uuid.uuid4())
-        metadata: dict[str, Any] = {"namespace": "default", "name": name, "uid": uid}
-        if annotations:
-            metadata["annotations"] = dict(annotations)
-        self.claims[("default", name)] = {
-            "metadata": metadata,
-            "status": {
-                "allocation": {
-                    "devices": {
-                        "results": [{"driver": DRIVER, "pool": POOL, **r} for r in results],
-                        "config": [],
-                    }
-                }
-            },
-        }
-        return ("default", name, uid)
-
-    async def get(self, namespace: str, name: str) -> object:
-        return self.claims[(namespace, name)]
 
 
 def metadata_file(root: Path, uid: str, request: str) -> Path:
@@ -97,7 +67,7 @@ def devices_in(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def test_each_request_gets_a_file_mounted_at_its_standard_path_by_its_first_device(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add(
         "train",
         {"request": "pair", "device": "gpu-1"},
@@ -140,7 +110,7 @@ def test_each_request_gets_a_file_mounted_at_its_standard_path_by_its_first_devi
 
 
 def test_a_template_claim_is_mounted_under_its_pod_claim_name(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add(
         "pod-7-gpus-x4k2p",
         {"request": "gpu", "device": "gpu-2"},
@@ -161,7 +131,7 @@ def test_a_template_claim_is_mounted_under_its_pod_claim_name(tmp_path: Path) ->
 
 
 def test_a_dynamic_mig_device_lists_the_uuid_of_the_instance_prepare_created(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("mig", {"request": "slice", "device": "gpu-1-mig-1g10gb-3"})
 
     async def scenario() -> str:
@@ -181,7 +151,7 @@ def test_a_dynamic_mig_device_lists_the_uuid_of_the_instance_prepare_created(tmp
 
 
 def test_a_vgpu_share_lists_its_limits_and_share_id(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     share = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
     claim = claims.add(
         "vgpu",
@@ -206,7 +176,7 @@ def test_a_vgpu_share_lists_its_limits_and_share_id(tmp_path: Path) -> None:
 
 
 def test_a_second_prepare_answers_the_same_and_leaves_the_files_untouched(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("again", {"request": "gpu", "device": "gpu-0"})
     path = metadata_file(tmp_path, claim[2], "gpu")
 
@@ -225,7 +195,7 @@ def test_a_second_prepare_answers_the_same_and_leaves_the_files_untouched(tmp_pa
 
 
 def test_unprepare_removes_the_claims_files(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("gone", {"request": "a", "device": "gpu-0"}, {"request": "b", "device": "gpu-1"})
 
     async def scenario() -> None:
@@ -250,7 +220,7 @@ def leave_orphan(root: Path, uid: str) -> list[str]:
 
 
 def test_the_start_removes_files_no_record_owns_and_keeps_those_of_prepared_claims(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     kept = claims.add("kept", {"request": "gpu", "device": "gpu-0"})
     orphan = str(uuid.uuid4())
     assert len(leave_orphan(tmp_path, orphan)) == 2
@@ -278,14 +248,14 @@ def test_an_unprepare_of_a_claim_without_record_removes_its_files(tmp_path: Path
     assert len(leave_orphan(tmp_path, uid)) == 2
 
     async def scenario() -> dict[str, str]:
-        return await simulated_engine(tmp_path, Claims()).unprepare([("default", "lost", uid)])
+        return await simulated_engine(tmp_path, MemoryClaims()).unprepare([("default", "lost", uid)])
 
     assert asyncio.run(scenario()) == {uid: ""}
     assert files_of(tmp_path, uid) == []
 
 
 def test_a_prepare_cut_short_is_rolled_back_with_its_files(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("mig", {"request": "gpu", "device": "gpu-2-mig-2g20gb-4"})
     gpu_2 = simulated_node("dgx-h100-mig")[2]
     assert len(leave_orphan(tmp_path, claim[2])) == 2
@@ -312,7 +282,7 @@ def test_a_prepare_cut_short_is_rolled_back_with_its_files(tmp_path: Path) -> No
 def test_a_prepare_that_fails_after_writing_the_files_takes_them_away(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("unlucky", {"request": "gpu", "device": "gpu-0"})
 
     def full_disk(self: CdiSpecDirectory, claim_uid: str, spec: CdiSpec) -> None:
@@ -332,7 +302,7 @@ def test_a_prepare_that_fails_after_writing_the_files_takes_them_away(
 
 def test_a_bad_pod_claim_name_refuses_a_new_prepare_but_not_a_prepared_claim(tmp_path: Path) -> None:
     """The annotation is mutable: one edited after the prepare must not break kubelet's retries."""
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("edited", {"request": "gpu", "device": "gpu-0"})
     fresh = claims.add(
         "fresh",

@@ -34,7 +34,8 @@ from dra_driver.state.shared_locks import (
     _unlock_byte,
     try_exclusive,
 )
-from tests.unit.claims.test_engine_devices import DYNAMIC, Claims, instances, node
+from tests.support.memory_claims import MemoryClaims
+from tests.unit.claims.test_engine_devices import DYNAMIC, instances, node
 
 UID = "6a0c9c2e-1b7f-4d3a-9e58-2f4b7c1d0e93"
 
@@ -231,7 +232,7 @@ def test_a_claim_lock_held_by_another_process_excludes_us_until_it_dies(tmp_path
         asyncio.run(scenario())
 
 
-def _two_engines(tmp_path: Path, claims: Claims) -> tuple[ClaimEngine, ClaimEngine]:
+def _two_engines(tmp_path: Path, claims: MemoryClaims) -> tuple[ClaimEngine, ClaimEngine]:
     old, _ = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
     new, _ = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
     return old, new
@@ -240,7 +241,7 @@ def _two_engines(tmp_path: Path, claims: Claims) -> tuple[ClaimEngine, ClaimEngi
 def test_prepared_by_one_agent_unprepared_by_the_other_and_free_for_both(
     tmp_path: Path,
 ) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     first = claims.add("first", {"device": "gpu-2-mig-7g80gb-0"})
     second = claims.add("second", {"device": "gpu-2-mig-7g80gb-0"})
 
@@ -264,7 +265,7 @@ def test_prepared_by_one_agent_unprepared_by_the_other_and_free_for_both(
 
 
 def test_a_retry_reaching_the_other_agent_gets_the_same_answer_and_no_second_instance(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     mig = claims.add("mig", {"device": "gpu-1-mig-1g10gb-3"})
 
     async def scenario() -> None:
@@ -283,7 +284,7 @@ def test_a_retry_reaching_the_other_agent_gets_the_same_answer_and_no_second_ins
 
 
 def test_a_starting_agent_waits_for_a_peers_prepare_instead_of_rolling_it_back(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     store = ClaimRecordStore(tmp_path / "state")
     store.load_all()
     ref = claim_ref("default", "busy", UID)
@@ -307,7 +308,7 @@ def test_a_starting_agent_waits_for_a_peers_prepare_instead_of_rolling_it_back(t
 def test_a_peers_unfinished_preparing_record_is_rolled_back_by_whoever_gets_the_claim_next(
     tmp_path: Path,
 ) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     claim = claims.add("again", {"device": "gpu-4-mig-7g80gb-0"})
     store = ClaimRecordStore(tmp_path / "state")
     store.load_all()
@@ -329,7 +330,7 @@ def test_a_peers_unfinished_preparing_record_is_rolled_back_by_whoever_gets_the_
     asyncio.run(scenario())
 
 
-def _whole_gpu_engines(tmp_path: Path, claims: Claims) -> tuple[ClaimEngine, ClaimEngine]:
+def _whole_gpu_engines(tmp_path: Path, claims: MemoryClaims) -> tuple[ClaimEngine, ClaimEngine]:
     old, _ = node(tmp_path, "l4x8", NodeConfig(), claims)
     new, _ = node(tmp_path, "l4x8", NodeConfig(), claims)
     return old, new
@@ -338,7 +339,7 @@ def _whole_gpu_engines(tmp_path: Path, claims: Claims) -> tuple[ClaimEngine, Cla
 def test_a_peer_sees_a_device_taken_while_its_prepare_is_under_way_and_after(tmp_path: Path) -> None:
     """Between taking the device and its record being on disk, a whole-GPU prepare has nothing on
     disk but its entry in the shared reservation table: the peer must refuse the device anyway."""
-    claims = Claims()
+    claims = MemoryClaims()
     first = claims.add("first", {"device": "gpu-3"})
     second = claims.add("second", {"device": "gpu-3"})
 
@@ -378,7 +379,7 @@ async def _peer_reserves(tmp_path: Path, claim: tuple[str, str, str], device: st
 
 
 def test_a_reservation_stands_while_its_claim_lock_is_held_and_no_longer(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     peers = claims.add("peers", {"device": "gpu-5"})
     mine = claims.add("mine", {"device": "gpu-5"})
     peer_locks = ClaimLocks(tmp_path / "state" / "claim.locks")
@@ -400,7 +401,7 @@ def test_a_reservation_stands_while_its_claim_lock_is_held_and_no_longer(tmp_pat
 
 
 def test_a_finished_peer_reservation_gives_way_to_its_record(tmp_path: Path) -> None:
-    claims = Claims()
+    claims = MemoryClaims()
     peers = claims.add("peers", {"device": "gpu-6"})
     mine = claims.add("mine", {"device": "gpu-6"})
     store = ClaimRecordStore(tmp_path / "state")
@@ -423,7 +424,7 @@ def test_a_finished_peer_reservation_gives_way_to_its_record(tmp_path: Path) -> 
 def test_a_peer_prepare_finishing_while_the_view_is_refreshed_is_never_missed(tmp_path: Path) -> None:
     """The peer writes its record and lets go of the claim lock right after this process has read
     the records: its reservation, judged before that read, must still count."""
-    claims = Claims()
+    claims = MemoryClaims()
     peers = claims.add("peers", {"device": "gpu-7"})
     mine = claims.add("mine", {"device": "gpu-7"})
     store = ClaimRecordStore(tmp_path / "state")
@@ -456,7 +457,7 @@ def test_a_peer_reservation_in_an_unchanged_view_is_looked_at_again_before_refus
 ) -> None:
     """The peer's prepare died after this process last read the table, and nobody has changed
     anything since: the turn is not stale, yet the device must not stay refused."""
-    claims = Claims()
+    claims = MemoryClaims()
     peers = claims.add("peers", {"device": "gpu-1"})
     other = claims.add("other", {"device": "gpu-2"})
     mine = claims.add("mine", {"device": "gpu-1"})
