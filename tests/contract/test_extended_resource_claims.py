@@ -182,7 +182,7 @@ def prepare_through_api(
 def spec_env(tmp_path: Path, uid: str) -> list[str]:
     (spec,) = (tmp_path / "cdi").glob(f"*{uid}*")
     devices: list[dict[str, Any]] = json.loads(spec.read_text())["devices"]
-    return [env for device in devices for env in device["containerEdits"]["env"]]
+    return [env for device in devices for env in device["containerEdits"].get("env", [])]
 
 
 @pytest.mark.parametrize(
