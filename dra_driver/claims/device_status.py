@@ -59,7 +59,15 @@ def has_status_facts(record: ClaimRecord) -> bool:
 
 
 def _device_data(facts: DeviceFacts, prepared: PreparedDevice) -> JsonObject:
-    data = facts.to_json()
+    """The entry's `data`, built here rather than by the record's codec: what the status says may
+    change without changing what records on disk say, and the other way round."""
+    data: JsonObject = {"type": facts.type, "gpuUUID": facts.gpu_uuid, "gpuIndex": facts.gpu_index}
+    if facts.mig_profile is not None:
+        data["migProfile"] = facts.mig_profile
+    if facts.mig_device_uuid is not None:
+        data["migDeviceUUID"] = facts.mig_device_uuid
+    if facts.admin_access:
+        data["adminAccess"] = True
     if prepared.memory_limit_bytes is not None and prepared.cores_limit is not None:
         data["vgpu"] = {
             "memoryLimitMiB": prepared.memory_limit_bytes // _MIB,
