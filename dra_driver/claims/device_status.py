@@ -18,10 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.claims.claim_plan import PlannedDevice
-from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
-from dra_driver.devices.origins import DynamicMig, StaticMig
-from dra_driver.hardware.model import MigInstance
+from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
 
 # AllocatedDeviceStatus.data: at most 10 Ki serialised (resource/v1 types.go); conditions <= 8.
 MAX_DATA_BYTES = 10 * 1024
@@ -30,16 +27,6 @@ PREPARED_REASON = "Prepared"
 _MIB = 2**20
 
 JsonObject = dict[str, Any]
-# The MIG instances the prepare created (prepared.CreatedMig, which lives beside the I/O).
-CreatedMig = Mapping[MigInstanceRecord, MigInstance]
-
-
-@dataclass(frozen=True, slots=True)
-class VgpuLimits:
-    """What a vGPU share was granted (vgpu_edits.vgpu_share decides it, from the allocation)."""
-
-    memory_bytes: int
-    cores: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,44 +53,40 @@ def entry_key(entry: Mapping[str, Any]) -> EntryKey:
     )
 
 
-def _device_data(
-    planned: PlannedDevice, created: CreatedMig, prepared: PreparedDevice, vgpu: VgpuLimits | None
-) -> JsonObject:
-    data: JsonObject = {
-        "type": planned.device.type,
-        "gpuUUID": planned.gpu.uuid,
-        "gpuIndex": planned.gpu.index,
-    }
-    origin = planned.origin
-    if isinstance(origin, DynamicMig | StaticMig):
-        data["migProfile"] = origin.profile.name
-    instance = created.get(planned.create_mig) if planned.create_mig else planned.existing_mig
-    if instance is not None:
-        data["migDeviceUUID"] = instance.uuid
-    if vgpu is not None:
-        data["vgpu"] = {"memoryLimitMiB": vgpu.memory_bytes // _MIB, "coresLimitPercent": vgpu.cores}
-    if planned.result.admin_access:
+def has_status_facts(record: ClaimRecord) -> bool:
+    """Whether the record keeps what the entries say (records.DeviceFacts): older ones do not."""
+    return all(device.facts is not None for device in record.devices)
+
+
+def _device_data(facts: DeviceFacts, prepared: PreparedDevice) -> JsonObject:
+    """The entry's `data`, built here rather than by the record's codec: what the status says may
+    change without changing what records on disk say, and the other way round."""
+    data: JsonObject = {"type": facts.type, "gpuUUID": facts.gpu_uuid, "gpuIndex": facts.gpu_index}
+    if facts.mig_profile is not None:
+        data["migProfile"] = facts.mig_profile
+    if facts.mig_device_uuid is not None:
+        data["migDeviceUUID"] = facts.mig_device_uuid
+    if facts.admin_access:
         data["adminAccess"] = True
+    if prepared.memory_limit_bytes is not None and prepared.cores_limit is not None:
+        data["vgpu"] = {
+            "memoryLimitMiB": prepared.memory_limit_bytes // _MIB,
+            "coresLimitPercent": prepared.cores_limit,
+        }
     data["cdiDeviceIDs"] = list(prepared.cdi_device_ids)
     return data
 
 
-def device_status_entries(
-    driver_name: str,
-    planned: Sequence[PlannedDevice],
-    created: CreatedMig,
-    record: ClaimRecord,
-    *,
-    now: str,
-    generation: int | None,
-    vgpu: Mapping[str, VgpuLimits] | None = None,
-) -> tuple[JsonObject, ...]:
-    """One entry per prepared device of ours, in the plan's order (the record's devices follow
-    it). `now`: the RFC 3339 time the devices became ready; `generation`: the claim's
-    metadata.generation, which the conditions observed (None: the server keeps none); `vgpu`:
-    the limits of each vGPU share, by the planned device's CDI name."""
+def device_status_entries(driver_name: str, record: ClaimRecord, *, now: str) -> tuple[JsonObject, ...]:
+    """One entry per prepared device of ours, in the record's order, from the record alone: the
+    entries written right after prepare and those written again after a restart are the same.
+    `now`: the RFC 3339 time the devices became ready. The conditions observed the claim's
+    generation that prepare read (none where the server keeps none). A record without the
+    devices' facts (`has_status_facts`) is a ValueError."""
     entries = []
-    for device, prepared in zip(planned, record.devices, strict=True):
+    for prepared in record.devices:
+        if prepared.facts is None:
+            raise ValueError(f"the record of device {prepared.device} does not keep its facts")
         condition: JsonObject = {
             "type": READY,
             "status": "True",
@@ -111,13 +94,13 @@ def device_status_entries(
             "message": f"prepared by the node agent on {prepared.pool}",
             "lastTransitionTime": now,
         }
-        if generation is not None:
-            condition["observedGeneration"] = generation
-        data = _device_data(device, created, prepared, (vgpu or {}).get(device.cdi_name))
+        if record.generation is not None:
+            condition["observedGeneration"] = record.generation
+        data = _device_data(prepared.facts, prepared)
         size = len(json.dumps(data, separators=(",", ":")))
         if size > MAX_DATA_BYTES:
             raise StatusTooLarge(
-                f"status.devices data of device {device.name}: {size} bytes, more than the "
+                f"status.devices data of device {prepared.device}: {size} bytes, more than the "
                 f"{MAX_DATA_BYTES} the API server stores"
             )
         entry: JsonObject = {"driver": driver_name, "pool": prepared.pool, "device": prepared.device}

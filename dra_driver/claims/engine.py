@@ -46,19 +46,13 @@ from dra_driver.claims.cdi import CdiSpec
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.device_metadata import RequestMetadata, mount_edits, pod_claim_name, request_metadata
-from dra_driver.claims.device_status import JsonObject, VgpuLimits, device_status_entries
+from dra_driver.claims.device_status import JsonObject, device_status_entries, has_status_facts
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, claim_ref
 from dra_driver.claims.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.opaque_config import config_entries
 from dra_driver.claims.ownership import DeviceOwnership
-from dra_driver.claims.prepared import (
-    CreatedMig,
-    claim_cdi_devices,
-    metadata_devices,
-    prepared_record,
-    vgpu_grant,
-)
+from dra_driver.claims.prepared import claim_cdi_devices, metadata_devices, prepared_record
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
@@ -148,8 +142,15 @@ class ClaimEngine:
 
     async def load_state(self, boot_id: str | None = None) -> list[QuarantinedRecord]:
         """Recovers from whatever ended the last run (recovery.py); returns the records set aside
-        as unreadable. `boot_id`: the node's, to forget every record after a reboot."""
-        return await self._recovery.run(boot_id)
+        as unreadable. `boot_id`: the node's, to forget every record after a reboot.
+
+        Then the status of every prepared claim is queued for writing (in the background, a few
+        claims at a time: status_writer), since the last run may have stopped before it was
+        stored; the writer sends nothing for a status that is stored already."""
+        quarantined = await self._recovery.run(boot_id)
+        for record in self._ownership.prepared_claims.values():
+            self._report_status(record.claim, None, record)
+        return quarantined
 
     @property
     def prepared_claims(self) -> dict[str, ClaimRecord]:
@@ -185,7 +186,11 @@ class ClaimEngine:
                 allocated = allocated_devices(claim, ref, self._driver_name)
                 entries = config_entries(claim)
                 record = await self._finished_record(ref)
-                if record is None:
+                if record is not None:
+                    # Prepared already (kubelet restarted, or a peer agent prepared it): its status
+                    # may have been lost with a restart of ours, or removed since.
+                    self._report_status(ref, claim, record, unless_pending=True)
+                else:
                     planned = plan_claim(
                         ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
                     )
@@ -245,7 +250,13 @@ class ClaimEngine:
             devices = claim_cdi_devices(self._edits, planned, created, vgpu, sharing, mounts)
             spec = cdi.claim_spec(self._driver_name, ref.uid, devices)
             record = prepared_record(
-                preparing, planned, spec, self._common_cdi_ids, [m.request for m in metadata]
+                preparing,
+                planned,
+                created,
+                spec,
+                self._common_cdi_ids,
+                [m.request for m in metadata],
+                generation=_generation(claim),
             )
             await self._write_prepared(  # phase two
                 ref, spec, record, metadata, first_record=not preparing.has_side_effects, ticket=ticket
@@ -260,36 +271,34 @@ class ClaimEngine:
             devices=[d.device for d in record.devices],
             mig_instances_created=len(to_create),
         )
-        self._report_status(ref, claim, planned, created, record)
+        self._report_status(ref, claim, record)
         return record
 
     def _report_status(
-        self,
-        ref: ClaimRef,
-        claim: object,
-        planned: tuple[PlannedDevice, ...],
-        created: CreatedMig,
-        record: ClaimRecord,
+        self, ref: ClaimRef, claim: object, record: ClaimRecord, *, unless_pending: bool = False
     ) -> None:
         """Queues the claim's status.devices write (status_writer): nothing is sent before kubelet
-        has its answer, and nothing that happens to the write changes that answer."""
-        if self._claim_status is None or not isinstance(claim, Mapping):
+        has its answer, and nothing that happens to the write changes that answer. `claim`: as
+        prepare read it (None: the writer reads it). `unless_pending`: a write already queued
+        for the claim stands (it writes the same entries)."""
+        if self._claim_status is None or not record.devices:
             return
-        metadata = claim.get("metadata")
-        generation = metadata.get("generation") if isinstance(metadata, Mapping) else None
+        if unless_pending and ref.uid in self._claim_status.pending:
+            return
+        if not has_status_facts(record):
+            log.info(
+                "claim status not written: the claim was prepared by an agent that kept no device "
+                "facts in its record",
+                claim_namespace=ref.namespace,
+                claim_name=ref.name,
+                claim_uid=ref.uid,
+            )
+            return
 
         def entries(now: str) -> tuple[JsonObject, ...]:  # run by the writer, after the answer
-            return device_status_entries(
-                self._driver_name,
-                planned,
-                created,
-                record,
-                now=now,
-                generation=generation if isinstance(generation, int) else None,
-                vgpu=_vgpu_limits(planned),
-            )
+            return device_status_entries(self._driver_name, record, now=now)
 
-        self._claim_status.submit(ref, claim, entries)
+        self._claim_status.submit(ref, claim if isinstance(claim, Mapping) else None, entries)
 
     async def _write_prepared(
         self,
@@ -376,10 +385,8 @@ class ClaimEngine:
         failpoints.reached("unprepare.metadata-removed")
 
 
-def _vgpu_limits(planned: tuple[PlannedDevice, ...]) -> dict[str, VgpuLimits]:
-    """The limits each vGPU share of the claim was prepared with, as side_effects computed them."""
-    return {
-        device.cdi_name: VgpuLimits(grant.memory_bytes, grant.cores)
-        for device in planned
-        if (grant := vgpu_grant(device)) is not None
-    }
+def _generation(claim: object) -> int | None:
+    """The claim's metadata.generation, which the status conditions observe."""
+    metadata = claim.get("metadata") if isinstance(claim, Mapping) else None
+    generation = metadata.get("generation") if isinstance(metadata, Mapping) else None
+    return generation if isinstance(generation, int) and not isinstance(generation, bool) else None

@@ -13,10 +13,11 @@ from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.device_metadata import MetadataDevice
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.opaque_config import VgpuConfig
-from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
+from dra_driver.claims.records import ClaimRecord, DeviceFacts, MigInstanceRecord, PreparedDevice
 from dra_driver.claims.sharing import SharingPlan
 from dra_driver.claims.vgpu_edits import VgpuShare, vgpu_share
 from dra_driver.devices.model import AttributeValue
+from dra_driver.devices.origins import DynamicMig, StaticMig
 from dra_driver.hardware.model import MigInstance
 
 # The MIG instances the prepare created, by what its record says of each.
@@ -60,11 +61,15 @@ def _device_edits(
 def prepared_record(
     preparing: ClaimRecord,
     planned: tuple[PlannedDevice, ...],
+    created: CreatedMig,
     spec: CdiSpec,
     common_cdi_ids: Sequence[str],
     metadata_requests: Sequence[str] = (),
+    generation: int | None = None,
 ) -> ClaimRecord:
-    """The "prepared" record that replaces `preparing` (which names the claim's side effects).
+    """The "prepared" record that replaces `preparing` (which names the claim's side effects),
+    with what the claim's status reports of each device (`DeviceFacts`) and the claim's
+    `generation` as prepare read it, so that the status can be written again from the record.
 
     `metadata_requests`: the requests whose metadata mounts follow the planned devices in `spec`.
     Each mount's ID goes to the first device of its request only, as upstream's helper does: a
@@ -91,6 +96,7 @@ def prepared_record(
                 exclusive_key=device.exclusive_key,
                 share_id=device.result.share_id,
                 **_record_limits(device),
+                facts=_device_facts(device, created),
             )
         )
     return ClaimRecord(
@@ -100,6 +106,20 @@ def prepared_record(
         time_sliced_gpus=preparing.time_sliced_gpus,
         mps=preparing.mps,
         compute_modes=preparing.compute_modes,
+        generation=generation,
+    )
+
+
+def _device_facts(device: PlannedDevice, created: CreatedMig) -> DeviceFacts:
+    origin = device.origin
+    instance = created.get(device.create_mig) if device.create_mig else device.existing_mig
+    return DeviceFacts(
+        type=device.device.type,
+        gpu_uuid=device.gpu.uuid,
+        gpu_index=device.gpu.index,
+        mig_profile=origin.profile.name if isinstance(origin, DynamicMig | StaticMig) else None,
+        mig_device_uuid=None if instance is None else instance.uuid,
+        admin_access=device.result.admin_access,
     )
 
 

@@ -26,6 +26,34 @@ class CorruptRecord(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceFacts:
+    """What a prepared device is, as the claim's status.devices reports it (device_status).
+
+    Kept in the record so that a status write lost to an agent restart is made again from the
+    record alone, saying what prepare said: the hardware is not asked again, since by then it may
+    answer differently (GPU indices move with a driver reload, a MIG device's UUID is known for
+    sure only when it is created) or not at all (a GPU fallen off the bus)."""
+
+    type: str
+    gpu_uuid: str
+    gpu_index: int
+    mig_profile: str | None = None
+    # The MIG device the claim uses: the one prepare created, or the static one it was given.
+    mig_device_uuid: str | None = None
+    admin_access: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"type": self.type, "gpuUUID": self.gpu_uuid, "gpuIndex": self.gpu_index}
+        if self.mig_profile is not None:
+            data["migProfile"] = self.mig_profile
+        if self.mig_device_uuid is not None:
+            data["migDeviceUUID"] = self.mig_device_uuid
+        if self.admin_access:
+            data["adminAccess"] = True
+        return data
+
+
+@dataclass(frozen=True, slots=True)
 class PreparedDevice:
     request_names: tuple[str, ...]
     pool: str
@@ -38,6 +66,8 @@ class PreparedDevice:
     # A vGPU share's grant (memory bytes, SM percent): what usage metrics compare use against.
     memory_limit_bytes: int | None = None
     cores_limit: int | None = None
+    # None in records written before the facts were kept: their claim's status is not rewritten.
+    facts: DeviceFacts | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +124,8 @@ class ClaimRecord:
     # table), kept here too so that a crash that leaves this record leaves them taken until the
     # record is rolled back.
     reserved: tuple[str, ...] = ()
+    # The claim's metadata.generation that prepare read: what its status conditions observed.
+    generation: int | None = None
 
     @property
     def has_side_effects(self) -> bool:
@@ -122,9 +154,11 @@ class ClaimRecord:
                     "exclusiveKey": d.exclusive_key,
                     "shareID": d.share_id,
                     **_limits_json(d),
+                    **({} if d.facts is None else {"facts": d.facts.to_json()}),
                 }
                 for d in self.devices
             ],
+            **({} if self.generation is None else {"claimGeneration": self.generation}),
         }
 
 
@@ -160,6 +194,27 @@ def _integer(obj: Mapping[str, Any], key: str, path: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise CorruptRecord(f"{path}.{key}: expected a non-negative integer")
     return value
+
+
+def _facts(device: Mapping[str, Any], path: str) -> DeviceFacts | None:
+    """Absent from records written before the facts were kept (read as None)."""
+    raw = device.get("facts")
+    if raw is None:
+        return None
+    path = f"{path}.facts"
+    if not isinstance(raw, Mapping):
+        raise CorruptRecord(f"{path}: expected an object")
+    admin_access = raw.get("adminAccess", False)
+    if not isinstance(admin_access, bool):
+        raise CorruptRecord(f"{path}.adminAccess: expected true or false")
+    return DeviceFacts(
+        type=_string(raw, "type", path),
+        gpu_uuid=_string(raw, "gpuUUID", path),
+        gpu_index=_integer(raw, "gpuIndex", path),
+        mig_profile=_optional_string(raw, "migProfile", path),
+        mig_device_uuid=_optional_string(raw, "migDeviceUUID", path),
+        admin_access=admin_access,
+    )
 
 
 def _mig_instances(data: Mapping[str, Any]) -> tuple[MigInstanceRecord, ...]:
@@ -216,6 +271,14 @@ def _exclusive_key(device: Mapping[str, Any], path: str) -> str | None:
     return key
 
 
+def _generation(data: Mapping[str, Any]) -> int | None:
+    """Absent from records written before it was kept, and where the server keeps none."""
+    value = data.get("claimGeneration")
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise CorruptRecord("claimGeneration: expected a non-negative integer")
+    return value
+
+
 def _state(data: Mapping[str, Any]) -> RecordState:
     state = data.get("state", "prepared")
     if state == "preparing":
@@ -259,6 +322,7 @@ def record_from_json(data: object) -> ClaimRecord:
                 share_id=_optional_string(device, "shareID", path),
                 memory_limit_bytes=_optional_integer(device, "memoryLimitBytes", path),
                 cores_limit=_optional_integer(device, "coresLimit", path),
+                facts=_facts(device, path),
             )
         )
     mps = data.get("mps", False)
@@ -273,4 +337,5 @@ def record_from_json(data: object) -> ClaimRecord:
         mps=mps,
         compute_modes=_compute_modes(data),
         reserved=_strings(data.get("reservedDevices", []), "reservedDevices"),
+        generation=_generation(data),
     )

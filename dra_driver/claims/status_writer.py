@@ -17,8 +17,12 @@ server stored the write (a timeout, a 5xx after commit) is harmless: the next at
 entries back and finds nothing to write.
 
 Per claim only the latest submission counts: a new one replaces a pending one. Pending writes
-live in memory only; an agent that restarts before a write succeeded does not write it (kubelet
-does not prepare a prepared claim again).
+live in memory only, and kubelet does not prepare a prepared claim again after an agent restart,
+so the engine submits every prepared claim again at start (from its record, without the claim:
+the writer reads it), and again when kubelet repeats a prepare. A status already stored costs
+one GET and no PUT ("unchanged"). So that a node with many prepared claims does not send all
+their GETs in the same moment after a restart (or after an outage), at most `concurrency`
+claims have a call to the API server under way at any time; the others wait their turn.
 """
 
 import asyncio
@@ -43,6 +47,8 @@ CLAIM_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{na
 REQUEST_TIMEOUT_SECONDS = 10.0
 # How long after prepare the first attempt waits; containers start meanwhile.
 SETTLE_SECONDS = 1.0
+# Claims with a call to the API server under way at once (their other writes wait their turn).
+CONCURRENCY = 4
 # Conflicts re-read at once this often in a row, then wait like any other failure.
 IMMEDIATE_CONFLICT_RETRIES = 3
 # Answers after which retrying cannot help: RBAC refuses the agent, the server refuses the entries.
@@ -130,8 +136,10 @@ class ClaimStatusWriter:
         metrics: ClaimStatusMetrics | None = None,
         backoff: Backoff = Backoff(),
         settle_seconds: float = SETTLE_SECONDS,
+        concurrency: int = CONCURRENCY,
     ) -> None:
         self._api = api
+        self._turns = asyncio.Semaphore(concurrency)
         self._settle_seconds = settle_seconds
         self._driver_name = driver_name
         self._metrics = metrics or ClaimStatusMetrics()
@@ -143,8 +151,9 @@ class ClaimStatusWriter:
         """UIDs of the claims whose write is not finished."""
         return frozenset(self._pending)
 
-    def submit(self, ref: ClaimRef, claim: Mapping[str, object], entries: EntryBuilder) -> None:
-        """Queues the write of `entries` into `claim` (as prepare read it); returns at once."""
+    def submit(self, ref: ClaimRef, claim: Mapping[str, object] | None, entries: EntryBuilder) -> None:
+        """Queues the write of `entries` into `claim` (as prepare read it; None: read it first);
+        returns at once."""
         self.cancel(ref.uid)
         task = asyncio.get_running_loop().create_task(
             self._write(ref, claim, entries), name=f"claim-status-{ref.uid}"
@@ -194,11 +203,13 @@ class ClaimStatusWriter:
         current: object = claim
         while True:
             try:
-                if current is None:
-                    current = await self._api.get_claim(ref)
-                update = status_update(current, ref.uid, self._driver_name, ours)
+                async with self._turns:
+                    if current is None:
+                        current = await self._api.get_claim(ref)
+                    update = status_update(current, ref.uid, self._driver_name, ours)
+                    if update.body is not None:
+                        await self._api.replace_status(ref, update.body)
                 if update.body is not None:
-                    await self._api.replace_status(ref, update.body)
                     self._count("written")
                     bound.debug("claim status written", devices=len(ours))
                 elif update.outcome == "gone":

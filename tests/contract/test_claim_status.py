@@ -22,16 +22,17 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.claims.engine import ClaimEngine, RawClaim
 from dra_driver.claims.source import ApiServerClaimSource
-from dra_driver.claims.status_writer import Backoff, ClaimStatusApi, ClaimStatusWriter
+from dra_driver.claims.status_writer import CONCURRENCY, Backoff, ClaimStatusApi, ClaimStatusWriter
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.observability.metrics import ClaimStatusMetrics
 from dra_driver.tools import kubelet_client
 from dra_driver.tools.kubelet_client import ClaimArg
-from tests.support.agent import AgentProcess
+from tests.support.agent import AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate, allocate_results
 from tests.support.engines import simulated_engine, simulated_hardware
+from tests.support.image import IMAGE_ENVIRONMENT
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 from tests.support.nodes import simulated_node
 from tests.support.waiting import until, wait_until
@@ -367,3 +368,191 @@ def test_a_claim_unprepared_before_its_status_settles_sends_nothing(
     assert cluster.server.request_count("PUT", "resourceclaims") == puts_before
     assert n.count("dropped") == 1
     assert devices_of(cluster, "brief") == []
+
+
+# --- restarts and repeated prepares: nothing is lost ----------------------------------------------
+
+
+def mig_data(outcome_cdi_ids: list[str], mig_uuid: str) -> dict[str, Any]:
+    """What a prepare of gpu-1-mig-1g10gb-3 on dgx-h100-mig writes (as the first test checks)."""
+    gpu_1 = simulated_node("dgx-h100-mig")[1]
+    return {
+        "type": "mig",
+        "gpuUUID": gpu_1.uuid,
+        "gpuIndex": gpu_1.index,
+        "migProfile": "1g.10gb",
+        "migDeviceUUID": mig_uuid,
+        "cdiDeviceIDs": outcome_cdi_ids,
+    }
+
+
+def test_a_status_lost_to_a_restart_is_written_once_by_the_next_start(
+    cluster: Cluster, short_dir: Path
+) -> None:
+    """The write fails until the agent stops (its pending write dies with it); the next start
+    writes it from the claim's record, the same entry a prepare writes, with one PUT."""
+    claim = allocated(cluster, "lost", {"device": "gpu-1-mig-1g10gb-3"})
+    faults = cluster.server.faults
+    faults.fail_methods = frozenset({"PUT"})
+    faults.fail_status = 503
+    faults.fail_next = 10**6
+
+    async def before_restart() -> list[str]:
+        async with node(cluster, short_dir, "dgx-h100-mig", DYNAMIC) as n:
+            outcome = (await n.engine.prepare([claim]))[claim[2]]
+            assert outcome.error == ""
+            await until(lambda: n.count("failed") >= 2)
+            return list(outcome.devices[0].cdi_device_ids)
+
+    cdi_ids = asyncio.run(before_restart())
+    assert devices_of(cluster, "lost") == []
+    faults.fail_next = 0
+    puts_before = cluster.server.request_count("PUT", "resourceclaims")
+
+    async def after_restart() -> tuple[Node, str]:
+        async with node(cluster, short_dir, "dgx-h100-mig", DYNAMIC) as n:
+            await asyncio.wait_for(n.writer.wait_idle(), 5)
+            (gpu,) = [gpu for gpu in await n.hardware.discover() if gpu.mig_instances]
+            return n, gpu.mig_instances[0].uuid
+
+    n, mig_uuid = asyncio.run(after_restart())
+    assert cluster.server.request_count("PUT", "resourceclaims") == puts_before + 1
+    assert (n.count("written"), n.count("failed")) == (1, 0)
+    (entry,) = devices_of(cluster, "lost")
+    assert keys([entry]) == [(DEFAULT_DRIVER_NAME, "node-a", "gpu-1-mig-1g10gb-3", None)]
+    assert entry["data"] == mig_data(cdi_ids, mig_uuid)
+    (condition,) = entry["conditions"]
+    # The stand-in keeps no metadata.generation for claims: then no condition observes one.
+    generation = stored(cluster, "lost")["metadata"].get("generation")
+    assert {k: v for k, v in condition.items() if k != "lastTransitionTime"} == {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Prepared",
+        "message": "prepared by the node agent on node-a",
+        **({} if generation is None else {"observedGeneration": generation}),
+    }
+
+
+def test_a_start_with_every_status_stored_writes_nothing(cluster: Cluster, short_dir: Path) -> None:
+    claims = [allocated(cluster, f"kept-{i}", {"device": f"gpu-{i}"}) for i in range(3)]
+
+    async def run(prepare: bool) -> Node:
+        async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
+            if prepare:
+                assert all(o.error == "" for o in (await n.engine.prepare(claims)).values())
+            await asyncio.wait_for(n.writer.wait_idle(), 5)
+            return n
+
+    assert asyncio.run(run(prepare=True)).count("written") == 3
+    written = [devices_of(cluster, f"kept-{i}") for i in range(3)]
+    puts_before = cluster.server.request_count("PUT", "resourceclaims")
+    gets_before = cluster.server.request_count("GET", "resourceclaims")
+
+    n = asyncio.run(run(prepare=False))
+
+    assert (n.count("unchanged"), n.count("written")) == (3, 0)
+    assert cluster.server.request_count("PUT", "resourceclaims") == puts_before
+    assert cluster.server.request_count("GET", "resourceclaims") == gets_before + 3
+    assert [devices_of(cluster, f"kept-{i}") for i in range(3)] == written
+
+
+def test_a_repeated_prepare_writes_a_status_removed_since_and_leaves_a_stored_one(
+    cluster: Cluster, short_dir: Path
+) -> None:
+    claim = allocated(cluster, "again", {"device": "gpu-2"})
+
+    async def scenario() -> tuple[Node, list[list[dict[str, Any]]]]:
+        seen = []
+        async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
+            for _ in range(2):
+                assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+                await asyncio.wait_for(n.writer.wait_idle(), 5)
+                seen.append(devices_of(cluster, "again"))
+            body = stored(cluster, "again")
+            del body["status"]["devices"]
+            cluster.claims.replace_namespaced_resource_claim_status("again", "default", body)
+            assert devices_of(cluster, "again") == []
+            assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+            await asyncio.wait_for(n.writer.wait_idle(), 5)
+            seen.append(devices_of(cluster, "again"))
+            return n, seen
+
+    n, (first, repeated, rewritten) = asyncio.run(scenario())
+    assert (n.count("written"), n.count("unchanged")) == (2, 1)
+    assert repeated == first
+    (entry,) = rewritten
+    assert {k: v for k, v in entry.items() if k != "conditions"} == {
+        k: v for k, v in first[0].items() if k != "conditions"
+    }
+
+
+def test_a_start_with_many_prepared_claims_reads_a_few_at_a_time(cluster: Cluster, short_dir: Path) -> None:
+    """The burst after a restart is bounded: while the server holds each GET a second, no more
+    than CONCURRENCY of them reach it; the rest follow as turns free up."""
+    claims = [
+        allocated(
+            cluster,
+            f"share-{i}",
+            {
+                "device": f"gpu-{i % 4}",
+                "shareID": str(uuid.uuid4()),
+                "consumedCapacity": {"memory": "1Gi", "cores": "5"},
+            },
+        )
+        for i in range(4 * CONCURRENCY)
+    ]
+
+    async def prepare_all() -> None:
+        async with node(cluster, short_dir, "t4x4", CAPACITY) as n:
+            assert all(o.error == "" for o in (await n.engine.prepare(claims)).values())
+            await asyncio.wait_for(n.writer.wait_idle(), 10)
+            assert n.count("written") == len(claims)
+
+    asyncio.run(prepare_all())
+    faults = cluster.server.faults
+    faults.answer_delay_methods = frozenset({"GET"})
+    faults.answer_delay_seconds = 1.0
+    gets = cluster.server.request_count("GET", "resourceclaims")
+
+    async def restart() -> Node:
+        async with node(cluster, short_dir, "t4x4", CAPACITY) as n:
+            await until(lambda: cluster.server.request_count("GET", "resourceclaims") >= gets + CONCURRENCY)
+            await asyncio.sleep(0.3)
+            assert cluster.server.request_count("GET", "resourceclaims") == gets + CONCURRENCY
+            faults.answer_delay_seconds = 0.0
+            await asyncio.wait_for(n.writer.wait_idle(), 10)
+            return n
+
+    n = asyncio.run(restart())
+    assert n.count("unchanged") == len(claims)
+    assert cluster.server.request_count("GET", "resourceclaims") == gets + len(claims)
+
+
+def test_the_node_agent_restarted_writes_the_status_it_could_not_write_before(
+    agent: AgentProcess, apiserver: ApiServer, claims_api: client.ResourceV1Api, kubeconfig: Path
+) -> None:
+    uid = allocate(claims_api, "restarted", {"gpu": "gpu-4"}, pool="node-a")
+    faults = apiserver.faults
+    faults.fail_methods = frozenset({"PUT"})
+    faults.fail_status = 503
+    faults.fail_next = 10**6
+
+    answer = asyncio.run(
+        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("default", "restarted", uid)])
+    )
+    agent.wait_for_log("claim status write failed; retrying")
+    assert agent.terminate() == 0
+    faults.fail_next = 0
+    restarted = start_agent(agent.dirs, kubeconfig, env=IMAGE_ENVIRONMENT)
+    try:
+
+        def entries() -> list[dict[str, Any]]:
+            claim = claims_api.read_namespaced_resource_claim("restarted", "default")
+            return [claims_api.api_client.sanitize_for_serialization(d) for d in claim.status.devices or []]
+
+        wait_until(lambda: bool(entries()))
+        (entry,) = entries()
+        assert (entry["driver"], entry["pool"], entry["device"]) == (DEFAULT_DRIVER_NAME, "node-a", "gpu-4")
+        assert entry["data"]["cdiDeviceIDs"] == answer["claims"][uid]["devices"][0]["cdi_device_ids"]
+    finally:
+        restarted.terminate()

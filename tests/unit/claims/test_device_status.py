@@ -5,20 +5,16 @@ from typing import Any
 
 import pytest
 
-from dra_driver.claims.allocation import AllocatedDevice
-from dra_driver.claims.claim_plan import plan_claim
 from dra_driver.claims.device_status import (
     MAX_DATA_BYTES,
     StatusTooLarge,
     device_status_entries,
+    has_status_facts,
     merged_devices,
     status_update,
 )
 from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.records import ClaimRecord, PreparedDevice
-from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import NodeConfig
-from tests.support.nodes import simulated_node
+from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
 
 DRIVER = "gpu.dra-driver.dev"
 UID = str(uuid.uuid4())
@@ -105,24 +101,41 @@ def test_a_claim_that_no_longer_holds_our_devices_is_gone(read: object) -> None:
     assert status_update(read, UID, DRIVER, [ours("gpu-0")]).outcome == "gone"
 
 
-def test_entries_say_what_was_prepared_and_refuse_data_over_10_ki() -> None:
-    inventory = node_inventory(simulated_node("t4x4"), NodeConfig())
-    planned = plan_claim(
-        REF, [AllocatedDevice(request="gpu", pool="node-a", device="gpu-1")], [], inventory, DRIVER, "node-a"
+def test_entries_say_what_the_record_keeps_and_refuse_data_over_10_ki() -> None:
+    facts = DeviceFacts("vgpu", "GPU-1", 1)
+    share = PreparedDevice(
+        ("gpu",), "node-a", "gpu-1", ("k8s.x/claim=a",), None, "s-1", 8 * 2**30, 30, facts=facts
     )
-    record = ClaimRecord(REF, (PreparedDevice(("gpu",), "node-a", "gpu-1", ("k8s.x/claim=a",)),))
+    record = ClaimRecord(REF, (share,), generation=3)
 
-    (entry,) = device_status_entries(DRIVER, planned, {}, record, now=T0, generation=1)
+    (entry,) = device_status_entries(DRIVER, record, now=T0)
 
+    assert (entry["device"], entry["shareID"]) == ("gpu-1", "s-1")
     assert entry["data"] == {
-        "type": "gpu",
-        "gpuUUID": simulated_node("t4x4")[1].uuid,
+        "type": "vgpu",
+        "gpuUUID": "GPU-1",
         "gpuIndex": 1,
+        "vgpu": {"memoryLimitMiB": 8192, "coresLimitPercent": 30},
         "cdiDeviceIDs": ["k8s.x/claim=a"],
     }
-    assert entry["conditions"][0]["observedGeneration"] == 1
+    assert entry["conditions"][0]["observedGeneration"] == 3
+    assert entry["conditions"][0]["lastTransitionTime"] == T0
     huge = ClaimRecord(
-        REF, (PreparedDevice(("gpu",), "node-a", "gpu-1", ("k8s.x/claim=" + "a" * MAX_DATA_BYTES,)),)
+        REF,
+        (PreparedDevice(("gpu",), "node-a", "gpu-1", ("k8s.x/claim=" + "a" * MAX_DATA_BYTES,), facts=facts),),
     )
     with pytest.raises(StatusTooLarge, match="gpu-1"):
-        device_status_entries(DRIVER, planned, {}, huge, now=T0, generation=None)
+        device_status_entries(DRIVER, huge, now=T0)
+
+
+def test_a_record_without_the_devices_facts_has_no_entries() -> None:
+    """Records written before the facts were kept: the status is not guessed from the hardware."""
+    old = ClaimRecord(REF, (PreparedDevice(("gpu",), "node-a", "gpu-1", ("k8s.x/claim=a",)),))
+    kept = ClaimRecord(
+        REF, (PreparedDevice(("gpu",), "node-a", "gpu-1", (), facts=DeviceFacts("gpu", "G", 0)),)
+    )
+
+    assert not has_status_facts(old)
+    assert has_status_facts(kept)
+    with pytest.raises(ValueError, match="gpu-1"):
+        device_status_entries(DRIVER, old, now=T0)

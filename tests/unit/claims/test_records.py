@@ -13,6 +13,7 @@ from dra_driver.claims.records import (
     ClaimRecord,
     ComputeModeRecord,
     CorruptRecord,
+    DeviceFacts,
     MigInstanceRecord,
     PreparedDevice,
     record_from_json,
@@ -202,3 +203,33 @@ def test_the_compute_modes_to_restore_round_trip_and_a_bad_one_is_named(tmp_path
     data["computeModes"][1]["restore"] = "Exclusive"
     with pytest.raises(CorruptRecord, match=r"computeModes\[1\]\.restore: expected one of Default, "):
         record_from_json(data)
+
+
+def test_the_devices_facts_and_the_claims_generation_round_trip_and_older_records_lack_them(
+    tmp_path: Path,
+) -> None:
+    store = ClaimRecordStore(tmp_path)
+    store.load_all()
+    facts = DeviceFacts("mig", "GPU-a", 3, mig_profile="1g.10gb", mig_device_uuid="MIG-b")
+    device = dataclasses.replace(RECORD.devices[0], facts=facts)
+    record = dataclasses.replace(RECORD, devices=(device,), generation=2)
+    store.save(record)
+    assert store.read(UID) == record
+    data = record.to_json()
+    assert data["devices"][0]["facts"] == {
+        "type": "mig",
+        "gpuUUID": "GPU-a",
+        "gpuIndex": 3,
+        "migProfile": "1g.10gb",
+        "migDeviceUUID": "MIG-b",
+    }
+    older = record.to_json()
+    del older["devices"][0]["facts"], older["claimGeneration"]
+    assert record_from_json(older) == RECORD
+    data["devices"][0]["facts"]["gpuIndex"] = "3"
+    with pytest.raises(
+        CorruptRecord, match=r"devices\[0\]\.facts\.gpuIndex: expected a non-negative integer"
+    ):
+        record_from_json(data)
+    with pytest.raises(CorruptRecord, match="claimGeneration: expected a non-negative integer"):
+        record_from_json({**RECORD.to_json(), "claimGeneration": -1})
