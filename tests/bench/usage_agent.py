@@ -87,6 +87,19 @@ def claims_measured(agent: AgentProcess) -> int:
     return sum(1 for labels, value in rows if labels.get("pod") and value > 0)
 
 
+def wait_for_join(agent: AgentProcess, claims: int, interval: float) -> None:
+    """Until a sample shows every claim just prepared with its pod and its process's memory."""
+    try:
+        wait_until(lambda: claims_measured(agent) == claims, timeout=interval + 30, interval=0.2)
+    except AssertionError:
+        families = scrape(agent)
+        rows = families.get("dra_driver_claim_memory_used_bytes", [])
+        failures = families.get("dra_driver_usage_sample_errors", [])
+        raise AssertionError(
+            f"the join is incomplete: {rows[:4]} of {len(rows)}; errors {failures}"
+        ) from None
+
+
 def gauge(agent: AgentProcess, name: str) -> float:
     rows = scrape(agent).get(name, [])
     return rows[0][1] if rows else 0.0
@@ -181,16 +194,7 @@ def run_variant(
         errors = {answer["error"] for answer in answers.values()} - {""}
         assert not errors, f"prepare failed: {sorted(errors)[:3]}"
         if interval > 0:
-            # The claims just prepared show with every process attributed: the join is complete.
-            try:
-                wait_until(lambda: claims_measured(agent) == len(claims), timeout=interval + 30, interval=0.2)
-            except AssertionError:
-                families = scrape(agent)
-                rows = families.get("dra_driver_claim_memory_used_bytes", [])
-                errors = families.get("dra_driver_usage_sample_errors", [])
-                raise AssertionError(
-                    f"the join is incomplete: {rows[:4]} of {len(rows)}; errors {errors}"
-                ) from None
+            wait_for_join(agent, len(claims), interval)
         else:
             scrape(agent)  # the same one scrape as the others, so that the baseline carries it too
         pid = agent.process.pid
