@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,10 @@ class Node:
     pod_logs: Path
     pod_resources_socket: Path
     shares: Sequence[Share]
+    # On top of the image's environment, for every agent (`--env`, e.g. MALLOC_ARENA_MAX=1).
+    env: Mapping[str, str]
+    # `--usage-processes`: off, the sample reads no cgroups and shared devices' splits are unknown.
+    usage_processes: bool
 
 
 def scrape(agent: AgentProcess) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -81,16 +85,18 @@ def scrape(agent: AgentProcess) -> dict[str, list[tuple[dict[str, str], float]]]
     }
 
 
-def claims_measured(agent: AgentProcess) -> int:
-    """Claims whose memory used the last sample attributed (a pod and a value)."""
-    rows = scrape(agent).get("dra_driver_claim_memory_used_bytes", [])
+def claims_measured(agent: AgentProcess, processes: bool) -> int:
+    """Claims the last sample joined with their pod and (processes attributed) their process's memory;
+    without processes a shared device's memory is unknown, and the row has the pod and limits only."""
+    metric = "dra_driver_claim_memory_used_bytes" if processes else "dra_driver_claim_memory_limit_bytes"
+    rows = scrape(agent).get(metric, [])
     return sum(1 for labels, value in rows if labels.get("pod") and value > 0)
 
 
-def wait_for_join(agent: AgentProcess, claims: int, interval: float) -> None:
-    """Until a sample shows every claim just prepared with its pod and its process's memory."""
+def wait_for_join(agent: AgentProcess, claims: int, interval: float, processes: bool) -> None:
+    """Until a sample shows every claim just prepared joined (`claims_measured`)."""
     try:
-        wait_until(lambda: claims_measured(agent) == claims, timeout=interval + 30, interval=0.2)
+        wait_until(lambda: claims_measured(agent, processes) == claims, timeout=interval + 30, interval=0.2)
     except AssertionError:
         families = scrape(agent)
         rows = families.get("dra_driver_claim_memory_used_bytes", [])
@@ -173,9 +179,9 @@ def start(work: Path, kubeconfig: Path, node: Node, interval: float, cdi_dir: Pa
         *("--proc-root", str(node.mock.proc), "--node-config", str(node.node_config)),
         *("--cdi-dir", str(cdi_dir), "--usage-interval", f"{interval:g}"),
         *("--pod-resources-socket", str(node.pod_resources_socket)),
-        *("--usage-processes", "true", "--pod-logs-dir", str(node.pod_logs)),
+        *("--usage-processes", str(node.usage_processes).lower(), "--pod-logs-dir", str(node.pod_logs)),
     )
-    env = {**IMAGE_ENVIRONMENT, **node.mock.environment()}
+    env = {**IMAGE_ENVIRONMENT, **node.mock.environment(), **node.env}
     return start_agent(AgentDirs(root=work), kubeconfig, "nvml", extra, wait=False, env=env)
 
 
@@ -194,7 +200,7 @@ def run_variant(
         errors = {answer["error"] for answer in answers.values()} - {""}
         assert not errors, f"prepare failed: {sorted(errors)[:3]}"
         if interval > 0:
-            wait_for_join(agent, len(claims), interval)
+            wait_for_join(agent, len(claims), interval, node.usage_processes)
         else:
             scrape(agent)  # the same one scrape as the others, so that the baseline carries it too
         pid = agent.process.pid
@@ -206,7 +212,7 @@ def run_variant(
         window, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu_warm
         after, smaps = process_status(pid), smaps_breakdown(pid)
         last_duration = gauge(agent, "dra_driver_usage_sample_duration_seconds") if interval > 0 else 0.0
-        measured = claims_measured(agent) if interval > 0 else 0
+        measured = claims_measured(agent, node.usage_processes) if interval > 0 else 0
     finally:
         agent.terminate(timeout=30)
         shutil.rmtree(cdi_dir, ignore_errors=True)
@@ -268,6 +274,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=120.0, help="seconds measured after warm-up")
     parser.add_argument("--every", type=float, default=10.0, help="seconds between RSS readings")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for every agent")
+    parser.add_argument(
+        "--no-processes", dest="processes", action="store_false", help="--usage-processes false"
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
     intervals = [0.0, *(i for i in args.intervals if i > 0)]
@@ -277,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {len(os.sched_getaffinity(0))} cores",
         "duration_s": args.duration,
+        "agent_env": dict(assignment.split("=", 1) for assignment in args.env),
+        "usage_processes": args.processes,
         "runs": [],
     }
     compile_like_the_image()
@@ -290,6 +302,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             pod_logs=work / "pods",
             pod_resources_socket=work / "pr.sock",
             shares=shares,
+            env=results["agent_env"],
+            usage_processes=args.processes,
         )
         node.node_config.write_text(NODE_CONFIG)
         add_node(kubeconfig)
