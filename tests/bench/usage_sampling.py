@@ -10,7 +10,8 @@ per GPU), and the metrics published. Figures:
 - resident memory the sampler adds: before it exists, after its first sample, and after all
   rounds (growth would be a leak).
 
-Run: `make bench` (or `python -m tests.bench.usage_sampling --rounds 200`).
+Run: `make bench` (or `python -m tests.bench.usage_sampling --rounds 200`). With `--agent`, the
+same workload against the running agent instead (tests/bench/usage_agent.py).
 """
 
 import argparse
@@ -22,6 +23,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import parse_node_config
+from dra_driver.hardware.model import Gpu
 from dra_driver.hardware.nvml_library import load_nvml_library
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
 from dra_driver.observability.metrics import UsageMetrics
@@ -57,51 +61,84 @@ def rss_kib() -> int:
     raise RuntimeError("no VmRSS")
 
 
+@dataclass(frozen=True)
+class Share:
+    """One vGPU share of the workload: its claim, its pod and the one process it runs."""
+
+    gpu_index: int
+    device: str
+    name: str
+    pid: int
+    pod_uid: str
+    share_id: str
+    memory_bytes: int
+    sm_percent: int
+
+
+def workload(gpus: Sequence[Gpu]) -> list[Share]:
+    """SHARES_PER_GPU shares of every GPU, each with fresh UIDs."""
+    return [
+        Share(
+            gpu.index,
+            f"gpu-{gpu.minor}",
+            f"g{gpu.index}-s{share}",
+            10_000 + gpu.index * 100 + share,
+            str(uuid.uuid4()),
+            str(uuid.uuid4()),
+            (share + 1) * GIB,
+            5 + share,
+        )
+        for gpu in gpus
+        for share in range(SHARES_PER_GPU)
+    ]
+
+
+def run_workload(node: MockNode, shares: Sequence[Share], pool: str, pod_logs: Path) -> list[Pod]:
+    """Makes the mock NVML report every share's process (memory, SM samples), gives each process a
+    cgroup file naming its pod (systemd driver layout) and each pod its kubelet log directory;
+    returns the pods for the stand-in kubelet."""
+    pods = []
+    for share in shares:
+        pods.append(
+            Pod(
+                "team",
+                f"pod-{share.name}",
+                [UsedDevice("main", share.name, DRIVER, pool, share.device, share.share_id)],
+            )
+        )
+        (pod_logs / f"team_pod-{share.name}_{share.pod_uid}" / "main").mkdir(parents=True)
+        process = node.proc / str(share.pid)
+        process.mkdir(parents=True)
+        slice_name = f"kubepods-besteffort-pod{share.pod_uid.replace('-', '_')}.slice"
+        (process / "cgroup").write_text(f"0::/kubepods.slice/{slice_name}/cri-containerd-{'c' * 64}.scope\n")
+    node.run_processes([(s.gpu_index, -1, -1, s.pid, s.memory_bytes) for s in shares])
+    node.set_process_utilization([(s.gpu_index, s.pid, s.sm_percent) for s in shares])
+    node.set_utilization({s.gpu_index: 70 for s in shares})
+    return pods
+
+
 def setup(directory: Path) -> tuple[MockNode, list[ClaimRecord], list[Pod], Path]:
     node = MockNode.create(directory / "mock", POOL, PROFILE)
-    gpus = simulated_node(PROFILE, POOL)
+    shares = workload(simulated_node(PROFILE, POOL))
     pod_logs = directory / "pods"
-    records, pods, processes, samples = [], [], [], []
-    for gpu in gpus:
-        for share in range(SHARES_PER_GPU):
-            name = f"g{gpu.index}-s{share}"
-            pid = 10_000 + gpu.index * 100 + share
-            pod_uid, share_id = str(uuid.uuid4()), str(uuid.uuid4())
-            records.append(
-                ClaimRecord(
-                    claim=claim_ref("team", name, str(uuid.uuid4())),
-                    devices=(
-                        PreparedDevice(
-                            ("v",),
-                            POOL,
-                            f"gpu-{gpu.minor}",
-                            (f"k8s.{DRIVER}/claim={name}",),
-                            share_id=share_id,
-                            memory_limit_bytes=8 * GIB,
-                            cores_limit=12,
-                        ),
-                    ),
-                )
-            )
-            pods.append(
-                Pod(
-                    "team",
-                    f"pod-{name}",
-                    [UsedDevice("main", name, DRIVER, POOL, f"gpu-{gpu.minor}", share_id)],
-                )
-            )
-            (pod_logs / f"team_pod-{name}_{pod_uid}" / "main").mkdir(parents=True)
-            cgroup = node.proc / str(pid)
-            cgroup.mkdir(parents=True)
-            slice_name = f"kubepods-besteffort-pod{pod_uid.replace('-', '_')}.slice"
-            (cgroup / "cgroup").write_text(
-                f"0::/kubepods.slice/{slice_name}/cri-containerd-{'c' * 64}.scope\n"
-            )
-            processes.append((gpu.index, -1, -1, pid, (share + 1) * GIB))
-            samples.append((gpu.index, pid, 5 + share))
-    node.run_processes(processes)
-    node.set_process_utilization(samples)
-    node.set_utilization({gpu.index: 70 for gpu in gpus})
+    pods = run_workload(node, shares, POOL, pod_logs)
+    records = [
+        ClaimRecord(
+            claim=claim_ref("team", share.name, str(uuid.uuid4())),
+            devices=(
+                PreparedDevice(
+                    ("v",),
+                    POOL,
+                    share.device,
+                    (f"k8s.{DRIVER}/claim={share.name}",),
+                    share_id=share.share_id,
+                    memory_limit_bytes=8 * GIB,
+                    cores_limit=12,
+                ),
+            ),
+        )
+        for share in shares
+    ]
     return node, records, pods, pod_logs
 
 
@@ -189,7 +226,15 @@ def measure(rounds: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    if "--agent" in sys.argv[1:]:
+        from tests.bench import usage_agent  # noqa: PLC0415 - the agent-level variant of this bench
+
+        usage_agent.main(sys.argv[1:])
+        return
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--agent", action="store_true", help="measure the running agent instead (tests/bench/usage_agent.py)"
+    )
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
