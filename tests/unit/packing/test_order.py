@@ -73,6 +73,10 @@ def test_a_1g_takes_slice_6_last_because_it_orphans_slice_7() -> None:
     placed = first_fits(mig_inventory(), [mig_shapes(gpu)["1g"].claim] * 7)
     starts = [inventory_start(name) for name in placed]
     assert starts == [5, 4, 3, 2, 1, 0, 6]
+    # Spread leaves orphans out (each GPU holds few tenants there; the 1g at 5 would block the
+    # 2g and 1g.20gb at 4 on every GPU): slice 6 first on each GPU, as before.
+    spread = first_fits(mig_inventory("spread"), [mig_shapes(gpu)["1g"].claim] * 9)
+    assert [inventory_start(name) for name in spread] == [6] * 8 + [5]
 
 
 def test_ten_1g_then_two_3g_leave_the_second_gpu_usable() -> None:
