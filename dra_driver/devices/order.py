@@ -76,7 +76,7 @@ def _within_gpu(origin: DeviceOrigin, profiles: Sequence[MigProfile], packed: bo
         case DynamicMig(profile=profile, placement=placement):
             # Orphans only count where GPUs fill up (binpack). Under spread each GPU holds a few
             # tenants, and the 1g at slice 5 would block 2g and 1g.20gb at 4 on every GPU: on the
-            # traces spread refused 7-12 % more MIG claims with orphans counted.
+            # 8-GPU traces spread refused 7-12 % more MIG claims with orphans counted.
             orphans = orphaned_slices(placement, profiles) if packed else 0
             cost = round(stranding_cost(profile, placement, profiles) * 1000)
             return (0, placement.size, profile.compute_slices, profile.name, orphans, cost, -placement.start)
