@@ -279,7 +279,7 @@ def plot(results: Sequence[dict[str, Any]], small: Sequence[dict[str, Any]], dir
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arrivals", type=int, default=2000, help="claims per trace on the 8-GPU nodes")
-    parser.add_argument("--seeds", type=int, default=4)
+    parser.add_argument("--seeds", type=int, default=16)
     parser.add_argument("--load", type=float, default=1.0, help="offered GPU memory over the node's")
     parser.add_argument("--shuffles", type=int, default=3)
     parser.add_argument("--small-arrivals", type=int, default=300)
