@@ -34,28 +34,51 @@ class ApiServerClaimSource:
         self._client = client
 
     async def get(self, namespace: str, name: str) -> object:
-        where = f"GET resourceclaims {namespace}/{name}"
         try:
-            response = await get(
-                self._client,
-                CLAIM_PATH,
-                path_params={"namespace": namespace, "name": name},
-                request_timeout=CLAIM_GET_TIMEOUT_SECONDS,
-            )
-        # ValueError: an answer that is not HTTP (HttpProtocolError), a header that cannot be sent.
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
-            raise ClaimRejected(f"{where} failed: {error or type(error).__name__}") from error
-        body = response.body
-        if response.status == 404:
-            raise ClaimRejected(f"{where}: not found (deleted, or never created)")
-        if response.status != 200:
+            return await get_claim_json(self._client, namespace, name, CLAIM_GET_TIMEOUT_SECONDS)
+        except ClaimGetFailed as failed:
+            if failed.status == 0:
+                raise ClaimRejected(f"{failed.where} failed: {failed.detail}") from failed
+            if failed.status == 404:
+                raise ClaimRejected(f"{failed.where}: not found (deleted, or never created)") from failed
+            if failed.status == 200:
+                raise ClaimRejected(f"{failed.where}: the API server sent {failed.detail}") from failed
             raise ClaimRejected(
-                f"{where}: API server answered {response.status}: {status_reason_and_message(body)[1]}"
-            )
-        try:
-            return json.loads(body)
-        except ValueError as error:
-            raise ClaimRejected(f"{where}: the API server sent invalid JSON: {error}") from error
+                f"{failed.where}: API server answered {failed.status}: {failed.detail}"
+            ) from failed
+
+
+class ClaimGetFailed(Exception):
+    """A claim GET that gave no claim. `status`: the API server's answer (200 with a body that
+    is not JSON), 0 when no answer came; `detail`: why, as one phrase."""
+
+    def __init__(self, where: str, status: int, detail: str) -> None:
+        super().__init__(f"{where}: {detail}")
+        self.where = where
+        self.status = status
+        self.detail = detail
+
+
+async def get_claim_json(client: KubeClient, namespace: str, name: str, timeout_seconds: float) -> object:
+    """The claim as the API server stores it, as parsed JSON: the one claim GET of the agent, for
+    prepare (the source above) and for the status writer, which words its failures its own way."""
+    where = f"GET resourceclaims {namespace}/{name}"
+    try:
+        response = await get(
+            client,
+            CLAIM_PATH,
+            path_params={"namespace": namespace, "name": name},
+            request_timeout=timeout_seconds,
+        )
+    # ValueError: an answer that is not HTTP (HttpProtocolError), a header that cannot be sent.
+    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
+        raise ClaimGetFailed(where, 0, str(error) or type(error).__name__) from error
+    if response.status != 200:
+        raise ClaimGetFailed(where, response.status, status_reason_and_message(response.body)[1])
+    try:
+        return json.loads(response.body)
+    except ValueError as error:
+        raise ClaimGetFailed(where, 200, f"invalid JSON: {error}") from error
 
 
 def _offline_claim_key(document: object, where: str) -> tuple[str, str]:

@@ -26,7 +26,6 @@ claims have a call to the API server under way at any time; the others wait thei
 """
 
 import asyncio
-import json
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,13 +36,13 @@ import structlog
 
 from dra_driver.claims.device_status import JsonObject, status_update
 from dra_driver.claims.identity import ClaimRef
+from dra_driver.claims.source import CLAIM_PATH, ClaimGetFailed, get_claim_json
 from dra_driver.kube.k8s_status import status_reason_and_message
-from dra_driver.kube.kube_api import KubeClient, call, get
+from dra_driver.kube.kube_api import KubeClient, call
 from dra_driver.observability.metrics import ClaimStatusMetrics
 
 log = structlog.get_logger("dra_driver.claims.status")
 
-CLAIM_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 REQUEST_TIMEOUT_SECONDS = 10.0
 # How long after prepare the first attempt waits; containers start meanwhile.
 SETTLE_SECONDS = 1.0
@@ -71,22 +70,10 @@ class ClaimStatusApi:
         self._client = client
 
     async def get_claim(self, ref: ClaimRef) -> object:
-        where = f"GET resourceclaims {ref.namespace}/{ref.name}"
         try:
-            answer = await get(
-                self._client,
-                CLAIM_PATH,
-                path_params={"namespace": ref.namespace, "name": ref.name},
-                request_timeout=REQUEST_TIMEOUT_SECONDS,
-            )
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
-            raise StatusApiError(where, 0, str(error) or type(error).__name__) from error
-        if answer.status != 200:
-            raise StatusApiError(where, answer.status, status_reason_and_message(answer.body)[1])
-        try:
-            return json.loads(answer.body)
-        except ValueError as error:
-            raise StatusApiError(where, answer.status, f"invalid JSON: {error}") from error
+            return await get_claim_json(self._client, ref.namespace, ref.name, REQUEST_TIMEOUT_SECONDS)
+        except ClaimGetFailed as failed:
+            raise StatusApiError(failed.where, failed.status, failed.detail) from failed
 
     async def replace_status(self, ref: ClaimRef, claim: JsonObject) -> None:
         where = f"PUT resourceclaims/status {ref.namespace}/{ref.name}"
