@@ -194,8 +194,7 @@ class ClaimEngine:
                     planned = plan_claim(
                         ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
                     )
-                    pod_claim = pod_claim_name(claim, ref)
-                    record = await self._prepare_new(ref, planned, ticket, pod_claim, claim=claim)
+                    record = await self._prepare_new(ref, planned, ticket, claim)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:
             self._metrics.prepare_failed(error)
@@ -216,11 +215,11 @@ class ClaimEngine:
         ref: ClaimRef,
         planned: tuple[PlannedDevice, ...],
         ticket: GateTicket | None,
-        pod_claim: str | None,
-        *,
-        claim: object = None,
+        claim: object,
     ) -> ClaimRecord:
-        """`pod_claim`: the pod's name for a claim made from a template (device_metadata)."""
+        """`claim`: as read from the API server; it names the pod's claim of a template
+        (device_metadata) and the generation the status observes."""
+        pod_claim = pod_claim_name(claim, ref)  # refused before anything is done
         if not planned:
             return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
         keys = tuple(key for device in planned if (key := device.exclusive_key))
