@@ -15,7 +15,7 @@ from types import FrameType
 from tests.support.gpu_check.report import Check, StepRecord
 from tests.support.gpu_check.steps import Context, Step
 
-GRACE_S = 5.0
+GRACE_S = 2.0
 # What the last steps (stopping agents) need even when the others used the time up.
 MINIMUM_S = 3.0
 

@@ -63,14 +63,20 @@ def facts_of(table: Mapping[str, PathFact]) -> Any:
 def test_the_edits_of_the_requested_devices_merge_spec_edits_first_and_later_variables_win() -> None:
     edits = edits_for([CLAIM, NODE], IDS)
 
-    assert edits.env == {"NVIDIA_VISIBLE_DEVICES": "void", "FROM_SPEC": "1", "CUDA_DEVICE_MEMORY_LIMIT_0": "8192m"}
+    assert edits.env == {
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "FROM_SPEC": "1",
+        "CUDA_DEVICE_MEMORY_LIMIT_0": "8192m",
+    }
     assert "OTHER" not in edits.env  # a device of the spec that was not asked for
     assert edits.device_nodes == (
         NodeEdit("/dev/nvidiactl", "/run/driver/dev/nvidiactl"),
         NodeEdit("/dev/nvidia0", "/dev/nvidia0"),
     )
     assert edits.mounts == (
-        MountEdit("/run/driver/lib/libcuda.so.580", "/usr/lib/libcuda.so.1", ("ro", "nosuid", "nodev", "bind")),
+        MountEdit(
+            "/run/driver/lib/libcuda.so.580", "/usr/lib/libcuda.so.1", ("ro", "nosuid", "nodev", "bind")
+        ),
     )
     assert edits.host_paths() == (
         "/run/driver/lib/libcuda.so.580",
@@ -97,7 +103,10 @@ def test_a_malformed_spec_is_an_error_that_names_the_device() -> None:
     broken = {"kind": "a.b/c", "devices": [{"name": "d", "containerEdits": {"env": ["NOEQUALS"]}}]}
     with pytest.raises(CdiEditError, match=r"CDI device a.b/c=d: env entry 'NOEQUALS'"):
         edits_for([broken], ["a.b/c=d"])
-    mountless = {"kind": "a.b/c", "devices": [{"name": "d", "containerEdits": {"mounts": [{"hostPath": "/x"}]}}]}
+    mountless = {
+        "kind": "a.b/c",
+        "devices": [{"name": "d", "containerEdits": {"mounts": [{"hostPath": "/x"}]}}],
+    }
     with pytest.raises(CdiEditError, match="a mount has no containerPath"):
         edits_for([mountless], ["a.b/c=d"])
 

@@ -37,7 +37,9 @@ def test_the_report_carries_every_number_in_text_and_json() -> None:
     assert data["steps"][1] == {
         "step": "whole.usage",
         "seconds": 1.25,
-        "checks": [{"name": "usage", "status": "fail", "detail": "process 7 not seen", "numbers": {"pid": [7]}}],
+        "checks": [
+            {"name": "usage", "status": "fail", "detail": "process 7 not seen", "numbers": {"pid": [7]}}
+        ],
     }
     assert json.loads(json.dumps(data)) == data
 
@@ -55,7 +57,11 @@ def test_contract_suite_counts_and_failures() -> None:
 def test_host_paths() -> None:
     assert judge.host_paths([], 8, "whole").status == "pass"
     missing = judge.host_paths(["/dev/nvidia0"], 8, "whole")
-    assert (missing.status, missing.detail, missing.numbers["missing"]) == ("fail", "1 of 8 missing", ["/dev/nvidia0"])
+    assert (missing.status, missing.detail, missing.numbers["missing"]) == (
+        "fail",
+        "1 of 8 missing",
+        ["/dev/nvidia0"],
+    )
 
 
 def test_a_workload_fails_on_its_error_or_when_it_saw_no_gpu() -> None:
