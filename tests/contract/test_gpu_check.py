@@ -26,8 +26,9 @@ STANDIN = """\
 import hashlib, json, os, sys, time
 from pathlib import Path
 seen = Path(os.environ.get("LOOK_AT", "/nonexistent"))
-out = {"pid": os.getpid(), "visible": 1, "env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "NVIDIA_", "MARK"))},
-       "sha256": hashlib.sha256(seen.read_bytes()).hexdigest() if seen.is_file() else None, "writable": os.access(seen, os.W_OK)}
+env = {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "NVIDIA_", "MARK"))}
+digest = hashlib.sha256(seen.read_bytes()).hexdigest() if seen.is_file() else None
+out = {"pid": os.getpid(), "visible": 1, "env": env, "sha256": digest, "writable": os.access(seen, os.W_OK)}
 hold = os.environ.get("GPU_CHECK_HOLD")
 if hold:
     Path(hold + ".ready").write_text(str(os.getpid()))
