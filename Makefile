@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-deps lint unit bench protos clean mock-nvml
+.PHONY: demo test test-deps lint unit bench protos clean mock-nvml gpu-check
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
@@ -59,6 +59,14 @@ mock-nvml: $(MOCK_NVML)
 $(MOCK_NVML): tests/mock_nvml/mock_nvml.c
 	mkdir -p $(dir $@)
 	cc -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -Wl,-soname,libnvidia-ml.so.1 -o $@ $< -lpthread
+
+## gpu-check: on a machine with an NVIDIA GPU and no cluster, the checks of docs/gpu-check.md
+## (wheels from hack/gpu-check/wheelhouse.sh in .gpu-check/wheels, HAMi-core's source optionally
+## in .gpu-check/hami); no virtual environment: it installs the wheels itself
+GPU_CHECK_DIR ?= .gpu-check
+gpu-check:
+	PYTHON=$(PYTHON) hack/gpu-check/run.sh --wheels $(GPU_CHECK_DIR)/wheels --out $(GPU_CHECK_DIR)/out \
+		$(if $(wildcard $(GPU_CHECK_DIR)/hami/CMakeLists.txt),--hami-core-source $(GPU_CHECK_DIR)/hami)
 
 ## protos: regenerate dra_driver/_proto from api/kubelet
 protos: $(INSTALLED)

@@ -7,8 +7,10 @@ these tests instead of skipping them.
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,11 @@ from dra_driver.tools.manifests import DEFAULT_NAMESPACE
 from tests.e2e.deploy import NODE_LABEL
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-SCRIPTS = [*sorted((REPOSITORY / "hack").glob("*.sh")), REPOSITORY / ".ci" / "run"]
+SCRIPTS = [
+    *sorted((REPOSITORY / "hack").glob("*.sh")),
+    *sorted((REPOSITORY / "hack" / "gpu-check").glob("*.sh")),
+    REPOSITORY / ".ci" / "run",
+]
 INSTALL = "shellcheck is not installed: apt-get install shellcheck (as root), as .ci/run does"
 
 
@@ -65,3 +71,67 @@ def test_kind_up_waits_for_what_the_e2e_installation_renders() -> None:
     assert settings["daemon_set"] == APP_NAME
     assert settings["node_label"] == "=".join(NODE_LABEL)
     assert settings["driver"] == DEFAULT_DRIVER_NAME
+
+
+def test_the_gpu_check_wheelhouse_downloads_every_runtime_dependency_for_cpython_312() -> None:
+    """What the GPU machine installs without an index must hold pyproject's dependencies and
+    what the check runs on, as cp312 manylinux x86_64 wheels."""
+    project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]
+    done = subprocess.run(
+        [str(REPOSITORY / "hack" / "gpu-check" / "wheelhouse.sh"), "--dry-run", "/tmp/wheels"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    words = shlex.split(done.stdout)
+    assert words[1:4] == ["-m", "pip", "download"]
+    for option in ("--only-binary=:all:", "--python-version 3.12", "--abi cp312", "--dest /tmp/wheels"):
+        assert option in " ".join(words)
+    assert {"manylinux2014_x86_64", "manylinux_2_28_x86_64"} <= set(words)
+    needed = [
+        *project["dependencies"],
+        *(
+            r
+            for r in project["optional-dependencies"]["test"]
+            if r.startswith(("aiohttp", "kubernetes-validate", "jsonschema", "pytest>", "hypothesis"))
+        ),
+    ]
+    assert words[-len(needed) :] == needed
+
+
+@pytest.mark.parametrize(
+    ("script", "args"),
+    [("wheelhouse.sh", []), ("wheelhouse.sh", ["--dry-run"]), ("run.sh", ["--out", "/tmp/x"])],
+)
+def test_the_gpu_check_scripts_refuse_missing_arguments(script: str, args: list[str]) -> None:
+    done = subprocess.run(
+        [str(REPOSITORY / "hack" / "gpu-check" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert (done.returncode, done.stderr.startswith("usage:")) == (2, True)
+
+
+def test_the_gpu_check_refuses_a_wheel_folder_without_wheels(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            str(REPOSITORY / "hack" / "gpu-check" / "run.sh"),
+            "--wheels",
+            str(tmp_path),
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+    assert done.returncode == 2
+    assert f"--wheels {tmp_path}: no .whl files there" in done.stderr

@@ -1,0 +1,93 @@
+"""The pass/fail rules of the GPU check, apart from the steps that gather the numbers. Pure."""
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from dra_driver.hardware.usage import DeviceUsage
+from tests.support.gpu_check.report import Check
+
+GIB = 2**30
+# HAMi-core's share of the cores is a duty cycle, not a partition: a 25 % share that brings a
+# matmul down to half of the unlimited rate or less is taken as enforced.
+MATMUL_LIMITED_RATIO = 0.5
+
+
+def contract_suite(output: str, returncode: int) -> Check:
+    """pytest's summary line, e.g. `12 passed, 1 skipped in 40.1s`, as numbers."""
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped)", output)}
+    if returncode == 0 and counts.get("passed", 0) > 0:
+        return Check("NVML contract suite", "pass", numbers=counts)
+    tail = output.strip().splitlines()[-1:] or ["no output"]
+    return Check("NVML contract suite", "fail", f"pytest exited {returncode}: {tail[0]}", counts)
+
+
+def host_paths(missing: Sequence[str], total: int, claim: str) -> Check:
+    name = f"every host path of the {claim} claim's CDI specs exists"
+    numbers = {"host_paths": total, "missing": list(missing)}
+    if missing:
+        return Check(name, "fail", f"{len(missing)} of {total} missing", numbers)
+    return Check(name, "pass", numbers=numbers)
+
+
+def workload(result: Mapping[str, Any], claim: str) -> Check:
+    """The workload reports one JSON object; it saw a GPU and raised nothing."""
+    name = f"CUDA workload under the {claim} claim's CDI edits"
+    if "error" in result or result.get("visible", 0) < 1:
+        return Check(name, "fail", str(result.get("error") or "no GPU visible"), result)
+    return Check(name, "pass", numbers=result)
+
+
+def _gib(count: int | None) -> float | None:
+    return None if count is None else round(count / GIB, 2)
+
+
+def usage(devices: Sequence[DeviceUsage], pid: int, held_gib: int) -> Check:
+    """NVML accounts the workload's process with at least the memory it holds (a driver that
+    accounts no per-process memory reports None, which fails: usage would then be unattributable)."""
+    name = "NVML usage shows the workload's memory"
+    seen = [p for d in devices for p in d.processes if p.pid == pid]
+    numbers = {
+        "workload_pid": pid,
+        "held_gib": held_gib,
+        "gpu_memory_used_gib": [round(d.memory_used_bytes / GIB, 2) for d in devices],
+        "utilization_percent": [d.utilization_percent for d in devices],
+        "process_memory_gib": [
+            None if p.memory_bytes is None else round(p.memory_bytes / GIB, 2) for p in seen
+        ],
+    }
+    if not seen:
+        return Check(name, "fail", f"process {pid} not among NVML's processes", numbers)
+    if any(p.memory_bytes is not None and p.memory_bytes >= held_gib * GIB for p in seen):
+        return Check(name, "pass", numbers=numbers)
+    return Check(name, "fail", f"process {pid} holds less than {held_gib} GiB in NVML's view", numbers)
+
+
+def memory_limit(limited_gib: int, unlimited_gib: int, limit_gib: int) -> Check:
+    name = f"vGPU memory limit ({limit_gib} GiB)"
+    numbers = {"allocated_gib_under_share": limited_gib, "allocated_gib_without": unlimited_gib}
+    if 0 < limited_gib <= limit_gib < unlimited_gib:
+        return Check(name, "pass", numbers=numbers)
+    return Check(name, "fail", f"expected 1..{limit_gib} GiB under the share and more without", numbers)
+
+
+def core_limit(limited_tflops: float, unlimited_tflops: float, cores_percent: int) -> Check:
+    name = f"vGPU core limit ({cores_percent} %)"
+    ratio = limited_tflops / unlimited_tflops if unlimited_tflops > 0 else 0.0
+    numbers = {
+        "bf16_matmul_tflops_under_share": limited_tflops,
+        "bf16_matmul_tflops_without": unlimited_tflops,
+        "ratio": round(ratio, 3),
+    }
+    if unlimited_tflops > 0 and 0 < ratio <= MATMUL_LIMITED_RATIO:
+        return Check(name, "pass", numbers=numbers)
+    return Check(name, "fail", f"expected at most {MATMUL_LIMITED_RATIO:.0%} of the unlimited rate", numbers)
+
+
+def settings_unchanged(before: Mapping[str, Any], after: Mapping[str, Any]) -> Check:
+    name = "compute mode, MIG mode and persistence unchanged"
+    changed = sorted(key for key in before.keys() | after.keys() if before.get(key) != after.get(key))
+    numbers = {"before": dict(before), "after": dict(after)}
+    if changed:
+        return Check(name, "fail", "changed: " + ", ".join(changed), numbers)
+    return Check(name, "pass", numbers=numbers)
