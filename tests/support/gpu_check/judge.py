@@ -8,9 +8,10 @@ from dra_driver.hardware.usage import DeviceUsage
 from tests.support.gpu_check.report import Check
 
 GIB = 2**30
-# HAMi-core's share of the cores is a duty cycle, not a partition: a 25 % share that brings a
-# matmul down to half of the unlimited rate or less is taken as enforced.
-MATMUL_LIMITED_RATIO = 0.5
+# A share of 25 cores counts as enforced when the matmul runs at no more than 40 % of the unlimited
+# rate: the bar the issue "vGPU isolation that holds" sets. MPS's 25 % thread limit gave 35 % on an
+# H200; HAMi-core's duty cycle gave 100 % (docs/hardware.md).
+MATMUL_LIMITED_RATIO = 0.4
 
 
 def contract_suite(output: str, returncode: int) -> Check:

@@ -95,10 +95,12 @@ def test_the_memory_limit_holds_when_the_share_stops_at_its_size_and_the_gpu_doe
     assert judge.memory_limit(8, 8, 8).status == "fail"  # no difference: proves nothing
 
 
-def test_the_core_limit_holds_at_half_the_unlimited_rate_or_less() -> None:
+def test_the_core_limit_holds_at_40_percent_of_the_unlimited_rate_or_less() -> None:
     limited = judge.core_limit(180.0, 720.0, 25)
     assert (limited.status, limited.numbers["ratio"]) == ("pass", 0.25)
-    assert judge.core_limit(700.0, 720.0, 25).status == "fail"
+    assert judge.core_limit(288.0, 720.0, 25).status == "pass"  # 40 %: the bar itself
+    assert judge.core_limit(360.0, 720.0, 25).status == "fail"  # half is not enforcement
+    assert judge.core_limit(656.0, 658.0, 25).status == "fail"  # HAMi-core on the H200
     assert judge.core_limit(0.0, 720.0, 25).status == "fail"
     assert judge.core_limit(100.0, 0.0, 25).status == "fail"
 
