@@ -165,8 +165,19 @@ async def _real(
 def _driver_files(driver_root: Path, gpus: Sequence[Gpu]) -> DriverDiscovery:
     version = gpus[0].driver_version if gpus and gpus[0].driver_version else "unknown"
     discovery = discover_driver(driver_root, version)
+    log.info(
+        "driver files found",
+        root=str(driver_root),
+        version=discovery.version,
+        libraries=len(discovery.libraries),
+        programs=len(discovery.binaries),
+        library_dirs=list(discovery.library_dirs),
+        binary_dirs=list(discovery.binary_dirs),
+    )
     for missing in discovery.missing:
         log.warning("driver file not found under the driver root", file=missing, root=str(driver_root))
+    for unusable in discovery.unusable:
+        log.warning("driver root path not followed", path=unusable.path, reason=unusable.reason)
     return discovery
 
 
