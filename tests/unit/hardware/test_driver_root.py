@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.claims.cdi import DeviceNode, Mount
-from dra_driver.claims.driver_edits import common_edits, control_device_nodes
+from dra_driver.claims.driver_edits import common_edits, container_library_dirs, control_device_nodes
 from dra_driver.hardware.driver_root import (
     BINARIES,
     READ_ONLY_BIND,
@@ -307,3 +307,10 @@ def test_mounts_name_the_files_below_the_host_root_not_the_agents_view(
         f"{prefix}/dev/nvidia-uvm",
         f"{prefix}/dev/nvidia-uvm-tools",
     ]
+
+
+def test_container_library_dirs_are_both_loader_families_for_the_nodes_architecture() -> None:
+    assert container_library_dirs("x86_64") == ("/usr/lib/x86_64-linux-gnu", "/usr/lib64")
+    assert container_library_dirs("aarch64") == ("/usr/lib/aarch64-linux-gnu", "/usr/lib64")
+    # Another architecture's multiarch name is not known: Debian's loader searches /usr/lib too.
+    assert container_library_dirs("riscv64") == ("/usr/lib", "/usr/lib64")
