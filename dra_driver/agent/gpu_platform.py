@@ -8,6 +8,7 @@ keep state in files, and its faults come from `dra-driver simulate-fault` throug
 """
 
 import asyncio
+import platform
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,17 +165,30 @@ async def _real(
 def _driver_files(driver_root: Path, gpus: Sequence[Gpu]) -> DriverDiscovery:
     version = gpus[0].driver_version if gpus and gpus[0].driver_version else "unknown"
     discovery = discover_driver(driver_root, version)
+    log.info(
+        "driver files found",
+        root=str(driver_root),
+        version=discovery.version,
+        libraries=len(discovery.libraries),
+        programs=len(discovery.binaries),
+        library_dirs=list(discovery.library_dirs),
+        binary_dirs=list(discovery.binary_dirs),
+    )
     for missing in discovery.missing:
         log.warning("driver file not found under the driver root", file=missing, root=str(driver_root))
+    for unusable in discovery.unusable:
+        log.warning("driver root path not followed", path=unusable.path, reason=unusable.reason)
     return discovery
 
 
 def _write_node_spec(settings: NodeSettings, discovery: DriverDiscovery, cdi_specs: CdiSpecDirectory) -> None:
     """The node-wide CDI spec: control device nodes, driver libraries and tools found under the
-    driver root, named as the host has them (the runtime resolves them there). Its device ID goes
-    with every prepared device."""
+    driver root, named as the host has them (the runtime resolves them there), libraries mounted
+    where this node's architecture's container loaders look. Its device ID goes with every
+    prepared device."""
     nodes = control_device_nodes(device_root(settings.driver_root, settings.host_root))
-    cdi_specs.write_node_spec(common_edits(discovery, nodes, settings.host_root))
+    edits = common_edits(discovery, nodes, settings.host_root, platform.machine())
+    cdi_specs.write_node_spec(edits)
 
 
 async def _simulated(settings: NodeSettings, hardware: SimulatedBackend, gpus: tuple[Gpu, ...]) -> Platform:

@@ -5,6 +5,16 @@ container holds the driver, or a test tree. It is another system's `/`: its abso
 mean paths inside it, so every path is resolved within the root, and a symlink whose `..` climbs
 out of it is refused. Following it would bind-mount some host file that is not the driver's into
 every GPU container. claims/driver_edits.py turns what discovery found into CDI edits.
+
+Libraries are looked for the way the root's own loader finds them: first in the directories its
+loader cache names for the driver's libraries, then in the usual directories. GPU cloud images
+keep the driver in /usr/local/nvidia/lib64 (named by a file in /etc/ld.so.conf.d), GKE in
+/home/kubernetes/bin/nvidia/lib64, where no list of usual directories would look. The cache names
+a library by its SONAME link (libcuda.so.1), so its directory is taken and the versioned file
+looked for there. Programs are looked for in the `bin` directory next to each of those library
+directories (/usr/local/nvidia/bin), then in the usual ones. The cache's order is not the
+loader's priority (see hardware/loader_cache.py); the one choice that matters, the 64-bit library
+over the 32-bit copy an installer puts beside it in /usr/lib, is made by the file's ELF class.
 """
 
 import re
@@ -12,10 +22,12 @@ import stat
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from dra_driver.hardware.loader_cache import LOADER_CACHE, cached_directories
+
 UNKNOWN_VERSION = "unknown"
 
-# In search order: the first directory that holds a library wins, so 32-bit copies that some
-# distributions keep in /usr/lib are never chosen over the 64-bit ones.
+# In search order, after those the loader cache names: the first directory that holds a library
+# wins (a 32-bit copy excepted).
 LIBRARY_DIRS = (
     "/usr/lib64",
     "/usr/lib/x86_64-linux-gnu",
@@ -40,6 +52,8 @@ READ_ONLY_BIND = ("ro", "nosuid", "nodev", "bind")
 
 _VERSION = r"\d+\.\d+(?:\.\d+)?"
 _MAX_SYMLINKS = 40  # what Linux allows in one path lookup before ELOOP
+# The ELF magic and class byte of a 32-bit object: a compatibility copy, never what a node loads.
+_ELF_32_BIT = b"\x7fELF\x01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,21 +86,22 @@ LIBRARIES = (
     DriverLibrary("nvidia-pkcs11", None, expected=False),
     DriverLibrary("nvidia-pkcs11-openssl3", None, expected=False),
 )
-_VERSIONED_LIBRARY = re.compile(
-    rf"lib(?:{'|'.join(re.escape(library.name) for library in LIBRARIES)})\.so\.(?P<version>{_VERSION})"
-)
+_NAMES = "|".join(re.escape(library.name) for library in LIBRARIES)
+_VERSIONED_LIBRARY = re.compile(rf"lib(?:{_NAMES})\.so\.(?P<version>{_VERSION})")
+# Any name the loader cache may list a driver library under: its SONAME, or the versioned name.
+_CACHED_LIBRARY = re.compile(rf"lib(?:{_NAMES})\.so\.\d+(?:\.\d+)*")
 
 
 @dataclass(frozen=True, slots=True)
 class DriverFile:
-    """A file of the driver. `path` is where it was found in the driver root, one of the usual
-    directories, and where containers see it; `resolved` is where it really lies in the root,
-    every symlink followed. `soname_path` (libraries whose SONAME is not their file name) is a
-    second place containers see it."""
+    """A file of the driver. `path` is where it was found in the driver root; `resolved` is where
+    it really lies in the root, every symlink followed. `soname` (libraries whose SONAME is not
+    their file name) is the second name containers see it by. Where containers see it is
+    claims/driver_edits.py's choice."""
 
     path: str
     resolved: str
-    soname_path: str = ""
+    soname: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +121,9 @@ class DriverDiscovery:
     firmware: tuple[DriverFile, ...]
     missing: tuple[str, ...]  # expected files not found (or found but unusable)
     unusable: tuple[UnusablePath, ...]
+    # Where libraries and programs were looked for, in order (for messages naming them).
+    library_dirs: tuple[str, ...]
+    binary_dirs: tuple[str, ...]
 
 
 class UnusablePathError(Exception):
@@ -187,6 +205,27 @@ class _Finder:
                 return found
         return None
 
+    def first_library(self, directories: tuple[str, ...], name: str) -> DriverFile | None:
+        """The first file named `name` in `directories` that is not a 32-bit ELF object."""
+        for directory in directories:
+            found = self.find_file(f"{directory}/{name}")
+            if found is not None and not self._read(found, len(_ELF_32_BIT)).startswith(_ELF_32_BIT):
+                return found
+        return None
+
+    def read_bytes(self, path: str) -> bytes:
+        """A regular file of the root, resolved inside it; empty where it is missing or unusable."""
+        found = self.find_file(path)
+        return b"" if found is None else self._read(found, -1)
+
+    def _read(self, file: DriverFile, size: int) -> bytes:
+        try:
+            with self.root.joinpath(file.resolved[1:]).open("rb") as opened:
+                return opened.read(size)
+        except OSError as error:
+            self.unusable[UnusablePath(file.path, f"cannot be read: {error.strerror}")] = None
+            return b""
+
     def names_in(self, directory: str) -> list[str]:
         """The entry names of a directory of the root; none where it is missing or unusable."""
         try:
@@ -204,31 +243,36 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(number) for number in version.split("."))
 
 
-def _found_version(finder: _Finder) -> str | None:
+def _unique(paths: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(paths))
+
+
+def _found_version(finder: _Finder, library_dirs: tuple[str, ...]) -> str | None:
     """The newest driver version any known library is shipped with; files of an older driver
     left behind by an upgrade are then ignored like any other version mismatch."""
     versions = {
         match["version"]
-        for directory in LIBRARY_DIRS
+        for directory in library_dirs
         for name in finder.names_in(directory)
         if (match := _VERSIONED_LIBRARY.fullmatch(name))
     }
     return max(versions, key=_version_key, default=None)
 
 
-def _libraries(finder: _Finder, version: str) -> tuple[list[DriverFile], list[str]]:
+def _libraries(
+    finder: _Finder, version: str, library_dirs: tuple[str, ...]
+) -> tuple[list[DriverFile], list[str]]:
     found, missing = [], []
     for library in LIBRARIES:
         file_name = library.file_name(version)
-        file = finder.first_file(LIBRARY_DIRS, file_name)
+        file = finder.first_library(library_dirs, file_name)
         if file is None:
             if library.expected:
                 missing.append(file_name)
         elif library.soname_suffix is None:
             found.append(file)
         else:
-            soname = f"lib{library.name}.so.{library.soname_suffix}"
-            found.append(replace(file, soname_path=str(PurePosixPath(file.path).with_name(soname))))
+            found.append(replace(file, soname=f"lib{library.name}.so.{library.soname_suffix}"))
     return found, missing
 
 
@@ -250,20 +294,24 @@ def discover_driver(root: Path, version: str) -> DriverDiscovery:
     """
     root = root.absolute()
     finder = _Finder(root)
-    wanted = _found_version(finder) if version == UNKNOWN_VERSION else version
+    cached = cached_directories(finder.read_bytes(LOADER_CACHE), _CACHED_LIBRARY)
+    library_dirs = _unique([*cached, *LIBRARY_DIRS])
+    beside = [str(PurePosixPath(directory).parent / "bin") for directory in cached]
+    binary_dirs = _unique([*beside, *BINARY_DIRS])
+    wanted = _found_version(finder, library_dirs) if version == UNKNOWN_VERSION else version
     libraries: list[DriverFile] = []
     firmware: list[DriverFile] = []
     if wanted is None:
         missing = [library.file_name("*") for library in LIBRARIES if library.expected]
         missing.append(f"{FIRMWARE_DIR}/*/gsp*.bin")
     else:
-        libraries, missing = _libraries(finder, wanted)
+        libraries, missing = _libraries(finder, wanted, library_dirs)
         firmware = _firmware(finder, wanted)
         if not firmware:
             missing.append(f"{FIRMWARE_DIR}/{wanted}/gsp*.bin")
     binaries = []
     for name in BINARIES:
-        file = finder.first_file(BINARY_DIRS, name)
+        file = finder.first_file(binary_dirs, name)
         if file is None:
             missing.append(name)
         else:
@@ -276,6 +324,8 @@ def discover_driver(root: Path, version: str) -> DriverDiscovery:
         firmware=tuple(firmware),
         missing=tuple(missing),
         unusable=tuple(finder.unusable),
+        library_dirs=library_dirs,
+        binary_dirs=binary_dirs,
     )
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from dra_driver.hardware.driver_root import UnusablePathError, resolve_in_root
+from dra_driver.hardware.loader_cache import LOADER_CACHE, cached_paths
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason
 
 LIBRARY = "libnvidia-ml.so.1"
@@ -29,11 +30,7 @@ LIBRARY_DIRS = (
     "/usr/lib",
     "/lib",
 )
-LOADER_CACHE = "/etc/ld.so.cache"
 DEFAULT_SEARCH = f"the default library search path ({LIBRARY} by name)"
-# Both layouts glibc has written: the old one (which newer glibc still prefixes in compat mode)
-# and the new one. Either way the file ends in a table of NUL-terminated strings.
-_CACHE_MAGICS = (b"ld.so-1.7.0", b"glibc-ld.so.cache")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +59,9 @@ class NvmlLibraryNotFound(HardwareError):
 
 
 def cached_library_paths(cache: bytes) -> list[str]:
-    """The paths of libnvidia-ml.so.1 that an ld.so.cache names, in the cache's order.
-
-    The cache's string table holds every library's full path; that is all that is needed, so the
-    binary entries (whose layout differs between glibc versions) are not decoded. A file that is
-    not a loader cache yields nothing.
-    """
-    if not cache.startswith(_CACHE_MAGICS):
-        return []
-    paths: list[str] = []
-    for raw in cache.split(b"\0"):
-        text = raw.decode("utf-8", "replace")
-        if text.startswith("/") and PurePosixPath(text).name == LIBRARY and text not in paths:
-            paths.append(text)
-    return paths
+    """The paths of libnvidia-ml.so.1 that an ld.so.cache names, in the cache's order (each tried
+    in turn: one that does not load, a 32-bit copy, gives way to the next)."""
+    return [path for path in cached_paths(cache) if PurePosixPath(path).name == LIBRARY]
 
 
 def candidate_paths(driver_root: Path) -> list[str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from dra_driver.hardware.driver_root import BINARY_DIRS, DriverDiscovery
+from dra_driver.hardware.driver_root import DriverDiscovery
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, TimeSliceInterval, TimeSliceSetting
 
 # The argument of `nvidia-smi compute-policy --set-timeslice`. Source: the tool's own help
@@ -171,7 +171,8 @@ def driver_program(discovery: DriverDiscovery, name: str, preload: Sequence[str]
     program = next((file for file in discovery.binaries if PurePosixPath(file.path).name == name), None)
     if program is None:
         raise HardwareError(
-            f"{name} was not found in the driver root {discovery.root} (looked in {', '.join(BINARY_DIRS)})",
+            f"{name} was not found in the driver root {discovery.root} "
+            f"(looked in {', '.join(discovery.binary_dirs)})",
             HardwareErrorReason.LIBRARY_NOT_FOUND,
         )
     wanted = {f"lib{library}.so.{discovery.version}" for library in preload}

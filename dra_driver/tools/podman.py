@@ -66,12 +66,17 @@ def ensure_image(config_dir: Path) -> None:
         raise PodmanError(f"podman import of the busybox image failed: {result.stderr.strip()}")
 
 
-def run_with_cdi_devices(cdi_device_ids: list[str], shell_command: str) -> str:
-    """Runs `shell_command` in a fresh container given `cdi_device_ids`; returns its stdout."""
+def run_with_cdi_devices(cdi_device_ids: list[str], shell_command: str, rootfs: Path | None = None) -> str:
+    """Runs `shell_command` in a fresh container given `cdi_device_ids`; returns its stdout.
+
+    `rootfs`: a directory to run as the container's root instead of the busybox image (a test's
+    own; podman makes the mount points of CDI mounts in it)."""
     if problem := podman_problem():
         raise PodmanError(problem)
     with tempfile.TemporaryDirectory() as config_dir:
-        ensure_image(Path(config_dir))
+        if rootfs is None:
+            ensure_image(Path(config_dir))
+        image = [IMAGE] if rootfs is None else ["--rootfs", str(rootfs)]
         devices = [arg for cdi_id in cdi_device_ids for arg in ("--device", cdi_id)]
         result = _podman(
             "run",
@@ -81,7 +86,7 @@ def run_with_cdi_devices(cdi_device_ids: list[str], shell_command: str) -> str:
             "--network",
             "none",
             *devices,
-            IMAGE,
+            *image,
             "/bin/sh",
             "-c",
             shell_command,

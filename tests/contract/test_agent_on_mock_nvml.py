@@ -5,6 +5,7 @@ is not there yet instead of exiting."""
 
 import asyncio
 import json
+import platform
 import signal
 import time
 import urllib.request
@@ -22,6 +23,7 @@ from dra_driver.tools.kubelet_client import ClaimArg, KubeletClientError
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate, allocate_results
+from tests.support.driver_trees import write_loader_cache
 from tests.support.mock_nvml import LIBRARY_DIR, WITHOUT_HOST_NVML, MockNode, make_driver_root
 from tests.support.nodes import simulated_node
 from tests.support.publishing import pool_problems, stored_slices
@@ -181,6 +183,42 @@ def test_cdi_specs_name_the_driver_root_as_the_host_sees_it_not_as_the_agent_doe
     assert len([path for path in paths if path.startswith(metadata)]) == 2
     assert [path for path in paths if not path.startswith((f"{host}/", metadata))] == []
     assert str(seen) not in json.dumps(specs)
+
+
+def test_a_driver_only_the_roots_loader_cache_names_is_mounted_where_container_loaders_look(
+    agent_dirs: AgentDirs, kubeconfig: Path, mock_node: MockNode
+) -> None:
+    """A GPU cloud image's layout: the driver in /usr/local/nvidia/lib64, which the root's
+    ld.so.conf names, its programs in /usr/local/nvidia/bin."""
+    root = make_driver_root(
+        agent_dirs.root / "driver",
+        DEFAULT_DRIVER_VERSION,
+        library_dir="usr/local/nvidia/lib64",
+        program_dir="usr/local/nvidia/bin",
+    )
+    write_loader_cache(root, ("/usr/local/nvidia/lib64",))
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, root)
+    try:
+        found = agent.wait_for_log("driver files found")
+        agent.wait_for_log("resourceslices published")
+    finally:
+        agent.terminate()
+    specs = [json.loads(path.read_text()) for path in agent_dirs.cdi_dir.glob("*.json")]
+    mounts = {
+        mount["containerPath"]: mount["hostPath"]
+        for spec in specs
+        for device in spec["devices"]
+        for mount in device["containerEdits"].get("mounts", [])
+    }
+
+    assert found["library_dirs"][0] == "/usr/local/nvidia/lib64"
+    assert found["binary_dirs"][0] == "/usr/local/nvidia/bin"
+    library = f"{root}/usr/local/nvidia/lib64/libnvidia-ml.so.{DEFAULT_DRIVER_VERSION}"
+    # Debian's multiarch directory of this machine (x86_64-linux-gnu, aarch64-linux-gnu).
+    assert mounts[f"/usr/lib/{platform.machine()}-linux-gnu/libnvidia-ml.so.1"] == library
+    assert mounts["/usr/lib64/libnvidia-ml.so.1"] == library
+    assert mounts["/usr/bin/nvidia-smi"] == f"{root}/usr/local/nvidia/bin/nvidia-smi"
+    assert not [path for path in mounts if path.startswith("/usr/local")]
 
 
 def test_a_sigkill_after_nvml_created_an_instance_leaves_the_mock_whole(

@@ -6,6 +6,7 @@ into /var/run/cdi, so this proves the files, their version and the IDs are what 
 
 import asyncio
 import os
+import platform
 import secrets
 import stat
 from collections.abc import Iterator
@@ -99,7 +100,10 @@ def test_the_node_spec_gives_a_container_the_driver_files_and_control_nodes(
     # A driver name of this test run's own: the spec lands in the runtime's real CDI directory.
     driver = f"n{secrets.token_hex(4)}.podman-test.dra-driver.dev"
     edits = common_edits(
-        discover_driver(root, "580.95.05"), control_device_nodes(DeviceRoot(root, root)), root
+        discover_driver(root, "580.95.05"),
+        control_device_nodes(DeviceRoot(root, root)),
+        root,
+        platform.machine(),
     )
     spec_path = CdiSpecDirectory(podman.CDI_DIRS[1], driver).write_node_spec(edits)
     try:

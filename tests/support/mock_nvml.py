@@ -141,16 +141,22 @@ def make_sysfs(root: Path, gpus: Iterable[Gpu]) -> Path:
 DRIVER_PROGRAMS = ("nvidia-smi", "nvidia-cuda-mps-control")
 
 
-def make_driver_root(root: Path, driver_version: str, library: Path | None = None) -> Path:
+def make_driver_root(
+    root: Path,
+    driver_version: str,
+    library: Path | None = None,
+    library_dir: str = LIBRARY_DIR,
+    program_dir: str = "usr/bin",
+) -> Path:
     """A driver root holding the mock (`library`, else the one built here) as a real driver
     installs NVML (the versioned file and the SONAME symlink beside it), and the driver programs
-    the agent looks for."""
-    directory = root / LIBRARY_DIR
+    the agent looks for (directories relative to the root)."""
+    directory = root / library_dir
     directory.mkdir(parents=True, exist_ok=True)
     versioned = directory / f"libnvidia-ml.so.{driver_version}"
     shutil.copyfile(library or build_library(), versioned)
     (directory / "libnvidia-ml.so.1").symlink_to(versioned.name)
-    programs = root / "usr" / "bin"
+    programs = root / program_dir
     programs.mkdir(parents=True, exist_ok=True)
     for name in DRIVER_PROGRAMS:
         program = programs / name

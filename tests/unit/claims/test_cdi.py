@@ -247,10 +247,16 @@ def test_generated_specs_match_the_cdi_schema_and_a_version_podman_accepts(
 
     specs = {
         "common, plain host": node_spec(
-            DRIVER, common_edits(discovery, control_device_nodes(DeviceRoot(Path("/"), Path("/"))), Path("/"))
+            DRIVER,
+            common_edits(
+                discovery, control_device_nodes(DeviceRoot(Path("/"), Path("/"))), Path("/"), "x86_64"
+            ),
         ),
         "common, driver container": node_spec(
-            DRIVER, common_edits(discovery, control_device_nodes(DeviceRoot(tmp_path, tmp_path)), tmp_path)
+            DRIVER,
+            common_edits(
+                discovery, control_device_nodes(DeviceRoot(tmp_path, tmp_path)), tmp_path, "aarch64"
+            ),
         ),
         "claim with a MIG device": claim_spec(
             DRIVER,
@@ -290,6 +296,8 @@ def test_generated_specs_match_the_cdi_schema_and_a_version_podman_accepts(
     assert {m["containerPath"] for m in mounts} == {
         f"/usr/lib64/libcuda.so.{VERSION}",
         "/usr/lib64/libcuda.so.1",
+        f"/usr/lib/x86_64-linux-gnu/libcuda.so.{VERSION}",
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
         "/usr/bin/nvidia-smi",
     }
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.claims.cdi import DeviceNode, Mount
-from dra_driver.claims.driver_edits import common_edits, control_device_nodes
+from dra_driver.claims.driver_edits import common_edits, container_library_dirs, control_device_nodes
 from dra_driver.hardware.driver_root import (
     BINARIES,
     READ_ONLY_BIND,
@@ -68,7 +68,7 @@ def expected_libraries(library_dir: str, version: str = VERSION) -> tuple[Driver
         DriverFile(
             path=f"{library_dir}/lib{name}.so.{version}",
             resolved=f"{library_dir}/lib{name}.so.{version}",
-            soname_path=f"{library_dir}/lib{name}.so.{soname}" if soname else "",
+            soname=f"lib{name}.so.{soname}" if soname else "",
         )
         for name, soname in SONAMES.items()
     )
@@ -90,24 +90,30 @@ def test_a_plain_x86_64_install_is_found_whole(tmp_path: Path) -> None:
     assert found.unusable == ()
 
 
-def test_each_library_is_mounted_read_only_where_found_and_at_its_soname(tmp_path: Path) -> None:
+@pytest.mark.parametrize("container_dir", ["/usr/lib64", "/usr/lib/x86_64-linux-gnu"])
+def test_each_library_is_mounted_read_only_where_both_loader_families_look_and_at_its_soname(
+    tmp_path: Path, container_dir: str
+) -> None:
     install_driver(tmp_path, "/usr/lib64")
 
-    edits = common_edits(discover_driver(tmp_path, VERSION), (), tmp_path)
+    edits = common_edits(discover_driver(tmp_path, VERSION), (), tmp_path, "x86_64")
     mounts = {mount.container_path: mount for mount in edits.mounts}
 
     versioned = f"{tmp_path}/usr/lib64/libcuda.so.{VERSION}"
-    assert mounts[f"/usr/lib64/libcuda.so.{VERSION}"] == Mount(
-        versioned, f"/usr/lib64/libcuda.so.{VERSION}", ("ro", "nosuid", "nodev", "bind")
+    assert mounts[f"{container_dir}/libcuda.so.{VERSION}"] == Mount(
+        versioned, f"{container_dir}/libcuda.so.{VERSION}", ("ro", "nosuid", "nodev", "bind")
     )
     # The SONAME mount shows the versioned file, not the installer's symlink.
-    assert mounts["/usr/lib64/libcuda.so.1"] == Mount(versioned, "/usr/lib64/libcuda.so.1", READ_ONLY_BIND)
-    assert mounts["/usr/lib64/libnvidia-nvvm.so.4"].host_path.endswith(f"libnvidia-nvvm.so.{VERSION}")
+    soname = f"{container_dir}/libcuda.so.1"
+    assert mounts[soname] == Mount(versioned, soname, READ_ONLY_BIND)
+    assert mounts[f"{container_dir}/libnvidia-nvvm.so.4"].host_path.endswith(f"libnvidia-nvvm.so.{VERSION}")
     assert mounts["/usr/bin/nvidia-smi"].host_path == f"{tmp_path}/usr/bin/nvidia-smi"
     assert all(mount.options == READ_ONLY_BIND for mount in edits.mounts)
     assert not [path for path in mounts if "gpucomp" in path and not path.endswith(VERSION)]
-    # versioned + SONAME per library (two have no separate SONAME), the tools, two firmware files
-    assert len(edits.mounts) == 2 * len(SONAMES) - 2 + len(BINARIES) + 2
+    # versioned + SONAME per library (two have no separate SONAME) in two directories, the
+    # tools, two firmware files
+    assert len(edits.mounts) == 2 * (2 * len(SONAMES) - 2) + len(BINARIES) + 2
+    assert len(mounts) == len(edits.mounts)
     assert edits.device_nodes == ()
 
 
@@ -126,7 +132,10 @@ def test_aarch64_merged_usr_layout(tmp_path: Path) -> None:
     )
     assert [file.path for file in found.binaries] == [f"/usr/bin/{name}" for name in BINARIES]
     assert found.missing == ()
-    mounts = {m.container_path: m.host_path for m in common_edits(found, (), found.root).mounts}
+    mounts = {m.container_path: m.host_path for m in common_edits(found, (), found.root, "aarch64").mounts}
+    assert mounts["/usr/lib/aarch64-linux-gnu/libcuda.so.1"] == mounts["/usr/lib64/libcuda.so.1"]
+    assert mounts["/usr/lib64/libcuda.so.1"] == f"{tmp_path}/usr/lib/aarch64-linux-gnu/libcuda.so.{VERSION}"
+    assert not [path for path in mounts if "x86_64" in path]
     assert mounts[f"/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"] == (
         f"{tmp_path}/usr/lib/firmware/nvidia/{VERSION}/gsp_ga10x.bin"
     )
@@ -141,11 +150,11 @@ def test_absolute_symlinks_mean_paths_inside_the_driver_root(tmp_path: Path) -> 
 
     cuda = next(file for file in found.libraries if "libcuda." in file.path)
     assert cuda == DriverFile(
-        f"/usr/lib64/libcuda.so.{VERSION}", f"/opt/nvidia/lib/libcuda.so.{VERSION}", "/usr/lib64/libcuda.so.1"
+        f"/usr/lib64/libcuda.so.{VERSION}", f"/opt/nvidia/lib/libcuda.so.{VERSION}", "libcuda.so.1"
     )
     assert (
         Mount(f"{root}/opt/nvidia/lib/libcuda.so.{VERSION}", "/usr/lib64/libcuda.so.1", READ_ONLY_BIND)
-        in common_edits(found, (), found.root).mounts
+        in common_edits(found, (), found.root, "x86_64").mounts
     )
 
 
@@ -175,7 +184,7 @@ def test_dangling_and_escaping_symlinks_are_refused_and_reported(tmp_path: Path)
     assert found.missing == tuple(
         f"lib{name}.so.{VERSION}" for name in ("nvidia-allocator", "nvidia-cfg", "nvidia-opencl")
     )
-    mounts = common_edits(found, (), found.root).mounts
+    mounts = common_edits(found, (), found.root, "x86_64").mounts
     assert all(mount.host_path.startswith(f"{root}/") for mount in mounts)
     assert not [
         mount for mount in mounts if "opencl" in mount.container_path or "cfg" in mount.container_path
@@ -204,7 +213,7 @@ def test_files_of_another_driver_version_are_ignored(tmp_path: Path) -> None:
     assert f"libnvidia-ml.so.{VERSION}" in found.missing
     assert f"/lib/firmware/nvidia/{VERSION}/gsp*.bin" in found.missing
     assert len(found.binaries) == len(BINARIES)  # tools carry no version in their names
-    assert not [m for m in common_edits(found, (), found.root).mounts if OLD_VERSION in m.host_path]
+    assert not [m for m in common_edits(found, (), found.root, "x86_64").mounts if OLD_VERSION in m.host_path]
 
 
 def test_unknown_version_takes_the_newest_driver_found(tmp_path: Path) -> None:
@@ -284,7 +293,7 @@ def test_mounts_name_the_files_below_the_host_root_not_the_agents_view(
     (seen / "dev").mkdir()
     found = discover_driver(seen, VERSION)
     nodes = control_device_nodes(device_root(seen, Path(host_root)))
-    edits = common_edits(found, nodes, Path(host_root))
+    edits = common_edits(found, nodes, Path(host_root), "x86_64")
 
     prefix = host_root.rstrip("/")
     host_paths = [mount.host_path for mount in edits.mounts]
@@ -298,3 +307,10 @@ def test_mounts_name_the_files_below_the_host_root_not_the_agents_view(
         f"{prefix}/dev/nvidia-uvm",
         f"{prefix}/dev/nvidia-uvm-tools",
     ]
+
+
+def test_container_library_dirs_are_both_loader_families_for_the_nodes_architecture() -> None:
+    assert container_library_dirs("x86_64") == ("/usr/lib/x86_64-linux-gnu", "/usr/lib64")
+    assert container_library_dirs("aarch64") == ("/usr/lib/aarch64-linux-gnu", "/usr/lib64")
+    # Another architecture's multiarch name is not known: Debian's loader searches /usr/lib too.
+    assert container_library_dirs("riscv64") == ("/usr/lib", "/usr/lib64")
