@@ -68,8 +68,9 @@ def exported_symbols(image: bytes) -> frozenset[str]:
     """The names another object can bind to: defined (not `SHN_UNDEF`), global or weak binding,
     default or protected visibility. A hidden symbol can still sit in the table (a Debug build's
     table lists them), so visibility is checked, not just presence."""
-    if len(image) < IDENT_SIZE or image[:4] != MAGIC:
+    if image[:4] != MAGIC:
         raise ElfError("is not an ELF file")
+    _unpack(image, f"{IDENT_SIZE}s", 0, "the ELF identification")
     layout = _LAYOUTS.get(image[4])
     if layout is None:
         raise ElfError(f"has ELF class {image[4]}, neither 32-bit (1) nor 64-bit (2)")

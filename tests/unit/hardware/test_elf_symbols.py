@@ -1,6 +1,7 @@
 """Exported symbols read from real gcc-built libraries and hand-laid ones, with readelf as the
 judge, and damaged or hostile bytes that must end in `ElfError` and nothing else."""
 
+import contextlib
 import struct
 from pathlib import Path
 
@@ -121,7 +122,10 @@ def test_an_elf_file_that_is_not_a_shared_object_is_refused(
         (b"#!/bin/sh\nexit 0\n", "is not an ELF file"),
         (b"\x7fELF\x03\x01" + bytes(58), "has ELF class 3, neither 32-bit (1) nor 64-bit (2)"),
         (b"\x7fELF\x02\x07" + bytes(58), "has ELF data encoding 7, neither little (1) nor big endian (2)"),
-        (b"\x7fELF\x02\x01\x01" + bytes(20), "is truncated: the ELF header at byte 16 is past its end (27 bytes)"),
+        (
+            b"\x7fELF\x02\x01\x01" + bytes(20),
+            "is truncated: the ELF header at byte 16 is past its end (27 bytes)",
+        ),
     ],
 )
 def test_bytes_that_are_no_elf_file_are_named_for_what_they_are(image: bytes, message: str) -> None:
@@ -158,7 +162,7 @@ def test_a_symbol_table_larger_than_the_file_is_refused() -> None:
     sections_at = struct.unpack_from("<Q", image, 0x28)[0]
     struct.pack_into("<Q", image, sections_at + 64 + 0x20, 2**62)  # .dynsym's sh_size
 
-    with pytest.raises(ElfError, match="dynamic symbol table .* is past its end"):
+    with pytest.raises(ElfError, match=r"dynamic symbol table \(.*\) is past its end"):
         exported_symbols(bytes(image))
 
 
@@ -174,10 +178,8 @@ def test_a_symbol_name_outside_the_string_table_is_refused() -> None:
 
 def only_elf_error(image: bytes) -> None:
     """The property: an answer or `ElfError`, never struct.error, IndexError, MemoryError..."""
-    try:
+    with contextlib.suppress(ElfError):
         exported_symbols(image)
-    except ElfError:
-        pass
 
 
 @settings(max_examples=300)
