@@ -28,7 +28,7 @@ def hami_core_library_problem(image: bytes) -> str | None:
     """What makes the file unable to enforce limits, as words that follow its path; None: it
     exports every required hook."""
     try:
-        exported = exported_symbols(image)
+        exported = exported_symbols(image, among=REQUIRED_HOOKS)
     except ElfError as error:
         return str(error)
     missing = [hook for hook in REQUIRED_HOOKS if hook not in exported]

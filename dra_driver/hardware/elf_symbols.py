@@ -10,11 +10,15 @@ reachable only through its `PT_DYNAMIC` segment; no toolchain that builds HAMi-c
 so such a file gets an error that says so rather than a second parser.
 
 Every offset and count comes from the file, so each is checked against the bytes at hand before
-it is used: a hostile or damaged file costs at most one pass over its own length, and the only
-exception that leaves this module is `ElfError`.
+it is used, and the only exception that leaves this module is `ElfError`. The caller says which
+names it asks about rather than getting every name: the names of a hostile table can overlap
+(each symbol's name starting one byte after the last, with no NUL for megabytes), so listing them
+all costs the square of the table's size, while matching against known names reads at most the
+longest of them per symbol.
 """
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 MAGIC = b"\x7fELF"
@@ -64,10 +68,10 @@ class _Section:
     entsize: int
 
 
-def exported_symbols(image: bytes) -> frozenset[str]:
-    """The names another object can bind to: defined (not `SHN_UNDEF`), global or weak binding,
-    default or protected visibility. A hidden symbol can still sit in the table (a Debug build's
-    table lists them), so visibility is checked, not just presence."""
+def exported_symbols(image: bytes, among: Iterable[str]) -> frozenset[str]:
+    """Which of the names `among` another object can bind to in this library: defined (not
+    `SHN_UNDEF`), global or weak binding, default or protected visibility. A hidden symbol can
+    still sit in the table, so visibility is checked, not just presence."""
     if image[:4] != MAGIC:
         raise ElfError("is not an ELF file")
     _unpack(image, f"{IDENT_SIZE}s", 0, "the ELF identification")
@@ -90,7 +94,9 @@ def exported_symbols(image: bytes) -> frozenset[str]:
         raise ElfError(f"has a dynamic symbol table whose string table (section {dynsym.link}) is none")
     names = _contents(image, sections[dynsym.link], "its dynamic string table")
     symbols = _contents(image, dynsym, "its dynamic symbol table")
-    return frozenset(_exported(symbols, names, order + layout.symbol, dynsym.entsize, layout.symbol_fields))
+    wanted = {name.encode(): name for name in among}
+    offsets = _exported(symbols, order + layout.symbol, dynsym.entsize, layout.symbol_fields)
+    return frozenset(wanted[name] for name in _names(names, offsets, wanted) if name in wanted)
 
 
 def _sections(image: bytes, fmt: str, offset: int, entsize: int, count: int) -> list[_Section]:
@@ -121,9 +127,8 @@ def _contents(image: bytes, section: _Section, what: str) -> bytes:
     return image[section.offset : section.offset + section.size]
 
 
-def _exported(
-    table: bytes, names: bytes, fmt: str, entsize: int, fields: tuple[int, int, int, int]
-) -> list[str]:
+def _exported(table: bytes, fmt: str, entsize: int, fields: tuple[int, int, int, int]) -> list[int]:
+    """Where the exported symbols' names start in the string table."""
     if entsize < struct.calcsize(fmt):
         raise ElfError(f"has dynamic symbols of {entsize} bytes, fewer than {struct.calcsize(fmt)}")
     name_at, info_at, other_at, shndx_at = fields
@@ -136,15 +141,24 @@ def _exported(
             and binding in (STB_GLOBAL, STB_WEAK)
             and visibility in (STV_DEFAULT, STV_PROTECTED)
         ):
-            exported.append(_name(names, symbol[name_at]))
+            exported.append(symbol[name_at])
     return exported
 
 
-def _name(names: bytes, offset: int) -> str:
-    end = names.find(b"\0", offset)
-    if offset >= len(names) or end < 0:
-        raise ElfError(f"has a symbol name at byte {offset} of its string table, which is not in it")
-    return names[offset:end].decode("utf-8", "replace")
+def _names(table: bytes, offsets: list[int], wanted: Iterable[bytes]) -> list[bytes]:
+    """The names at `offsets`, each read no further than the longest wanted name and its NUL: a
+    longer one is none of them and is left out."""
+    window = max(map(len, wanted), default=0) + 1
+    names = []
+    for offset in offsets:
+        if offset >= len(table):
+            raise ElfError(f"has a symbol name at byte {offset} of its string table, which is not in it")
+        name, nul, _ = table[offset : offset + window].partition(b"\0")
+        if nul:
+            names.append(name)
+        elif offset + window >= len(table):
+            raise ElfError(f"has a symbol name at byte {offset} of its string table that never ends")
+    return names
 
 
 def _unpack(image: bytes, fmt: str, offset: int, what: str) -> tuple[int, ...]:

@@ -33,20 +33,22 @@ def hooks_library(directory: Path, name: str, *flags: str) -> Path:
     return gcc(directory, name, HOOKS_SOURCE, "-shared", "-fPIC", *flags)
 
 
-def readelf_exports(path: Path) -> frozenset[str]:
-    """binutils' answer: defined, GLOBAL or WEAK, DEFAULT or PROTECTED, version suffix dropped."""
+def readelf_symbols(path: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """binutils' answer: every name in the dynamic symbol table, and those exported (defined,
+    GLOBAL or WEAK, DEFAULT or PROTECTED); version suffixes dropped."""
     result = subprocess.run(
         ["readelf", "--dyn-syms", "--wide", str(path)], check=True, capture_output=True, text=True
     )
-    names = set()
+    every, exported = set(), set()
     for line in result.stdout.splitlines():
         # Num: Value Size Type Bind Vis Ndx Name
         fields = line.split()
         if len(fields) >= 8 and fields[0].endswith(":") and fields[0][:-1].isdigit():
-            bind, visibility, index, name = fields[4], fields[5], fields[6], fields[7]
+            bind, visibility, index, name = fields[4], fields[5], fields[6], fields[7].split("@")[0]
+            every.add(name)
             if index != "UND" and bind in ("GLOBAL", "WEAK") and visibility in ("DEFAULT", "PROTECTED"):
-                names.add(name.split("@")[0])
-    return frozenset(names)
+                exported.add(name)
+    return frozenset(every), frozenset(exported)
 
 
 @dataclass(frozen=True)
