@@ -91,7 +91,7 @@ def exported_symbols(image: bytes, among: Iterable[str]) -> frozenset[str]:
     if dynsym is None:
         return frozenset()
     if dynsym.link >= len(sections) or sections[dynsym.link].type != SHT_STRTAB:
-        raise ElfError(f"has a dynamic symbol table whose string table (section {dynsym.link}) is none")
+        raise ElfError(f"has a dynamic symbol table whose string table (section {dynsym.link}) is not one")
     names = _contents(image, sections[dynsym.link], "its dynamic string table")
     symbols = _contents(image, dynsym, "its dynamic symbol table")
     wanted = {name.encode(): name for name in among}
