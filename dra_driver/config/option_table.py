@@ -166,7 +166,7 @@ HAMI_CORE_LIBRARY = Option(
     "DRA_DRIVER_HAMI_CORE_LIBRARY",
     None,
     "HAMi-core's libvgpu.so on the host, which enforces vGPU limits (unset: limits are advisory)",
-    v.absolute_file,
+    v.hami_core_library,
 )
 HAMI_CORE_DIR = Option(
     "--hami-core-dir",

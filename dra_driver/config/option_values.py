@@ -5,11 +5,14 @@ table's row adds its flag and variable, so the operator's line always names wher
 from and no parser repeats them. Checks that need two options together stay in `settings.py`.
 """
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from dra_driver.claims.hami_core_hooks import hami_core_library_problem
 from dra_driver.config.node_config_files import load_node_config
 from dra_driver.config.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.devices.node_config import NodeConfigError
@@ -80,6 +83,37 @@ def existing_file(value: str | None) -> Path | None:
 
 def absolute_file(value: str | None) -> Path | None:
     return existing_file(str(absolute_path(value))) if value else None
+
+
+# A HAMi-core build is a few MiB; the cap keeps a wrong path (a disk image, say) from being read
+# into the agent's memory whole.
+LIBRARY_MAX_BYTES = 64 << 20
+
+
+def hami_core_library(value: str | None) -> Path | None:
+    """Checked once, at start: a build that exports no hooks would load in every container and
+    enforce nothing, so it is refused as invalid configuration (`hami_core_hooks.py`)."""
+    path = absolute_file(value)
+    if path is not None and (problem := hami_core_library_problem(_read_library(path))):
+        raise OptionProblem(f"{path}: {problem}")
+    return path
+
+
+def _read_library(path: Path) -> bytes:
+    """Non-blocking, so that a FIFO put where the file was checked cannot hang the start; it is
+    then refused for not being a regular file."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(descriptor, "rb") as file:
+            regular = stat.S_ISREG(os.fstat(descriptor).st_mode)
+            image = file.read(LIBRARY_MAX_BYTES + 1) if regular else b""
+    except OSError as error:
+        raise OptionProblem(f"{path}: cannot read it: {error.strerror}") from error
+    if not regular:
+        raise OptionProblem(f"{path}: is not a regular file")
+    if len(image) > LIBRARY_MAX_BYTES:
+        raise OptionProblem(f"{path}: is larger than {LIBRARY_MAX_BYTES >> 20} MiB, not a HAMi-core build")
+    return image
 
 
 def absolute_directory(value: str | None) -> Path | None:

@@ -12,6 +12,7 @@ import pytest
 
 from dra_driver.cli import main
 from dra_driver.health.simulated_faults import GPUS_FILE, INBOX
+from tests.support.elf_libraries import HOOKS_SOURCE, gcc
 
 
 @dataclass(frozen=True)
@@ -185,3 +186,57 @@ def test_invalid_input_exits_2_with_one_line_naming_it(
     assert err.count("\n") == 1, err
     assert err.startswith(f"dra-driver {case.args[0]}: "), err
     assert fill(case.names) in err
+
+
+LIBRARIES = {
+    # The same source as the good library, built as CMake's Release mode builds HAMi-core.
+    "hidden symbols": (
+        ("-shared", "-fPIC", "-fvisibility=hidden"),
+        "exports none of cuMemAlloc_v2, cuMemGetInfo_v2, cuLaunchKernel: HAMi-core was built with hidden",
+    ),
+    "an executable": (("-no-pie",), "is an ELF file of type ET_EXEC (an executable), not a shared object"),
+    "a truncated library": (("-shared", "-fPIC"), "is truncated"),
+    "a text file": ((), "is not an ELF file"),
+}
+
+
+@pytest.mark.parametrize(("flags", "names"), LIBRARIES.values(), ids=LIBRARIES.keys())
+def test_node_refuses_a_hami_core_library_that_cannot_enforce_before_it_runs(
+    flags: tuple[str, ...],
+    names: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if not flags:
+        library = tmp_path / "libvgpu.so"
+        library.write_text(HOOKS_SOURCE)
+    else:
+        source = HOOKS_SOURCE + ("int main(void) { return 0; }\n" if "-no-pie" in flags else "")
+        library = gcc(tmp_path, "libvgpu.so", source, *flags)
+    if names == "is truncated":
+        library.write_bytes(library.read_bytes()[:4096])
+    # Were the library taken, the agent would stop at once for want of a cluster, exiting 1.
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    directories = ("--state-dir", "--plugins-dir", "--registrar-dir", "--cdi-dir")
+
+    code = main(
+        [
+            "node",
+            "--node-name",
+            "gpu-node-1",
+            "--hardware",
+            "simulated:t4x4",
+            "--hami-core-library",
+            str(library),
+        ]
+        + [argument for flag in directories for argument in (flag, str(tmp_path / flag.strip("-")))]
+    )
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1, err
+    assert err.startswith(
+        f"dra-driver node: --hami-core-library (DRA_DRIVER_HAMI_CORE_LIBRARY): {library}: {names}"
+    )
+    assert not (tmp_path / "state-dir").exists(), "refused before anything ran"
