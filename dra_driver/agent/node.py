@@ -388,6 +388,8 @@ async def started_unless_stopped(
 async def run_node(settings: NodeSettings) -> None:
     termination = _termination_signal()
     api_client = await kubernetes_api_client(settings.kubeconfig)
+    # The claim GET's connection is made while the agent starts, not in kubelet's first prepare.
+    connecting = asyncio.create_task(api_client.open_ahead(), name="claim-get-connection")
     metrics, readiness = AgentMetrics(), Readiness()
     heartbeat = asyncio.create_task(keep_heartbeat(readiness), name="heartbeat")
     endpoint = None
@@ -434,8 +436,9 @@ async def run_node(settings: NodeSettings) -> None:
         log.info("stopping after signal; in-flight calls finish first", signal=received.name)
         await agent.stop()
     finally:
+        connecting.cancel()
         heartbeat.cancel()
-        await asyncio.gather(heartbeat, return_exceptions=True)
+        await asyncio.gather(connecting, heartbeat, return_exceptions=True)
         if endpoint is not None:
             await asyncio.to_thread(endpoint.stop)
         await api_client.close()
