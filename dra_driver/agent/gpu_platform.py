@@ -41,6 +41,8 @@ HEALTH_POLL_SECONDS = 0.5
 SIMULATED_HARDWARE_STATE = "simulated-hardware.json"
 
 Background = Callable[[], Coroutine[Any, Any, None]]
+# Called with True when the agent starts waiting for the NVIDIA driver, with False once it appeared.
+DriverWait = Callable[[bool], object]
 _Backend = TypeVar("_Backend", bound=HardwareBackend)
 
 
@@ -79,7 +81,11 @@ async def _discover(
 ) -> tuple[_Backend, tuple[Gpu, ...]]:
     try:
         hardware = opened()
-        return hardware, tuple(await hardware.discover())
+        try:
+            return hardware, tuple(await hardware.discover())
+        except BaseException:  # a failure, or a signal during start-up: NVML is shut down again
+            await hardware.close()
+            raise
     except HardwareError as error:
         # A simulated node is the operator's description; real GPUs failing are a run-time matter.
         failure = SetupError if settings.hardware.kind == "simulated" else StartupError
@@ -96,10 +102,10 @@ async def discover_gpus(
 
 
 async def open_platform(
-    settings: NodeSettings, cdi_specs: CdiSpecDirectory, on_driver_wait: Callable[[], object] | None = None
+    settings: NodeSettings, cdi_specs: CdiSpecDirectory, on_driver_wait: DriverWait | None = None
 ) -> Platform:
-    """`on_driver_wait`: called once if the NVIDIA library is not there yet, before waiting for
-    it (to serve the probes meanwhile: waiting is not a failure)."""
+    """`on_driver_wait`: told if the NVIDIA library is not there yet, before waiting for it (to
+    serve the probes meanwhile: waiting is not a failure), and again once it appeared."""
     if settings.hardware.kind == "nvml":
         await _wait_for_driver(settings.driver_root, on_driver_wait)
         hardware, gpus = await _discover(settings.inventory, lambda: _nvml_hardware(settings.inventory))
@@ -116,7 +122,7 @@ async def open_platform(
         raise
 
 
-async def _wait_for_driver(driver_root: Path, on_driver_wait: Callable[[], object] | None) -> None:
+async def _wait_for_driver(driver_root: Path, on_driver_wait: DriverWait | None) -> None:
     from dra_driver.hardware.nvml_library import NvmlLibraryNotFound, load_nvml_library  # noqa: PLC0415
     from dra_driver.hardware.nvml_wait import wait_for_nvml_library  # noqa: PLC0415
 
@@ -124,8 +130,10 @@ async def _wait_for_driver(driver_root: Path, on_driver_wait: Callable[[], objec
         await asyncio.to_thread(load_nvml_library, driver_root)
     except NvmlLibraryNotFound:
         if on_driver_wait is not None:
-            on_driver_wait()
+            on_driver_wait(True)
         await wait_for_nvml_library(driver_root)
+        if on_driver_wait is not None:
+            on_driver_wait(False)
 
 
 async def _real(

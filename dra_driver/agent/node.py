@@ -8,15 +8,15 @@ import asyncio
 import gc
 import os
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from dra_driver.agent.config_reports import PostEvent, ProblemReporter
 from dra_driver.agent.errors import SetupError, StartupError
-from dra_driver.agent.gpu_platform import Platform, discover_gpus, open_platform
+from dra_driver.agent.gpu_platform import DriverWait, Platform, discover_gpus, open_platform
 from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.agent.mps_daemons import with_mps_pods
 from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
@@ -51,6 +51,7 @@ from dra_driver.state.boot_id import current_boot_id
 from dra_driver.state.group_commit import GroupCommitter
 
 log = structlog.get_logger("dra_driver.node")
+_Started = TypeVar("_Started")
 
 
 def hami_core(settings: NodeSettings, inventory: Inventory) -> HamiCore | None:
@@ -126,14 +127,14 @@ class NodeAgent:
         metrics: AgentMetrics | None = None,
         readiness: Readiness | None = None,
         node_api: NodeApi | None = None,
-        on_driver_wait: Callable[[], object] | None = None,
+        on_driver_wait: DriverWait | None = None,
         claim_status: ClaimStatusWriter | None = None,
         pod_api: PodApi | None = None,
     ) -> "NodeAgent":
         """`slice_api` None: no cluster (the demo), so nothing is published. `node_api`: where
         the Node's labels are read, which --node-configs needs in a cluster. `on_driver_wait`:
-        called if real GPUs wait for their driver to appear. `claim_status`: writes prepared
-        claims' status.devices (None: no cluster)."""
+        told when real GPUs start waiting for their driver to appear, and when it has.
+        `claim_status`: writes prepared claims' status.devices (None: no cluster)."""
         metrics = metrics or AgentMetrics()
         readiness = readiness or Readiness()
         cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
@@ -308,10 +309,12 @@ async def _serve_claims(
             engine=engine,
         )
         await server.start()
-    except (OSError, SocketPathError) as error:
+    except BaseException as error:  # a failure, or a signal during start-up
         engine.close()
         await platform.close()
-        raise StartupError(str(error)) from error
+        if isinstance(error, OSError | SocketPathError):
+            raise StartupError(str(error)) from error
+        raise
     log.info(
         "claims restored from state",
         prepared_claims=len(engine.prepared_claims),
@@ -363,21 +366,45 @@ def _termination_signal() -> "asyncio.Future[signal.Signals]":
     return received
 
 
+async def started_unless_stopped(
+    starting: Coroutine[Any, Any, _Started], termination: "asyncio.Future[signal.Signals]"
+) -> _Started | None:
+    """The started agent, or None if a signal came first. Start-up can wait for long (for the
+    driver, for ever with a wrong --driver-root), so a signal cancels it wherever it is; each of
+    its phases closes what it opened when cancelled, and kubelet's SIGKILL is not needed."""
+    task = asyncio.create_task(starting, name="start-up")
+    await asyncio.wait((task, termination), return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():
+        task.cancel()
+        try:
+            return await task  # an agent if start-up ended before the cancellation reached it
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # run_node itself was cancelled
+            return None
+    return task.result()
+
+
 async def run_node(settings: NodeSettings) -> None:
     termination = _termination_signal()
     api_client = await kubernetes_api_client(settings.kubeconfig)
+    # The claim GET's connection is made while the agent starts, not in kubelet's first prepare.
+    connecting = asyncio.create_task(api_client.open_ahead(), name="claim-get-connection")
     metrics, readiness = AgentMetrics(), Readiness()
     heartbeat = asyncio.create_task(keep_heartbeat(readiness), name="heartbeat")
     endpoint = None
+    waiting_for_driver = False
 
-    def serve_probes_while_waiting() -> None:
+    def serve_probes_while_waiting(waiting: bool) -> None:
         """/healthz answers while the agent waits for the driver: waiting is not a failure."""
-        nonlocal endpoint
-        endpoint = start_observability(settings, metrics, readiness)
+        nonlocal endpoint, waiting_for_driver
+        waiting_for_driver = waiting
+        if waiting:
+            endpoint = start_observability(settings, metrics, readiness)
 
     try:
         slice_api = SliceApi(api_client, settings.driver_name, settings.node_name)
-        agent = await NodeAgent.start(
+        starting = NodeAgent.start(
             settings,
             ApiServerClaimSource(api_client),
             slice_api,
@@ -390,6 +417,11 @@ async def run_node(settings: NodeSettings) -> None:
             ),
             pod_api=_pod_api(settings, api_client),
         )
+        agent = await started_unless_stopped(starting, termination)
+        if agent is None:
+            during = "while waiting for the NVIDIA driver" if waiting_for_driver else "during start-up"
+            log.info(f"stopped {during}", signal=termination.result().name)
+            return
         try:
             # After the start, so a start that fails says so in exactly one line.
             endpoint = endpoint or start_observability(settings, metrics, readiness)
@@ -404,8 +436,9 @@ async def run_node(settings: NodeSettings) -> None:
         log.info("stopping after signal; in-flight calls finish first", signal=received.name)
         await agent.stop()
     finally:
+        connecting.cancel()
         heartbeat.cancel()
-        await asyncio.gather(heartbeat, return_exceptions=True)
+        await asyncio.gather(connecting, heartbeat, return_exceptions=True)
         if endpoint is not None:
             await asyncio.to_thread(endpoint.stop)
         await api_client.close()

@@ -127,6 +127,12 @@ class ClaimRecordStore:
             return
         await self._committer.create(self._path(record.claim.uid), _encoded(record), mode=0o600)
 
+    def flush_ahead(self) -> None:
+        """Has what is dirty on the records' filesystem flushed now, in the background, rather
+        than by the first grouped write (GroupCommitter.flush_ahead)."""
+        if self._committer is not None:
+            self._committer.flush_ahead(self.directory)
+
     async def erase(self, claim_uid: str) -> None:
         """`delete`, grouped like `write`."""
         if self._committer is None:

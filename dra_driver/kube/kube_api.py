@@ -149,6 +149,11 @@ class KubeClient:
             )
         )
 
+    async def open_ahead(self, time_limit: float = 10.0) -> None:
+        """The lean pool's first connection, opened now rather than by the first claim GET."""
+        if self.keep_alive is not None:
+            await self.keep_alive.open_ahead(time_limit)
+
     async def close(self) -> None:
         await self.rest_client.close()
         if self.keep_alive is not None:

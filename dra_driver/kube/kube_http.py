@@ -198,6 +198,15 @@ class KeepAliveClient:
                     pass  # closed by the server while idle: try again on a new connection
             return await self._exchange(await self._open(), request)
 
+    async def open_ahead(self, time_limit: float) -> None:
+        """Opens a connection for the next GET to take: the agent's first claim GET would
+        otherwise pay the TCP and TLS handshakes with the API server inside kubelet's first
+        prepare. Best effort: a connection that cannot be opened now is the first GET's to open
+        (and to report), and one the server closes while idle is replaced as any other is."""
+        with suppress(OSError, TimeoutError):
+            async with asyncio.timeout(time_limit), self._slots:
+                self._idle.append(await self._open())
+
     async def _open(self) -> _Connection:
         reader, writer = await asyncio.open_connection(
             self._hostname,

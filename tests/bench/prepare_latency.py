@@ -17,7 +17,13 @@ Figures, each measured `--runs` times:
   preparing and unpreparing its own claim on its own GPU in a loop: completed prepare+unprepare
   pairs per second and per-call latency, over `--duration` s after `--warmup` s;
 - of the agent: its resident memory after all of these (and after each), and the time from
-  spawning it to registered with kubelet (GetInfo and NotifyRegistrationStatus answered).
+  spawning it to registered with kubelet (GetInfo and NotifyRegistrationStatus answered);
+- first: a fresh agent started `--first-starts` times, each time its first prepare (one claim,
+  on a channel connected before the clock starts, as the steady figures' is) timed as soon as
+  it has registered, and its time from spawn to registered; reported beside the 1-claim figure's
+  p50. `--dirty-mib` N writes N MiB, not flushed, beside the agent's state before each start:
+  a node whose disk was just written by others (image pulls, logs), which the first `syncfs`
+  of the state's filesystem pays for unless start-up flushed it.
 
 Every figure also records the CPU time (user + system, all threads) the plugin process and this
 client spent per round, a round being one prepare call and one unprepare call, warm-up included.
@@ -32,7 +38,7 @@ tests/bench/profile_summary.py. Sampling takes CPU from the same cores, so a pro
 numbers are marked as such in the output and are not the ones to report.
 
 Run: `make bench` (or `python -m tests.bench.prepare_latency --rounds 2000 --runs 2 --output
-docs/bench/prepare-latency.json`); quicker: `--only concurrent --runs 1`.
+docs/bench/prepare-latency.json`); quicker: `--only concurrent --runs 1 --first-starts 0`.
 """
 
 import argparse
@@ -61,9 +67,12 @@ from dra_driver.tools.kubelet_client import register
 from tests.bench.kubelet_load import (
     KUBELET_DEADLINE_SECONDS,
     WARMUP_ROUNDS,
+    ClaimCalls,
+    KubeletClient,
     measure,
     measure_calls,
     measure_concurrent,
+    percentiles,
 )
 from tests.bench.standin import bench_workspace
 from tests.support.agent import NODE_NAME, AgentDirs, AgentProcess, start_agent
@@ -109,6 +118,8 @@ class Plan:
     channel_per_caller: bool
     profile_dir: Path | None
     profile_mode: str = "gil"
+    first_starts: int = 0
+    dirty_mib: int = 0
 
 
 Sampler = Callable[[str], AbstractContextManager[object]]
@@ -288,6 +299,53 @@ async def first_answer(socket: Path) -> None:
         )
 
 
+async def first_prepare(socket: Path, claim: Any) -> float:
+    """Seconds of the first NodePrepareResources the plugin at `socket` answers (the claim is
+    unprepared after), on a channel connected before the clock starts."""
+    async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+        await asyncio.wait_for(channel.channel_ready(), KUBELET_DEADLINE_SECONDS)
+        kubelet, calls = KubeletClient(channel), ClaimCalls.of([claim])
+        elapsed = await kubelet.prepare(calls)
+        await kubelet.unprepare(calls)
+        return elapsed
+
+
+def write_unflushed(path: Path, mib: int) -> None:
+    """`mib` MiB of data in the page cache, not yet on disk (the kernel writes it back within
+    about 30 s, or a sync of its filesystem does)."""
+    with path.open("wb") as file:
+        for _ in range(mib):
+            file.write(os.urandom(2**20))
+
+
+def run_first_prepare_benchmark(
+    work: Path, kubeconfig: Path, node_file: Path, claims: Sequence[Any], plan: Plan
+) -> dict[str, Any]:
+    """`plan.first_starts` fresh agents, one after the other on one state directory (as restarts
+    on a node are), each asked to prepare as soon as it has registered."""
+    firsts: list[float] = []
+    registered: list[float] = []
+    work.mkdir(parents=True, exist_ok=True)
+    dirty = work / "dirty.bin"
+    for start in range(plan.first_starts):
+        if plan.dirty_mib:
+            write_unflushed(dirty, plan.dirty_mib)
+        spawned = time.monotonic()
+        with benchmark_agent(work, kubeconfig, f"simulated:{node_file}") as agent:
+            wait_until(agent.dirs.registration_socket.exists, timeout=30, interval=0.002)
+            asyncio.run(register(agent.dirs.registration_socket))
+            registered.append(time.monotonic() - spawned)
+            firsts.append(asyncio.run(first_prepare(agent.dirs.dra_socket, claims[start % len(claims)])))
+        dirty.unlink(missing_ok=True)
+    return {
+        "starts": plan.first_starts,
+        "dirty_mib": plan.dirty_mib,
+        "prepare_ms": [round(first * 1e3, 3) for first in firsts],
+        "prepare": percentiles(firsts),
+        "start_to_registered": percentiles(registered),
+    }
+
+
 def run_floor_benchmark(work: Path, claims: Sequence[Any], plan: Plan) -> dict[str, Any]:
     socket = work / "null.sock"
     spawned = time.monotonic()
@@ -336,6 +394,14 @@ def summary(agent: dict[str, Any], floor: dict[str, Any]) -> str:
         )
     parts.append(f"RSS {agent['agent_rss_mib_after']:.1f} MiB")
     parts.append(f"start to registered {agent['start_to_registered_s']:.2f} s")
+    if "first" in agent:
+        first = agent["first"]
+        ratio = f" ({first['vs_steady_p50']:.1f}x steady p50)" if "vs_steady_p50" in first else ""
+        parts.append(
+            f"first prepare of {first['starts']} starts: p50 {first['prepare']['p50_ms']:.2f} "
+            f"max {first['prepare']['max_ms']:.2f} ms{ratio}, start to registered p50 "
+            f"{first['start_to_registered']['p50_ms'] / 1e3:.2f} s"
+        )
     return " | ".join(parts)
 
 
@@ -366,6 +432,18 @@ def parse_plan() -> tuple[Plan, int, Path | None]:
     parser.add_argument(
         "--profile-mode", choices=PROFILE_MODES, default="gil", help="what py-spy samples (see PROFILE_MODES)"
     )
+    parser.add_argument(
+        "--first-starts",
+        type=int,
+        default=10,
+        help="fresh agents started, each timed on its first prepare (0: not measured)",
+    )
+    parser.add_argument(
+        "--dirty-mib",
+        type=int,
+        default=0,
+        help="MiB written, not flushed, beside the agent's state before each of those starts",
+    )
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
     if args.profile is not None:
@@ -379,6 +457,8 @@ def parse_plan() -> tuple[Plan, int, Path | None]:
         channel_per_caller=args.channel_per_caller,
         profile_dir=args.profile,
         profile_mode=args.profile_mode,
+        first_starts=args.first_starts,
+        dirty_mib=args.dirty_mib,
     )
     return plan, args.runs, args.output
 
@@ -396,6 +476,8 @@ def main() -> None:
         "rounds": plan.rounds,
         "batch_rounds": plan.batch_rounds,
         "warmup_rounds": WARMUP_ROUNDS,
+        "first_starts": plan.first_starts,
+        "dirty_mib": plan.dirty_mib,
         "concurrent": {
             "callers": CALLERS,
             "duration_s": plan.duration_s,
@@ -417,6 +499,11 @@ def main() -> None:
             claims = allocate_claims(kubeconfig)
             floor = run_floor_benchmark(run_dir, claims, plan)
             agent = run_agent_benchmark(run_dir, kubeconfig, node_file, claims, plan, run)
+            if plan.first_starts:
+                first = run_first_prepare_benchmark(run_dir / "first", kubeconfig, node_file, claims, plan)
+                if "prepare" in agent:
+                    first["vs_steady_p50"] = first["prepare"]["p50_ms"] / agent["prepare"]["p50_ms"]
+                agent["first"] = first
             load = {"before": load_before, "after": os.getloadavg()}
             results["runs"].append({"floor": floor, "agent": agent, "load_average": load})
             print(f"run {run + 1} (load {load_before[0]:.2f}): {summary(agent, floor)}", flush=True)

@@ -7,6 +7,7 @@ import asyncio
 import json
 import platform
 import signal
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -290,3 +291,33 @@ def test_the_agent_waits_for_the_driver_and_starts_once_it_appears(
     )
     assert f"{driver_root}/{LIBRARY_DIR}/libnvidia-ml.so.1 (absent)" in waiting[0]["tried"]
     assert "the NVIDIA driver has appeared; starting" in agent.log_events()
+
+
+@WITHOUT_HOST_NVML
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_waiting_for_the_driver_stops_the_agent_at_once(
+    agent_dirs: AgentDirs, kubeconfig: Path, apiserver: ApiServer, mock_node: MockNode, sig: signal.Signals
+) -> None:
+    """A wrong --driver-root, or the GPU Operator's driver not started yet: the agent waits, and
+    a signal meanwhile ends it as a signal to a running agent does, not at kubelet's SIGKILL."""
+    driver_root = agent_dirs.root / "driver"
+    driver_root.mkdir(parents=True)
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False)
+    try:
+        wait_until(lambda: any(e.startswith(WAITING) for e in agent.log_events()), timeout=30)
+        agent.wait_for_log("observability endpoint listening")
+        time.sleep(1.5)  # past the first retry: the wait is asleep between looks
+        sent = time.monotonic()
+        agent.process.send_signal(sig)
+        try:
+            code: int | None = agent.process.wait(3)
+        except subprocess.TimeoutExpired:
+            code = None  # still waiting for the driver
+        took = time.monotonic() - sent
+    finally:
+        agent.terminate(signal.SIGKILL)
+    assert (code, took < 1.0) == (0, True), f"exit {code} after {took:.2f} s"
+    stopped = agent.wait_for_log("stopped while waiting for the NVIDIA driver", timeout=1)
+    assert stopped["signal"] == sig.name
+    assert [e for e in agent.log_events() if "Traceback" in e or "error" in e.lower()] == []
+    assert "node agent running" not in agent.log_events()

@@ -336,3 +336,32 @@ def test_a_configured_proxy_keeps_claim_gets_on_the_official_client() -> None:
     proxied = Configuration(host="https://10.0.0.1:6443")
     proxied.proxy = "http://proxy.example:3128"
     assert KubeClient(proxied).keep_alive is None
+
+
+def test_a_connection_opened_ahead_serves_the_first_get() -> None:
+    """Opened while the agent starts, so kubelet's first prepare does not wait for the handshakes."""
+
+    async def scenario() -> tuple[int, int, int, int]:
+        async with raw_server(always(answer())) as server:
+            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
+            await pool.open_ahead(5)
+            opened_ahead = pool.connections_opened
+            status = (await pool.get("/x", {}, 5)).status
+            await pool.close()
+            return opened_ahead, pool.connections_opened, server.connections, status
+
+    assert asyncio.run(scenario()) == (1, 1, 1, 200)
+
+
+def test_a_connection_that_cannot_be_opened_ahead_is_left_to_the_first_get() -> None:
+    async def scenario() -> int:
+        server = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()  # nothing listens there now
+        pool = KeepAliveClient(f"http://127.0.0.1:{port}", ssl_context=None)
+        await pool.open_ahead(5)
+        await pool.close()
+        return pool.connections_opened
+
+    assert asyncio.run(scenario()) == 0

@@ -506,3 +506,50 @@ def test_a_batch_that_raises_fails_its_callers_and_the_next_batch_still_lands(
     assert isinstance(first, RuntimeError) and "ZeroDivisionError" in str(first), first
     assert second is None
     assert (tmp_path / "b").read_bytes() == b"2"
+
+
+def test_flush_ahead_syncs_the_directory_s_filesystem_in_a_worker_and_returns_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At start, so the first batch's syncfs does not also flush everything written before it."""
+    release, synced = threading.Event(), threading.Event()
+    seen: list[tuple[int, str]] = []
+    real_syncfs = group_commit.load_syncfs()
+    assert real_syncfs is not None
+
+    def syncfs(fd: int) -> None:
+        release.wait(10)
+        seen.append((os.fstat(fd).st_ino, threading.current_thread().name))
+        real_syncfs(fd)
+        synced.set()
+
+    monkeypatch.setattr(group_commit, "load_syncfs", lambda: syncfs)
+    committer = GroupCommitter()
+
+    committer.flush_ahead(tmp_path)  # returns while its syncfs is held back
+
+    assert seen == []
+    release.set()
+    assert synced.wait(10)
+    assert seen == [(tmp_path.stat().st_ino, seen[0][1])]
+    assert seen[0][1].startswith("group-commit")
+    assert committer.flushes == 0  # not a batch
+
+
+def test_a_failing_flush_ahead_is_left_to_the_first_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tried = threading.Event()
+
+    def syncfs(fd: int) -> None:
+        tried.set()
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(group_commit, "load_syncfs", lambda: syncfs)
+    committer = GroupCommitter()
+    committer.flush_ahead(tmp_path / "not-there")  # cannot even be opened: nothing happens
+    committer.flush_ahead(tmp_path)
+    assert tried.wait(10)
+
+    outcome = asyncio.run(settle([committer.create(tmp_path / "record", b"new")]))
+    assert isinstance(outcome[0], OSError) and outcome[0].errno == errno.EIO
