@@ -41,16 +41,16 @@ def test_jitter_from_the_real_random_source_stays_within_bounds() -> None:
 
 
 @pytest.mark.parametrize(
-    ("arguments", "message"),
+    ("first", "cap", "jitter", "message"),
     [
-        ({"first": 0.0, "cap": 1.0}, "expected 0 < first <= cap, got first=0.0, cap=1.0"),
-        ({"first": 2.0, "cap": 1.0}, "expected 0 < first <= cap, got first=2.0, cap=1.0"),
-        ({"first": 1.0, "cap": 2.0, "jitter": 1.0}, "expected 0 <= jitter < 1, got 1.0"),
+        (0.0, 1.0, 0.0, "expected 0 < first <= cap, got first=0.0, cap=1.0"),
+        (2.0, 1.0, 0.0, "expected 0 < first <= cap, got first=2.0, cap=1.0"),
+        (1.0, 2.0, 1.0, "expected 0 <= jitter < 1, got 1.0"),
     ],
 )
-def test_a_schedule_that_cannot_be_is_refused(arguments: dict[str, float], message: str) -> None:
+def test_a_schedule_that_cannot_be_is_refused(first: float, cap: float, jitter: float, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        Backoff(**arguments)
+        Backoff(first, cap, jitter)
 
 
 def test_each_loop_keeps_its_schedule() -> None:
