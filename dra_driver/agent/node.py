@@ -20,14 +20,14 @@ from dra_driver.agent.gpu_platform import DriverWait, Platform, discover_gpus, o
 from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.agent.mps_daemons import with_mps_pods
 from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
-from dra_driver.agent.node_watch import NodeApi, NodeFacts, follow_node
+from dra_driver.agent.node_watch import NodeFacts, follow_node
 from dra_driver.agent.pool import NodePool
 from dra_driver.agent.usage import usage_sampler
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
-from dra_driver.claims.status_writer import ClaimStatusApi, ClaimStatusWriter
+from dra_driver.claims.status_writer import ClaimStatusWriter
 from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.config.node_config_files import load_node_config
 from dra_driver.config.settings import InventorySettings, NodeSettings
@@ -40,13 +40,17 @@ from dra_driver.health.monitor import HealthMonitor
 # kube_api before anything imports `kubernetes`: it keeps the client's package __init__ files
 # (the whole synchronous client and more, about 11 MiB) from running.
 from dra_driver.kube import kube_api  # noqa: F401
+from dra_driver.kube.claim_api import ClaimApi
+from dra_driver.kube.errors import ApiError
 from dra_driver.kube.kube_api import KubeClient
+from dra_driver.kube.node_api import NodeApi
 from dra_driver.kube.pod_api import PodApi
+from dra_driver.kube.slice_api import SliceApi
+from dra_driver.kube.timeouts import TIMEOUTS
 from dra_driver.observability.metrics import AgentMetrics
 from dra_driver.observability.server import ObservabilityServer, Readiness, keep_heartbeat
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
-from dra_driver.publish.slice_api import ApiCallError, SliceApi
 from dra_driver.state.boot_id import current_boot_id
 from dra_driver.state.group_commit import GroupCommitter
 
@@ -345,7 +349,7 @@ def _event_poster(slice_api: SliceApi) -> PostEvent:
     async def post(reason: str, message: str) -> None:
         try:
             await slice_api.create_node_event(await slice_api.node_uid(), reason, message, "Warning")
-        except ApiCallError as error:
+        except ApiError as error:
             log.warning("could not post the Event on the Node", reason=reason, error=str(error))
 
     return post
@@ -413,7 +417,7 @@ async def run_node(settings: NodeSettings) -> None:
             NodeApi(api_client, settings.node_name),
             on_driver_wait=serve_probes_while_waiting,
             claim_status=ClaimStatusWriter(
-                ClaimStatusApi(api_client), settings.driver_name, metrics.claim_status
+                ClaimApi(api_client, TIMEOUTS.claim_status), settings.driver_name, metrics.claim_status
             ),
             pod_api=_pod_api(settings, api_client),
         )

@@ -23,6 +23,7 @@ from dra_driver.health.census import device_labels
 from dra_driver.health.model import NodeHealth
 from dra_driver.health.monitor import log_change
 from dra_driver.health.tracker import HealthState, node_health
+from dra_driver.kube.slice_api import SliceApi
 from dra_driver.observability.metrics import AgentMetrics
 from dra_driver.observability.server import Readiness
 from dra_driver.publish.capabilities import ApiFeature
@@ -30,7 +31,6 @@ from dra_driver.publish.controller import ResourceSliceController
 from dra_driver.publish.desired import ApiCapabilities, DesiredPool, desired_pool
 from dra_driver.publish.diff import Write
 from dra_driver.publish.dry_run import print_writes
-from dra_driver.publish.slice_api import SliceApi
 from dra_driver.state.shared_locks import exclusive, open_lock_file, try_exclusive
 
 log = structlog.get_logger("dra_driver.node")

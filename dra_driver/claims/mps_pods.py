@@ -23,8 +23,8 @@ from dra_driver.claims.mps import MpsControlDaemons, control_socket_answers, pre
 from dra_driver.claims.mps_pod_spec import MpsPodSettings, claim_uid_of, daemon_pod, daemon_pod_name, selector
 from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware.model import HardwareError
+from dra_driver.kube.errors import ApiError
 from dra_driver.kube.pod_api import PodApi
-from dra_driver.publish.slice_api import ApiCallError
 
 log = structlog.get_logger("dra_driver.claims")
 
@@ -67,19 +67,19 @@ class MpsDaemonPods:
             await self._wait_for_daemon(directories, name)
             for command in spec.control_commands():
                 await self._local.send(directories, command)
-        except (ApiCallError, HardwareError) as error:
+        except (ApiError, HardwareError) as error:
             try:
                 await self._remove(directories)
-            except (ApiCallError, HardwareError, OSError) as cleanup_error:
+            except (ApiError, HardwareError, OSError) as cleanup_error:
                 raise HardwareError(f"{error}; cleaning up after it failed too: {cleanup_error}") from error
-            if isinstance(error, ApiCallError):
+            if isinstance(error, ApiError):
                 raise HardwareError(str(error)) from error
             raise
 
     async def stop(self, claim_uid: str) -> None:
         try:
             await self._remove(MpsDirectories(self.runtime_dir, claim_uid))
-        except ApiCallError as error:
+        except ApiError as error:
             raise HardwareError(f"the MPS daemon pod of claim {claim_uid} stays: {error}") from error
 
     async def is_running(self, claim_uid: str) -> bool:
@@ -91,7 +91,7 @@ class MpsDaemonPods:
         local = await self._local.leftover_claim_uids()
         try:
             pods = await self._pods.list_on_node(selector())
-        except ApiCallError as error:
+        except ApiError as error:
             # Start-up does not wait for the API server: the pods are looked for at the next start.
             log.warning("MPS daemon pods not listed; only their directories are swept", error=str(error))
             return local

@@ -1,20 +1,16 @@
 """Where the engine reads ResourceClaims from: the API server, or a file for the offline demo."""
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-import aiohttp
 import yaml
 
 from dra_driver.claims.allocation import ClaimRejected
-from dra_driver.kube.k8s_status import status_reason_and_message
-from dra_driver.kube.kube_api import KubeClient, get
-
-# Kubelet gives a whole NodePrepareResources call 45 s; one GET must not eat all of it.
-CLAIM_GET_TIMEOUT_SECONDS = 10.0
-CLAIM_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+from dra_driver.kube.claim_api import ClaimApi
+from dra_driver.kube.errors import ApiError
+from dra_driver.kube.kube_api import KubeClient
+from dra_driver.kube.timeouts import TIMEOUTS
 
 
 class ClaimSource(Protocol):
@@ -24,61 +20,31 @@ class ClaimSource(Protocol):
 
 
 class ApiServerClaimSource:
-    """GETs claims from resource.k8s.io/v1 as raw JSON.
+    """Claims from resource.k8s.io/v1 as raw JSON (`ClaimApi`); this part only words why a claim
+    could not be had, as the reason kubelet shows for a pod that cannot start.
 
     Raw JSON (rather than the client's generated models) is both faster on the pod-startup path
     and lets the engine check the fields itself with precise error messages.
     """
 
     def __init__(self, client: KubeClient) -> None:
-        self._client = client
+        self._api = ClaimApi(client, TIMEOUTS.claim_get)
 
     async def get(self, namespace: str, name: str) -> object:
         try:
-            return await get_claim_json(self._client, namespace, name, CLAIM_GET_TIMEOUT_SECONDS)
-        except ClaimGetFailed as failed:
-            if failed.status == 0:
-                raise ClaimRejected(f"{failed.where} failed: {failed.detail}") from failed
-            if failed.status == 404:
-                raise ClaimRejected(f"{failed.where}: not found (deleted, or never created)") from failed
-            if failed.status == 200:
-                raise ClaimRejected(f"{failed.where}: the API server sent {failed.detail}") from failed
-            raise ClaimRejected(
-                f"{failed.where}: API server answered {failed.status}: {failed.detail}"
-            ) from failed
+            return await self._api.get(namespace, name)
+        except ApiError as failed:
+            raise ClaimRejected(_why(failed)) from failed
 
 
-class ClaimGetFailed(Exception):
-    """A claim GET that gave no claim. `status`: the API server's answer (200 with a body that
-    is not JSON), 0 when no answer came; `detail`: why, as one phrase."""
-
-    def __init__(self, where: str, status: int, detail: str) -> None:
-        super().__init__(f"{where}: {detail}")
-        self.where = where
-        self.status = status
-        self.detail = detail
-
-
-async def get_claim_json(client: KubeClient, namespace: str, name: str, timeout_seconds: float) -> object:
-    """The claim as the API server stores it, as parsed JSON: the one claim GET of the agent, for
-    prepare (the source above) and for the status writer, which words its failures its own way."""
-    where = f"GET resourceclaims {namespace}/{name}"
-    try:
-        response = await get(
-            client,
-            CLAIM_PATH,
-            path_params={"namespace": namespace, "name": name},
-            request_timeout=timeout_seconds,
-        )
-    # ValueError: an answer that is not HTTP (HttpProtocolError), a header that cannot be sent.
-    except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
-        raise ClaimGetFailed(where, 0, str(error) or type(error).__name__) from error
-    if response.status != 200:
-        raise ClaimGetFailed(where, response.status, status_reason_and_message(response.body)[1])
-    try:
-        return json.loads(response.body)
-    except ValueError as error:
-        raise ClaimGetFailed(where, 200, f"invalid JSON: {error}") from error
+def _why(failed: ApiError) -> str:
+    if failed.no_answer:
+        return f"{failed.call} failed: {failed.message}"
+    if failed.not_found:
+        return f"{failed.call}: not found (deleted, or never created)"
+    if failed.status == 200:
+        return f"{failed.call}: the API server sent {failed.message}"
+    return f"{failed.call}: API server answered {failed.status}: {failed.message}"
 
 
 def _offline_claim_key(document: object, where: str) -> tuple[str, str]:

@@ -26,83 +26,29 @@ claims have a call to the API server under way at any time; the others wait thei
 """
 
 import asyncio
-import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import aiohttp
 import structlog
 
+from dra_driver.base.backoff import Backoff
 from dra_driver.claims.device_status import JsonObject, status_update
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.claims.source import CLAIM_PATH, ClaimGetFailed, get_claim_json
-from dra_driver.kube.k8s_status import status_reason_and_message
-from dra_driver.kube.kube_api import KubeClient, call
+from dra_driver.kube.claim_api import ClaimApi
+from dra_driver.kube.errors import ApiError
 from dra_driver.observability.metrics import ClaimStatusMetrics
 
 log = structlog.get_logger("dra_driver.claims.status")
 
-REQUEST_TIMEOUT_SECONDS = 10.0
 # How long after prepare the first attempt waits; containers start meanwhile.
 SETTLE_SECONDS = 1.0
 # Claims with a call to the API server under way at once (their other writes wait their turn).
 CONCURRENCY = 4
 # Conflicts re-read at once this often in a row, then wait like any other failure.
 IMMEDIATE_CONFLICT_RETRIES = 3
-# Answers after which retrying cannot help: RBAC refuses the agent, the server refuses the entries.
-# (401 is retried: a projected token that expired is read afresh by the next request.)
-_FINAL_STATUSES = frozenset({400, 403, 405, 415, 422})
-
-
-class StatusApiError(Exception):
-    """A failed call; `status` 0 means no answer came."""
-
-    def __init__(self, call: str, status: int, message: str) -> None:
-        super().__init__(f"{call}: {f'API server answered {status}' if status else 'no answer'}: {message}")
-        self.status = status
-
-
-class ClaimStatusApi:
-    """The two calls a status write needs, as raw JSON through the official client's REST layer."""
-
-    def __init__(self, client: KubeClient) -> None:
-        self._client = client
-
-    async def get_claim(self, ref: ClaimRef) -> object:
-        try:
-            return await get_claim_json(self._client, ref.namespace, ref.name, REQUEST_TIMEOUT_SECONDS)
-        except ClaimGetFailed as failed:
-            raise StatusApiError(failed.where, failed.status, failed.detail) from failed
-
-    async def replace_status(self, ref: ClaimRef, claim: JsonObject) -> None:
-        where = f"PUT resourceclaims/status {ref.namespace}/{ref.name}"
-        try:
-            response = await call(
-                self._client,
-                "PUT",
-                CLAIM_PATH + "/status",
-                path_params={"namespace": ref.namespace, "name": ref.name},
-                body=claim,
-                request_timeout=REQUEST_TIMEOUT_SECONDS,
-            )
-            body = await response.read()
-        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
-            raise StatusApiError(where, 0, str(error) or type(error).__name__) from error
-        if response.status != 200:
-            raise StatusApiError(where, response.status, status_reason_and_message(body)[1])
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Seconds before retry `attempt` (0 for the first): doubling from `first` up to `cap`, each
-    within +-20 % so that the writes of many claims after one outage do not retry in step."""
-
-    first: float = 0.5
-    cap: float = 60.0
-
-    def delay(self, attempt: int) -> float:
-        return float(min(self.cap, self.first * 2**attempt) * random.uniform(0.8, 1.2))
+# Doubling from 0.5 s up to a minute, each wait within +-20 % so that the writes of many claims
+# after one outage do not retry in step.
+RETRY = Backoff(first=0.5, cap=60.0, jitter=0.2)
 
 
 # The entries to write, built when the write starts (off the prepare's time) at that time.
@@ -118,10 +64,10 @@ class ClaimStatusWriter:
 
     def __init__(
         self,
-        api: ClaimStatusApi,
+        api: ClaimApi,
         driver_name: str,
         metrics: ClaimStatusMetrics | None = None,
-        backoff: Backoff = Backoff(),
+        backoff: Backoff = RETRY,
         settle_seconds: float = SETTLE_SECONDS,
         concurrency: int = CONCURRENCY,
     ) -> None:
@@ -192,10 +138,10 @@ class ClaimStatusWriter:
             try:
                 async with self._turns:
                     if current is None:
-                        current = await self._api.get_claim(ref)
+                        current = await self._api.get(ref.namespace, ref.name)
                     update = status_update(current, ref.uid, self._driver_name, ours)
                     if update.body is not None:
-                        await self._api.replace_status(ref, update.body)
+                        await self._api.replace_status(ref.namespace, ref.name, update.body)
                 if update.body is not None:
                     self._count("written")
                     bound.debug("claim status written", devices=len(ours))
@@ -205,17 +151,17 @@ class ClaimStatusWriter:
                 else:
                     self._count("unchanged")
                 return
-            except StatusApiError as error:
+            except ApiError as error:
                 current = None
-                if error.status == 404:
+                if error.not_found:
                     self._count("dropped")
                     bound.info("claim status not written: the claim is gone")
                     return
-                if error.status in _FINAL_STATUSES:
+                if error.final:
                     self._count("rejected")
                     bound.error("claim status not written: the API server refused it", error=str(error))
                     return
-                if error.status == 409:
+                if error.conflict:
                     self._count("conflict")
                     conflicts += 1
                     if conflicts <= IMMEDIATE_CONFLICT_RETRIES:
@@ -223,8 +169,8 @@ class ClaimStatusWriter:
                 else:
                     self._count("failed")
                 conflicts = 0
-                delay = self._backoff.delay(failures)
                 failures += 1
+                delay = self._backoff.delay(failures)
                 bound.warning(
                     "claim status write failed; retrying", error=str(error), retry_in=round(delay, 2)
                 )

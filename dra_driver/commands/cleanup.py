@@ -11,10 +11,11 @@ from dra_driver.config.settings import SettingsError, cleanup_settings
 def run(args: argparse.Namespace) -> int:
     from dra_driver.agent.errors import StartupError  # noqa: PLC0415
     from dra_driver.agent.kube_client import kubernetes_api_client  # noqa: PLC0415
+    from dra_driver.kube.errors import ApiError  # noqa: PLC0415
     from dra_driver.kube.kubeconfig import KubeconfigError, read_kubeconfig  # noqa: PLC0415
+    from dra_driver.kube.slice_api import SliceApi  # noqa: PLC0415
     from dra_driver.publish.cleanup import every_node_slice_api, refusal, remove_node_slices  # noqa: PLC0415
     from dra_driver.publish.dry_run import print_writes  # noqa: PLC0415
-    from dra_driver.publish.slice_api import ApiCallError, SliceApi  # noqa: PLC0415
 
     settings = cleanup_settings(args)
     where = settings.node_name or "every node"
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(cleanup())
-    except (StartupError, ApiCallError) as error:
+    except (StartupError, ApiError) as error:
         print(f"dra-driver cleanup: {error}", file=sys.stderr)
         return 1
 

@@ -18,9 +18,9 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.agent.node import discover_inventory  # noqa: PLC0415
     from dra_driver.devices.slices import SlicePlanError, layout_for  # noqa: PLC0415
+    from dra_driver.kube.errors import ApiError  # noqa: PLC0415
     from dra_driver.packing.published import PublishedSliceError  # noqa: PLC0415
     from dra_driver.publish.capabilities import PARTITION_TYPE_SINCE  # noqa: PLC0415
-    from dra_driver.publish.slice_api import ApiCallError  # noqa: PLC0415
     from dra_driver.tools.inspection import inventory_table, slices_yaml  # noqa: PLC0415
 
     settings = inventory_settings(args)
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             sys.stdout.write(inventory_table(inventory, description))
-    except (StartupError, SlicePlanError, ApiCallError, PublishedSliceError) as error:
+    except (StartupError, SlicePlanError, ApiError, PublishedSliceError) as error:
         print(f"dra-driver inspect: {error}", file=sys.stderr)
         return 2 if isinstance(error, SetupError) else 1
     return 0

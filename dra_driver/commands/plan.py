@@ -87,9 +87,9 @@ def _write(args: argparse.Namespace, text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dra_driver.agent.errors import StartupError  # noqa: PLC0415
+    from dra_driver.kube.errors import ApiError  # noqa: PLC0415
     from dra_driver.packing.published import PublishedSliceError  # noqa: PLC0415
     from dra_driver.packing.shapes import ShapeError, parse_pods  # noqa: PLC0415
-    from dra_driver.publish.slice_api import ApiCallError  # noqa: PLC0415
     from dra_driver.tools.plan_report import plan_json, plan_table  # noqa: PLC0415
 
     try:
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     except (_Invalid, ShapeError) as error:
         print(f"dra-driver plan: {error}", file=sys.stderr)
         return 2
-    except (StartupError, ApiCallError, PublishedSliceError, LookupError) as error:
+    except (StartupError, ApiError, PublishedSliceError, LookupError) as error:
         print(f"dra-driver plan: {error}", file=sys.stderr)
         return 1
     if args.output in ("svg", "png"):

@@ -7,27 +7,23 @@ what it is waiting for, and looks again on a capped exponential schedule.
 """
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import structlog
 
+from dra_driver.base.backoff import Backoff
 from dra_driver.hardware.nvml_library import LIBRARY, NvmlLibraryNotFound, load_nvml_library
 
 log = structlog.get_logger("dra_driver.hardware")
 
-FIRST_RETRY_SECONDS = 1.0
-LONGEST_RETRY_SECONDS = 60.0
+RETRY = Backoff(first=1.0, cap=60.0)
 
 
-def retry_delays(
-    first: float = FIRST_RETRY_SECONDS, longest: float = LONGEST_RETRY_SECONDS
-) -> Iterator[float]:
-    """1, 2, 4, ... seconds, then `longest` for ever."""
-    delay = first
-    while True:
-        yield delay
-        delay = min(delay * 2, longest)
+def retry_delays(backoff: Backoff = RETRY) -> Iterator[float]:
+    """1, 2, 4, ... seconds, then 60 for ever."""
+    return (backoff.delay(failures) for failures in itertools.count(1))
 
 
 async def wait_for_nvml_library(
@@ -46,8 +42,8 @@ async def wait_for_nvml_library(
             if not waited:
                 log.warning(
                     f"the NVIDIA driver is not there yet: {LIBRARY} cannot be loaded from driver root "
-                    f"{driver_root}; looking again with back-off (from {FIRST_RETRY_SECONDS:g} s up to "
-                    f"every {LONGEST_RETRY_SECONDS:g} s)",
+                    f"{driver_root}; looking again with back-off (from {RETRY.first:g} s up to "
+                    f"every {RETRY.cap:g} s)",
                     tried=[str(attempt) for attempt in error.attempts],
                 )
                 waited = True

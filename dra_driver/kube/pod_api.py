@@ -1,17 +1,14 @@
 """The pod calls the agent makes for its MPS daemon pods: create, get, list and delete, in its own
-namespace, on its own node, as raw JSON through the official client's REST layer (like SliceApi,
-so no generated models join the agent's memory)."""
+namespace, on its own node. Each raises `ApiError` (`kube.calls`)."""
 
-from typing import Any
-
+from dra_driver.kube.calls import JsonObject, json_call
+from dra_driver.kube.errors import ApiError
 from dra_driver.kube.kube_api import KubeClient, call
-from dra_driver.publish.slice_api import ApiCallError, json_answer
+from dra_driver.kube.timeouts import TIMEOUTS
 
-REQUEST_TIMEOUT_SECONDS = 30.0
 _PODS = "/api/v1/namespaces/{namespace}/pods"
 _POD = _PODS + "/{name}"
-
-JsonObject = dict[str, Any]
+_EVERY_POD = "/api/v1/pods"
 
 
 class PodApi:
@@ -21,16 +18,16 @@ class PodApi:
         self.node_name = node_name
 
     async def create(self, body: JsonObject) -> JsonObject:
-        """Raises ApiCallError; status 409 when a pod of that name exists."""
+        """`conflict` when a pod of that name exists."""
         request = call(
             self._client,
             "POST",
             _PODS,
             path_params={"namespace": self.namespace},
             body=body,
-            request_timeout=REQUEST_TIMEOUT_SECONDS,
+            request_timeout=TIMEOUTS.request,
         )
-        return await json_answer(f"CREATE pod {body['metadata']['name']}", request)
+        return await json_call(f"CREATE pod {body['metadata']['name']}", request)
 
     async def get(self, name: str) -> JsonObject | None:
         """The pod, or None when there is none of that name."""
@@ -39,26 +36,19 @@ class PodApi:
             "GET",
             _POD,
             path_params={"namespace": self.namespace, "name": name},
-            request_timeout=REQUEST_TIMEOUT_SECONDS,
+            request_timeout=TIMEOUTS.request,
         )
         try:
-            return await json_answer(f"GET pod {name}", request, (200,))
-        except ApiCallError as error:
-            if error.status == 404:
+            return await json_call(f"GET pod {name}", request, (200,))
+        except ApiError as error:
+            if error.not_found:
                 return None
             raise
 
     async def list_on_node(self, label_selector: str) -> list[JsonObject]:
-        request = call(
-            self._client,
-            "GET",
-            _PODS,
-            path_params={"namespace": self.namespace},
-            query=[("fieldSelector", f"spec.nodeName={self.node_name}"), ("labelSelector", label_selector)],
-            request_timeout=REQUEST_TIMEOUT_SECONDS,
+        return await list_pods(
+            self._client, label_selector, f"spec.nodeName={self.node_name}", self.namespace
         )
-        listed = await json_answer(f"LIST pods {label_selector}", request, (200,))
-        return list(listed.get("items") or [])
 
     async def delete(self, name: str, uid: str = "") -> None:
         """Deletes the pod (only the very one with `uid`, when given); one already gone counts
@@ -72,10 +62,22 @@ class PodApi:
             _POD,
             path_params={"namespace": self.namespace, "name": name},
             body=body,
-            request_timeout=REQUEST_TIMEOUT_SECONDS,
+            request_timeout=TIMEOUTS.request,
         )
-        try:
-            await json_answer(f"DELETE pod {name}", request, (200, 202))
-        except ApiCallError as error:
-            if error.status != 404:
-                raise
+        await json_call(f"DELETE pod {name}", request, (200, 202, 404))
+
+
+async def list_pods(
+    client: KubeClient, label_selector: str, field_selector: str, namespace: str | None = None
+) -> list[JsonObject]:
+    """The pods both selectors select, in `namespace` (None: in every namespace)."""
+    request = call(
+        client,
+        "GET",
+        _EVERY_POD if namespace is None else _PODS,
+        path_params=None if namespace is None else {"namespace": namespace},
+        query=[("labelSelector", label_selector), ("fieldSelector", field_selector)],
+        request_timeout=TIMEOUTS.request,
+    )
+    listed = await json_call("LIST pods", request, (200,))
+    return list(listed.get("items") or [])

@@ -11,15 +11,13 @@ cleanup refuses unless forced. Another installation's agents (another driver nam
 they never publish this driver's slices.
 """
 
-import json
 from typing import Any
 
-import aiohttp
-
-from dra_driver.kube.k8s_status import status_reason_and_message
-from dra_driver.kube.kube_api import KubeClient, call
+from dra_driver.kube.errors import ApiError
+from dra_driver.kube.kube_api import KubeClient
+from dra_driver.kube.pod_api import list_pods
+from dra_driver.kube.slice_api import SliceApi
 from dra_driver.publish.diff import Delete
-from dra_driver.publish.slice_api import REQUEST_TIMEOUT_SECONDS, ApiCallError, SliceApi
 
 # A slice changed between our list and our delete is listed again; a node whose slices keep
 # changing (an agent still running) is reported instead of fought.
@@ -49,27 +47,9 @@ def _runs_driver(pod: dict[str, Any], driver_name: str) -> bool:
 
 async def agent_pods(client: KubeClient, driver_name: str, node_name: str | None) -> list[str]:
     """`namespace/name on node` of every agent pod of `driver_name` that is not finished, on
-    `node_name` (None: on any node). Raises ApiCallError when the pods cannot be listed."""
+    `node_name` (None: on any node). Raises ApiError when the pods cannot be listed."""
     selector = _ENDED_PHASES if node_name is None else f"spec.nodeName={node_name},{_ENDED_PHASES}"
-    what = "LIST pods"
-    try:
-        response = await call(
-            client,
-            "GET",
-            "/api/v1/pods",
-            query=[("labelSelector", AGENT_LABEL_SELECTOR), ("fieldSelector", selector)],
-            request_timeout=REQUEST_TIMEOUT_SECONDS,
-        )
-        body = await response.read()
-    except (aiohttp.ClientError, TimeoutError) as error:
-        raise ApiCallError(what, 0, "", str(error) or type(error).__name__) from error
-    if response.status != 200:
-        reason, message = status_reason_and_message(body)
-        raise ApiCallError(what, response.status, reason, message)
-    try:
-        items = json.loads(body).get("items") or []
-    except (ValueError, AttributeError) as error:
-        raise ApiCallError(what, response.status, "", f"invalid JSON: {error}") from error
+    items = await list_pods(client, AGENT_LABEL_SELECTOR, selector)
     return [
         f"{pod['metadata'].get('namespace', '')}/{pod['metadata']['name']} on "
         f"{pod.get('spec', {}).get('nodeName') or '(no node yet)'}"
@@ -84,7 +64,7 @@ async def refusal(client: KubeClient, driver_name: str, node_name: str | None) -
     where = node_name or "every node"
     try:
         agents = await agent_pods(client, driver_name, node_name)
-    except ApiCallError as error:
+    except ApiError as error:
         return f"cannot tell whether an agent still serves {where}: {error}; --force skips this check"
     if not agents:
         return ""
@@ -114,10 +94,10 @@ async def remove_node_slices(api: SliceApi, dry_run: bool) -> tuple[Delete, ...]
             for delete in deletes:
                 await api.delete_slice(delete.name, delete.uid, delete.resource_version)
                 done.append(delete)
-        except ApiCallError as error:
-            if error.status != 409:
+        except ApiError as error:
+            if not error.conflict:
                 raise
-    raise ApiCallError(
+    raise ApiError(
         "cleanup",
         409,
         "Conflict",

@@ -23,8 +23,13 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from dra_driver.base.backoff import Backoff
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout, SlicePlanError, layout_for, plan_slices, slices_to_api
+from dra_driver.kube.calls import WatchEvent
+from dra_driver.kube.errors import ApiError
+from dra_driver.kube.slice_api import SliceApi
+from dra_driver.kube.watching import WatchPosition, list_and_watch
 from dra_driver.observability.metrics import PublishMetrics
 from dra_driver.publish.capabilities import (
     DISPLAY_ONLY_FEATURES,
@@ -50,14 +55,12 @@ from dra_driver.publish.diff import (
     Write,
     plan_sync,
 )
-from dra_driver.publish.slice_api import ApiCallError, SliceApi, WatchEvent
 from dra_driver.publish.workqueue import ShutDown, WorkQueue
 
 log = structlog.get_logger("dra_driver.publish")
 
 DEFAULT_SYNC_DELAY_SECONDS = 5.0
-WATCH_RETRY_FIRST_SECONDS = 0.1
-WATCH_RETRY_MAX_SECONDS = 30.0
+WATCH_RETRY = Backoff(first=0.1, cap=30.0)
 
 # Told what the server was found to store: once its version is read, and for each newly dropped feature.
 CapabilityReport = Callable[[ApiCapabilities], None]
@@ -130,7 +133,7 @@ class ResourceSliceController:
         self._last_dry_run: tuple[str, ...] | None = None
         self._sync_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
-        self._watch_from: str | None = None
+        self._watch_position = WatchPosition()
 
     @property
     def key(self) -> str:
@@ -173,7 +176,7 @@ class ResourceSliceController:
                 return
             try:
                 await self._sync()
-            except (ApiCallError, ServerVersionError, OutdatedList) as error:
+            except (ApiError, ServerVersionError, OutdatedList) as error:
                 delay = self._queue.add_rate_limited(key)
                 log.warning(
                     "resourceslice sync failed; retrying",
@@ -189,28 +192,24 @@ class ResourceSliceController:
     # -- the watch ---------------------------------------------------------------------------------
 
     async def _watch_forever(self) -> None:
-        failures = 0
-        while True:
-            try:
-                if self._watch_from is None:
-                    async with self._sync_lock:
-                        if self._watch_from is None:  # a sync may have listed meanwhile
-                            # No watch runs now, so no event can be newer than this list: it is
-                            # the truth even if versions went back (a restored etcd).
-                            self._newest_seen = 0
-                            await self._list()
-                async for event in self._api.watch_slices(self._watch_from or ""):
-                    failures = 0
-                    self._on_event(event)
-            except ApiCallError as error:
-                if error.expired:
-                    log.info("resourceslice watch expired; listing again", error=str(error))
-                    self._watch_from = None
-                    continue
-                failures += 1
-                delay = min(WATCH_RETRY_FIRST_SECONDS * 2 ** (failures - 1), WATCH_RETRY_MAX_SECONDS)
-                log.warning("resourceslice watch failed; retrying", error=str(error), retry_in_seconds=delay)
-                await asyncio.sleep(delay)
+        await list_and_watch(
+            self._list_for_watch,
+            self._api.watch_slices,
+            self._on_event,
+            backoff=WATCH_RETRY,
+            log=log,
+            what="resourceslice",
+            position=self._watch_position,
+        )
+
+    async def _list_for_watch(self) -> str:
+        async with self._sync_lock:
+            if self._watch_position.resource_version is None:  # a sync may have listed meanwhile
+                # No watch runs now, so no event can be newer than this list: it is the truth
+                # even if versions went back (a restored etcd).
+                self._newest_seen = 0
+                await self._list()
+        return self._watch_position.resource_version or ""
 
     async def _list(self) -> None:
         items, resource_version = await self._api.list_slices()
@@ -226,17 +225,14 @@ class ResourceSliceController:
         self._deleted_by_us.clear()
         self._deleted_at.clear()
         self._listed_at = self._newest_seen = listed_at
-        self._watch_from = resource_version
+        self._watch_position.resource_version = resource_version
         self._stale = False
         if before != self._stored:
             self._queue.add(self.key)
 
     def _on_event(self, event: WatchEvent) -> None:
-        if event.kind == "BOOKMARK":
-            # Not counted as seen: it changes nothing of ours, and other objects move it on.
-            self._watch_from = event.resource_version or self._watch_from
-            return
-        self._watch_from = event.resource_version or self._watch_from
+        """A change the watch shows (bookmarks, which change nothing of ours, do not come here:
+        the loop moves the watch position on with them)."""
         obj = event.object
         name = str(obj.get("metadata", {}).get("name", ""))
         version = _resource_version(obj)
@@ -346,7 +342,7 @@ class ResourceSliceController:
                     self._accept(body, await self._api.replace_slice(name, body))
                 case Create(body=body):
                     self._accept(body, await self._api.create_slice(body))
-        except ApiCallError as error:
+        except ApiError as error:
             self._metrics.slice_api_errors.labels(verb=verb, status=str(error.status)).inc()
             # Unknown outcome, or our copy is out of date: read the truth before writing again.
             self._stale = True
@@ -404,5 +400,5 @@ class ResourceSliceController:
             await self._api.create_node_event(
                 (self._owner.uid if self._owner else ""), "ResourceSliceFieldsDropped", message, "Warning"
             )
-        except ApiCallError as error:
+        except ApiError as error:
             log.warning("could not record the dropped-fields Event on the Node", error=str(error))

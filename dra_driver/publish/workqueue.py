@@ -11,21 +11,21 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from dra_driver.base.backoff import Backoff
+
 Key = TypeVar("Key", bound=Hashable)
 
 # client-go's default controller rate limiter starts at 5 ms; it caps at 1000 s, which leaves a
 # node without slices for a quarter of an hour after a long API outage. 30 s is the worst wait
 # here once the server answers again.
-BACKOFF_BASE_SECONDS = 0.005
-BACKOFF_MAX_SECONDS = 30.0
+RETRY = Backoff(first=0.005, cap=30.0)
 RETRIES_PER_SECOND = 10.0
 RETRY_BURST = 100
 
 
 @dataclass
 class RateLimiter(Generic[Key]):
-    base_seconds: float = BACKOFF_BASE_SECONDS
-    max_seconds: float = BACKOFF_MAX_SECONDS
+    backoff: Backoff = RETRY
     per_second: float = RETRIES_PER_SECOND
     burst: int = RETRY_BURST
     clock: Callable[[], float] = time.monotonic
@@ -39,10 +39,9 @@ class RateLimiter(Generic[Key]):
 
     def when(self, key: Key) -> float:
         """Seconds to wait before retrying `key`, counting this as one more failure."""
-        failures = self._failures.get(key, 0)
-        self._failures[key] = failures + 1
-        backoff = min(self.base_seconds * 2.0**failures, self.max_seconds)
-        return max(backoff, self._bucket_delay())
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        return max(self.backoff.delay(failures), self._bucket_delay())
 
     def _bucket_delay(self) -> float:
         now = self.clock()

@@ -27,6 +27,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.base.backoff import Backoff
 from dra_driver.state.keyed_locks import KeyedLocks
 
 _FIRST_POLL_SECONDS = 0.001
@@ -66,10 +67,16 @@ async def exclusive(fd: int, longest_poll: float = _LONGEST_POLL_SECONDS) -> Non
 
 
 async def _wait_for(take: Callable[[], bool], longest_poll: float = _LONGEST_POLL_SECONDS) -> None:
-    delay = min(_FIRST_POLL_SECONDS, longest_poll)
-    while not take():
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, longest_poll)
+    if take():
+        return
+    # Built only by a waiter: an uncontended lock (every prepare's usual case) costs nothing more.
+    polls = Backoff(first=min(_FIRST_POLL_SECONDS, longest_poll), cap=longest_poll)
+    failures = 1
+    while True:
+        await asyncio.sleep(polls.delay(failures))
+        if take():
+            return
+        failures += 1
 
 
 @dataclass(slots=True)

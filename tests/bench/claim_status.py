@@ -39,7 +39,9 @@ from kubernetes import client, config
 from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.status_writer import ClaimStatusApi, ClaimStatusWriter
+from dra_driver.claims.status_writer import ClaimStatusWriter
+from dra_driver.kube.claim_api import ClaimApi
+from dra_driver.kube.timeouts import TIMEOUTS
 from dra_driver.observability.metrics import ClaimStatusMetrics
 from tests.bench.standin import bench_workspace
 from tests.support.claims import allocate
@@ -65,7 +67,7 @@ def _entries(device: str, now: str) -> tuple[dict[str, Any], ...]:
 async def _write_all(kubeconfig: Path, claims: list[tuple[str, str, object]]) -> tuple[float, float]:
     api = await kubernetes_api_client(kubeconfig)
     metrics = ClaimStatusMetrics()
-    writer = ClaimStatusWriter(ClaimStatusApi(api), DRIVER, metrics, settle_seconds=0)
+    writer = ClaimStatusWriter(ClaimApi(api, TIMEOUTS.claim_status), DRIVER, metrics, settle_seconds=0)
     try:
         wall, cpu = time.perf_counter(), time.process_time()
         for name, uid, claim in claims:
@@ -121,7 +123,7 @@ async def _hot_path(root: Path, rounds: int, blocks: int) -> dict[str, dict[str,
     source = _MemoryClaims(uid)
     raw = [("default", "c", uid)]
     # The writer's API is never reached: every write is cancelled within its settle time.
-    writer = ClaimStatusWriter(ClaimStatusApi(None), DRIVER)  # type: ignore[arg-type]
+    writer = ClaimStatusWriter(ClaimApi(None, TIMEOUTS.claim_status), DRIVER)  # type: ignore[arg-type]
     engines: dict[str, ClaimEngine] = {
         "with writer": simulated_engine(root / "with", source, claim_status=writer),
         "without": simulated_engine(root / "without", source),
@@ -151,7 +153,7 @@ async def _hot_path(root: Path, rounds: int, blocks: int) -> dict[str, dict[str,
 
 
 async def _overhead(cycles: int) -> dict[str, float]:
-    writer = ClaimStatusWriter(ClaimStatusApi(None), DRIVER)  # type: ignore[arg-type]
+    writer = ClaimStatusWriter(ClaimApi(None, TIMEOUTS.claim_status), DRIVER)  # type: ignore[arg-type]
     ref = claim_ref("default", "c", "0b5bb2d4-2f1e-4b8f-9d33-5f2f0c6f2b61")
     claim: dict[str, object] = {}
 

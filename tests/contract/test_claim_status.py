@@ -20,11 +20,14 @@ from kubernetes import client, config
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.agent.kube_client import kubernetes_api_client
+from dra_driver.base.backoff import Backoff
 from dra_driver.claims.engine import ClaimEngine, RawClaim
 from dra_driver.claims.source import ApiServerClaimSource
-from dra_driver.claims.status_writer import CONCURRENCY, Backoff, ClaimStatusApi, ClaimStatusWriter
+from dra_driver.claims.status_writer import CONCURRENCY, ClaimStatusWriter
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.kube.claim_api import ClaimApi
+from dra_driver.kube.timeouts import TIMEOUTS
 from dra_driver.observability.metrics import ClaimStatusMetrics
 from dra_driver.tools import kubelet_client
 from dra_driver.tools.kubelet_client import ClaimArg
@@ -87,7 +90,11 @@ async def node(
     api = await kubernetes_api_client(cluster.kubeconfig)
     metrics = ClaimStatusMetrics()
     writer = ClaimStatusWriter(
-        ClaimStatusApi(api), DEFAULT_DRIVER_NAME, metrics, backoff=QUICK, settle_seconds=settle_seconds
+        ClaimApi(api, TIMEOUTS.claim_status),
+        DEFAULT_DRIVER_NAME,
+        metrics,
+        backoff=QUICK,
+        settle_seconds=settle_seconds,
     )
     hardware = simulated_hardware(root, profile)
     engine = simulated_engine(

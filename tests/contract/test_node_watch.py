@@ -8,8 +8,10 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from dra_driver.agent.node_watch import NodeApi, NodeFacts, follow_node
+from dra_driver.agent.node_watch import NodeFacts, follow_node
+from dra_driver.base.backoff import Backoff
 from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.node_api import NodeApi
 from tests.support.agent import NODE_NAME
 from tests.support.apiserver import ApiServer
 from tests.support.publishing import add_node, json_request
@@ -35,7 +37,9 @@ def set_label(server: ApiServer, node: str, value: str | None) -> None:
 async def following(server: ApiServer) -> AsyncIterator[list[NodeFacts]]:
     seen: list[NodeFacts] = []
     client = KubeClient(Configuration(host=server.url))
-    task = asyncio.create_task(follow_node(NodeApi(client, NODE_NAME), seen.append, retry_first=0.01))
+    task = asyncio.create_task(
+        follow_node(NodeApi(client, NODE_NAME), seen.append, Backoff(first=0.01, cap=30.0))
+    )
     try:
         yield seen
     finally:

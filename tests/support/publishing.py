@@ -15,12 +15,12 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.inventory import Inventory, build_inventory
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
 from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.slice_api import SliceApi
 from dra_driver.observability.metrics import PublishMetrics
 from dra_driver.publish.capabilities import ApiFeature, fall_back
 from dra_driver.publish.controller import ResourceSliceController
 from dra_driver.publish.desired import ApiCapabilities
 from dra_driver.publish.diff import Write
-from dra_driver.publish.slice_api import SliceApi
 from tests.support.agent import NODE_NAME
 from tests.support.apiserver import ApiServer
 

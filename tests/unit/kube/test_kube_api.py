@@ -19,10 +19,10 @@ from kubernetes.aio import client as aio_client
 from kubernetes.aio.client.api_client import ApiClient
 from kubernetes.aio.config.incluster_config import InClusterConfigLoader
 
-from dra_driver.claims.source import CLAIM_PATH
 from dra_driver.devices.slices import plan_slices, slices_to_api
+from dra_driver.kube.claim_api import CLAIM_PATH
 from dra_driver.kube.kube_api import Configuration, KubeClient, call
-from dra_driver.publish.slice_api import SliceApi, node_event
+from dra_driver.kube.slice_api import SliceApi, node_event
 from tests.support.nodes import inventory_for
 
 DRIVER = "gpu.dra-driver.dev"
@@ -75,7 +75,7 @@ def test_the_deferred_package_inits_only_bind_names(package: str) -> None:
 FRESH_INTERPRETER = """
 import importlib.metadata, sys, types
 import dra_driver.kube.kube_api
-from dra_driver.publish.slice_api import SliceApi, node_event
+from dra_driver.kube.slice_api import SliceApi, node_event
 from tests.support.nodes import inventory_for
 from dra_driver.claims.source import ApiServerClaimSource
 

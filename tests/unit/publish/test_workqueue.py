@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 
+from dra_driver.base.backoff import Backoff
 from dra_driver.publish.workqueue import RateLimiter, ShutDown, WorkQueue
 
 
@@ -16,7 +17,7 @@ class FakeClock:
 
 
 def test_backoff_doubles_per_key_up_to_the_cap_and_forget_resets_it() -> None:
-    limiter: RateLimiter[str] = RateLimiter(base_seconds=0.01, max_seconds=0.1, clock=FakeClock())
+    limiter: RateLimiter[str] = RateLimiter(backoff=Backoff(first=0.01, cap=0.1), clock=FakeClock())
 
     delays = [limiter.when("a") for _ in range(6)]
 
@@ -29,7 +30,9 @@ def test_backoff_doubles_per_key_up_to_the_cap_and_forget_resets_it() -> None:
 
 def test_the_bucket_limits_retries_of_all_keys_together() -> None:
     clock = FakeClock()
-    limiter: RateLimiter[int] = RateLimiter(base_seconds=0.001, per_second=10, burst=3, clock=clock)
+    limiter: RateLimiter[int] = RateLimiter(
+        backoff=Backoff(first=0.001, cap=30.0), per_second=10, burst=3, clock=clock
+    )
 
     delays = [limiter.when(key) for key in range(5)]
 
@@ -58,7 +61,7 @@ def test_a_key_is_queued_once_and_re_added_keys_wait_for_the_worker() -> None:
 
 
 async def _add_after_keeps_the_earliest_time_and_add_rate_limited_backs_off() -> None:
-    queue: WorkQueue[str] = WorkQueue(RateLimiter(base_seconds=0.05))
+    queue: WorkQueue[str] = WorkQueue(RateLimiter(backoff=Backoff(first=0.05, cap=30.0)))
     loop = asyncio.get_running_loop()
     queue.add_after("pool", 10)
     queue.add_after("pool", 0.02)

@@ -1,0 +1,125 @@
+"""One JSON call and one watch-event stream: every API conversation of the agent goes through them.
+
+Raw JSON rather than the client's models: the slice controller compares what it sent with what
+the server stored field by field (to notice dropped fields), the engine checks a claim's fields
+itself with precise messages, and the models would join the agent's resident memory
+(`kube_api`). Whatever goes wrong becomes an `ApiError` here, so the façades above (`slice_api`,
+`pod_api`, `node_api`, `claim_api`) carry no error handling of their own.
+"""
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from dra_driver.kube.errors import TRANSPORT_ERRORS, ApiError
+from dra_driver.kube.kube_api import KubeClient, Query, call, get
+from dra_driver.kube.timeouts import TIMEOUTS
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    kind: str  # ADDED, MODIFIED, DELETED or BOOKMARK
+    object: JsonObject
+
+    @property
+    def resource_version(self) -> str:
+        return str(self.object.get("metadata", {}).get("resourceVersion", ""))
+
+
+def decoded_answer(call_name: str, status: int, body: bytes, expected: tuple[int, ...]) -> object:
+    """The parsed JSON of an answer with an expected status; else ApiError."""
+    if status not in expected:
+        raise ApiError.from_answer(call_name, status, body)
+    try:
+        return json.loads(body)
+    except ValueError as error:
+        raise ApiError(call_name, status, "", f"invalid JSON: {error}") from error
+
+
+async def json_call(
+    call_name: str, request: Awaitable[aiohttp.ClientResponse], expected: tuple[int, ...] = (200, 201)
+) -> JsonObject:
+    """The JSON object `request` (a `kube_api.call` not yet awaited) is answered with."""
+    try:
+        response = await request
+        body = await response.read()
+    except TRANSPORT_ERRORS as error:
+        raise ApiError.from_transport(call_name, error) from error
+    decoded = decoded_answer(call_name, response.status, body, expected)
+    if not isinstance(decoded, dict):
+        raise ApiError(call_name, response.status, "", "expected a JSON object")
+    return decoded
+
+
+async def json_get(
+    client: KubeClient, call_name: str, path: str, path_params: Mapping[str, str], request_timeout: float
+) -> object:
+    """A GET through the lean keep-alive pool (the pod-startup path's), answered as parsed JSON of
+    any shape: the caller checks the fields itself."""
+    try:
+        answer = await get(client, path, path_params=path_params, request_timeout=request_timeout)
+    except TRANSPORT_ERRORS as error:
+        raise ApiError.from_transport(call_name, error) from error
+    return decoded_answer(call_name, answer.status, answer.body, (200,))
+
+
+def watch_query(field_selector: str, resource_version: str) -> list[tuple[str, str | int | bool]]:
+    """A watch from `resource_version` of what `field_selector` selects, with bookmarks, ended by
+    the server after `TIMEOUTS.watch`."""
+    return [
+        ("allowWatchBookmarks", True),
+        ("fieldSelector", field_selector),
+        ("resourceVersion", resource_version),
+        ("timeoutSeconds", TIMEOUTS.watch),
+        ("watch", True),
+    ]
+
+
+async def watch_events(
+    client: KubeClient, call_name: str, path: str, query: Query
+) -> AsyncIterator[WatchEvent]:
+    """The events of one watch request (`query` says what, from where, and `watch=true`) until the
+    server ends it. Raises ApiError, `expired` when the version is too old to watch from."""
+    try:
+        response = await call(
+            client, "GET", path, query=query, request_timeout=TIMEOUTS.watch + TIMEOUTS.watch_read_margin
+        )
+    except TRANSPORT_ERRORS as error:
+        raise ApiError.from_transport(call_name, error) from error
+    try:
+        if response.status != 200:
+            try:
+                body = await response.read()
+            except TRANSPORT_ERRORS as error:
+                raise ApiError.from_transport(call_name, error) from error
+            raise ApiError.from_answer(call_name, response.status, body)
+        while True:
+            try:
+                line = await response.content.readline()
+            except TRANSPORT_ERRORS as error:
+                raise ApiError(call_name, 0, "", f"watch dropped: {error or type(error).__name__}") from error
+            if not line:
+                return
+            yield _watch_event(call_name, line)
+    finally:
+        response.release()
+
+
+def _watch_event(call_name: str, line: bytes) -> WatchEvent:
+    try:
+        decoded = json.loads(line)
+        kind, obj = decoded["type"], decoded["object"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ApiError(call_name, 0, "", f"malformed watch event: {line[:200]!r}") from error
+    if not isinstance(kind, str) or not isinstance(obj, dict):
+        raise ApiError(call_name, 0, "", f"malformed watch event: {line[:200]!r}")
+    if kind == "ERROR":
+        raise ApiError(
+            call_name, int(obj.get("code", 0) or 500), str(obj.get("reason", "")), str(obj.get("message", ""))
+        )
+    return WatchEvent(kind, obj)
