@@ -58,8 +58,9 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, Mount
+from dra_driver.claims.claim_object import ResourceClaimView
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.devices.model import AttributeValue, attribute_to_api
 from dra_driver.kube.k8s_names import dns_label_problem
@@ -68,7 +69,6 @@ CONTAINER_DIR = PurePosixPath("/var/run/kubernetes.io/dra-device-attributes")
 RESOURCE_CLAIMS_SUBDIR = "resourceclaims"
 RESOURCE_CLAIM_TEMPLATES_SUBDIR = "resourceclaimtemplates"
 FILE_SUFFIX = "-metadata.json"
-POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 
 API_GROUP = "metadata.resource.k8s.io"
 KIND = "DeviceMetadata"
@@ -118,21 +118,13 @@ class RequestMetadata:
         return cdi_device_name(self.request)
 
 
-def pod_claim_name(claim: object, ref: ClaimRef) -> str | None:
+def pod_claim_name(claim: ResourceClaimView, ref: ClaimRef) -> str | None:
     """The pod's name for a claim made from a template, from the annotation the resource claim
-    controller sets; None for a claim the pod names directly. It becomes a path component in
-    every container, so it must be what the API server allows for pod.spec.resourceClaims[].name."""
-    metadata = claim.get("metadata") if isinstance(claim, Mapping) else None
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    if not isinstance(annotations, Mapping) or POD_CLAIM_NAME_ANNOTATION not in annotations:
-        return None
-    value = annotations[POD_CLAIM_NAME_ANNOTATION]
-    path = f"metadata.annotations[{POD_CLAIM_NAME_ANNOTATION!r}]"
-    if not isinstance(value, str):
-        raise ClaimRejected(f"claim {ref}: {path}: expected a string, got {type(value).__name__}")
-    if problem := dns_label_problem(value):
-        raise ClaimRejected(f"claim {ref}: {path}: {problem}")
-    return value
+    controller sets; None for a claim the pod names directly. It becomes a path component in every
+    container, so a new prepare is refused for one the API server would not allow there."""
+    if claim.pod_claim_name_problem:
+        raise ClaimRejected(f"claim {ref}: {claim.pod_claim_name_problem}")
+    return claim.pod_claim_name
 
 
 def container_path(driver_name: str, ref: ClaimRef, pod_claim: str | None, request: str) -> PurePosixPath:
