@@ -188,7 +188,7 @@ def _results(devices: Mapping[str, Any], driver_name: str) -> tuple[AllocatedDev
                 )
         ours.append(
             AllocatedDevice(
-                request=_field(result, "request", path, string),
+                request=_request(result, path),
                 pool=_field(result, "pool", path, string),
                 device=_field(result, "device", path, string),
                 admin_access=bool(_field(result, "adminAccess", path, boolean, required=False)),
@@ -200,6 +200,16 @@ def _results(devices: Mapping[str, Any], driver_name: str) -> tuple[AllocatedDev
             )
         )
     return tuple(ours)
+
+
+def _request(result: Mapping[str, Any], path: str) -> str:
+    """Request names end up in host and container paths (device_metadata): each part must be a
+    DNS label, as the API server requires of request and subrequest names."""
+    request: str = _field(result, "request", path, string)
+    for part in request.split("/", 1):
+        if problem := k8s_names.dns_label_problem(part):
+            raise ClaimRejected(f"{path}.request: {problem}")
+    return request
 
 
 def _memory(written: str | None, path: str) -> Consumed | None:

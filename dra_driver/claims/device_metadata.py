@@ -63,7 +63,6 @@ from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.devices.model import AttributeValue, attribute_to_api
-from dra_driver.kube.k8s_names import dns_label_problem
 
 CONTAINER_DIR = PurePosixPath("/var/run/kubernetes.io/dra-device-attributes")
 RESOURCE_CLAIMS_SUBDIR = "resourceclaims"
@@ -97,8 +96,6 @@ class MetadataDevice:
     pool: str
     name: str
     attributes: Mapping[str, AttributeValue]
-    # Where the allocation result is, for error messages.
-    result_path: str = "status.allocation.devices.results"
 
     @property
     def main_request(self) -> str:
@@ -142,8 +139,9 @@ def host_file_prefix(claim_uid: str) -> str:
 
 def host_path(root: str, claim_uid: str, request: str) -> str:
     """The request's file in `root` (<state-dir>/dra-device-metadata); both names are checked
-    (claim_ref and `_checked_request`) before they get here. A string, not a path object: built
-    on every prepare and unprepare, where pathlib cost more than the file work it names."""
+    (claim_ref; ResourceClaimView.decode for request names) before they get here. A string, not
+    a path object: built on every prepare and unprepare, where pathlib cost more than the file
+    work it names."""
     return f"{root}/{claim_uid}{HOST_SEPARATOR}{request}{HOST_SUFFIX}"
 
 
@@ -190,15 +188,6 @@ def document(
     return rendered
 
 
-def _checked_request(device: MetadataDevice) -> str:
-    """Request names end up in host and container paths: each part must be a DNS label, as the
-    API server requires of request and subrequest names."""
-    for part in device.request.split("/", 1):
-        if problem := dns_label_problem(part):
-            raise ClaimRejected(f"{device.result_path}.request: {problem}")
-    return device.main_request
-
-
 def request_metadata(
     driver_name: str, ref: ClaimRef, pod_claim: str | None, devices: Sequence[MetadataDevice]
 ) -> tuple[RequestMetadata, ...]:
@@ -209,7 +198,7 @@ def request_metadata(
     head or grep. The bytes are the same every time for the same input."""
     by_request: dict[str, list[MetadataDevice]] = {}
     for device in devices:
-        by_request.setdefault(_checked_request(device), []).append(device)
+        by_request.setdefault(device.main_request, []).append(device)
     return tuple(
         RequestMetadata(
             request=request,

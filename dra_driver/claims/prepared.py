@@ -134,7 +134,6 @@ def metadata_devices(planned: tuple[PlannedDevice, ...], created: CreatedMig) ->
             pool=device.result.pool,
             name=device.result.device,
             attributes={**device.device.attributes, **_prepared_attributes(device, created)},
-            result_path=device.result.path,
         )
         for device in planned
     ]

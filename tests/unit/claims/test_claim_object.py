@@ -236,6 +236,17 @@ def test_malformed_consumed_capacity_is_refused_naming_the_field(consumed: objec
     assert str(refused.value).startswith(message)
 
 
+@pytest.mark.parametrize("request_name", ["../escape", "gpu/../../x", "GPU", "a" * 64])
+def test_a_request_name_that_cannot_be_a_path_component_rejects_the_claim(request_name: str) -> None:
+    """Request names become file names (device_metadata): refused with the claim, before prepare
+    does anything."""
+    other = {"request": "nic", "driver": "net.example.com", "pool": "n", "device": "eth0"}
+    result = {"request": request_name, "driver": DRIVER, "pool": "n", "device": "gpu-0"}
+
+    with pytest.raises(ClaimRejected, match=r"^status\.allocation\.devices\.results\[2\]\.request: "):
+        ours(claim([other, other, result]))
+
+
 def test_other_drivers_results_are_theirs_to_check() -> None:
     theirs = {"request": "nic", "driver": "net.example.com", "pool": 7, "consumedCapacity": {"cores": "1.5"}}
 
