@@ -26,10 +26,12 @@ update), so the records on disk are the truth, not this process's memory: a clai
 under its own lock across processes and its record is read from disk there, and device ownership
 is checked and taken in a short node-wide turn that first catches up with any peer's changes.
 
-The jobs around the protocol live next to it: ownership.py (who holds which device, agreed with
-peer agents), side_effects.py (doing and undoing MIG, time slices, MPS, HAMi-core), recovery.py
-(start-up), prepared.py (a claim's CDI devices and record), calls.py (running a call's claims),
-status_writer.py (the claim's status.devices, written in the background after the answer).
+The jobs around the protocol live next to it: claim_object.py (the claim, decoded once where it
+is fetched), claim_plan.py (every reason to refuse it, before any side effect), ownership.py (who
+holds which device, agreed with peer agents), side_effects.py (doing and undoing MIG, time
+slices, MPS, HAMi-core), recovery.py (start-up), prepared.py (a claim's CDI devices and record),
+calls.py (running a call's claims), status_writer.py (the claim's status.devices, written in the
+background after the answer).
 """
 
 from collections.abc import Sequence
