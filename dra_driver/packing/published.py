@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dra_driver.base import quantity as quantities
+from dra_driver.devices import attributes as names
 from dra_driver.devices.model import (
     AttributeValue,
     Capacity,
@@ -78,7 +79,7 @@ def parse_device(raw: Mapping[str, Any], where: str) -> Device:
     attributes = {name: _attribute(value) for name, value in (raw.get("attributes") or {}).items()}
     return Device(
         name=str(raw["name"]),
-        type=_TYPES.get(str(attributes.get("type", "gpu")), "gpu"),
+        type=_TYPES.get(str(attributes.get(names.TYPE, "gpu")), "gpu"),
         attributes=attributes,
         capacity={
             name: _capacity(value, f"{where}.capacity.{name}")
