@@ -155,7 +155,6 @@ async def _real(
     settings: NodeSettings, hardware: "NvmlBackend", gpus: tuple[Gpu, ...], cdi_specs: CdiSpecDirectory
 ) -> Platform:
     from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
-    from dra_driver.hardware.nvml_usage import NvmlUsageReader  # noqa: PLC0415 - pynvml only on GPUs
 
     try:
         discovery = await asyncio.to_thread(_driver_files, settings.driver_root, gpus)
@@ -179,10 +178,16 @@ async def _real(
         ),
         sharing=sharing,
         health_source=NvmlEvents(known_gpus={gpu.index: gpu.uuid for gpu in gpus}),
-        usage_reader=lambda: NvmlUsageReader(settings.driver_root),
+        usage_reader=lambda: _nvml_usage_reader(settings.driver_root),
         mps_pods_privileged=True,
         common_cdi_ids=(cdi.common_device_id(settings.driver_name),),
     )
+
+
+def _nvml_usage_reader(driver_root: Path) -> UsageReader:
+    from dra_driver.hardware.nvml_usage import NvmlUsageReader  # noqa: PLC0415 - only with usage metrics on
+
+    return NvmlUsageReader(driver_root)
 
 
 def _driver_files(driver_root: Path, gpus: Sequence[Gpu]) -> DriverDiscovery:
