@@ -2,28 +2,34 @@
 `demo`, `manifests` and `validate-config`, each in its module under `dra_driver/commands/`."""
 
 import argparse
+import importlib
 import sys
 from types import ModuleType
 
 from dra_driver import __version__
-from dra_driver.commands import cleanup, demo, faults, inspection, kubelet, manifests, node, plan, validate
-from dra_driver.config.settings import SettingsError
+from dra_driver.commands.imports import imports_frozen
 
-# Each command's module, by the name it registers. Some modules import their tool to fill in
-# their parser's defaults (the demo's imports the demo, the manifests' the manifest renderer):
-# a command line that names its command builds that command's parser alone, so `dra-driver
-# node` does not carry those tools (26 modules, 0.8 MiB of the agent's memory, issue 31).
-COMMANDS: dict[str, ModuleType] = {
-    "node": node,
-    "inspect": inspection,
-    "cleanup": cleanup,
-    "simulate-fault": faults,
-    "kubelet-client": kubelet,
-    "demo": demo,
-    "manifests": manifests,
-    "validate-config": validate,
-    "plan": plan,
+# Each command's module under dra_driver.commands, by the name it registers. Some modules import
+# their tool to fill in their parser's defaults (the demo's imports the demo, the manifests' the
+# manifest renderer): a command line that names its command builds that command's parser alone,
+# so `dra-driver node` does not carry those tools (26 modules, 0.8 MiB of the agent's memory,
+# issue 31). The modules are imported when their parser is built, inside `main`'s
+# imports_frozen, without full collections.
+COMMANDS: dict[str, str] = {
+    "node": "node",
+    "inspect": "inspection",
+    "cleanup": "cleanup",
+    "simulate-fault": "faults",
+    "kubelet-client": "kubelet",
+    "demo": "demo",
+    "manifests": "manifests",
+    "validate-config": "validate",
+    "plan": "plan",
 }
+
+
+def command_module(command: str) -> ModuleType:
+    return importlib.import_module(f"dra_driver.commands.{COMMANDS[command]}")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -31,15 +37,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dra-driver", description="Kubernetes DRA driver for NVIDIA GPUs")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for module in (COMMANDS[command],) if command is not None else COMMANDS.values():
-        module.add_parser(commands)
+    for name in (command,) if command is not None else COMMANDS:
+        command_module(name).add_parser(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     named = arguments[0] if arguments and arguments[0] in COMMANDS else None
-    args = build_parser(named).parse_args(arguments)
+    with imports_frozen():  # the command's modules, settings and options included
+        from dra_driver.config.settings import SettingsError  # noqa: PLC0415
+
+        args = build_parser(named).parse_args(arguments)
     try:
         code: int = args.run(args)
     except SettingsError as error:

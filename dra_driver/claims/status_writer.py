@@ -62,7 +62,10 @@ def _rfc3339_now() -> str:
 
 
 class ClaimStatusWriter:
-    """One background task per claim with a pending write; see the module docstring."""
+    """A timer per claim while its write settles, then a task while it runs; see the module
+    docstring. The task is made only when the timer fires: the claims unprepared within the
+    settling moment (every one in a loop of prepares and unprepares) cost a timer set and
+    cancelled, not a task started, cancelled and finished (issue 31)."""
 
     def __init__(
         self,
@@ -78,8 +81,12 @@ class ClaimStatusWriter:
         self._settle_seconds = settle_seconds
         self._driver_name = driver_name
         self._metrics = metrics or ClaimStatusMetrics()
+        self._dropped = self._metrics.writes.labels(result="dropped")
         self._backoff = backoff
-        self._pending: dict[str, asyncio.Task[None]] = {}
+        # Per claim UID: the settling timer, or the task writing.
+        self._pending: dict[str, asyncio.TimerHandle | asyncio.Task[None]] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     @property
     def pending(self) -> frozenset[str]:
@@ -90,44 +97,52 @@ class ClaimStatusWriter:
         """Queues the write of `entries` into `claim` (as prepare read it; None: read it first);
         returns at once."""
         self.cancel(ref.uid)
-        task = asyncio.get_running_loop().create_task(
-            self._write(ref, claim, entries), name=f"claim-status-{ref.uid}"
+        self._pending[ref.uid] = asyncio.get_running_loop().call_later(
+            self._settle_seconds, self._start, ref, claim, entries
         )
-        self._pending[ref.uid] = task
+        self._idle.clear()
         self._metrics.pending.set(len(self._pending))
-        task.add_done_callback(lambda done: self._finished(ref.uid, done))
 
     def cancel(self, claim_uid: str) -> None:
         """Drops the claim's pending write, if any, without waiting for it."""
-        task = self._pending.pop(claim_uid, None)
-        if task is not None:
-            task.cancel()
-            self._metrics.writes.labels(result="dropped").inc()
-            self._metrics.pending.set(len(self._pending))
+        pending = self._pending.pop(claim_uid, None)
+        if pending is not None:
+            pending.cancel()
+            self._dropped.inc()
+            self._pending_changed()
 
     async def wait_idle(self) -> None:
         """Until no write is pending (tests, and a graceful stop that may wait)."""
-        while self._pending:
-            await asyncio.gather(*self._pending.values(), return_exceptions=True)
+        await self._idle.wait()
 
     async def close(self) -> None:
-        tasks = tuple(self._pending.values())
+        tasks = [pending for pending in self._pending.values() if isinstance(pending, asyncio.Task)]
         for uid in tuple(self._pending):
             self.cancel(uid)
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _start(self, ref: ClaimRef, claim: ResourceClaimView | None, entries: EntryBuilder) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._write(ref, claim, entries), name=f"claim-status-{ref.uid}"
+        )
+        self._pending[ref.uid] = task
+        task.add_done_callback(lambda done: self._finished(ref.uid, done))
+
     def _finished(self, claim_uid: str, task: "asyncio.Task[None]") -> None:
         if self._pending.get(claim_uid) is task:
             del self._pending[claim_uid]
-            self._metrics.pending.set(len(self._pending))
+            self._pending_changed()
+
+    def _pending_changed(self) -> None:
+        self._metrics.pending.set(len(self._pending))
+        if not self._pending:
+            self._idle.set()
 
     def _count(self, result: str) -> None:
         self._metrics.writes.labels(result=result).inc()
 
     async def _write(self, ref: ClaimRef, claim: ResourceClaimView | None, entries: EntryBuilder) -> None:
         bound = log.bind(claim=str(ref))
-        if self._settle_seconds > 0:
-            await asyncio.sleep(self._settle_seconds)
         try:
             ours = entries(_rfc3339_now())
         except Exception as error:  # StatusTooLarge, or a fact prepare had and the status cannot say

@@ -4,14 +4,16 @@ import argparse
 import asyncio
 import sys
 
+from dra_driver.commands.imports import imports_frozen
 from dra_driver.config.option_table import AGENT_OPTIONS, add_agent_switches, add_options
 from dra_driver.config.settings import node_settings
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
-    from dra_driver.agent.node import run_node  # noqa: PLC0415
-    from dra_driver.observability.logs import configure_logging  # noqa: PLC0415 - keep `--help` fast
+    with imports_frozen():  # the agent's modules: most of its time to serving
+        from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
+        from dra_driver.agent.node import run_node  # noqa: PLC0415
+        from dra_driver.observability.logs import configure_logging  # noqa: PLC0415 - keep `--help` fast
 
     settings = node_settings(args, stderr_is_terminal=sys.stderr.isatty())
     configure_logging(settings.log_format, settings.verbosity)

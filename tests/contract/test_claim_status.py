@@ -359,7 +359,8 @@ def test_a_claim_unprepared_before_its_status_settles_sends_nothing(
     cluster: Cluster, short_dir: Path
 ) -> None:
     """The first attempt waits, so the claims of a burst of pod starts (and of pods that end at
-    once) cost the API server nothing."""
+    once) cost the API server nothing; and the agent no task: the write's task starts when the
+    moment is over (a timer until then, issue 31)."""
     claim = allocated(cluster, "brief", {"device": "gpu-2"})
     puts_before = cluster.server.request_count("PUT", "resourceclaims")  # the allocation's
 
@@ -367,6 +368,7 @@ def test_a_claim_unprepared_before_its_status_settles_sends_nothing(
         async with node(cluster, short_dir, "t4x4", NodeConfig(), settle_seconds=0.5) as n:
             assert (await n.engine.prepare([claim]))[claim[2]].error == ""
             await asyncio.sleep(0.1)
+            assert [task for task in asyncio.all_tasks() if task.get_name().startswith("claim-status-")] == []
             assert await n.engine.unprepare([claim]) == {claim[2]: ""}
             await asyncio.sleep(0.6)
             return n

@@ -36,3 +36,26 @@ def test_the_node_command_line_imports_no_other_commands_tools() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
     )
     assert answer.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_command_lines_imports_run_without_full_collections_and_are_frozen_after() -> None:
+    """Before: a full collection while `dra-driver node --help` imported its modules (and one
+    more while the agent imports its own); now none, and what was imported is frozen (issue 31)."""
+    probe = (
+        "import gc\n"
+        "full = []\n"
+        "def count(phase, info):\n"
+        "    if phase == 'start' and info['generation'] == 2:\n"
+        "        full.append(1)\n"
+        "gc.callbacks.append(count)\n"
+        "from dra_driver.cli import main\n"
+        "try:\n"
+        "    main(['node', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(len(full), gc.get_freeze_count() > 10000, gc.get_threshold() == (700, 10, 10))\n"
+    )
+    answer = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert answer.stdout.strip().splitlines()[-1] == "0 True True"
