@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Literal
 
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
-from dra_driver.claims.hami_core_hooks import hami_core_library_problem
+from dra_driver.claims.edits.hami_core_hooks import hami_core_library_problem
 from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.node_config import NodeConfigError
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy

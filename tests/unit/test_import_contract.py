@@ -103,10 +103,10 @@ def test_the_tree_keeps_every_contract() -> None:
             id="kube imports publish",
         ),
         pytest.param(
-            "claims/status_writer.py",
+            "claims/status/status_writer.py",
             "from dra_driver.publish.workqueue import WorkQueue",
             ("kube-edge-below-publish",),
-            "dra_driver.claims.status_writer -> dra_driver.publish.workqueue",
+            "dra_driver.claims.status.status_writer -> dra_driver.publish.workqueue",
             id="claims import publish",
         ),
         pytest.param(

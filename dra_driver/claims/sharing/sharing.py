@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.claims.cdi import ContainerEdits, Mount
+from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.identity import InvalidClaimIdentity
 from dra_driver.claims.opaque_config import MpsSettings, OpaqueConfigError, Sharing, TimeSlicingSettings
 from dra_driver.devices.model import DeviceType
