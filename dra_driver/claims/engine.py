@@ -40,6 +40,7 @@ from pathlib import Path
 
 import structlog
 
+from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.allocation import allocated_devices
 from dra_driver.claims.call_gate import CallGate, GateTicket
 from dra_driver.claims.calls import RawClaim, claim_context, concurrently, failure_answer, to_the_end
@@ -64,7 +65,7 @@ from dra_driver.claims.status.device_metadata import (
     pod_claim_name,
     request_metadata,
 )
-from dra_driver.claims.status.device_status import JsonObject, device_status_entries, has_status_facts
+from dra_driver.claims.status.device_status import device_status_entries, has_status_facts
 from dra_driver.claims.status.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.devices.inventory import Inventory

@@ -97,7 +97,7 @@ def test_the_tree_keeps_every_contract() -> None:
         pytest.param(
             # What kube/pod_api.py did before issue 31: the generic calls lived in publish/.
             "kube/pod_api.py",
-            "from dra_driver.publish.diff import JsonObject",
+            "from dra_driver.publish.diff import plan_sync",
             ("kube-edge-below-publish", "layers"),
             "dra_driver.kube.pod_api -> dra_driver.publish.diff",
             id="kube imports publish",
