@@ -53,6 +53,7 @@ def test_the_tree_keeps_every_contract() -> None:
     names = contract_names()
     assert set(names) == {
         "layers",
+        "claims-groups",
         "pure-cores",
         "hardware-at-the-bottom",
         "kube-edge-below-publish",
@@ -68,7 +69,7 @@ def test_the_tree_keeps_every_contract() -> None:
         pytest.param(
             "claims/claim_plan.py",
             "from dra_driver.claims.record_store import ClaimRecordStore",
-            ("pure-cores",),
+            ("pure-cores", "claims-groups"),
             "dra_driver.claims.claim_plan -> dra_driver.claims.record_store",
             id="claim plan imports the record store",
         ),
@@ -132,6 +133,20 @@ def test_the_tree_keeps_every_contract() -> None:
             ("layers",),
             "dra_driver.kube.kubeconfig_choice -> dra_driver.config.option_values",
             id="kube imports the option layer",
+        ),
+        pytest.param(
+            "claims/edits/gpu_edits.py",
+            "from dra_driver.claims.sharing.sharing import SharingPlan",
+            ("claims-groups",),
+            "dra_driver.claims.edits.gpu_edits -> dra_driver.claims.sharing.sharing",
+            id="claims edits import sharing",
+        ),
+        pytest.param(
+            "claims/claim_plan.py",
+            "from dra_driver.claims.status.device_status import StatusUpdate",
+            ("claims-groups",),
+            "dra_driver.claims.claim_plan -> dra_driver.claims.status.device_status",
+            id="the claim reading imports status",
         ),
         pytest.param(
             # Both read the device model; neither may read the other.
