@@ -64,6 +64,6 @@ def documented_layers(text: str) -> list[str]:
 
 def test_the_layer_order_is_the_contracts() -> None:
     config = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["tool"]["importlinter"]
-    (layers,) = [contract["layers"] for contract in config["contracts"] if contract["type"] == "layers"]
+    (layers,) = [contract["layers"] for contract in config["contracts"] if contract["id"] == "layers"]
 
     assert documented_layers(DOC.read_text()) == layers
