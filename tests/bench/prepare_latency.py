@@ -13,9 +13,11 @@ Figures, each measured `--runs` times:
 - single: one claim per call, prepare then unprepare, `--rounds` rounds after 100 of warm-up;
 - batch: one NodePrepareResources with 8 claims (8 GPUs), then one NodeUnprepareResources of the
   8, `--batch-rounds` rounds after 100 of warm-up;
-- concurrent: 16 callers on one shared channel (kubelet keeps one connection per plugin), each
-  preparing and unpreparing its own claim on its own GPU in a loop: completed prepare+unprepare
-  pairs per second and per-call latency, over `--duration` s after `--warmup` s;
+- concurrent: `--callers` callers (16, then 8, by default) on one shared channel (kubelet keeps
+  one connection per plugin), each preparing and unpreparing its own claim on its own GPU in a
+  loop: completed prepare+unprepare pairs per second and per-call latency, over `--duration` s
+  after `--warmup` s; the 16-caller figure is `concurrent` in the results, another count N is
+  `concurrent_N`;
 - of the agent: its resident memory after all of these (and after each), and the time from
   spawning it to registered with kubelet (GetInfo and NotifyRegistrationStatus answered);
 - first: a fresh agent started `--first-starts` times, each time its first prepare (one claim,
@@ -84,7 +86,9 @@ from tests.support.waiting import wait_until
 __all__ = ["main", "measure"]
 
 FIGURES = ("single", "batch", "concurrent")
-CALLERS = 16
+# The concurrent figure's caller counts: 16 as in every earlier round's results, and 8, which
+# issue 31's target is stated for.
+CALLERS = (16, 8)
 BATCH_CLAIMS = 8
 # 16 whole GPUs, so that every concurrent caller has a device of its own (the simulated maximum).
 NODE_FILE = """\
@@ -120,21 +124,36 @@ class Plan:
     profile_mode: str = "gil"
     first_starts: int = 0
     dirty_mib: int = 0
+    callers: tuple[int, ...] = CALLERS
 
 
 Sampler = Callable[[str], AbstractContextManager[object]]
 
 
+def concurrent_key(callers: int) -> str:
+    """Where the figure of `callers` concurrent callers goes in the results."""
+    return "concurrent" if callers == CALLERS[0] else f"concurrent_{callers}"
+
+
+def _measured(plan: Plan) -> list[str]:
+    """The figures of `plan` by their keys in the results, one per caller count."""
+    keys = []
+    for figure in plan.figures:
+        keys += [concurrent_key(n) for n in plan.callers] if figure == "concurrent" else [figure]
+    return keys
+
+
 def _figure(figure: str, socket: Path, claims: Sequence[Any], plan: Plan) -> tuple[dict[str, Any], int]:
-    """Runs one figure; returns its result and how many rounds (one prepare call and one
-    unprepare call each) it made, warm-up included."""
+    """Runs one figure (a key of `_measured`); returns its result and how many rounds (one
+    prepare call and one unprepare call each) it made, warm-up included."""
     if figure == "single":
         return asyncio.run(measure(socket, claims[0], plan.rounds)), WARMUP_ROUNDS + plan.rounds
     if figure == "batch":
         batch = asyncio.run(measure_calls(socket, claims[:BATCH_CLAIMS], plan.batch_rounds))
         return {"claims_per_call": BATCH_CLAIMS, **batch}, WARMUP_ROUNDS + plan.batch_rounds
+    callers = CALLERS[0] if figure == "concurrent" else int(figure.removeprefix("concurrent_"))
     concurrent = asyncio.run(
-        measure_concurrent(socket, claims, plan.duration_s, plan.warmup_s, plan.channel_per_caller)
+        measure_concurrent(socket, claims[:callers], plan.duration_s, plan.warmup_s, plan.channel_per_caller)
     )
     return concurrent, concurrent["pairs_total"]
 
@@ -148,7 +167,7 @@ def run_figures(socket: Path, claims: Sequence[Any], plan: Plan, pid: int, sampl
     so, and it says how far from a saturated core a figure is."""
     figures: dict[str, Any] = {}
     rss_after: dict[str, float] = {}
-    for figure in plan.figures:
+    for figure in _measured(plan):
         with sample(figure):
             server_before, client_before = cpu_seconds(pid), time.process_time()
             result, rounds = _figure(figure, socket, claims, plan)
@@ -231,7 +250,7 @@ def allocate_claims(kubeconfig: Path) -> list[Any]:
         api = client.ResourceV1Api(api_client)
         stamp = time.monotonic_ns()
         claims = []
-        for gpu in range(CALLERS):
+        for gpu in range(max(CALLERS)):
             name = f"bench-{stamp}-{gpu}"
             uid = allocate(api, name, {"gpu": f"gpu-{gpu}"}, pool=NODE_NAME)
             claims.append(v1_pb2.Claim(namespace="default", name=name, uid=uid))
@@ -386,11 +405,11 @@ def summary(agent: dict[str, Any], floor: dict[str, Any]) -> str:
             f"{batch['claims_per_call']} claims/call: {_latency(batch)} "
             f"[floor {floor_batch['prepare']['p50_ms']:.2f} / {floor_batch['unprepare']['p50_ms']:.2f} ms]"
         )
-    if "concurrent" in agent:
-        concurrent = agent["concurrent"]
+    for key in sorted(key for key in agent if key.startswith("concurrent")):
+        concurrent = agent[key]
         parts.append(
             f"{concurrent['callers']} callers: {concurrent['claims_per_s']:.0f} claims/s, "
-            f"{_latency(concurrent)} [floor {floor['concurrent']['claims_per_s']:.0f} claims/s]"
+            f"{_latency(concurrent)} [floor {floor[key]['claims_per_s']:.0f} claims/s]"
         )
     parts.append(f"RSS {agent['agent_rss_mib_after']:.1f} MiB")
     parts.append(f"start to registered {agent['start_to_registered_s']:.2f} s")
@@ -428,6 +447,15 @@ def parse_plan() -> tuple[Plan, int, Path | None]:
         action="store_true",
         help="concurrent callers each on their own channel, instead of one shared as kubelet does",
     )
+    parser.add_argument(
+        "--callers",
+        type=int,
+        nargs="+",
+        choices=range(1, max(CALLERS) + 1),
+        default=list(CALLERS),
+        metavar="N",
+        help=f"caller counts of the concurrent figure, each at most {max(CALLERS)} (default: %(default)s)",
+    )
     parser.add_argument("--profile", type=Path, metavar="DIR", help="sample the agent with py-spy into DIR")
     parser.add_argument(
         "--profile-mode", choices=PROFILE_MODES, default="gil", help="what py-spy samples (see PROFILE_MODES)"
@@ -459,6 +487,7 @@ def parse_plan() -> tuple[Plan, int, Path | None]:
         profile_mode=args.profile_mode,
         first_starts=args.first_starts,
         dirty_mib=args.dirty_mib,
+        callers=tuple(args.callers),
     )
     return plan, args.runs, args.output
 
@@ -479,7 +508,7 @@ def main() -> None:
         "first_starts": plan.first_starts,
         "dirty_mib": plan.dirty_mib,
         "concurrent": {
-            "callers": CALLERS,
+            "callers": list(plan.callers),
             "duration_s": plan.duration_s,
             "warmup_s": plan.warmup_s,
             "channel": "one per caller" if plan.channel_per_caller else "one, shared",
