@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 
 from dra_driver.agent.errors import SetupError, StartupError
-from dra_driver.claims import cdi
-from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.driver_edits import common_edits, control_device_nodes
+from dra_driver.claims.edits import cdi
+from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.driver_edits import common_edits, control_device_nodes
+from dra_driver.claims.edits.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
 from dra_driver.claims.engine import SharingControls
-from dra_driver.claims.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
-from dra_driver.claims.mps import NvidiaMps, SimulatedMps
+from dra_driver.claims.sharing.mps import NvidiaMps, SimulatedMps
 from dra_driver.config.settings import InventorySettings, NodeSettings
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.driver_root import DriverDiscovery, device_root, discover_driver

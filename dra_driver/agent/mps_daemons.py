@@ -9,9 +9,9 @@ from dataclasses import replace
 
 from dra_driver.agent.errors import StartupError
 from dra_driver.agent.gpu_platform import Platform
-from dra_driver.claims.mps import MpsControlDaemons
-from dra_driver.claims.mps_pod_spec import MpsPodSettings
-from dra_driver.claims.mps_pods import MpsDaemonPods
+from dra_driver.claims.sharing.mps import MpsControlDaemons
+from dra_driver.claims.sharing.mps_pod_spec import MpsPodSettings
+from dra_driver.claims.sharing.mps_pods import MpsDaemonPods
 from dra_driver.claims.side_effects import SharingControls
 from dra_driver.config.settings import NodeSettings
 from dra_driver.kube.pod_api import PodApi

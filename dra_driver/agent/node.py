@@ -23,12 +23,12 @@ from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
 from dra_driver.agent.node_watch import NodeFacts, follow_node
 from dra_driver.agent.pool import NodePool
 from dra_driver.agent.usage import usage_sampler
-from dra_driver.claims.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
-from dra_driver.claims.status_writer import ClaimStatusWriter
-from dra_driver.claims.vgpu_edits import HamiCore, enforcement_off_message
+from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.config.node_config_files import load_node_config
 from dra_driver.config.settings import InventorySettings, NodeSettings
 from dra_driver.devices.config_files import ConfigChoice

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import structlog
 
 from dra_driver.base.backoff import Backoff
-from dra_driver.kube.calls import JsonObject, WatchEvent
+from dra_driver.base.json_object import JsonObject
+from dra_driver.kube.calls import WatchEvent
 from dra_driver.kube.node_api import NodeApi
 from dra_driver.kube.watching import list_and_watch
 

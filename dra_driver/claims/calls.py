@@ -11,7 +11,7 @@ from typing import NamedTuple, TypeVar
 
 import structlog
 
-from dra_driver.claims.cdi import InvalidCdiName
+from dra_driver.claims.edits.cdi import InvalidCdiName
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import InvalidClaimIdentity
 

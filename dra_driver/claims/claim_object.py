@@ -17,9 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.claims.errors import ClaimRejected
-from dra_driver.claims.opaque_config import ConfigEntry, ConfigSource, OpaqueConfigError
-from dra_driver.config.strict_decode import (
+from dra_driver.base.strict_decode import (
     DecodeError,
     boolean,
     byte_quantity,
@@ -31,6 +29,8 @@ from dra_driver.config.strict_decode import (
     shown,
     string,
 )
+from dra_driver.claims.errors import ClaimRejected
+from dra_driver.claims.opaque_config import ConfigEntry, ConfigSource, OpaqueConfigError
 from dra_driver.kube import k8s_names
 
 # Set by the resource claim controller on a claim made from a pod's template: the pod's name for it.

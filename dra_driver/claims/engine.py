@@ -40,19 +40,18 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.claims import cdi
+from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.allocation import allocated_devices
 from dra_driver.claims.call_gate import CallGate, GateTicket
 from dra_driver.claims.calls import RawClaim, claim_context, concurrently, failure_answer, to_the_end
-from dra_driver.claims.cdi import CdiSpec
-from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
-from dra_driver.claims.device_metadata import RequestMetadata, mount_edits, pod_claim_name, request_metadata
-from dra_driver.claims.device_status import JsonObject, device_status_entries, has_status_facts
-from dra_driver.claims.gpu_edits import DeviceEdits
+from dra_driver.claims.edits import cdi
+from dra_driver.claims.edits.cdi import CdiSpec
+from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.gpu_edits import DeviceEdits
+from dra_driver.claims.edits.vgpu_edits import HamiCore
 from dra_driver.claims.identity import ClaimRef, claim_ref
-from dra_driver.claims.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.ownership import DeviceOwnership
 from dra_driver.claims.prepared import claim_cdi_devices, metadata_devices, prepared_record
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
@@ -60,8 +59,15 @@ from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
 from dra_driver.claims.side_effects import ClaimSideEffects, SharingControls
 from dra_driver.claims.source import ClaimSource
-from dra_driver.claims.status_writer import ClaimStatusWriter
-from dra_driver.claims.vgpu_edits import HamiCore
+from dra_driver.claims.status.device_metadata import (
+    RequestMetadata,
+    mount_edits,
+    pod_claim_name,
+    request_metadata,
+)
+from dra_driver.claims.status.device_status import device_status_entries, has_status_facts
+from dra_driver.claims.status.metadata_files import DeviceMetadataDirectory
+from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.observability.metrics import ClaimMetrics

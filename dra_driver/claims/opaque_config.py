@@ -24,15 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dra_driver.claims.errors import ClaimRejected
-from dra_driver.claims.opaque_sharing import (
-    MpsSettings,
-    Sharing,
-    SharingStrategy,
-    TimeSlicingSettings,
-    decode_sharing,
-)
-from dra_driver.config.strict_decode import (
+from dra_driver.base.strict_decode import (
     DecodeError,
     boolean,
     choice,
@@ -42,6 +34,14 @@ from dra_driver.config.strict_decode import (
     literal_options,
     mapping,
     shown,
+)
+from dra_driver.claims.errors import ClaimRejected
+from dra_driver.claims.opaque_sharing import (
+    MpsSettings,
+    Sharing,
+    SharingStrategy,
+    TimeSlicingSettings,
+    decode_sharing,
 )
 from dra_driver.devices.model import DeviceType
 from dra_driver.hardware.model import TimeSliceInterval

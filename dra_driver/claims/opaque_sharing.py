@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dra_driver.config.strict_decode import (
+from dra_driver.base.strict_decode import (
     DecodeError,
     byte_quantity,
     choice,

@@ -8,12 +8,12 @@ their published attributes and what prepare made of them, the record from the CD
 
 from collections.abc import Mapping, Sequence
 
-from dra_driver.claims.cdi import CdiSpec, ContainerEdits
 from dra_driver.claims.claim_plan import PlannedDevice
-from dra_driver.claims.device_metadata import MetadataDevice
-from dra_driver.claims.gpu_edits import DeviceEdits
+from dra_driver.claims.edits.cdi import CdiSpec, ContainerEdits
+from dra_driver.claims.edits.gpu_edits import DeviceEdits
 from dra_driver.claims.records import ClaimRecord, DeviceFacts, MigInstanceRecord, PreparedDevice
-from dra_driver.claims.sharing import SharingPlan
+from dra_driver.claims.sharing.sharing import SharingPlan
+from dra_driver.claims.status.device_metadata import MetadataDevice
 from dra_driver.devices.model import AttributeValue
 from dra_driver.devices.origins import DynamicMig, StaticMig
 from dra_driver.hardware.model import MigInstance

@@ -18,12 +18,12 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from dra_driver.claims.calls import RawClaim, claim_context
-from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.metadata_files import DeviceMetadataDirectory
+from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
 from dra_driver.claims.ownership import DeviceOwnership
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.claims.side_effects import ClaimSideEffects
+from dra_driver.claims.status.metadata_files import DeviceMetadataDirectory
 from dra_driver.state.shared_locks import ClaimLocks
 
 log = structlog.get_logger("dra_driver.claims")

@@ -17,16 +17,20 @@ from dataclasses import dataclass
 
 import structlog
 
-from dra_driver.claims.cdi import ContainerEdits
 from dra_driver.claims.claim_plan import PlannedDevice
+from dra_driver.claims.edits.cdi import ContainerEdits
+from dra_driver.claims.edits.vgpu_edits import HamiCore, vgpu_claim_edits
+from dra_driver.claims.edits.vgpu_host import (
+    claim_directory_uids,
+    create_host_entries,
+    remove_claim_directory,
+)
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.claims.mps import MpsDaemonRunner
 from dra_driver.claims.prepared import CreatedMig
 from dra_driver.claims.records import ClaimRecord, ComputeModeRecord, MigInstanceRecord
-from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
-from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits
-from dra_driver.claims.vgpu_host import claim_directory_uids, create_host_entries, remove_claim_directory
+from dra_driver.claims.sharing.mps import MpsDaemonRunner
+from dra_driver.claims.sharing.sharing import SharedDevice, SharingPlan, plan_sharing
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import ComputeModes, HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement

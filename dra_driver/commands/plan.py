@@ -48,10 +48,9 @@ def _simulated_plans(
 def _live_plans(
     args: argparse.Namespace, groups: "tuple[PodGroup, ...]"
 ) -> "tuple[str, tuple[ModePlan, ...]]":
-    from dra_driver.config.settings import SettingsError  # noqa: PLC0415
     from dra_driver.devices.attributes import PRODUCT_NAME  # noqa: PLC0415
     from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem  # noqa: PLC0415
-    from dra_driver.kube.kubeconfig_choice import choose_kubeconfig  # noqa: PLC0415
+    from dra_driver.kube.kubeconfig_choice import KubeconfigUnusable, choose_kubeconfig  # noqa: PLC0415
     from dra_driver.packing.planner import check_profiles, offered_profiles, plan_pool  # noqa: PLC0415
     from dra_driver.tools.cluster_reads import read_node  # noqa: PLC0415
 
@@ -65,7 +64,7 @@ def _live_plans(
         raise _Invalid("--mode: only with --node simulated:...; a live node is planned as it publishes")
     try:
         choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
-    except SettingsError as error:
+    except KubeconfigUnusable as error:
         raise _Invalid(str(error)) from error
     pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
     if not pool.devices:

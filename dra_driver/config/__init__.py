@@ -1,2 +1,3 @@
-"""Options and operator files: the option table behind flags and environment variables, their
-parsing into settings, strict decoding of YAML, and node config files with their validation."""
+"""The option layer: the option table behind flags and environment variables, their parsing
+into settings, node config files and their validation. It sits above plugin/ (it names the
+sockets) and below agent/; the decoding kit it uses is in base/."""

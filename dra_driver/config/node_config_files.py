@@ -7,7 +7,7 @@ only the reads are here, at the edge, so that the device model imports no file I
 
 from pathlib import Path
 
-from dra_driver.config.yaml_files import YamlFileError, read_yaml_file
+from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.devices.config_files import CONFIG_SUFFIX
 from dra_driver.devices.node_config import NodeConfig, NodeConfigError, parse_node_config
 

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dra_driver.claims.hami_core_hooks import hami_core_library_problem
+from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
+from dra_driver.claims.edits.hami_core_hooks import hami_core_library_problem
 from dra_driver.config.node_config_files import load_node_config
-from dra_driver.config.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.devices.node_config import NodeConfigError
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy
 from dra_driver.kube.k8s_names import DNS_LABEL_MAX, dns_label_problem, dns_subdomain_problem, uid_problem
+from dra_driver.observability.logs import LogFormat
 from dra_driver.observability.server import ListenAddress, MetricsAddressError, parse_metrics_address
 
 HardwareKind = Literal["nvml", "simulated"]
-LogFormat = Literal["json", "console"]
 MpsDaemonMode = Literal["process", "pod"]
 
 

@@ -15,7 +15,6 @@ from dra_driver.config.option_table import DEFAULT_METRICS_ADDRESS
 from dra_driver.config.option_values import (
     HardwareKind,
     HardwareSpec,
-    LogFormat,
     MpsDaemonMode,
     SettingsError,
     parse_hardware,
@@ -23,6 +22,8 @@ from dra_driver.config.option_values import (
 from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy
 from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem
+from dra_driver.kube.kubeconfig_choice import KubeconfigUnusable, choose_kubeconfig
+from dra_driver.observability.logs import LogFormat
 from dra_driver.observability.server import ListenAddress
 from dra_driver.plugin.sockets import dra_socket_name, registration_socket_path, socket_path_problem
 
@@ -33,7 +34,6 @@ __all__ = [
     "HardwareKind",
     "HardwareSpec",
     "InventorySettings",
-    "LogFormat",
     "NodeSettings",
     "SettingsError",
     "cleanup_settings",
@@ -197,8 +197,6 @@ def inventory_settings(args: argparse.Namespace) -> InventorySettings:
 
 
 def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
-    from dra_driver.kube.kubeconfig_choice import choose_kubeconfig  # noqa: PLC0415 - it imports this module
-
     if not args.all_nodes and not args.node_name:
         raise SettingsError(
             "--node-name (NODE_NAME) or --all-nodes is required: which node's slices to delete"
@@ -210,7 +208,10 @@ def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
         driver_name = args.driver_name
     else:
         node_name, driver_name = _identity(args)
-    choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
+    try:
+        choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
+    except KubeconfigUnusable as error:
+        raise SettingsError(str(error)) from error
     return CleanupSettings(node_name, driver_name, choice.path, choice.note)
 
 

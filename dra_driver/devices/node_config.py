@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from dra_driver.base.quantity import UP_TO_TERA, parse_quantity
-from dra_driver.config.strict_decode import (
+from dra_driver.base.strict_decode import (
     DecodeError,
     choice,
     items,

@@ -4,7 +4,7 @@ The driver root is `/` on a plain host, `/run/nvidia/driver` where the GPU opera
 container holds the driver, or a test tree. It is another system's `/`: its absolute symlinks
 mean paths inside it, so every path is resolved within the root, and a symlink whose `..` climbs
 out of it is refused. Following it would bind-mount some host file that is not the driver's into
-every GPU container. claims/driver_edits.py turns what discovery found into CDI edits.
+every GPU container. claims/edits/driver_edits.py turns what discovery found into CDI edits.
 
 Libraries are looked for the way the root's own loader finds them: first in the directories its
 loader cache names for the driver's libraries, then in the usual directories. GPU cloud images
@@ -97,7 +97,7 @@ class DriverFile:
     """A file of the driver. `path` is where it was found in the driver root; `resolved` is where
     it really lies in the root, every symlink followed. `soname` (libraries whose SONAME is not
     their file name) is the second name containers see it by. Where containers see it is
-    claims/driver_edits.py's choice."""
+    claims/edits/driver_edits.py's choice."""
 
     path: str
     resolved: str

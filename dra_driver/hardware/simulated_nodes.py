@@ -12,8 +12,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dra_driver.config.strict_decode import DecodeError, choice, integer, items, mapping
-from dra_driver.config.yaml_files import YamlFileError, read_yaml_file
+from dra_driver.base.strict_decode import DecodeError, choice, integer, items, mapping
+from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.hardware.catalog import GpuModel, MigGeometry, gpu_models, read_packaged_yaml
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
 from dra_driver.hardware.model import (

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import combinations
 
-from dra_driver.config.strict_decode import DecodeError, items, mapping
+from dra_driver.base.strict_decode import DecodeError, items, mapping
 from dra_driver.devices.model import TaintEffect
 from dra_driver.devices.slices import SliceLayout
 

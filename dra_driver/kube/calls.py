@@ -10,15 +10,13 @@ itself with precise messages, and the models would join the agent's resident mem
 import json
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 
+from dra_driver.base.json_object import JsonObject
 from dra_driver.kube.errors import TRANSPORT_ERRORS, ApiError
 from dra_driver.kube.kube_api import KubeClient, Query, call, get
 from dra_driver.kube.timeouts import TIMEOUTS
-
-JsonObject = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

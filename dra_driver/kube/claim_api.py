@@ -2,7 +2,8 @@
 the status writer's GET and status PUT, and the cluster-wide list `plan` reads. Each raises
 `ApiError` (`kube.calls`); what a failure means for a claim is the caller's to say."""
 
-from dra_driver.kube.calls import JsonObject, json_call, json_get
+from dra_driver.base.json_object import JsonObject
+from dra_driver.kube.calls import json_call, json_get
 from dra_driver.kube.kube_api import KubeClient, call
 
 CLAIMS_PATH = "/apis/resource.k8s.io/v1/resourceclaims"

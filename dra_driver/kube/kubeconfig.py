@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.config.yaml_files import YamlFileError, read_yaml_file
+from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 
 # Before anything imports `kubernetes`: it keeps the client's package __init__ files from running.
 from dra_driver.kube import kube_api

@@ -10,7 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.config.settings import SettingsError
+
+class KubeconfigUnusable(ValueError):
+    """No kubeconfig can be used; the message names the flag or variable, so a command's option
+    layer passes it on as its own invalid-option line (exit 2)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,17 +25,17 @@ class KubeconfigChoice:
 
 
 def choose_kubeconfig(flag: str | None, environ: Mapping[str, str], home: Path) -> KubeconfigChoice:
-    """Raises SettingsError naming the flag or variable when what it names cannot be used, or
+    """Raises KubeconfigUnusable naming the flag or variable when what it names cannot be used, or
     when there is no kubeconfig and no cluster to run in."""
     if flag:
         if not Path(flag).is_file():
-            raise SettingsError(f"--kubeconfig: {flag} is not a file")
+            raise KubeconfigUnusable(f"--kubeconfig: {flag} is not a file")
         return KubeconfigChoice(Path(flag))
     listed = [entry for entry in environ.get("KUBECONFIG", "").split(os.pathsep) if entry]
     if listed:
         existing = [Path(entry) for entry in listed if Path(entry).is_file()]
         if not existing:
-            raise SettingsError(f"KUBECONFIG: none of {', '.join(listed)} is a file")
+            raise KubeconfigUnusable(f"KUBECONFIG: none of {', '.join(listed)} is a file")
         note = (
             f"using {existing[0]}, the first existing file of KUBECONFIG (kubectl would merge all "
             f"{len(listed)}; this command reads only that one)"
@@ -45,7 +48,7 @@ def choose_kubeconfig(flag: str | None, environ: Mapping[str, str], home: Path) 
         return KubeconfigChoice(default)
     if environ.get("KUBERNETES_SERVICE_HOST"):
         return KubeconfigChoice(None, "no kubeconfig found: using the pod's service account")
-    raise SettingsError(
+    raise KubeconfigUnusable(
         f"--kubeconfig: not given, KUBECONFIG is not set and {default} does not exist, "
         "and this is not a pod (no KUBERNETES_SERVICE_HOST)"
     )

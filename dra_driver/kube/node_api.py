@@ -3,7 +3,8 @@ something the API offers). Each call raises `ApiError` (`kube.calls`)."""
 
 from collections.abc import AsyncIterator
 
-from dra_driver.kube.calls import JsonObject, WatchEvent, json_call, watch_events, watch_query
+from dra_driver.base.json_object import JsonObject
+from dra_driver.kube.calls import WatchEvent, json_call, watch_events, watch_query
 from dra_driver.kube.kube_api import KubeClient, call
 from dra_driver.kube.timeouts import TIMEOUTS
 

@@ -1,7 +1,8 @@
 """The pod calls the agent makes for its MPS daemon pods: create, get, list and delete, in its own
 namespace, on its own node. Each raises `ApiError` (`kube.calls`)."""
 
-from dra_driver.kube.calls import JsonObject, json_call
+from dra_driver.base.json_object import JsonObject
+from dra_driver.kube.calls import json_call
 from dra_driver.kube.errors import ApiError
 from dra_driver.kube.kube_api import KubeClient, call
 from dra_driver.kube.timeouts import TIMEOUTS

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 import aiohttp
 
-from dra_driver.kube.calls import JsonObject, WatchEvent, json_call, watch_events, watch_query
+from dra_driver.base.json_object import JsonObject
+from dra_driver.kube.calls import WatchEvent, json_call, watch_events, watch_query
 from dra_driver.kube.kube_api import KubeClient, Query, call
 from dra_driver.kube.timeouts import TIMEOUTS
 

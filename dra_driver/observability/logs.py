@@ -7,11 +7,12 @@ routed through the same renderer, so a JSON log stays valid JSON line by line.
 import logging
 import os
 import sys
-from typing import TextIO
+from typing import Literal, TextIO
 
 import structlog
 
-from dra_driver.config.settings import LogFormat
+# What `--log-format` chooses; defined here, where it is used, so the option layer above imports it.
+LogFormat = Literal["json", "console"]
 
 
 class _LineWriter:

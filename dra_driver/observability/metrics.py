@@ -142,7 +142,7 @@ class ClaimMetrics:
         self.unprepare_errors.labels(reason=error_reason(error)).inc()
 
 
-# What became of a claim's status.devices write (see claims/status_writer.py): per claim, one of
+# What became of a claim's status.devices write (see claims/status/status_writer.py): per claim, one of
 # written, unchanged (already stored), dropped (claim gone, or unprepared first), rejected (the
 # server refused it for good: RBAC, validation); per failed attempt, conflict or failed.
 CLAIM_STATUS_RESULTS = ("written", "unchanged", "dropped", "rejected", "conflict", "failed")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from dra_driver.base.backoff import Backoff
+from dra_driver.base.json_object import JsonObject
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout, SlicePlanError, layout_for, plan_slices, slices_to_api
 from dra_driver.kube.calls import WatchEvent
@@ -47,7 +48,6 @@ from dra_driver.publish.diff import (
     Adopted,
     Create,
     Delete,
-    JsonObject,
     NodeOwner,
     PoolState,
     SyncPlan,

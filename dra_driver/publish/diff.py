@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-JsonObject = dict[str, Any]
+from dra_driver.base.json_object import JsonObject
 
 
 @dataclass(frozen=True, slots=True)

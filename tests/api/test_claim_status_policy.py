@@ -12,7 +12,7 @@ import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.claim_object import ResourceClaimView
-from dra_driver.claims.device_status import status_update
+from dra_driver.claims.status.device_status import status_update
 from dra_driver.tools.manifests import ManifestOptions, render, service_account_username
 from tests.support.admission_policy import denials, user_info
 

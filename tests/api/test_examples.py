@@ -24,9 +24,9 @@ import yaml
 
 from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.claim_object import ResourceClaimView
+from dra_driver.claims.edits.gpu_edits import device_env_prefix
+from dra_driver.claims.edits.vgpu_edits import vgpu_claim_edits
 from dra_driver.claims.engine import SharingControls
-from dra_driver.claims.gpu_edits import device_env_prefix
-from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.opaque_config import (
     GpuConfig,
     MigDeviceConfig,
@@ -35,7 +35,7 @@ from dra_driver.claims.opaque_config import (
     VgpuConfig,
     decode_parameters,
 )
-from dra_driver.claims.vgpu_edits import vgpu_claim_edits
+from dra_driver.claims.sharing.mps import SimulatedMps
 from dra_driver.claims.vgpu_grant import vgpu_grant
 from dra_driver.cli import main
 from dra_driver.devices.inventory import node_inventory

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from dra_driver.claims.mps import SimulatedMps
-from dra_driver.claims.mps_pod_spec import MpsPodSettings, daemon_pod
-from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
+from dra_driver.claims.sharing.mps import SimulatedMps
+from dra_driver.claims.sharing.mps_pod_spec import MpsPodSettings, daemon_pod
+from dra_driver.claims.sharing.sharing import MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware import simulated_mps_control
 from dra_driver.tools.manifests import ManifestOptions, render
 from dra_driver.tools.manifests.access import service_account_username

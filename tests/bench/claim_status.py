@@ -1,6 +1,6 @@
 """Benchmark: what one ResourceClaim status.devices write costs the node agent.
 
-The write runs in the background after prepare (claims/status_writer.py), so the prepare
+The write runs in the background after prepare (claims/status/status_writer.py), so the prepare
 benchmark (prepare_latency.py) does not see it: it prepares the same claims over and over, whose
 status is stored after the first round, and unprepares them within the writer's settle time. This
 measures the write itself: `--claims` claims allocated on the stand-in API server (a process of
@@ -41,7 +41,7 @@ from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.status_writer import ClaimStatusWriter
+from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.kube.claim_api import ClaimApi
 from dra_driver.kube.timeouts import TIMEOUTS
 from dra_driver.observability.metrics import ClaimStatusMetrics

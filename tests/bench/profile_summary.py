@@ -55,7 +55,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dra_driver/claims/source.py",
         ),
     ),
-    ("CDI spec write/remove", ("dra_driver/claims/cdi_files.py", "dra_driver/claims/cdi.py")),
+    ("CDI spec write/remove", ("dra_driver/claims/edits/cdi_files.py", "dra_driver/claims/edits/cdi.py")),
     (
         "claim records (group commit, files)",
         (

@@ -23,7 +23,7 @@ from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.base.backoff import Backoff
 from dra_driver.claims.engine import ClaimEngine, RawClaim
 from dra_driver.claims.source import ApiServerClaimSource
-from dra_driver.claims.status_writer import CONCURRENCY, ClaimStatusWriter
+from dra_driver.claims.status.status_writer import CONCURRENCY, ClaimStatusWriter
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.kube.claim_api import ClaimApi

@@ -32,7 +32,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.claims.cdi import claim_spec_file_name
+from dra_driver.claims.edits.cdi import claim_spec_file_name
 from dra_driver.state import failpoints
 from dra_driver.tools import kubelet_client
 from dra_driver.tools.kubelet_client import ClaimArg, KubeletClientError

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.claims.driver_edits import common_edits
+from dra_driver.claims.edits.driver_edits import common_edits
 from dra_driver.hardware.driver_root import UnusablePath, discover_driver
 from tests.support.driver_trees import SONAMES, VERSION, Layout, build_libraries, install
 

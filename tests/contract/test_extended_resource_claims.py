@@ -16,8 +16,8 @@ from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.calls import RawClaim
+from dra_driver.claims.edits.gpu_edits import device_env_prefix
 from dra_driver.claims.engine import PrepareOutcome
-from dra_driver.claims.gpu_edits import device_env_prefix
 from dra_driver.claims.source import ApiServerClaimSource
 from dra_driver.devices.classes import device_classes
 from dra_driver.devices.extended_resources import ExtendedResources

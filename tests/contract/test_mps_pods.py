@@ -18,12 +18,12 @@ from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls
-from dra_driver.claims.mps import SIMULATED_SETTINGS_FILE, SimulatedMps
-from dra_driver.claims.mps_pod_spec import MpsPodSettings, daemon_pod_name
-from dra_driver.claims.mps_pods import MpsDaemonPods
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ComputeModeRecord
-from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
+from dra_driver.claims.sharing.mps import SIMULATED_SETTINGS_FILE, SimulatedMps
+from dra_driver.claims.sharing.mps_pod_spec import MpsPodSettings, daemon_pod_name
+from dra_driver.claims.sharing.mps_pods import MpsDaemonPods
+from dra_driver.claims.sharing.sharing import MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.kube.kube_api import Configuration, KubeClient

@@ -39,10 +39,10 @@ from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_driver._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from dra_driver._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from dra_driver.claims.edits.vgpu_edits import HamiCore
 from dra_driver.claims.engine import ClaimEngine, PrepareOutcome, RawClaim, SharingControls
-from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.records import ClaimRecord, record_from_json
-from dra_driver.claims.vgpu_edits import HamiCore
+from dra_driver.claims.sharing.mps import SimulatedMps
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer

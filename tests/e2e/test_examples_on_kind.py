@@ -9,7 +9,7 @@ and a cluster. tests/api/test_examples.py checks the same examples without one.
 
 from typing import Any
 
-from dra_driver.claims.gpu_edits import device_env_prefix
+from dra_driver.claims.edits.gpu_edits import device_env_prefix
 from tests.e2e import kube
 from tests.e2e.conftest import RunExample
 from tests.support.cel import parse_quantity

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from dra_driver.claims.cdi import common_device_id
-from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.driver_edits import common_edits, control_device_nodes
+from dra_driver.claims.edits.cdi import common_device_id
+from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.driver_edits import common_edits, control_device_nodes
 from dra_driver.hardware.driver_root import DeviceRoot, discover_driver
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
 from dra_driver.tools import kubelet_client, podman

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.claims.cdi import common_device_id
-from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.driver_edits import common_edits
+from dra_driver.claims.edits.cdi import common_device_id
+from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.driver_edits import common_edits
 from dra_driver.hardware.driver_root import discover_driver
 from dra_driver.tools import podman
 from tests.support import podman_tier

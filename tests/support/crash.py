@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
-from dra_driver.claims.cdi import claim_spec_file_name
-from dra_driver.claims.device_metadata import HOST_SUBDIR
-from dra_driver.claims.mps import daemon_pid
-from dra_driver.claims.sharing import MpsDirectories
+from dra_driver.claims.edits.cdi import claim_spec_file_name
+from dra_driver.claims.sharing.mps import daemon_pid
+from dra_driver.claims.sharing.sharing import MpsDirectories
+from dra_driver.claims.status.device_metadata import HOST_SUBDIR
 from tests.support.agent import AgentDirs
 
 # A MIG instance as both sides name it: GPU UUID, profile id, placement start and size. The GPU

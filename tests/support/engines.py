@@ -9,13 +9,13 @@ configuration, a ready-made inventory, MIG hardware, sharing controls, HAMi-core
 from pathlib import Path
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.claims.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.gpu_edits import SimulatedEdits
+from dra_driver.claims.edits.vgpu_edits import HamiCore
 from dra_driver.claims.engine import ClaimEngine, SharingControls
-from dra_driver.claims.gpu_edits import SimulatedEdits
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ClaimSource
-from dra_driver.claims.status_writer import ClaimStatusWriter
-from dra_driver.claims.vgpu_edits import HamiCore
+from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend

@@ -2,6 +2,7 @@
 (moved, renamed, split) fails here, so the page cannot silently send a newcomer to nothing."""
 
 import re
+import tomllib
 from pathlib import Path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -52,3 +53,17 @@ def test_a_missing_file_is_noticed() -> None:
     """Guards the checks above: a link to a file that does not exist is reported."""
     assert not (DOC.parent / "../dra_driver/devices/nowhere.py").exists()
     assert linked_paths("[x](../dra_driver/devices/nowhere.py)") == {"../dra_driver/devices/nowhere.py"}
+
+
+def documented_layers(text: str) -> list[str]:
+    """The layer order the page shows: each line of the text block after "## Layers" starts with
+    its layer ("a" or "a | b"), then says what it holds."""
+    block = text.split("## Layers", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    return re.findall(r"^\S+(?: \| \S+)*", block, flags=re.MULTILINE)
+
+
+def test_the_layer_order_is_the_contracts() -> None:
+    config = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [contract["layers"] for contract in config["contracts"] if contract["id"] == "layers"]
+
+    assert documented_layers(DOC.read_text()) == layers

@@ -1,6 +1,8 @@
 """The layer contract of pyproject.toml holds on the tree, and each of its contracts catches an
 import that breaks it: run on a copy of the package with one bad import added, lint-imports
-fails and names that contract (and only that one), so the contract is shown to guard."""
+fails and names that contract (and only the contracts expected), so the contract is shown to
+guard. The `layers` contract overlaps the forbidden ones where they forbid an upward import, so
+those cases name both."""
 
 import shutil
 import subprocess
@@ -50,6 +52,8 @@ def test_the_tree_keeps_every_contract() -> None:
 
     names = contract_names()
     assert set(names) == {
+        "layers",
+        "claims-groups",
         "pure-cores",
         "hardware-at-the-bottom",
         "kube-edge-below-publish",
@@ -60,12 +64,12 @@ def test_the_tree_keeps_every_contract() -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "bad_import", "contract", "reported"),
+    ("module", "bad_import", "contracts", "reported"),
     [
         pytest.param(
             "claims/claim_plan.py",
             "from dra_driver.claims.record_store import ClaimRecordStore",
-            "pure-cores",
+            ("pure-cores", "claims-groups"),
             "dra_driver.claims.claim_plan -> dra_driver.claims.record_store",
             id="claim plan imports the record store",
         ),
@@ -73,50 +77,89 @@ def test_the_tree_keeps_every_contract() -> None:
             # Not a pure core itself, but the device model reaches it (through the node config).
             "hardware/catalog.py",
             "import subprocess",
-            "pure-cores",
+            ("pure-cores",),
             "dra_driver.hardware.catalog -> subprocess",
             id="transitively, through what a core imports",
         ),
         pytest.param(
             "hardware/events.py",
             "from dra_driver.health.model import HealthStatus",
-            "hardware-at-the-bottom",
+            ("hardware-at-the-bottom", "layers"),
             "dra_driver.hardware.events -> dra_driver.health.model",
             id="hardware imports health",
         ),
         pytest.param(
             "hardware/time_slicing.py",
             "from dra_driver.claims.opaque_config import Sharing",
-            "hardware-at-the-bottom",
+            ("hardware-at-the-bottom", "layers"),
             "dra_driver.hardware.time_slicing -> dra_driver.claims.opaque_config",
             id="hardware imports claims",
         ),
         pytest.param(
             # What kube/pod_api.py did before issue 31: the generic calls lived in publish/.
             "kube/pod_api.py",
-            "from dra_driver.publish.diff import JsonObject",
-            "kube-edge-below-publish",
+            "from dra_driver.publish.diff import plan_sync",
+            ("kube-edge-below-publish", "layers"),
             "dra_driver.kube.pod_api -> dra_driver.publish.diff",
             id="kube imports publish",
         ),
         pytest.param(
-            "claims/status_writer.py",
+            "claims/status/status_writer.py",
             "from dra_driver.publish.workqueue import WorkQueue",
-            "kube-edge-below-publish",
-            "dra_driver.claims.status_writer -> dra_driver.publish.workqueue",
+            ("kube-edge-below-publish",),
+            "dra_driver.claims.status.status_writer -> dra_driver.publish.workqueue",
             id="claims import publish",
         ),
         pytest.param(
             "observability/metrics.py",
             "from dra_driver.claims.errors import ClaimRejected",
-            "metrics-vocabulary",
+            ("metrics-vocabulary", "layers"),
             "dra_driver.observability.metrics -> dra_driver.claims.errors",
             id="metrics import an error type",
+        ),
+        pytest.param(
+            # What observability/logs.py did before issue 31, for LogFormat.
+            "observability/logs.py",
+            "from dra_driver.config.settings import NodeSettings",
+            ("layers",),
+            "dra_driver.observability.logs -> dra_driver.config.settings",
+            id="observability imports the option layer",
+        ),
+        pytest.param(
+            # What kube/kubeconfig_choice.py did before issue 31: a circle with config/settings.py,
+            # hidden there by a function-level import.
+            "kube/kubeconfig_choice.py",
+            "from dra_driver.config.option_values import SettingsError",
+            ("layers",),
+            "dra_driver.kube.kubeconfig_choice -> dra_driver.config.option_values",
+            id="kube imports the option layer",
+        ),
+        pytest.param(
+            "claims/edits/gpu_edits.py",
+            "from dra_driver.claims.sharing.sharing import SharingPlan",
+            ("claims-groups",),
+            "dra_driver.claims.edits.gpu_edits -> dra_driver.claims.sharing.sharing",
+            id="claims edits import sharing",
+        ),
+        pytest.param(
+            "claims/claim_plan.py",
+            "from dra_driver.claims.status.device_status import StatusUpdate",
+            ("claims-groups",),
+            "dra_driver.claims.claim_plan -> dra_driver.claims.status.device_status",
+            id="the claim reading imports status",
+        ),
+        pytest.param(
+            # Both read the device model; neither may read the other.
+            "claims/claim_plan.py",
+            "from dra_driver.packing.shapes import PodShape",
+            ("layers",),
+            "dra_driver.claims.claim_plan -> dra_driver.packing.shapes",
+            id="siblings import each other",
         ),
     ],
 )
 def test_a_bad_import_breaks_its_contract(
-    tmp_path: Path, module: str, bad_import: str, contract: str, reported: str
+    tmp_path: Path, module: str, bad_import: str, contracts: tuple[str, ...], reported: str
 ) -> None:
     shutil.copytree(
         REPOSITORY / "dra_driver", tmp_path / "dra_driver", ignore=shutil.ignore_patterns("__pycache__")
@@ -128,6 +171,22 @@ def test_a_bad_import_breaks_its_contract(
 
     names = contract_names()
     assert done.returncode == 1, done.stdout + done.stderr
-    expected = {name: "BROKEN" if key == contract else "KEPT" for key, name in names.items()}
+    expected = {name: "BROKEN" if key in contracts else "KEPT" for key, name in names.items()}
     assert verdicts(done.stdout) == expected, done.stdout
     assert reported in done.stdout
+
+
+def test_a_package_without_a_layer_breaks_the_layers_contract(tmp_path: Path) -> None:
+    shutil.copytree(
+        REPOSITORY / "dra_driver", tmp_path / "dra_driver", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    (tmp_path / "dra_driver" / "gadgets").mkdir()
+    (tmp_path / "dra_driver" / "gadgets" / "__init__.py").write_text('"""Not placed in any layer."""\n')
+
+    done = lint_imports(tmp_path)
+
+    names = contract_names()
+    assert done.returncode == 1, done.stdout + done.stderr
+    expected = {name: "BROKEN" if key == "layers" else "KEPT" for key, name in names.items()}
+    assert verdicts(done.stdout) == expected, done.stdout
+    assert "dra_driver.gadgets" in done.stdout

@@ -36,7 +36,7 @@ def cluster_role(options: ManifestOptions) -> dict[str, Any]:
     for the label that names its node config), its slices' sync (list/watch, get, create, update,
     delete) and events (in the core group, which it posts and, repeated, patches).
 
-    Plus the claim status it writes after prepare (claims/status_writer.py: PUT of the status
+    Plus the claim status it writes after prepare (claims/status/status_writer.py: PUT of the status
     subresource, so `update` only). Since 1.36 (DRAResourceClaimGranularStatusAuthorization, beta
     and on) the API server also authorizes a change of status.devices against the synthetic
     subresource `resourceclaims/driver`, named by the driver, with the verb prefixed

@@ -1,6 +1,6 @@
 """What the agent may do with pods, for the MPS control daemon of each claim (issue 26): a Role
 in its own namespace, and an admission policy that lets its token create and delete only daemon
-pods on its own node, made the way `claims/mps_pod_spec.py` makes them.
+pods on its own node, made the way `claims/sharing/mps_pod_spec.py` makes them.
 
 RBAC alone cannot say which pods: whoever may create pods in a namespace may create any pod
 there, and the agent's namespace admits privileged pods. The policy closes that: for the agent's
@@ -15,7 +15,12 @@ Python) must run unprivileged.
 
 from typing import Any
 
-from dra_driver.claims.mps_pod_spec import CLAIM_UID_LABEL, COMPONENT, COMPONENT_LABEL, POD_NAME_PREFIX
+from dra_driver.claims.sharing.mps_pod_spec import (
+    CLAIM_UID_LABEL,
+    COMPONENT,
+    COMPONENT_LABEL,
+    POD_NAME_PREFIX,
+)
 from dra_driver.hardware import simulated_mps_control
 from dra_driver.tools.manifests.access import agent_policy, agent_policy_binding, service_account_name
 from dra_driver.tools.manifests.options import (

@@ -3,7 +3,7 @@
 import pytest
 
 from dra_driver.base.backoff import Backoff
-from dra_driver.claims import status_writer
+from dra_driver.claims.status import status_writer
 from dra_driver.hardware import nvml_wait
 from dra_driver.publish import controller, workqueue
 

@@ -9,7 +9,7 @@ from jsonschema import Draft7Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
-from dra_driver.claims.cdi import (
+from dra_driver.claims.edits.cdi import (
     CdiSpec,
     ContainerEdits,
     DeviceNode,
@@ -23,11 +23,11 @@ from dra_driver.claims.cdi import (
     node_spec,
     node_spec_file_name,
 )
-from dra_driver.claims.cdi_files import CdiSpecDirectory
-from dra_driver.claims.device_metadata import MetadataDevice, mount_edits, request_metadata
-from dra_driver.claims.driver_edits import common_edits, control_device_nodes
+from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.driver_edits import common_edits, control_device_nodes
+from dra_driver.claims.edits.mig_caps import capability_edits, mig_instance_capabilities
 from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.mig_caps import capability_edits, mig_instance_capabilities
+from dra_driver.claims.status.device_metadata import MetadataDevice, mount_edits, request_metadata
 from dra_driver.hardware.driver_root import DeviceRoot, discover_driver
 
 UID = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"

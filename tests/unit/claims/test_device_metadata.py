@@ -6,11 +6,11 @@ from pathlib import PurePosixPath
 import jsonschema
 import pytest
 
-from dra_driver.claims import device_metadata
 from dra_driver.claims.claim_object import ResourceClaimView
-from dra_driver.claims.device_metadata import MetadataDevice, request_metadata
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import claim_ref
+from dra_driver.claims.status import device_metadata
+from dra_driver.claims.status.device_metadata import MetadataDevice, request_metadata
 from dra_driver.devices.model import AttributeValue, Version
 from tests.support.device_metadata_schema import metadata_stream, validate_metadata
 from tests.support.nodes import inventory_for

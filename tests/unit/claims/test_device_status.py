@@ -6,7 +6,9 @@ from typing import Any
 import pytest
 
 from dra_driver.claims.claim_object import ResourceClaimView
-from dra_driver.claims.device_status import (
+from dra_driver.claims.identity import claim_ref
+from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
+from dra_driver.claims.status.device_status import (
     MAX_DATA_BYTES,
     StatusTooLarge,
     device_status_entries,
@@ -14,8 +16,6 @@ from dra_driver.claims.device_status import (
     merged_devices,
     status_update,
 )
-from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
 
 DRIVER = "gpu.dra-driver.dev"
 UID = str(uuid.uuid4())

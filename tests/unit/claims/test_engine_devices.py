@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from dra_driver.claims.edits.gpu_edits import NvmlEdits
+from dra_driver.claims.edits.vgpu_edits import HamiCore
 from dra_driver.claims.engine import ClaimEngine, SharingControls
-from dra_driver.claims.gpu_edits import NvmlEdits
 from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
-from dra_driver.claims.vgpu_edits import HamiCore
+from dra_driver.claims.sharing.mps import SimulatedMps
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig
 from dra_driver.hardware.model import ComputeMode, HardwareErrorReason, MigInstance, MigMode, Placement
 from dra_driver.hardware.simulated import SimulatedBackend

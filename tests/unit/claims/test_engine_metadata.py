@@ -12,8 +12,8 @@ import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.calls import RawClaim
-from dra_driver.claims.cdi import CdiSpec
-from dra_driver.claims.cdi_files import CdiSpecDirectory
+from dra_driver.claims.edits.cdi import CdiSpec
+from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.record_store import ClaimRecordStore

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.claims.hami_core_hooks import hami_core_library_problem
+from dra_driver.claims.edits.hami_core_hooks import hami_core_library_problem
 from tests.support.elf_libraries import gcc, hooks_library
 
 HIDDEN = (

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.claims.cdi import DeviceNode
-from dra_driver.claims.mig_caps import (
+from dra_driver.claims.edits.cdi import DeviceNode
+from dra_driver.claims.edits.mig_caps import (
     Capability,
     CapabilityFileError,
     capability_edits,

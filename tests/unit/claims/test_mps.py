@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.claims.identity import InvalidClaimIdentity
-from dra_driver.claims.mps import (
+from dra_driver.claims.opaque_config import MpsSettings, Sharing
+from dra_driver.claims.sharing.mps import (
     PID_FILE,
     SIMULATED_SETTINGS_FILE,
     MpsControlDaemons,
@@ -20,8 +21,7 @@ from dra_driver.claims.mps import (
     SimulatedMps,
     private_shm_argv,
 )
-from dra_driver.claims.opaque_config import MpsSettings, Sharing
-from dra_driver.claims.sharing import MIB, MpsDaemonSpec, MpsDirectories, SharedDevice, plan_sharing
+from dra_driver.claims.sharing.sharing import MIB, MpsDaemonSpec, MpsDirectories, SharedDevice, plan_sharing
 from dra_driver.hardware.driver_root import discover_driver
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.time_slicing import SYSTEM_PATH

@@ -5,14 +5,14 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from dra_driver.claims.mps_pod_spec import (
+from dra_driver.claims.sharing.mps_pod_spec import (
     InvalidDaemonPod,
     MpsPodSettings,
     claim_uid_of,
     daemon_pod,
     daemon_pod_name,
 )
-from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
+from dra_driver.claims.sharing.sharing import MpsDaemonSpec, MpsDirectories
 from tests.support.k8s_schemas import KUBERNETES_VERSIONS
 
 CLAIM = "0b7c4d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.claims.cdi import ContainerEdits, Mount
+from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.identity import InvalidClaimIdentity
 from dra_driver.claims.opaque_config import (
     MpsSettings,
@@ -15,7 +15,7 @@ from dra_driver.claims.opaque_config import (
     Sharing,
     TimeSlicingSettings,
 )
-from dra_driver.claims.sharing import (
+from dra_driver.claims.sharing.sharing import (
     MIB,
     MpsDaemonSpec,
     MpsDirectories,

@@ -14,17 +14,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.claims.cdi import Mount
 from dra_driver.claims.claim_object import AllocatedDevice, ResourceClaimView
-from dra_driver.claims.errors import ClaimRejected
-from dra_driver.claims.opaque_config import VgpuConfig
-from dra_driver.claims.vgpu_edits import (
+from dra_driver.claims.edits.cdi import Mount
+from dra_driver.claims.edits.vgpu_edits import (
     HamiCore,
     HostDirectory,
     HostFile,
     enforcement_off_message,
     vgpu_claim_edits,
 )
+from dra_driver.claims.errors import ClaimRejected
+from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.claims.vgpu_grant import VgpuGrant, check_claim_grants, vgpu_grant
 from dra_driver.devices.model import Device
 from dra_driver.devices.node_config import MIB

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.claims.cdi import DeviceNode, Mount
-from dra_driver.claims.driver_edits import common_edits, container_library_dirs, control_device_nodes
+from dra_driver.claims.edits.cdi import DeviceNode, Mount
+from dra_driver.claims.edits.driver_edits import common_edits, container_library_dirs, control_device_nodes
 from dra_driver.hardware.driver_root import (
     BINARIES,
     READ_ONLY_BIND,

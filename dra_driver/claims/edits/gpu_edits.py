@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dra_driver.claims.cdi import ContainerEdits, DeviceNode
-from dra_driver.claims.errors import ClaimRejected
-from dra_driver.claims.mig_caps import (
+from dra_driver.claims.edits.cdi import ContainerEdits, DeviceNode
+from dra_driver.claims.edits.mig_caps import (
     CapabilityFileError,
     capability_edits,
     mig_admin_capabilities,
     mig_instance_capabilities,
 )
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.hardware.model import Gpu, MigInstance
 
 

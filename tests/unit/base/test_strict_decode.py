@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dra_driver.config.strict_decode import (
+from dra_driver.base.strict_decode import (
     DecodeError,
     byte_quantity,
     choice,

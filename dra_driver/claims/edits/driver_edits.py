@@ -19,7 +19,7 @@ host binary in every runtime's reach, and LD_LIBRARY_PATH would replace the imag
 
 from pathlib import Path, PurePosixPath
 
-from dra_driver.claims.cdi import ContainerEdits, DeviceNode, Mount
+from dra_driver.claims.edits.cdi import ContainerEdits, DeviceNode, Mount
 from dra_driver.hardware.driver_root import (
     CONTROL_DEVICE_NODES,
     OPTIONAL_DEVICE_NODES,

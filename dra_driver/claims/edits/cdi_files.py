@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from dra_driver.claims.cdi import (
+from dra_driver.claims.edits.cdi import (
     SPEC_SUFFIX,
     CdiSpec,
     ContainerEdits,

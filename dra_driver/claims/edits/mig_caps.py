@@ -16,7 +16,7 @@ to watch all of them.
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.claims.cdi import ContainerEdits, DeviceNode
+from dra_driver.claims.edits.cdi import ContainerEdits, DeviceNode
 
 CAPABILITIES_DIR = "driver/nvidia/capabilities"  # below the proc root
 CAP_DEVICE_DIR = "/dev/nvidia-caps"

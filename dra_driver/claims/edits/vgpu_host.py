@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from dra_driver.claims.vgpu_edits import HamiCore, HostDirectory, HostEntry, HostFile
+from dra_driver.claims.edits.vgpu_edits import HamiCore, HostDirectory, HostEntry, HostFile
 from dra_driver.kube.k8s_names import uid_problem
 from dra_driver.state import durable_files
 

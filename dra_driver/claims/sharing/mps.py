@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from dra_driver.claims.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec, MpsDirectories
+from dra_driver.claims.sharing.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware import simulated_mps_control
 from dra_driver.hardware.driver_root import DriverDiscovery
 from dra_driver.hardware.model import HardwareError

@@ -58,8 +58,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from dra_driver.claims.cdi import ContainerEdits, Mount
 from dra_driver.claims.claim_object import ResourceClaimView
+from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.devices.model import AttributeValue, attribute_to_api

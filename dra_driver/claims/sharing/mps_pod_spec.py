@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver.claims.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec
+from dra_driver.claims.sharing.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec
 from dra_driver.kube.k8s_names import uid_problem
 
 # What identifies a daemon pod; the admission policy and the start-up sweep rely on both.

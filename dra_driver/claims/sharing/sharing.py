@@ -4,7 +4,7 @@ From each allocated device's effective `Sharing` config this computes what prepa
 a whole GPU's time slice, start one MPS control daemon for the claim), what every container of
 the claim must get for MPS (CDI container edits), and what unprepare must undo. The plan is
 pure, so prepare can record it before any side effect, and unprepare and crash rollback can undo
-from the record alone: `hardware/time_slicing.py` and `claims/mps.py` carry it out.
+from the record alone: `hardware/time_slicing.py` and `claims/sharing/mps.py` carry it out.
 
 Facts the plan relies on (sources in the comments where they are used): `nvidia-smi
 compute-policy` sets the time slice of a whole GPU, so MIG devices and vGPUs (which share their
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.claims.cdi import ContainerEdits, Mount
+from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.identity import InvalidClaimIdentity
 from dra_driver.claims.opaque_config import MpsSettings, OpaqueConfigError, Sharing, TimeSlicingSettings
 from dra_driver.devices.model import DeviceType

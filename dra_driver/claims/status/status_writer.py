@@ -32,10 +32,11 @@ from datetime import UTC, datetime
 import structlog
 
 from dra_driver.base.backoff import Backoff
+from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.claim_object import ResourceClaimView
-from dra_driver.claims.device_status import JsonObject, status_update
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
+from dra_driver.claims.status.device_status import status_update
 from dra_driver.kube.claim_api import ClaimApi
 from dra_driver.kube.errors import ApiError
 from dra_driver.observability.metrics import ClaimStatusMetrics

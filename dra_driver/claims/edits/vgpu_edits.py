@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from dra_driver.claims.cdi import ContainerEdits, Mount
+from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_config import hami_core_environment
 from dra_driver.claims.vgpu_grant import VgpuGrant

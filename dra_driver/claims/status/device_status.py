@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
 
@@ -26,8 +27,6 @@ MAX_DATA_BYTES = 10 * 1024
 READY = "Ready"
 PREPARED_REASON = "Prepared"
 _MIB = 2**20
-
-JsonObject = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,20 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.claims.mps import MpsControlDaemons, control_socket_answers, prepare_directories, wait_until
-from dra_driver.claims.mps_pod_spec import MpsPodSettings, claim_uid_of, daemon_pod, daemon_pod_name, selector
-from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
+from dra_driver.claims.sharing.mps import (
+    MpsControlDaemons,
+    control_socket_answers,
+    prepare_directories,
+    wait_until,
+)
+from dra_driver.claims.sharing.mps_pod_spec import (
+    MpsPodSettings,
+    claim_uid_of,
+    daemon_pod,
+    daemon_pod_name,
+    selector,
+)
+from dra_driver.claims.sharing.sharing import MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware.model import HardwareError
 from dra_driver.kube.errors import ApiError
 from dra_driver.kube.pod_api import PodApi

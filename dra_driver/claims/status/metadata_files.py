@@ -10,8 +10,8 @@ An fsync, on the other hand, would cost every prepare a disk flush per request.
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from dra_driver.claims import device_metadata
-from dra_driver.claims.device_metadata import RequestMetadata, host_file_prefix
+from dra_driver.claims.status import device_metadata
+from dra_driver.claims.status.device_metadata import RequestMetadata, host_file_prefix
 from dra_driver.kube.k8s_names import uid_problem
 from dra_driver.state import durable_files
 
