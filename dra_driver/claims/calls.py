@@ -7,18 +7,24 @@ asyncio tools would add: gather's extra future for a call of one claim, shield's
 import asyncio
 from collections.abc import Awaitable, Coroutine
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import structlog
 
-from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import InvalidCdiName
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import InvalidClaimIdentity
 
 log = structlog.get_logger("dra_driver.claims")
 
-# (namespace, name, uid) exactly as kubelet sent them: untrusted until checked.
-RawClaim = tuple[str, str, str]
+
+class RawClaim(NamedTuple):
+    """A claim exactly as kubelet sent it: untrusted until checked (identity.claim_ref)."""
+
+    namespace: str
+    name: str
+    uid: str
+
 
 # Refusals a claim can earn by what it asks for: logged as a warning, answered as they are. Any
 # other exception is a fault of ours, logged with its traceback.
@@ -30,9 +36,8 @@ _T = TypeVar("_T")
 def claim_context(raw: RawClaim) -> AbstractContextManager[None]:
     """Every log line written while a claim is handled names it (cut short: the values are
     untrusted until checked, and may be huge)."""
-    namespace, name, uid = raw
     return structlog.contextvars.bound_contextvars(
-        claim_namespace=namespace[:80], claim_name=name[:80], claim_uid=uid[:80]
+        claim_namespace=raw.namespace[:80], claim_name=raw.name[:80], claim_uid=raw.uid[:80]
     )
 
 

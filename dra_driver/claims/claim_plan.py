@@ -2,18 +2,20 @@
 
 Each allocation result of ours becomes a PlannedDevice: the device and what it stands for (its
 origin in the inventory), the opaque config in force for its request, the MIG instance to create
-(dynamic MIG), the existing one to use (static MIG), and the key that makes it exclusive. Every
-reason to refuse the claim is found here, so side effects only start for claims that can be
-prepared. Nothing here reads the published attributes: they belong to users.
+(dynamic MIG), the existing one to use (static MIG), what a vGPU share grants, and the key that
+makes it exclusive. Every reason to refuse the claim is found here, so side effects only start
+for claims that can be prepared. Nothing here reads the published attributes: they belong to users.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dra_driver.claims.allocation import AllocatedDevice, ClaimRejected
+from dra_driver.claims.claim_object import AllocatedDevice
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.claims.opaque_config import ConfigEntry, DeviceConfig, effective_config
+from dra_driver.claims.opaque_config import ConfigEntry, DeviceConfig, VgpuConfig, effective_config
 from dra_driver.claims.records import MigInstanceRecord
+from dra_driver.claims.vgpu_grant import VgpuGrant, check_claim_grants, vgpu_grant
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device
 from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig
@@ -30,6 +32,9 @@ class PlannedDevice:
     create_mig: MigInstanceRecord | None = None
     # Static MIG: the instance that already exists.
     existing_mig: MigInstance | None = None
+    # A vGPU share without admin access: what it grants (its HAMi-core limits; what the record,
+    # the status and the metadata files report).
+    grant: VgpuGrant | None = None
 
     @property
     def name(self) -> str:
@@ -92,8 +97,20 @@ def plan_claim(
         config = effective_config(entries, driver_name, result.request, origin.device_type)
         create = _mig_to_create(origin, result.admin_access)
         existing = origin.instance if isinstance(origin, StaticMig) else None
-        planned.append(PlannedDevice(result, device, origin, config, create, existing))
+        grant = _grant(result, device, origin, config)
+        planned.append(PlannedDevice(result, device, origin, config, create, existing, grant))
     names = [device.cdi_name for device in planned]
     if len(set(names)) != len(names):
         raise ClaimRejected(f"claim {ref}: a device is allocated twice to the same claim")
+    if grants := [device.grant for device in planned if device.grant]:
+        check_claim_grants(grants)
     return tuple(planned)
+
+
+def _grant(
+    result: AllocatedDevice, device: Device, origin: DeviceOrigin, config: DeviceConfig
+) -> VgpuGrant | None:
+    """Admin access only watches the GPU (KEP-5018): it is granted no share."""
+    if device.type != "vgpu" or result.admin_access:
+        return None
+    return vgpu_grant(result, device, origin.gpu, config if isinstance(config, VgpuConfig) else VgpuConfig())

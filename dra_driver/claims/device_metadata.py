@@ -58,17 +58,16 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, Mount
+from dra_driver.claims.claim_object import ResourceClaimView
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.devices.model import AttributeValue, attribute_to_api
-from dra_driver.kube.k8s_names import dns_label_problem
 
 CONTAINER_DIR = PurePosixPath("/var/run/kubernetes.io/dra-device-attributes")
 RESOURCE_CLAIMS_SUBDIR = "resourceclaims"
 RESOURCE_CLAIM_TEMPLATES_SUBDIR = "resourceclaimtemplates"
 FILE_SUFFIX = "-metadata.json"
-POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 
 API_GROUP = "metadata.resource.k8s.io"
 KIND = "DeviceMetadata"
@@ -97,8 +96,6 @@ class MetadataDevice:
     pool: str
     name: str
     attributes: Mapping[str, AttributeValue]
-    # Where the allocation result is, for error messages.
-    result_path: str = "status.allocation.devices.results"
 
     @property
     def main_request(self) -> str:
@@ -118,21 +115,13 @@ class RequestMetadata:
         return cdi_device_name(self.request)
 
 
-def pod_claim_name(claim: object, ref: ClaimRef) -> str | None:
+def pod_claim_name(claim: ResourceClaimView, ref: ClaimRef) -> str | None:
     """The pod's name for a claim made from a template, from the annotation the resource claim
-    controller sets; None for a claim the pod names directly. It becomes a path component in
-    every container, so it must be what the API server allows for pod.spec.resourceClaims[].name."""
-    metadata = claim.get("metadata") if isinstance(claim, Mapping) else None
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    if not isinstance(annotations, Mapping) or POD_CLAIM_NAME_ANNOTATION not in annotations:
-        return None
-    value = annotations[POD_CLAIM_NAME_ANNOTATION]
-    path = f"metadata.annotations[{POD_CLAIM_NAME_ANNOTATION!r}]"
-    if not isinstance(value, str):
-        raise ClaimRejected(f"claim {ref}: {path}: expected a string, got {type(value).__name__}")
-    if problem := dns_label_problem(value):
-        raise ClaimRejected(f"claim {ref}: {path}: {problem}")
-    return value
+    controller sets; None for a claim the pod names directly. It becomes a path component in every
+    container, so a new prepare is refused for one the API server would not allow there."""
+    if claim.pod_claim_name_problem:
+        raise ClaimRejected(f"claim {ref}: {claim.pod_claim_name_problem}")
+    return claim.pod_claim_name
 
 
 def container_path(driver_name: str, ref: ClaimRef, pod_claim: str | None, request: str) -> PurePosixPath:
@@ -150,8 +139,9 @@ def host_file_prefix(claim_uid: str) -> str:
 
 def host_path(root: str, claim_uid: str, request: str) -> str:
     """The request's file in `root` (<state-dir>/dra-device-metadata); both names are checked
-    (claim_ref and `_checked_request`) before they get here. A string, not a path object: built
-    on every prepare and unprepare, where pathlib cost more than the file work it names."""
+    (claim_ref; ResourceClaimView.decode for request names) before they get here. A string, not
+    a path object: built on every prepare and unprepare, where pathlib cost more than the file
+    work it names."""
     return f"{root}/{claim_uid}{HOST_SEPARATOR}{request}{HOST_SUFFIX}"
 
 
@@ -198,15 +188,6 @@ def document(
     return rendered
 
 
-def _checked_request(device: MetadataDevice) -> str:
-    """Request names end up in host and container paths: each part must be a DNS label, as the
-    API server requires of request and subrequest names."""
-    for part in device.request.split("/", 1):
-        if problem := dns_label_problem(part):
-            raise ClaimRejected(f"{device.result_path}.request: {problem}")
-    return device.main_request
-
-
 def request_metadata(
     driver_name: str, ref: ClaimRef, pod_claim: str | None, devices: Sequence[MetadataDevice]
 ) -> tuple[RequestMetadata, ...]:
@@ -217,7 +198,7 @@ def request_metadata(
     head or grep. The bytes are the same every time for the same input."""
     by_request: dict[str, list[MetadataDevice]] = {}
     for device in devices:
-        by_request.setdefault(_checked_request(device), []).append(device)
+        by_request.setdefault(device.main_request, []).append(device)
     return tuple(
         RequestMetadata(
             request=request,

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
 
 # AllocatedDeviceStatus.data: at most 10 Ki serialised (resource/v1 types.go); conditions <= 8.
@@ -145,20 +146,11 @@ def merged_devices(existing: object, ours: Sequence[JsonObject]) -> list[JsonObj
     return merged
 
 
-def allocated_keys(claim: Mapping[str, Any], driver_name: str) -> frozenset[EntryKey]:
-    """The keys the claim's allocation gives `driver_name`: the API server refuses status for any
-    other device, and drops entries of devices that are no longer allocated."""
-    status = claim.get("status")
-    allocation = status.get("allocation") if isinstance(status, Mapping) else None
-    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
-    results = devices.get("results") if isinstance(devices, Mapping) else None
-    if not isinstance(results, list):
-        return frozenset()
-    return frozenset(
-        entry_key(result)
-        for result in results
-        if isinstance(result, Mapping) and result.get("driver") == driver_name
-    )
+def allocated_keys(claim: ResourceClaimView, driver_name: str) -> frozenset[EntryKey]:
+    """The keys the claim's allocation gives `driver_name` (the driver the view was decoded for):
+    the API server refuses status for any other device, and drops entries of devices that are no
+    longer allocated."""
+    return frozenset(EntryKey(driver_name, r.pool, r.device, r.share_id) for r in claim.results)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,22 +164,19 @@ class StatusUpdate:
 
 
 def status_update(
-    claim: object, claim_uid: str, driver_name: str, ours: Sequence[JsonObject]
+    claim: ResourceClaimView, claim_uid: str, driver_name: str, ours: Sequence[JsonObject]
 ) -> StatusUpdate:
     """The update that puts `ours` into `claim` (as read from the API server), keeping the
     resourceVersion read so that a concurrent writer makes it conflict instead of being lost."""
-    if not isinstance(claim, Mapping):
-        return StatusUpdate("gone")
     if not ours:
         return StatusUpdate("unchanged")
-    metadata = claim.get("metadata")
-    if not isinstance(metadata, Mapping) or metadata.get("uid") != claim_uid:
+    if claim.uid != claim_uid:
         return StatusUpdate("gone")
     if not {entry_key(entry) for entry in ours} <= allocated_keys(claim, driver_name):
         return StatusUpdate("gone")
-    status: Mapping[str, Any] = claim["status"]  # allocated_keys found our results in it
+    status: Mapping[str, Any] = claim.json["status"]  # allocated_keys found our results in it
     existing = status.get("devices")
     merged = merged_devices(existing, ours)
     if merged == existing:
         return StatusUpdate("unchanged")
-    return StatusUpdate("write", {**claim, "status": {**status, "devices": merged}})
+    return StatusUpdate("write", {**claim.json, "status": {**status, "devices": merged}})

@@ -26,13 +26,15 @@ update), so the records on disk are the truth, not this process's memory: a clai
 under its own lock across processes and its record is read from disk there, and device ownership
 is checked and taken in a short node-wide turn that first catches up with any peer's changes.
 
-The jobs around the protocol live next to it: ownership.py (who holds which device, agreed with
-peer agents), side_effects.py (doing and undoing MIG, time slices, MPS, HAMi-core), recovery.py
-(start-up), prepared.py (a claim's CDI devices and record), calls.py (running a call's claims),
-status_writer.py (the claim's status.devices, written in the background after the answer).
+The jobs around the protocol live next to it: claim_object.py (the claim, decoded once where it
+is fetched), claim_plan.py (every reason to refuse it, before any side effect), ownership.py (who
+holds which device, agreed with peer agents), side_effects.py (doing and undoing MIG, time
+slices, MPS, HAMi-core), recovery.py (start-up), prepared.py (a claim's CDI devices and record),
+calls.py (running a call's claims), status_writer.py (the claim's status.devices, written in the
+background after the answer).
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -44,13 +46,13 @@ from dra_driver.claims.call_gate import CallGate, GateTicket
 from dra_driver.claims.calls import RawClaim, claim_context, concurrently, failure_answer, to_the_end
 from dra_driver.claims.cdi import CdiSpec
 from dra_driver.claims.cdi_files import CdiSpecDirectory
+from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.device_metadata import RequestMetadata, mount_edits, pod_claim_name, request_metadata
 from dra_driver.claims.device_status import JsonObject, device_status_entries, has_status_facts
 from dra_driver.claims.gpu_edits import DeviceEdits
 from dra_driver.claims.identity import ClaimRef, claim_ref
 from dra_driver.claims.metadata_files import DeviceMetadataDirectory
-from dra_driver.claims.opaque_config import config_entries
 from dra_driver.claims.ownership import DeviceOwnership
 from dra_driver.claims.prepared import claim_cdi_devices, metadata_devices, prepared_record
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
@@ -168,7 +170,7 @@ class ClaimEngine:
         gate = CallGate(len(claims)) if len(claims) > 1 else None
         calls = [self._prepare_one(raw, None if gate is None else gate.ticket()) for raw in claims]
         outcomes = await to_the_end(concurrently(calls))
-        return {raw[2]: outcome for raw, outcome in zip(claims, outcomes, strict=True)}
+        return {raw.uid: outcome for raw, outcome in zip(claims, outcomes, strict=True)}
 
     async def _prepare_one(self, raw: RawClaim, ticket: GateTicket | None) -> PrepareOutcome:
         with claim_context(raw), self._metrics.prepare_duration.time():
@@ -184,9 +186,10 @@ class ClaimEngine:
             # The claim's lock is held from the GET on: an unprepare that arrives meanwhile waits,
             # and so can never be overtaken by a prepare that started before it.
             async with self._claim_locks.hold(ref.uid):
-                claim = await self._source.get(ref.namespace, ref.name)
-                allocated = allocated_devices(claim, ref, self._driver_name)
-                entries = config_entries(claim)
+                claim = ResourceClaimView.decode(
+                    await self._source.get(ref.namespace, ref.name), self._driver_name
+                )
+                allocated = allocated_devices(claim, ref)
                 record = await self._finished_record(ref)
                 if record is not None:
                     # Prepared already (kubelet restarted, or a peer agent prepared it): its status
@@ -194,7 +197,7 @@ class ClaimEngine:
                     self._report_status(ref, claim, record, unless_pending=True)
                 else:
                     planned = plan_claim(
-                        ref, allocated, entries, self._inventory, self._driver_name, self._pool_name
+                        ref, allocated, claim.config, self._inventory, self._driver_name, self._pool_name
                     )
                     record = await self._prepare_new(ref, planned, ticket, claim)
             return PrepareOutcome(devices=record.devices)
@@ -217,7 +220,7 @@ class ClaimEngine:
         ref: ClaimRef,
         planned: tuple[PlannedDevice, ...],
         ticket: GateTicket | None,
-        claim: object,
+        claim: ResourceClaimView,
     ) -> ClaimRecord:
         """`claim`: as read from the API server; it names the pod's claim of a template
         (device_metadata) and the generation the status observes."""
@@ -257,7 +260,7 @@ class ClaimEngine:
                 spec,
                 self._common_cdi_ids,
                 [m.request for m in metadata],
-                generation=_generation(claim),
+                generation=claim.generation,
             )
             await self._write_prepared(  # phase two
                 ref, spec, record, metadata, first_record=not preparing.has_side_effects, ticket=ticket
@@ -276,7 +279,12 @@ class ClaimEngine:
         return record
 
     def _report_status(
-        self, ref: ClaimRef, claim: object, record: ClaimRecord, *, unless_pending: bool = False
+        self,
+        ref: ClaimRef,
+        claim: ResourceClaimView | None,
+        record: ClaimRecord,
+        *,
+        unless_pending: bool = False,
     ) -> None:
         """Queues the claim's status.devices write (status_writer): nothing is sent before kubelet
         has its answer, and nothing that happens to the write changes that answer. `claim`: as
@@ -299,7 +307,7 @@ class ClaimEngine:
         def entries(now: str) -> tuple[JsonObject, ...]:  # run by the writer, after the answer
             return device_status_entries(self._driver_name, record, now=now)
 
-        self._claim_status.submit(ref, claim if isinstance(claim, Mapping) else None, entries)
+        self._claim_status.submit(ref, claim, entries)
 
     async def _write_prepared(
         self,
@@ -341,7 +349,7 @@ class ClaimEngine:
     async def unprepare(self, claims: Sequence[RawClaim]) -> dict[str, str]:
         """Undoes prepare from local records alone; a claim we never prepared succeeds."""
         errors = await to_the_end(concurrently([self._unprepare_one(raw) for raw in claims]))
-        return {raw[2]: error for raw, error in zip(claims, errors, strict=True)}
+        return {raw.uid: error for raw, error in zip(claims, errors, strict=True)}
 
     async def _unprepare_one(self, raw: RawClaim) -> str:
         with claim_context(raw), self._metrics.unprepare_duration.time():
@@ -384,10 +392,3 @@ class ClaimEngine:
         # The record names the requests, so no search of the directory for the claim's files.
         self._metadata.remove(claim_uid, {name for device in record.devices for name in device.request_names})
         failpoints.reached("unprepare.metadata-removed")
-
-
-def _generation(claim: object) -> int | None:
-    """The claim's metadata.generation, which the status conditions observe."""
-    metadata = claim.get("metadata") if isinstance(claim, Mapping) else None
-    generation = metadata.get("generation") if isinstance(metadata, Mapping) else None
-    return generation if isinstance(generation, int) and not isinstance(generation, bool) else None

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, DeviceNode
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.mig_caps import (
     CapabilityFileError,
     capability_edits,

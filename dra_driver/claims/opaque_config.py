@@ -14,8 +14,8 @@ so a new field is one line here plus the schema.
 
 Everything here is pure: raw JSON-like values in, frozen dataclasses or OpaqueConfigError out.
 
-How the claim engine uses it, per claim: `entries = config_entries(claim)` next to
-`allocated_devices(...)`, then per allocated device
+How the claim engine uses it, per claim: the entries come decoded with the claim
+(`ResourceClaimView.config`, claim_object.py), then per allocated device
 `effective_config(entries, driver_name, device.request, inventory_device.type)`.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_sharing import (
     MpsSettings,
     Sharing,
@@ -35,7 +35,6 @@ from dra_driver.claims.opaque_sharing import (
 from dra_driver.config.strict_decode import (
     DecodeError,
     boolean,
-    byte_quantity,
     choice,
     described,
     integer,
@@ -66,11 +65,9 @@ __all__ = [
     "TimeSlicingSettings",
     "VgpuConfig",
     "api_fields",
-    "config_entries",
     "decode_parameters",
     "effective_config",
     "hami_core_environment",
-    "memory_bytes",
 ]
 
 API_VERSION = "resource.dra-driver.dev/v1alpha1"
@@ -214,14 +211,6 @@ def _decode_kind(kind: type[DeviceConfig], parameters: Mapping[str, object]) -> 
     )
 
 
-def memory_bytes(value: object, path: str) -> int:
-    """A memory quantity ("10Gi", "512M", "1073741824") as a positive number of bytes."""
-    try:
-        return byte_quantity(value, path)
-    except DecodeError as error:
-        raise _opaque_error(error) from error
-
-
 def _opaque_error(error: DecodeError) -> OpaqueConfigError:
     """The document's root is the `parameters` object."""
     return OpaqueConfigError(f"{error.path or 'parameters'}: {error.problem}")
@@ -275,59 +264,6 @@ class ConfigEntry:
     def applies_to(self, request: str) -> bool:
         """Empty `requests` means every request; a `req/sub` result also matches its parent `req`."""
         return not self.requests or request in self.requests or request.split("/", 1)[0] in self.requests
-
-
-def _source(value: object, path: str) -> ConfigSource:
-    try:
-        source: ConfigSource = choice(value, path, literal_options(ConfigSource))
-    except DecodeError as error:
-        raise _opaque_error(error) from error
-    return source
-
-
-def config_entries(claim: object) -> tuple[ConfigEntry, ...]:
-    """The opaque config entries of an allocated claim (the ResourceClaim as JSON), in order.
-
-    Entries without `opaque` are skipped: that is the only kind of device configuration in
-    resource.k8s.io/v1, and any future kind cannot name this driver's opaque parameters.
-    """
-    path = "status.allocation.devices.config"
-    node: object = claim
-    for key in ("status", "allocation", "devices"):
-        node = node.get(key) if isinstance(node, Mapping) else None
-    raw_entries = node.get("config") if isinstance(node, Mapping) else None
-    if raw_entries is None:
-        return ()
-    if not isinstance(raw_entries, list):
-        raise OpaqueConfigError(f"{path}: expected a list, got {described(raw_entries)}")
-    entries = []
-    for position, raw in enumerate(raw_entries):
-        where = f"{path}[{position}]"
-        if not isinstance(raw, Mapping):
-            raise OpaqueConfigError(f"{where}: expected an object, got {described(raw)}")
-        opaque = raw.get("opaque")
-        if opaque is None:
-            continue
-        if not isinstance(opaque, Mapping):
-            raise OpaqueConfigError(f"{where}.opaque: expected an object, got {described(opaque)}")
-        requests = raw.get("requests", [])
-        if not isinstance(requests, list) or not all(isinstance(request, str) for request in requests):
-            raise OpaqueConfigError(
-                f"{where}.requests: expected a list of request names, got {described(requests)}"
-            )
-        driver = opaque.get("driver")
-        if not isinstance(driver, str):
-            raise OpaqueConfigError(f"{where}.opaque.driver: expected a string, got {described(driver)}")
-        entries.append(
-            ConfigEntry(
-                position=position,
-                source=_source(raw.get("source"), f"{where}.source"),
-                requests=tuple(requests),
-                driver=driver,
-                parameters=opaque.get("parameters"),
-            )
-        )
-    return tuple(entries)
 
 
 def effective_config(

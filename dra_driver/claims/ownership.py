@@ -16,7 +16,7 @@ import secrets
 
 import structlog
 
-from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord

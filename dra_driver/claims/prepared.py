@@ -12,10 +12,8 @@ from dra_driver.claims.cdi import CdiSpec, ContainerEdits
 from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.device_metadata import MetadataDevice
 from dra_driver.claims.gpu_edits import DeviceEdits
-from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.claims.records import ClaimRecord, DeviceFacts, MigInstanceRecord, PreparedDevice
 from dra_driver.claims.sharing import SharingPlan
-from dra_driver.claims.vgpu_edits import VgpuShare, vgpu_share
 from dra_driver.devices.model import AttributeValue
 from dra_driver.devices.origins import DynamicMig, StaticMig
 from dra_driver.hardware.model import MigInstance
@@ -54,8 +52,7 @@ def _device_edits(
     if device.device.type == "mig" and instance is not None:
         return edits.mig(device.name, device.gpu, instance)
     gpu_edits = edits.gpu(device.name, device.gpu)
-    shared = device.device.type == "vgpu" and not device.result.admin_access
-    return gpu_edits.plus(vgpu) if shared else gpu_edits
+    return gpu_edits.plus(vgpu) if device.grant else gpu_edits
 
 
 def prepared_record(
@@ -123,23 +120,8 @@ def _device_facts(device: PlannedDevice, created: CreatedMig) -> DeviceFacts:
     )
 
 
-def vgpu_grant(device: PlannedDevice) -> VgpuShare | None:
-    """A vGPU share's grant, recomputed as `vgpu_edits` computed it (the result was checked
-    there), for what reports it after prepare: the record (usage metrics compare use against it),
-    the claim's device status and its metadata files. None for other devices and admin access."""
-    if device.device.type != "vgpu" or device.result.admin_access:
-        return None
-    return vgpu_share(
-        {"consumedCapacity": dict(device.result.consumed_capacity), "shareID": device.result.share_id},
-        device.result.position,
-        device.device,
-        device.gpu,
-        device.config if isinstance(device.config, VgpuConfig) else VgpuConfig(),
-    )
-
-
 def _record_limits(device: PlannedDevice) -> dict[str, int]:
-    grant = vgpu_grant(device)
+    grant = device.grant
     return {} if grant is None else {"memory_limit_bytes": grant.memory_bytes, "cores_limit": grant.cores}
 
 
@@ -152,7 +134,6 @@ def metadata_devices(planned: tuple[PlannedDevice, ...], created: CreatedMig) ->
             pool=device.result.pool,
             name=device.result.device,
             attributes={**device.device.attributes, **_prepared_attributes(device, created)},
-            result_path=device.result.path,
         )
         for device in planned
     ]
@@ -164,7 +145,7 @@ def _prepared_attributes(device: PlannedDevice, created: CreatedMig) -> dict[str
         facts["uuid"] = created[device.create_mig].uuid
     if device.result.share_id:
         facts["shareID"] = device.result.share_id
-    if (grant := vgpu_grant(device)) is not None:
+    if (grant := device.grant) is not None:
         facts["memoryLimit"] = grant.memory_bytes
         facts["coresLimit"] = grant.cores
     return facts

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from dra_driver.claims.calls import claim_context
+from dra_driver.claims.calls import RawClaim, claim_context
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.ownership import DeviceOwnership
@@ -86,7 +86,7 @@ class StartupRecovery:
             if record is None or record.state != "preparing":
                 return
             claim = record.claim
-            with claim_context((claim.namespace, claim.name, claim.uid)):
+            with claim_context(RawClaim(claim.namespace, claim.name, claim.uid)):
                 log.warning("rolling back a prepare or unprepare cut short")
                 await self._roll_back(record)
 

@@ -17,16 +17,15 @@ from dataclasses import dataclass
 
 import structlog
 
-from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits
 from dra_driver.claims.claim_plan import PlannedDevice
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.mps import MpsDaemonRunner
-from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.claims.prepared import CreatedMig
 from dra_driver.claims.records import ClaimRecord, ComputeModeRecord, MigInstanceRecord
 from dra_driver.claims.sharing import SharedDevice, SharingPlan, plan_sharing
-from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits, vgpu_share
+from dra_driver.claims.vgpu_edits import HamiCore, vgpu_claim_edits
 from dra_driver.claims.vgpu_host import claim_directory_uids, create_host_entries, remove_claim_directory
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import ComputeModes, HardwareBackend
@@ -146,21 +145,11 @@ class ClaimSideEffects:
             raise ClaimRejected(f"claim {ref}: cannot set up GPU sharing: {error}") from error
 
     async def vgpu_edits(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ContainerEdits:
-        """The HAMi-core limits every container of the claim gets with its vGPU devices, in the
-        order CUDA enumerates them; with HAMi-core configured, also the library, the preload file
-        and the claim's shared directory, created on the host here (no record names it: start-up
-        finds it by claim UID)."""
-        shares = [
-            vgpu_share(
-                {"consumedCapacity": dict(d.result.consumed_capacity), "shareID": d.result.share_id},
-                d.result.position,
-                d.device,
-                d.gpu,
-                d.config if isinstance(d.config, VgpuConfig) else VgpuConfig(),
-            )
-            for d in planned
-            if d.device.type == "vgpu" and not d.result.admin_access
-        ]
+        """The HAMi-core limits every container of the claim gets with its vGPU devices (granted
+        in the plan), in the order CUDA enumerates them; with HAMi-core configured, also the
+        library, the preload file and the claim's shared directory, created on the host here (no
+        record names it: start-up finds it by claim UID)."""
+        shares = [device.grant for device in planned if device.grant]
         if not shares:
             return ContainerEdits()
         claim_edits = vgpu_claim_edits(ref.uid, shares, self._hami_core)

@@ -6,7 +6,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.kube.claim_api import ClaimApi
 from dra_driver.kube.errors import ApiError
 from dra_driver.kube.kube_api import KubeClient

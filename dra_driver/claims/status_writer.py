@@ -26,13 +26,15 @@ claims have a call to the API server under way at any time; the others wait thei
 """
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import structlog
 
 from dra_driver.base.backoff import Backoff
+from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.device_status import JsonObject, status_update
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.kube.claim_api import ClaimApi
 from dra_driver.kube.errors import ApiError
@@ -84,7 +86,7 @@ class ClaimStatusWriter:
         """UIDs of the claims whose write is not finished."""
         return frozenset(self._pending)
 
-    def submit(self, ref: ClaimRef, claim: Mapping[str, object] | None, entries: EntryBuilder) -> None:
+    def submit(self, ref: ClaimRef, claim: ResourceClaimView | None, entries: EntryBuilder) -> None:
         """Queues the write of `entries` into `claim` (as prepare read it; None: read it first);
         returns at once."""
         self.cancel(ref.uid)
@@ -122,7 +124,7 @@ class ClaimStatusWriter:
     def _count(self, result: str) -> None:
         self._metrics.writes.labels(result=result).inc()
 
-    async def _write(self, ref: ClaimRef, claim: Mapping[str, object] | None, entries: EntryBuilder) -> None:
+    async def _write(self, ref: ClaimRef, claim: ResourceClaimView | None, entries: EntryBuilder) -> None:
         bound = log.bind(claim=str(ref))
         if self._settle_seconds > 0:
             await asyncio.sleep(self._settle_seconds)
@@ -133,12 +135,14 @@ class ClaimStatusWriter:
             self._count("rejected")
             return
         failures = conflicts = 0
-        current: object = claim
+        current = claim
         while True:
             try:
                 async with self._turns:
                     if current is None:
-                        current = await self._api.get(ref.namespace, ref.name)
+                        current = ResourceClaimView.decode(
+                            await self._api.get(ref.namespace, ref.name), self._driver_name
+                        )
                     update = status_update(current, ref.uid, self._driver_name, ours)
                     if update.body is not None:
                         await self._api.replace_status(ref.namespace, ref.name, update.body)
@@ -150,6 +154,10 @@ class ClaimStatusWriter:
                     bound.info("claim status not written: the claim no longer holds these devices")
                 else:
                     self._count("unchanged")
+                return
+            except ClaimRejected as error:  # as read now: not the claim prepare decoded
+                self._count("dropped")
+                bound.info("claim status not written: the claim as read cannot be decoded", error=str(error))
                 return
             except ApiError as error:
                 current = None

@@ -7,9 +7,9 @@ process through `/etc/ld.so.preload`, so no image has to know about it. It is no
 boundary (a program can talk to the driver directly), it keeps cooperative workloads to their
 share.
 
-Everything here is data in, data out: the claim engine turns allocation results into
-`VgpuShare`s with `vgpu_share`, hands them to `vgpu_claim_edits`, creates the host files and
-directories that come back, and puts the edits in the claim's CDI spec.
+Everything here is data in, data out: the claim's plan turns allocation results into grants
+(vgpu_grant.py, where every refusal is); the engine hands them to `vgpu_claim_edits`, creates the
+host files and directories that come back, and puts the edits in the claim's CDI spec.
 
 The index of a share is the position of its GPU in the order the container's CUDA enumerates
 devices. That order is made deterministic, and equal to ours, by sorting shares by PCI bus id
@@ -33,21 +33,19 @@ Host side, below the operator's `HamiCore.state_dir`:
   processes.
 """
 
-import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, Mount
-from dra_driver.claims.opaque_config import VgpuConfig, hami_core_environment, memory_bytes
-from dra_driver.devices.model import Device, quantity
+from dra_driver.claims.errors import ClaimRejected
+from dra_driver.claims.opaque_config import hami_core_environment
+from dra_driver.claims.vgpu_grant import VgpuGrant
 from dra_driver.devices.node_config import MIB
-from dra_driver.devices.vgpu import ALL_CORES
 from dra_driver.hardware.driver_root import READ_ONLY_BIND
 from dra_driver.hardware.model import Gpu
-from dra_driver.kube.k8s_names import shown, uid_problem
+from dra_driver.kube.k8s_names import uid_problem
 
 LIBRARY_IN_CONTAINER = "/usr/local/vgpu/libvgpu.so"
 PRELOAD_IN_CONTAINER = "/etc/ld.so.preload"
@@ -65,7 +63,6 @@ CLAIM_DIR_MODE = 0o755
 PRELOAD_FILE_MODE = 0o644
 
 _PCI_BUS_ID = re.compile(r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])")
-_WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,29 +86,6 @@ class HamiCore:
 
     def claim_dir(self, claim_uid: str) -> PurePosixPath:
         return self.state_dir / "claims" / claim_uid
-
-
-@dataclass(frozen=True, slots=True)
-class VgpuShare:
-    """What one allocation result grants of one GPU."""
-
-    device: str
-    gpu: Gpu
-    memory_bytes: int
-    cores: int
-    share_id: str | None
-    config: VgpuConfig
-
-    def __post_init__(self) -> None:
-        # HAMi-core counts whole MiB and reads a limit of 0 as "no limit", so a share under 1 MiB
-        # would become the whole GPU; `vgpu_share` refuses such results before they get here.
-        if not MIB <= self.memory_bytes <= self.gpu.memory_bytes:
-            raise ValueError(
-                f"{self.device}: {self.memory_bytes} bytes is not between 1Mi and the "
-                f"{self.gpu.memory_bytes} bytes of {self.gpu.label}"
-            )
-        if not 1 <= self.cores <= ALL_CORES:
-            raise ValueError(f"{self.device}: {self.cores} cores is not between 1 and {ALL_CORES}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,80 +121,6 @@ class VgpuClaimEdits:
     claim_dir: PurePosixPath | None = None
 
 
-def _memory(value: object, path: str, device: Device) -> int:
-    granted = memory_bytes(value, path)
-    limit = device.capacity["memory"].value
-    if granted < MIB:
-        raise ClaimRejected(
-            f"{path}: {json.dumps(value)} is less than 1Mi; HAMi-core limits memory in whole MiB "
-            "and reads a limit of 0 as no limit"
-        )
-    if granted > limit:
-        raise ClaimRejected(
-            f"{path}: {json.dumps(value)} is more than the {quantity(limit)} of device {device.name}"
-        )
-    return granted
-
-
-def _cores(value: object, path: str, device: Device) -> int:
-    limit = device.capacity["cores"].value
-    if not isinstance(value, str):
-        raise ClaimRejected(f'{path}: expected a quantity string such as "50", got {type(value).__name__}')
-    if not _WHOLE_NUMBER.fullmatch(value):
-        raise ClaimRejected(f'{path}: {json.dumps(value)} is not a whole percentage such as "50"')
-    if not 1 <= int(value) <= limit:
-        raise ClaimRejected(
-            f"{path}: {json.dumps(value)} is out of range; expected a percentage from 1 to {limit} "
-            f"(the cores of device {device.name})"
-        )
-    return int(value)
-
-
-def vgpu_share(
-    result: Mapping[str, object], position: int, device: Device, gpu: Gpu, config: VgpuConfig
-) -> VgpuShare:
-    """The share that `result`, entry `position` of `status.allocation.devices.results`, grants.
-
-    `device` is the published vGPU device the result names and `gpu` its GPU. A capacity-mode
-    result says what it consumed in `consumedCapacity`; a capacity it leaves out was consumed
-    whole, as when the cluster lacks consumable capacity and the device went to one claim. A
-    partition is always consumed whole. Either way the grant must fit the device: a result
-    asking for more is refused rather than trimmed, since it means the scheduler and this node
-    disagree about the device.
-    """
-    if device.type != "vgpu":
-        raise ValueError(f"device {device.name} is a {device.type} device, not a vGPU")
-    path = f"status.allocation.devices.results[{position}]"
-    consumed = result.get("consumedCapacity", {})
-    if not isinstance(consumed, Mapping):
-        raise ClaimRejected(f"{path}.consumedCapacity: expected an object, got {type(consumed).__name__}")
-    for name in consumed:
-        if name not in device.capacity:
-            raise ClaimRejected(
-                f"{path}.consumedCapacity: {shown(str(name))} is not a capacity of device {device.name} "
-                f"(it has {', '.join(sorted(device.capacity))})"
-            )
-    share_id = result.get("shareID")
-    if share_id is not None and not isinstance(share_id, str):
-        raise ClaimRejected(f"{path}.shareID: expected a string, got {type(share_id).__name__}")
-    return VgpuShare(
-        device=device.name,
-        gpu=gpu,
-        memory_bytes=(
-            _memory(consumed["memory"], f"{path}.consumedCapacity.memory", device)
-            if "memory" in consumed
-            else device.capacity["memory"].value
-        ),
-        cores=(
-            _cores(consumed["cores"], f"{path}.consumedCapacity.cores", device)
-            if "cores" in consumed
-            else device.capacity["cores"].value
-        ),
-        share_id=share_id,
-        config=config,
-    )
-
-
 def _cuda_position(gpu: Gpu) -> tuple[int, ...]:
     """Where CUDA_DEVICE_ORDER=PCI_BUS_ID puts the GPU: by domain, bus, device and function.
 
@@ -233,30 +133,8 @@ def _cuda_position(gpu: Gpu) -> tuple[int, ...]:
     return (0, *(int(part, 16) for part in match.groups()))
 
 
-def _checked_shares(shares: Sequence[VgpuShare]) -> dict[str, str]:
-    """The HAMi-core settings common to all shares; refuses shares HAMi-core cannot express."""
-    if not shares:
-        raise ValueError("a claim without vGPU shares needs no vGPU edits")
-    first_of_gpu: dict[str, VgpuShare] = {}
-    for share in shares:
-        if (earlier := first_of_gpu.setdefault(share.gpu.uuid, share)) is not share:
-            raise ClaimRejected(
-                f"devices {earlier.device} and {share.device} are both shares of {share.gpu.label}; "
-                "a claim takes at most one share of a GPU, because HAMi-core sets one limit per GPU "
-                "a container sees and the container sees that GPU once; ask for one larger share"
-            )
-    for share in shares[1:]:
-        if share.config != shares[0].config:
-            raise ClaimRejected(
-                f"devices {shares[0].device} and {share.device} have different VgpuConfigs; "
-                "HAMi-core applies one setting to every GPU of a process, so all vGPUs of a claim "
-                "need the same VgpuConfig"
-            )
-    return hami_core_environment(shares[0].config)
-
-
 def vgpu_claim_edits(
-    claim_uid: str, shares: Sequence[VgpuShare], hami_core: HamiCore | None
+    claim_uid: str, shares: Sequence[VgpuGrant], hami_core: HamiCore | None
 ) -> VgpuClaimEdits:
     """The edits that limit a container of the claim to `shares`, enforced where `hami_core` is set.
 
@@ -264,16 +142,18 @@ def vgpu_claim_edits(
     never allowed more than was allocated, and `CUDA_DEVICE_SM_LIMIT_<i>=<percent>`. Without
     HAMi-core they are advisory only (an image that brings its own HAMi-core still obeys them),
     and the shared cache is left out because no mount would share it between containers.
+    `shares`: the claim's grants, which its plan checked together (`check_claim_grants`).
     """
     if problem := uid_problem(claim_uid):
         raise ClaimRejected(f"claim UID: {problem}; refusing to name a host directory after it")
-    settings = _checked_shares(shares)
+    if not shares:
+        raise ValueError("a claim without vGPU shares needs no vGPU edits")
     ordered = sorted(shares, key=lambda share: _cuda_position(share.gpu))
     env = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
     for index, share in enumerate(ordered):
         env.append(f"CUDA_DEVICE_MEMORY_LIMIT_{index}={share.memory_bytes // MIB}m")
         env.append(f"CUDA_DEVICE_SM_LIMIT_{index}={share.cores}")
-    env.extend(f"{name}={value}" for name, value in settings.items())
+    env.extend(f"{name}={value}" for name, value in hami_core_environment(shares[0].config).items())
     if hami_core is None:
         return VgpuClaimEdits(edits=ContainerEdits(env=tuple(env)))
 

@@ -17,7 +17,7 @@ from dra_driver.claims.engine import ClaimEngine, RawClaim
 
 
 def _raw_claims(request: Any) -> list[RawClaim]:
-    return [(claim.namespace, claim.name, claim.uid) for claim in request.claims]
+    return [RawClaim(claim.namespace, claim.name, claim.uid) for claim in request.claims]
 
 
 class _DraPluginAdapter:

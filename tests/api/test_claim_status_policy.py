@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.device_status import status_update
 from dra_driver.tools.manifests import ManifestOptions, render, service_account_username
 from tests.support.admission_policy import denials, user_info
@@ -86,7 +87,9 @@ OURS = {
 
 def written(old: dict[str, Any]) -> dict[str, Any]:
     """What the agent's status writer PUTs for `old`."""
-    body = status_update(old, UID, DEFAULT_DRIVER_NAME, [OURS]).body
+    body = status_update(
+        ResourceClaimView.decode(old, DEFAULT_DRIVER_NAME), UID, DEFAULT_DRIVER_NAME, [OURS]
+    ).body
     assert body is not None
     return body
 

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 import yaml
 
+from dra_driver.claims.calls import RawClaim
+from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.engine import SharingControls
 from dra_driver.claims.gpu_edits import device_env_prefix
 from dra_driver.claims.mps import SimulatedMps
@@ -33,7 +35,8 @@ from dra_driver.claims.opaque_config import (
     VgpuConfig,
     decode_parameters,
 )
-from dra_driver.claims.vgpu_edits import vgpu_claim_edits, vgpu_share
+from dra_driver.claims.vgpu_edits import vgpu_claim_edits
+from dra_driver.claims.vgpu_grant import vgpu_grant
 from dra_driver.cli import main
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import Device, device_to_api
@@ -284,13 +287,17 @@ def test_the_vgpu_requests_get_the_limits_the_e2e_tests_expect(name: str, reques
     inventory = e2e_node_inventory()
     (device,) = candidates(request, inventory.devices)
     consumed = consumed_capacity(request, device_to_api(device))
-    share = vgpu_share(
-        {"consumedCapacity": consumed, "shareID": SHARE_ID},
-        0,
-        device,
-        inventory.gpu_of_device[device.name],
-        VgpuConfig(),
-    )
+    result = {"request": request_name, "driver": "gpu.example.com", "pool": "node-a", "device": device.name}
+    document = {
+        "metadata": {"uid": CLAIM_UID},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{**result, "consumedCapacity": consumed, "shareID": SHARE_ID}]}
+            }
+        },
+    }
+    (allocated,) = ResourceClaimView.decode(document, "gpu.example.com").results
+    share = vgpu_grant(allocated, device, inventory.gpu_of_device[device.name], VgpuConfig())
     env = dict(item.split("=", 1) for item in vgpu_claim_edits(CLAIM_UID, [share], None).edits.env)
 
     assert device.name == "gpu-3"
@@ -441,9 +448,7 @@ class ExampleClaims:
     def __init__(self) -> None:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def allocate(
-        self, name: str, template: dict[str, Any], devices: tuple[Device, ...]
-    ) -> tuple[str, str, str]:
+    def allocate(self, name: str, template: dict[str, Any], devices: tuple[Device, ...]) -> RawClaim:
         results = []
         for request in template["spec"]["spec"]["devices"]["requests"]:
             alternatives = (
@@ -481,7 +486,7 @@ class ExampleClaims:
             "metadata": {"namespace": "default", "name": name, "uid": claim_uid},
             "status": {"allocation": {"devices": {"results": results, "config": configs}}},
         }
-        return ("default", name, claim_uid)
+        return RawClaim("default", name, claim_uid)
 
     async def get(self, namespace: str, name: str) -> object:
         return self.claims[(namespace, name)]

@@ -37,6 +37,8 @@ from typing import Any
 from kubernetes import client, config
 
 from dra_driver.agent.kube_client import kubernetes_api_client
+from dra_driver.claims.calls import RawClaim
+from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.status_writer import ClaimStatusWriter
@@ -73,7 +75,11 @@ async def _write_all(kubeconfig: Path, claims: list[tuple[str, str, object]]) ->
         for name, uid, claim in claims:
             assert isinstance(claim, dict)
             device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
-            writer.submit(claim_ref("default", name, uid), claim, partial(_entries, device))
+            writer.submit(
+                claim_ref("default", name, uid),
+                ResourceClaimView.decode(claim, DRIVER),
+                partial(_entries, device),
+            )
             await writer.wait_idle()
         took = (time.perf_counter() - wall) / len(claims), (time.process_time() - cpu) / len(claims)
         written = metrics.writes.labels(result="written")._value.get()
@@ -121,7 +127,7 @@ class _MemoryClaims:
 async def _hot_path(root: Path, rounds: int, blocks: int) -> dict[str, dict[str, float]]:
     uid = "0b5bb2d4-2f1e-4b8f-9d33-5f2f0c6f2b61"
     source = _MemoryClaims(uid)
-    raw = [("default", "c", uid)]
+    raw = [RawClaim("default", "c", uid)]
     # The writer's API is never reached: every write is cancelled within its settle time.
     writer = ClaimStatusWriter(ClaimApi(None, TIMEOUTS.claim_status), DRIVER)  # type: ignore[arg-type]
     engines: dict[str, ClaimEngine] = {
@@ -155,7 +161,7 @@ async def _hot_path(root: Path, rounds: int, blocks: int) -> dict[str, dict[str,
 async def _overhead(cycles: int) -> dict[str, float]:
     writer = ClaimStatusWriter(ClaimApi(None, TIMEOUTS.claim_status), DRIVER)  # type: ignore[arg-type]
     ref = claim_ref("default", "c", "0b5bb2d4-2f1e-4b8f-9d33-5f2f0c6f2b61")
-    claim: dict[str, object] = {}
+    claim = ResourceClaimView.decode({"metadata": {"uid": ref.uid}}, DRIVER)
 
     async def cycles_of(with_writer: bool) -> float:
         started = time.process_time()

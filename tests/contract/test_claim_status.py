@@ -116,7 +116,7 @@ async def node(
 
 def allocated(cluster: Cluster, name: str, *results: dict[str, Any]) -> RawClaim:
     full = [{"request": "gpu", "driver": DEFAULT_DRIVER_NAME, "pool": "node-a", **r} for r in results]
-    return ("default", name, allocate_results(cluster.claims, name, full))
+    return RawClaim("default", name, allocate_results(cluster.claims, name, full))
 
 
 def stored(cluster: Cluster, name: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.engine import PrepareOutcome
 from dra_driver.claims.gpu_edits import device_env_prefix
 from dra_driver.claims.source import ApiServerClaimSource
@@ -171,7 +172,7 @@ def prepare_through_api(
                 config,
                 hardware=simulated_hardware(tmp_path, profile),
             )
-            outcomes = await engine.prepare([("default", name, uid)])
+            outcomes = await engine.prepare([RawClaim("default", name, uid)])
             return outcomes[uid]
         finally:
             await kube.close()

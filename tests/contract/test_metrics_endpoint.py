@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import __version__
-from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.health.census import device_labels
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth
 from dra_driver.observability.metrics import AgentMetrics

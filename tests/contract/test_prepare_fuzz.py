@@ -418,7 +418,7 @@ class FuzzedClaims:
                 {key: value for key, value in (("name", name), ("uid", uid)) if metadata.get(key) == ""}
             )
         self.objects[name] = document
-        return ("default", name, uid)
+        return RawClaim("default", name, uid)
 
     async def get(self, namespace: str, name: str) -> object:
         return self.objects[name]

@@ -35,7 +35,7 @@ class MemoryClaims:
             "metadata": metadata,
             "status": {"allocation": {"devices": {"results": full, "config": [dict(c) for c in config]}}},
         }
-        return ("default", name, uid)
+        return RawClaim("default", name, uid)
 
     async def get(self, namespace: str, name: str) -> object:
         return self.claims[(namespace, name)]

@@ -108,9 +108,9 @@ def test_the_tree_keeps_every_contract() -> None:
         ),
         pytest.param(
             "observability/metrics.py",
-            "from dra_driver.claims.allocation import ClaimRejected",
+            "from dra_driver.claims.errors import ClaimRejected",
             "metrics-vocabulary",
-            "dra_driver.observability.metrics -> dra_driver.claims.allocation",
+            "dra_driver.observability.metrics -> dra_driver.claims.errors",
             id="metrics import an error type",
         ),
     ],

@@ -7,8 +7,9 @@ import jsonschema
 import pytest
 
 from dra_driver.claims import device_metadata
-from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.device_metadata import MetadataDevice, request_metadata
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import claim_ref
 from dra_driver.devices.model import AttributeValue, Version
 from tests.support.device_metadata_schema import metadata_stream, validate_metadata
@@ -139,7 +140,7 @@ def test_the_mount_is_read_only_from_the_claims_host_file_to_the_standard_path()
 def test_a_pod_claim_name_that_cannot_be_a_path_component_rejects_the_claim(
     annotations: dict[str, object], message: str
 ) -> None:
-    claim = {"metadata": {"name": REF.name, "annotations": annotations}}
+    claim = view({"name": REF.name, "uid": REF.uid, "annotations": annotations})
     with pytest.raises(
         ClaimRejected,
         match=r"metadata\.annotations\['resource\.kubernetes\.io/pod-claim-name'\]: .*" + message,
@@ -148,23 +149,14 @@ def test_a_pod_claim_name_that_cannot_be_a_path_component_rejects_the_claim(
 
 
 def test_the_pod_claim_name_comes_from_the_annotation_of_generated_claims_only() -> None:
-    generated = {"metadata": {"annotations": {"resource.kubernetes.io/pod-claim-name": "gpus", "other": "x"}}}
-    assert device_metadata.pod_claim_name(generated, REF) == "gpus"
-    assert device_metadata.pod_claim_name({"metadata": {"annotations": {"other": "x"}}}, REF) is None
-    assert device_metadata.pod_claim_name({"metadata": {}}, REF) is None
+    annotations = {"resource.kubernetes.io/pod-claim-name": "gpus", "other": "x"}
+    assert device_metadata.pod_claim_name(view({"uid": REF.uid, "annotations": annotations}), REF) == "gpus"
+    assert device_metadata.pod_claim_name(view({"uid": REF.uid, "annotations": {"other": "x"}}), REF) is None
+    assert device_metadata.pod_claim_name(view({"uid": REF.uid}), REF) is None
 
 
-@pytest.mark.parametrize("request_name", ["../escape", "gpu/../../x", "GPU", "a" * 64])
-def test_a_request_name_that_cannot_be_a_path_component_rejects_the_claim(request_name: str) -> None:
-    device = MetadataDevice(
-        request=request_name,
-        pool="node-a",
-        name="gpu-0",
-        attributes={},
-        result_path="status.allocation.devices.results[2]",
-    )
-    with pytest.raises(ClaimRejected, match=r"status\.allocation\.devices\.results\[2\]\.request: "):
-        request_metadata(DRIVER, REF, None, [device])
+def view(metadata: dict[str, object]) -> ResourceClaimView:
+    return ResourceClaimView.decode({"metadata": metadata}, "gpu.example.com")
 
 
 def test_more_attributes_than_the_api_allows_are_refused() -> None:

@@ -5,6 +5,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.device_status import (
     MAX_DATA_BYTES,
     StatusTooLarge,
@@ -75,7 +76,7 @@ def test_a_condition_that_did_not_change_keeps_its_transition_time() -> None:
 def test_an_update_keeps_the_resource_version_read_and_everything_else() -> None:
     read = claim(theirs("eth0"))
 
-    update = status_update(read, UID, DRIVER, [ours("gpu-0")])
+    update = status_update(ResourceClaimView.decode(read, DRIVER), UID, DRIVER, [ours("gpu-0")])
 
     assert update.outcome == "write" and update.body is not None
     assert update.body["metadata"]["resourceVersion"] == "7"
@@ -84,7 +85,8 @@ def test_an_update_keeps_the_resource_version_read_and_everything_else() -> None
 
 
 def test_what_is_stored_already_is_not_written_again() -> None:
-    assert status_update(claim(ours("gpu-0", T0)), UID, DRIVER, [ours("gpu-0", T1)]).outcome == "unchanged"
+    stored = ResourceClaimView.decode(claim(ours("gpu-0", T0)), DRIVER)
+    assert status_update(stored, UID, DRIVER, [ours("gpu-0", T1)]).outcome == "unchanged"
 
 
 @pytest.mark.parametrize(
@@ -93,12 +95,14 @@ def test_what_is_stored_already_is_not_written_again() -> None:
         claim(uid=str(uuid.uuid4())),  # deleted and re-created under the same name
         claim(allocated=()),  # deallocated
         claim(allocated=("gpu-3",)),  # allocated other devices since
-        None,
+        {**claim(), "status": {}},  # deallocated, status.allocation gone
     ],
-    ids=["replaced", "deallocated", "reallocated", "not-an-object"],
+    ids=["replaced", "deallocated", "reallocated", "no-allocation"],
 )
-def test_a_claim_that_no_longer_holds_our_devices_is_gone(read: object) -> None:
-    assert status_update(read, UID, DRIVER, [ours("gpu-0")]).outcome == "gone"
+def test_a_claim_that_no_longer_holds_our_devices_is_gone(read: dict[str, Any]) -> None:
+    assert (
+        status_update(ResourceClaimView.decode(read, DRIVER), UID, DRIVER, [ours("gpu-0")]).outcome == "gone"
+    )
 
 
 def test_entries_say_what_the_record_keeps_and_refuse_data_over_10_ki() -> None:

@@ -37,7 +37,7 @@ class SlowClaims:
                 }
             },
         }
-        return ("default", name, uid)
+        return RawClaim("default", name, uid)
 
     async def get(self, namespace: str, name: str) -> object:
         await asyncio.sleep(self._random.random() / 500)

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import pytest
+
 from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.gpu_edits import NvmlEdits
 from dra_driver.claims.identity import claim_ref
@@ -15,9 +17,10 @@ from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
 from dra_driver.claims.vgpu_edits import HamiCore
-from dra_driver.devices.node_config import GpuSettings, NodeConfig
-from dra_driver.hardware.model import HardwareErrorReason, Placement
+from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig
+from dra_driver.hardware.model import ComputeMode, HardwareErrorReason, MigInstance, MigMode, Placement
 from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from tests.support.engines import simulated_engine, simulated_hardware
 from tests.support.memory_claims import MemoryClaims
@@ -406,3 +409,99 @@ def test_on_real_gpus_mig_admin_access_gets_only_the_monitor_capability(tmp_path
     edits = NvmlEdits(proc_root=tmp_path / "proc").mig_monitor("gpu-0-mig-7g80gb-0", gpu)
 
     assert [node.path for node in edits.nodes()] == ["/dev/nvidia0", "/dev/nvidia-caps/nvidia-cap2"]
+
+
+class RecordingBackend(SimulatedBackend):
+    """The simulated GPUs, remembering every MIG instance created and compute mode set: a rollback
+    hides a side effect from the end state, not from this."""
+
+    def __init__(self, root: Path, profile: str) -> None:
+        super().__init__("node-a", resolve_node_spec(profile), root / "hardware.json")
+        self.changes: list[tuple[str, str]] = []
+
+    async def create_mig_instance(self, gpu_uuid: str, profile_id: int, placement: Placement) -> MigInstance:
+        self.changes.append(("mig", gpu_uuid))
+        return await super().create_mig_instance(gpu_uuid, profile_id, placement)
+
+    async def set_compute_mode(self, gpu_uuid: str, mode: ComputeMode) -> None:
+        self.changes.append((mode, gpu_uuid))
+        await super().set_compute_mode(gpu_uuid, mode)
+
+
+SHARE_A = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
+SHARE_B = "8b2d4e61-0a3c-4f5e-9d7b-1c2e3f4a5b6c"
+
+
+@pytest.mark.parametrize(
+    ("vgpus", "refusal"),
+    [
+        (
+            [{"consumedCapacity": {"memory": "100Gi"}}],
+            '.consumedCapacity.memory: "100Gi" is more than the 23034Mi of device gpu-6',
+        ),
+        ([{"consumedCapacity": {"memory": "lots"}}], '.consumedCapacity.memory: "lots" is not a whole'),
+        ([{"consumedCapacity": {"cores": "0"}}], '.consumedCapacity.cores: "0" is out of range'),
+        (
+            [
+                {"consumedCapacity": {"memory": "1Gi"}},
+                {"shareID": SHARE_B, "consumedCapacity": {"memory": "2Gi"}},
+            ],
+            "devices gpu-6 and gpu-6 are both shares of GPU 6",
+        ),
+    ],
+    ids=["over-the-gpu", "malformed", "no-cores", "two-shares-of-one-gpu"],
+)
+def test_a_claim_refused_for_its_vgpu_grant_creates_no_mig_instance_and_changes_no_sharing(
+    tmp_path: Path, vgpus: list[dict[str, Any]], refusal: str
+) -> None:
+    """Every reason to refuse a claim is found in its plan: a grant refused after the MIG instance
+    and the time slice were applied would be rolled back, but they would have happened."""
+    claims = MemoryClaims()
+    claim = claims.add(
+        "mixed",
+        {"request": "mig", "device": "gpu-2-mig-1g10gb-0"},
+        {"request": "whole", "device": "gpu-4"},
+        *(
+            {"request": f"vgpu{n}", "device": "gpu-6", "shareID": SHARE_A, **vgpu}
+            for n, vgpu in enumerate(vgpus)
+        ),
+        config=[
+            {**entry, "requests": ["whole"]}
+            for entry in sharing_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})
+        ],
+    )
+    gpus = simulated_node("mixed")
+    modes = {
+        MigMode.ENABLED: GpuSettings(mode="mig-dynamic"),
+        MigMode.UNSUPPORTED: GpuSettings(mode="vgpu-capacity"),
+    }
+    mixed = NodeConfig(
+        gpus=tuple(
+            GpuEntry(f"gpus[{gpu.index}]", gpu.index, None, modes[gpu.mig_mode])
+            for gpu in gpus
+            if gpu.mig_mode in modes
+        )
+    )
+    hardware = RecordingBackend(tmp_path, "mixed")
+    slicer = SimulatedTimeSlicer(gpu.uuid for gpu in gpus)
+    runtime = Path(tempfile.mkdtemp(prefix="mps-"))
+    sharing = SharingControls(slicer, SimulatedMps(runtime), compute_modes=hardware)
+
+    async def scenario() -> str:
+        engine = simulated_engine(tmp_path, claims, "mixed", mixed, hardware=hardware, sharing=sharing)
+        await engine.load_state()
+        before = await instances(hardware)
+        error = (await engine.prepare([claim]))[claim.uid].error
+        assert await instances(hardware) == before
+        assert [await slicer.current(gpu.uuid) for gpu in gpus] == ["Default"] * len(gpus)
+        assert [await hardware.compute_mode(gpu.uuid) for gpu in gpus] == ["Default"] * len(gpus)
+        assert claim.uid not in engine.prepared_claims
+        return error
+
+    try:
+        error = asyncio.run(scenario())
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+    assert refusal in error
+    assert hardware.changes == [], "a side effect was applied before the claim was refused"
+    assert slicer.history == ()

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.cdi import CdiSpec
 from dra_driver.claims.cdi_files import CdiSpecDirectory
 from dra_driver.claims.engine import ClaimEngine
@@ -248,7 +249,7 @@ def test_an_unprepare_of_a_claim_without_record_removes_its_files(tmp_path: Path
     assert len(leave_orphan(tmp_path, uid)) == 2
 
     async def scenario() -> dict[str, str]:
-        return await simulated_engine(tmp_path, MemoryClaims()).unprepare([("default", "lost", uid)])
+        return await simulated_engine(tmp_path, MemoryClaims()).unprepare([RawClaim("default", "lost", uid)])
 
     assert asyncio.run(scenario()) == {uid: ""}
     assert files_of(tmp_path, uid) == []

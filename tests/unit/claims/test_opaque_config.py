@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.claim_object import ResourceClaimView
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_config import (
     API_VERSION,
     KINDS,
@@ -36,7 +37,6 @@ from dra_driver.claims.opaque_config import (
     TimeSlicingSettings,
     VgpuConfig,
     api_fields,
-    config_entries,
     decode_parameters,
     effective_config,
     hami_core_environment,
@@ -488,11 +488,16 @@ def gpu_interval(interval: str) -> dict[str, object]:
     return params("GpuConfig", sharing={"strategy": "TimeSlicing", "timeSlicing": {"interval": interval}})
 
 
+def decoded_config(document: dict[str, Any]) -> tuple[ConfigEntry, ...]:
+    """The config entries of a claim document, decoded as prepare decodes the claim."""
+    return ResourceClaimView.decode({"metadata": {"uid": "c-uid"}, **document}, D).config
+
+
 def resolved(
     configs: list[dict[str, Any]], request: str = "gpu", device_type: DeviceType = "gpu"
 ) -> DeviceConfig | str:
     try:
-        return effective_config(config_entries(claim(*configs)), D, request, device_type)
+        return effective_config(decoded_config(claim(*configs)), D, request, device_type)
     except OpaqueConfigError as error:
         return str(error)
 
@@ -507,7 +512,7 @@ def interval_of(config: DeviceConfig | str) -> str:
 def test_without_applicable_config_the_device_types_defaults_apply(device_type: DeviceType) -> None:
     defaults = {"gpu": GpuConfig(), "mig": MigDeviceConfig(), "vgpu": VgpuConfig()}
     assert resolved([], device_type=device_type) == defaults[device_type]
-    assert effective_config(config_entries({}), D, "gpu", device_type) == defaults[device_type]
+    assert effective_config(decoded_config({}), D, "gpu", device_type) == defaults[device_type]
     only_others = [entry("FromClaim", params("GpuConfig"), requests=("other",))]
     assert resolved(only_others, device_type=device_type) == defaults[device_type]
 
@@ -621,7 +626,7 @@ def test_a_broken_entry_is_reported_with_its_position_and_source_even_if_a_later
 def test_the_first_available_example_resolves_per_subrequest() -> None:
     (document,) = example_documents(V1ALPHA1 / "examples" / "mig-or-gpu-first-available-claim.yaml")
     allocated = claim(*({"source": "FromClaim", **config} for config in configs_in(document)))
-    entries = config_entries(allocated)
+    entries = decoded_config(allocated)
     assert effective_config(entries, D, "accelerator/mig", "mig") == MigDeviceConfig(
         Sharing("MPS", None, MpsSettings(default_active_thread_percentage=25))
     )
@@ -630,7 +635,7 @@ def test_the_first_available_example_resolves_per_subrequest() -> None:
     )
 
 
-def test_config_entries_reads_the_allocation_in_order_and_skips_non_opaque_entries() -> None:
+def test_the_claims_configs_are_decoded_in_order_skipping_non_opaque_entries() -> None:
     allocated = claim(
         entry("FromClass", params("GpuConfig")),
         {"source": "FromClaim", "requests": ["a"]},
@@ -641,13 +646,13 @@ def test_config_entries_reads_the_allocation_in_order_and_skips_non_opaque_entri
         },
         {"source": "FromClaim", "opaque": {"driver": D, "parameters": {}}},
     )
-    assert config_entries(allocated) == (
+    assert decoded_config(allocated) == (
         ConfigEntry(0, "FromClass", (), D, params("GpuConfig")),
         ConfigEntry(2, "FromClaim", ("b", "c/d"), OTHER_DRIVER, 7),
         ConfigEntry(3, "FromClaim", (), D, {}),
     )
-    assert config_entries({"status": {}}) == ()
-    assert config_entries(claim()) == ()
+    assert decoded_config({"status": {}}) == ()
+    assert decoded_config(claim()) == ()
 
 
 @pytest.mark.parametrize(
@@ -680,7 +685,7 @@ def test_config_entries_reads_the_allocation_in_order_and_skips_non_opaque_entri
 )
 def test_malformed_allocation_configs_are_refused_with_their_path(configs: object, message: str) -> None:
     with pytest.raises(OpaqueConfigError) as raised:
-        config_entries({"status": {"allocation": {"devices": {"config": configs}}}})
+        decoded_config({"status": {"allocation": {"devices": {"config": configs}}}})
     assert str(raised.value) == message
 
 
@@ -873,7 +878,7 @@ def test_any_input_either_decodes_or_raises_opaque_config_error(parameters: obje
 @given(st.lists(st.one_of(yaml_like, st.builds(entry, st.sampled_from(["FromClass", "FromClaim"]), values))))
 def test_any_allocation_config_either_resolves_or_raises_opaque_config_error(configs: list[object]) -> None:
     with contextlib.suppress(OpaqueConfigError):
-        effective_config(config_entries(claim(*configs)), D, "gpu", "gpu")
+        effective_config(decoded_config(claim(*configs)), D, "gpu", "gpu")
 
 
 _QUANTITY = re.compile(r"0*([1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")

@@ -14,18 +14,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import Mount
+from dra_driver.claims.claim_object import AllocatedDevice, ResourceClaimView
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.claims.vgpu_edits import (
     HamiCore,
     HostDirectory,
     HostFile,
-    VgpuShare,
     enforcement_off_message,
     vgpu_claim_edits,
-    vgpu_share,
 )
+from dra_driver.claims.vgpu_grant import VgpuGrant, check_claim_grants, vgpu_grant
 from dra_driver.devices.model import Device
 from dra_driver.devices.node_config import MIB
 from dra_driver.devices.vgpu import shareable_gpu_device
@@ -42,6 +42,7 @@ DEFAULT_SETTINGS = (
     "ACTIVE_OOM_KILLER=false",
 )
 RESULTS = "status.allocation.devices.results"
+DRIVER = "gpu.example.com"
 
 
 def l4(minor: int, bus_id: str | None = None) -> Gpu:
@@ -58,7 +59,7 @@ def result(
 ) -> dict[str, object]:
     raw: dict[str, object] = {
         "request": "vgpu",
-        "driver": "gpu.example.com",
+        "driver": DRIVER,
         "pool": "node-a",
         "device": device,
     }
@@ -69,12 +70,21 @@ def result(
     return raw
 
 
-def capacity_share(gpu: Gpu, consumed: Mapping[str, object] | None, position: int = 0) -> VgpuShare:
+def allocated(raw: dict[str, object], position: int = 0) -> AllocatedDevice:
+    """`raw` decoded as entry `position` of a claim's results, as prepare decodes it."""
+    other = {"request": "nic", "driver": "net.example.com", "pool": "node-a", "device": "eth0"}
+    results = [*([other] * position), raw]
+    document = {"metadata": {"uid": UID}, "status": {"allocation": {"devices": {"results": results}}}}
+    (device,) = ResourceClaimView.decode(document, DRIVER).results
+    return device
+
+
+def capacity_share(gpu: Gpu, consumed: Mapping[str, object] | None, position: int = 0) -> VgpuGrant:
     device = shareable(gpu)
-    return vgpu_share(result(device.name, consumed), position, device, gpu, VgpuConfig())
+    return vgpu_grant(allocated(result(device.name, consumed), position), device, gpu, VgpuConfig())
 
 
-def env_of(shares: list[VgpuShare], hami: HamiCore | None = None) -> tuple[str, ...]:
+def env_of(shares: list[VgpuGrant], hami: HamiCore | None = None) -> tuple[str, ...]:
     return vgpu_claim_edits(UID, shares, hami).edits.env
 
 
@@ -86,9 +96,9 @@ def test_a_capacity_mode_result_grants_what_it_consumed() -> None:
     device = shareable(gpu)
     raw = result(device.name, {"memory": "10Gi", "cores": "30"}, SHARE_ID)
 
-    share = vgpu_share(raw, 2, device, gpu, VgpuConfig(oom_killer=True))
+    share = vgpu_grant(allocated(raw, 2), device, gpu, VgpuConfig(oom_killer=True))
 
-    assert share == VgpuShare("gpu-1", gpu, 10 * GIB, 30, SHARE_ID, VgpuConfig(oom_killer=True))
+    assert share == VgpuGrant("gpu-1", gpu, 10 * GIB, 30, SHARE_ID, VgpuConfig(oom_killer=True))
 
 
 def test_a_result_without_consumed_capacity_takes_the_whole_device() -> None:
@@ -111,7 +121,7 @@ def test_a_partition_grants_its_fixed_capacities() -> None:
     device = inventory.device_by_name["gpu-3-vgpu-5gi-1"]
     gpu = inventory.gpu_of_device[device.name]
 
-    share = vgpu_share(result(device.name), 0, device, gpu, VgpuConfig())
+    share = vgpu_grant(allocated(result(device.name)), device, gpu, VgpuConfig())
 
     # A quarter of the L4 in whole GiB, and that share of its SMs.
     assert (share.device, share.gpu, share.memory_bytes, share.cores) == (
@@ -123,12 +133,12 @@ def test_a_partition_grants_its_fixed_capacities() -> None:
     assert env_of([share])[1:3] == ("CUDA_DEVICE_MEMORY_LIMIT_0=5120m", "CUDA_DEVICE_SM_LIMIT_0=22")
 
 
-def test_a_whole_gpu_device_is_no_vgpu_share() -> None:
+def test_a_whole_gpu_device_is_no_vgpu_grant() -> None:
     inventory = inventory_for("l4x8", "vgpu-partitions")
     device = inventory.device_by_name["gpu-3"]
 
     with pytest.raises(ValueError, match=r"^device gpu-3 is a gpu device, not a vGPU$"):
-        vgpu_share(result("gpu-3"), 0, device, inventory.gpu_of_device["gpu-3"], VgpuConfig())
+        vgpu_grant(allocated(result("gpu-3")), device, inventory.gpu_of_device["gpu-3"], VgpuConfig())
 
 
 L4_MEMORY = "23034Mi"
@@ -176,7 +186,7 @@ NOT_A_QUANTITY = (
         ),
         (
             {"cores": 50},
-            f'{RESULTS}[1].consumedCapacity.cores: expected a quantity string such as "50", got int',
+            f"{RESULTS}[1].consumedCapacity.cores: expected a quantity string, got the integer 50",
         ),
         (
             {"gpu.example.com/memory": "1Gi"},
@@ -197,12 +207,14 @@ def test_a_malformed_result_is_refused() -> None:
     device = shareable(gpu)
 
     with pytest.raises(ClaimRejected) as not_an_object:
-        vgpu_share({"consumedCapacity": ["10Gi"]}, 4, device, gpu, VgpuConfig())
+        vgpu_grant(
+            allocated({**result(device.name), "consumedCapacity": ["10Gi"]}, 4), device, gpu, VgpuConfig()
+        )
     with pytest.raises(ClaimRejected) as bad_share_id:
-        vgpu_share({"shareID": 7}, 4, device, gpu, VgpuConfig())
+        vgpu_grant(allocated({**result(device.name), "shareID": 7}, 4), device, gpu, VgpuConfig())
 
-    assert str(not_an_object.value) == f"{RESULTS}[4].consumedCapacity: expected an object, got list"
-    assert str(bad_share_id.value) == f"{RESULTS}[4].shareID: expected a string, got int"
+    assert str(not_an_object.value) == f"{RESULTS}[4].consumedCapacity: expected an object, got a list"
+    assert str(bad_share_id.value) == f"{RESULTS}[4].shareID: expected a string, got the integer 7"
 
 
 def test_a_partition_never_grants_more_than_its_size() -> None:
@@ -211,7 +223,7 @@ def test_a_partition_never_grants_more_than_its_size() -> None:
     raw = result(device.name, {"memory": "2Gi"})
 
     with pytest.raises(ClaimRejected) as refused:
-        vgpu_share(raw, 0, device, inventory.gpu_of_device[device.name], VgpuConfig())
+        vgpu_grant(allocated(raw), device, inventory.gpu_of_device[device.name], VgpuConfig())
 
     assert str(refused.value) == (
         f'{RESULTS}[0].consumedCapacity.memory: "2Gi" is more than the 1Gi of device gpu-0-vgpu-1gi-0'
@@ -222,9 +234,9 @@ def test_a_share_refuses_limits_hami_core_would_read_as_none() -> None:
     gpu = l4(0)
 
     with pytest.raises(ValueError, match=r"^gpu-0: 1048575 bytes is not between 1Mi and "):
-        VgpuShare("gpu-0", gpu, MIB - 1, 50, None, VgpuConfig())
+        VgpuGrant("gpu-0", gpu, MIB - 1, 50, None, VgpuConfig())
     with pytest.raises(ValueError, match=r"^gpu-0: 0 cores is not between 1 and 100$"):
-        VgpuShare("gpu-0", gpu, GIB, 0, None, VgpuConfig())
+        VgpuGrant("gpu-0", gpu, GIB, 0, None, VgpuConfig())
 
 
 # --- The environment -------------------------------------------------------------------------
@@ -291,7 +303,7 @@ def test_vgpus_of_one_claim_need_the_same_settings() -> None:
     second = dataclasses.replace(capacity_share(l4(1), {}), config=VgpuConfig(task_priority=0))
 
     with pytest.raises(ClaimRejected) as refused:
-        vgpu_claim_edits(UID, [first, second], None)
+        check_claim_grants([first, second])
 
     assert str(refused.value) == (
         "devices gpu-0 and gpu-1 have different VgpuConfigs; HAMi-core applies one setting to "
@@ -304,12 +316,12 @@ def test_two_shares_of_one_gpu_are_refused() -> None:
     device = shareable(gpu)
     shares = [
         capacity_share(l4(1), {}),
-        vgpu_share(result("gpu-4", {"memory": "1Gi"}, SHARE_ID), 1, device, gpu, VgpuConfig()),
-        vgpu_share(result("gpu-4", {"memory": "2Gi"}, UID), 2, device, gpu, VgpuConfig()),
+        vgpu_grant(allocated(result("gpu-4", {"memory": "1Gi"}, SHARE_ID), 1), device, gpu, VgpuConfig()),
+        vgpu_grant(allocated(result("gpu-4", {"memory": "2Gi"}, UID), 2), device, gpu, VgpuConfig()),
     ]
 
     with pytest.raises(ClaimRejected) as refused:
-        vgpu_claim_edits(UID, shares, HAMI)
+        check_claim_grants(shares)
 
     assert str(refused.value) == (
         f"devices gpu-4 and gpu-4 are both shares of {gpu.label}; a claim takes at most one share of a GPU, "
@@ -321,9 +333,8 @@ def test_two_shares_of_one_gpu_are_refused() -> None:
 def test_two_partitions_of_one_gpu_are_refused() -> None:
     inventory = inventory_for("l4x8", "vgpu-partitions")
     shares = [
-        vgpu_share(
-            result(name),
-            position,
+        vgpu_grant(
+            allocated(result(name), position),
             inventory.device_by_name[name],
             inventory.gpu_of_device[name],
             VgpuConfig(),
@@ -334,7 +345,7 @@ def test_two_partitions_of_one_gpu_are_refused() -> None:
     with pytest.raises(
         ClaimRejected, match=r"^devices gpu-2-vgpu-1gi-0 and gpu-2-vgpu-5gi-0 are both shares of"
     ):
-        vgpu_claim_edits(UID, shares, None)
+        check_claim_grants(shares)
 
 
 def test_a_claim_without_shares_is_a_caller_error() -> None:
@@ -431,7 +442,7 @@ def bus_key(gpu: Gpu) -> tuple[int, ...]:
 
 
 @st.composite
-def claim_shares(draw: st.DrawFn) -> list[VgpuShare]:
+def claim_shares(draw: st.DrawFn) -> list[VgpuGrant]:
     """Shares of distinct GPUs of one simulated node, its bus ids shuffled, in random order."""
     gpus = simulated_node(draw(st.sampled_from(all_profiles())))
     bus_ids = draw(st.permutations([gpu.pci_bus_id for gpu in gpus]))
@@ -446,13 +457,13 @@ def claim_shares(draw: st.DrawFn) -> list[VgpuShare]:
     for position in chosen:
         gpu = dataclasses.replace(gpus[position], pci_bus_id=bus_ids[position])
         memory = draw(st.integers(MIB, gpu.memory_bytes))
-        shares.append(VgpuShare(f"gpu-{gpu.minor}", gpu, memory, draw(st.integers(1, 100)), None, config))
+        shares.append(VgpuGrant(f"gpu-{gpu.minor}", gpu, memory, draw(st.integers(1, 100)), None, config))
     return shares
 
 
 @given(shares=claim_shares(), enforced=st.booleans())
 def test_each_index_carries_the_limits_of_the_gpu_at_that_place_in_bus_order(
-    shares: list[VgpuShare], enforced: bool
+    shares: list[VgpuGrant], enforced: bool
 ) -> None:
     env = vgpu_claim_edits(UID, shares, HAMI if enforced else None).edits.env
 

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from dra_driver.claims.allocation import AllocatedDevice
+from dra_driver.claims.claim_object import AllocatedDevice
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.opaque_config import GpuConfig, MigDeviceConfig, VgpuConfig
@@ -28,16 +28,25 @@ def _inventory(profile: str, mode: str) -> Inventory:
 
 
 def _results(inventory: Inventory) -> list[AllocatedDevice]:
-    return [
-        AllocatedDevice(
-            request=f"r{position}",
-            pool=POOL,
-            device=device.name,
-            share_id=SHARE if device.allow_multiple_allocations else None,
-            position=position,
+    """One result per device, but one vGPU per GPU: a claim takes at most one share of a GPU."""
+    shared_gpus: set[str] = set()
+    results: list[AllocatedDevice] = []
+    for device in inventory.devices:
+        if device.type == "vgpu":
+            gpu = inventory.gpu_of_device[device.name].uuid
+            if gpu in shared_gpus:
+                continue
+            shared_gpus.add(gpu)
+        results.append(
+            AllocatedDevice(
+                request=f"r{len(results)}",
+                pool=POOL,
+                device=device.name,
+                share_id=SHARE if device.allow_multiple_allocations else None,
+                position=len(results),
+            )
         )
-        for position, device in enumerate(inventory.devices)
-    ]
+    return results
 
 
 def _renamed(inventory: Inventory, rename: dict[str, str | None]) -> Inventory:
@@ -95,7 +104,7 @@ def test_renaming_or_dropping_published_attributes_leaves_the_prepare_plan_uncha
     after = plan_claim(REF, results, (), renamed, DRIVER, POOL)
 
     assert _what_prepare_does(after) == _what_prepare_does(before)
-    assert len(after) == len(inventory.devices) > 0
+    assert len(after) == len(results) > 0
 
 
 def test_each_mode_records_the_facts_prepare_needs() -> None:

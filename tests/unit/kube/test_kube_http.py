@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import pytest
 from kubernetes import client
 
-from dra_driver.claims.allocation import ClaimRejected
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.source import ApiServerClaimSource
 from dra_driver.kube.kube_api import Configuration, KubeClient
 from dra_driver.kube.kube_http import MAX_BODY_BYTES, HttpProtocolError, KeepAliveClient

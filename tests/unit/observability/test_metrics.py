@@ -7,8 +7,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dra_driver import __version__
-from dra_driver.claims.allocation import ClaimRejected
 from dra_driver.claims.cdi import ContainerEdits, InvalidCdiName, claim_spec
+from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import InvalidClaimIdentity, claim_ref
 from dra_driver.claims.opaque_config import OpaqueConfigError
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason
