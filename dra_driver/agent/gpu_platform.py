@@ -5,6 +5,8 @@ NVML from the driver root (waiting for the driver to appear), finds the driver's
 node-wide CDI spec, sets time slices with nvidia-smi and runs MPS with the driver's control
 program, and hears of XIDs through NVML events. A simulated node has none of that: its stand-ins
 keep state in files, and its faults come from `dra-driver simulate-fault` through an inbox.
+Features added later take what differs from here too: the usage reader (NVML, or a file of the
+state dir) and whether MPS daemon pods must be privileged (only to open real device nodes).
 """
 
 import asyncio
@@ -12,7 +14,7 @@ import platform
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
@@ -29,8 +31,13 @@ from dra_driver.hardware.driver_root import DriverDiscovery, device_root, discov
 from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.model import Gpu, HardwareError
 from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.hardware.simulated_usage import SimulatedUsageReader
 from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
+from dra_driver.hardware.usage import UsageReader
 from dra_driver.health.simulated_faults import apply_pending_faults, open_inbox
+
+if TYPE_CHECKING:
+    from dra_driver.hardware.nvml import NvmlBackend
 
 log = structlog.get_logger("dra_driver.node")
 
@@ -39,6 +46,8 @@ HEALTH_POLL_SECONDS = 0.5
 # Where the simulated backend keeps its MIG instances, so they outlive a restart of the agent
 # as they would on a real GPU.
 SIMULATED_HARDWARE_STATE = "simulated-hardware.json"
+# On a simulated node, tests and demos say what runs on which GPU in this file of the state dir.
+SIMULATED_USAGE_FILE = "simulated-usage.json"
 
 Background = Callable[[], Coroutine[Any, Any, None]]
 # Called with True when the agent starts waiting for the NVIDIA driver, with False once it appeared.
@@ -54,6 +63,11 @@ class Platform:
     edits: DeviceEdits
     sharing: SharingControls
     health_source: HealthEventSource
+    # Opens the reader of GPU usage, called only when usage metrics are on.
+    usage_reader: Callable[[], UsageReader]
+    # Whether MPS daemons in pods (--mps-daemons pod) run privileged: a real daemon's MPS server
+    # opens the claim's GPU device nodes; a simulated one opens none and must not be.
+    mps_pods_privileged: bool
     # CDI devices every prepared device also gets (the node-wide spec, already written).
     common_cdi_ids: tuple[str, ...] = ()
     # Work that runs as long as the agent (a simulated node's fault inbox).
@@ -63,7 +77,7 @@ class Platform:
         await self.hardware.close()
 
 
-def _nvml_hardware(settings: InventorySettings) -> HardwareBackend:
+def _nvml_hardware(settings: InventorySettings) -> "NvmlBackend":
     from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only where asked for
 
     return NvmlBackend(settings.sysfs_root / "bus" / "pci" / "devices", settings.driver_root)
@@ -106,10 +120,11 @@ async def open_platform(
 ) -> Platform:
     """`on_driver_wait`: told if the NVIDIA library is not there yet, before waiting for it (to
     serve the probes meanwhile: waiting is not a failure), and again once it appeared."""
+    hardware: HardwareBackend
     if settings.hardware.kind == "nvml":
         await _wait_for_driver(settings.driver_root, on_driver_wait)
-        hardware, gpus = await _discover(settings.inventory, lambda: _nvml_hardware(settings.inventory))
-        opening = _real(settings, hardware, gpus, cdi_specs)
+        nvml, gpus = await _discover(settings.inventory, lambda: _nvml_hardware(settings.inventory))
+        hardware, opening = nvml, _real(settings, nvml, gpus, cdi_specs)
     else:
         simulated, gpus = await _discover(
             settings.inventory, lambda: _simulated_hardware(settings.inventory, settings.state_dir)
@@ -137,13 +152,9 @@ async def _wait_for_driver(driver_root: Path, on_driver_wait: DriverWait | None)
 
 
 async def _real(
-    settings: NodeSettings, hardware: HardwareBackend, gpus: tuple[Gpu, ...], cdi_specs: CdiSpecDirectory
+    settings: NodeSettings, hardware: "NvmlBackend", gpus: tuple[Gpu, ...], cdi_specs: CdiSpecDirectory
 ) -> Platform:
-    from dra_driver.hardware.nvml import NvmlBackend  # noqa: PLC0415 - pynvml only on GPUs
     from dra_driver.hardware.nvml_events import NvmlEvents  # noqa: PLC0415 - pynvml only on GPUs
-
-    # MPS sets whole GPUs' compute mode through NVML (a backend a test passes in may have none).
-    nvml_compute_modes = hardware if isinstance(hardware, NvmlBackend) else None
 
     try:
         discovery = await asyncio.to_thread(_driver_files, settings.driver_root, gpus)
@@ -151,7 +162,8 @@ async def _real(
         sharing = SharingControls(
             NvidiaSmiTimeSlicer(discovery),
             NvidiaMps(discovery, settings.mps_dir),
-            compute_modes=nvml_compute_modes,
+            # MPS sets whole GPUs' compute mode through NVML.
+            compute_modes=hardware,
         )
     except HardwareError as error:  # a driver program missing from the driver root
         raise StartupError(f"--driver-root {settings.driver_root}: {error}") from error
@@ -166,8 +178,16 @@ async def _real(
         ),
         sharing=sharing,
         health_source=NvmlEvents(known_gpus={gpu.index: gpu.uuid for gpu in gpus}),
+        usage_reader=lambda: _nvml_usage_reader(settings.driver_root),
+        mps_pods_privileged=True,
         common_cdi_ids=(cdi.common_device_id(settings.driver_name),),
     )
+
+
+def _nvml_usage_reader(driver_root: Path) -> UsageReader:
+    from dra_driver.hardware.nvml_usage import NvmlUsageReader  # noqa: PLC0415 - only with usage metrics on
+
+    return NvmlUsageReader(driver_root)
 
 
 def _driver_files(driver_root: Path, gpus: Sequence[Gpu]) -> DriverDiscovery:
@@ -219,5 +239,9 @@ async def _simulated(settings: NodeSettings, hardware: SimulatedBackend, gpus: t
             compute_modes=hardware,
         ),
         health_source=SimulatedEvents(hardware, HEALTH_POLL_SECONDS),
+        usage_reader=lambda: SimulatedUsageReader(
+            hardware.current_gpus, settings.state_dir / SIMULATED_USAGE_FILE
+        ),
+        mps_pods_privileged=False,
         background=(("fault-inbox", take_faults),),
     )

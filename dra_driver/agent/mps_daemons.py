@@ -35,8 +35,7 @@ def with_mps_pods(settings: NodeSettings, platform: Platform, pods: PodApi | Non
         host_driver_root=settings.host_root,
         command=command,
         environment=environment,
-        # Only real GPUs' device nodes need it (see mps_pod_spec).
-        privileged=settings.hardware.kind == "nvml",
+        privileged=platform.mps_pods_privileged,
     )
     daemons = MpsDaemonPods(local, pods, pod_settings, start_timeout_s=settings.mps_start_timeout)
     return replace(platform, sharing=SharingControls(platform.sharing.time_slicer, daemons))

@@ -1,4 +1,4 @@
-"""The usage sampler, wired to the running agent: its reader for this node's hardware, the claim
+"""The usage sampler, wired to the running agent: the platform's reader of usage, the claim
 engine's records, the published devices and kubelet's PodResources socket."""
 
 from collections.abc import Mapping
@@ -8,25 +8,12 @@ from dra_driver.agent.pool import NodePool
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.config.settings import NodeSettings
 from dra_driver.devices.inventory import Inventory
-from dra_driver.hardware.simulated import SimulatedBackend
-from dra_driver.hardware.simulated_usage import SimulatedUsageReader
 from dra_driver.hardware.usage import UsageReader
 from dra_driver.observability.metrics import UsageMetrics
 from dra_driver.usage.attribution import DeviceFacts
 from dra_driver.usage.facts import device_facts
 from dra_driver.usage.pod_resources import PodResourcesClient
 from dra_driver.usage.sampler import UsageSampler, UsageSources
-
-# On a simulated node, tests and demos say what runs on which GPU in this file of the state dir.
-SIMULATED_USAGE_FILE = "simulated-usage.json"
-
-
-def usage_reader(settings: NodeSettings, platform: Platform) -> UsageReader:
-    if isinstance(platform.hardware, SimulatedBackend):
-        return SimulatedUsageReader(platform.hardware.current_gpus, settings.state_dir / SIMULATED_USAGE_FILE)
-    from dra_driver.hardware.nvml_usage import NvmlUsageReader  # noqa: PLC0415 - pynvml only on GPUs
-
-    return NvmlUsageReader(settings.driver_root)
 
 
 class _FactsOfInventory:
@@ -56,7 +43,7 @@ def usage_sampler(
     if settings.usage_interval <= 0:
         return None
     sources = UsageSources(
-        reader=reader or usage_reader(settings, platform),
+        reader=reader or platform.usage_reader(),
         driver_name=settings.driver_name,
         claims=lambda: engine.prepared_claims.values(),  # noqa: PLW0108 - the dict is replaced per turn
         facts=_FactsOfInventory(pool),

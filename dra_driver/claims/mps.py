@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from dra_driver.claims.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec, MpsDirectories
+from dra_driver.hardware import simulated_mps_control
 from dra_driver.hardware.driver_root import DriverDiscovery
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.time_slicing import driver_program, run_command
@@ -326,133 +327,23 @@ class NvidiaMps(MpsControlDaemons):
         )
 
 
-# The simulated nvidia-cuda-mps-control, run as `python -c`. "-d" daemonizes like the real one
-# (the launcher returns once the daemon is up; the daemon is in a session of its own and survives
-# the agent); the daemon records what it was told in simulated-mps.json in its pipe directory,
-# which is mounted into the claim's containers, so tests can check it from the host and from
-# inside a container. Without "-d", stdin goes to the daemon and its reply to stdout.
-SIMULATED_SETTINGS_FILE = "simulated-mps.json"
-_SIMULATED_CONTROL = r"""
-import json, os, socket, sys, time
-from pathlib import Path
-
-pipe = Path(os.environ["CUDA_MPS_PIPE_DIRECTORY"])
-log = Path(os.environ["CUDA_MPS_LOG_DIRECTORY"])
-control, pid_file = pipe / "control", pipe / "nvidia-cuda-mps-control.pid"
-settings_file = pipe / "simulated-mps.json"
-
-
-def save(settings):
-    temporary = settings_file.with_suffix(".tmp")
-    temporary.write_text(json.dumps(settings, indent=2))
-    temporary.replace(settings_file)
-
-
-def execute(settings, line):
-    words = line.split()
-    with (log / "control.log").open("a") as control_log:
-        control_log.write(f"Cmd:{line}\n")
-    settings["commands"].append(line)
-    if words[0] == "set_default_active_thread_percentage" and len(words) == 2 and words[1].isdigit():
-        settings["active_thread_percentage"] = int(words[1])
-    elif words[0] == "set_default_device_pinned_mem_limit" and len(words) == 3:
-        settings["pinned_mem_limits"][words[1]] = words[2]
-    elif words != ["quit"]:
-        return f"error: unknown command {line!r}"
-    return "ok"
-
-
-def serve(server):
-    settings = {
-        "pid": os.getpid(),
-        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", ""),
-        "pipe_directory": str(pipe),
-        "log_directory": str(log),
-        "active_thread_percentage": None,
-        "pinned_mem_limits": {},
-        "commands": [],
-    }
-    save(settings)
-    pid_file.write_text(f"{os.getpid()}\n")
-    while True:
-        connection, _ = server.accept()
-        with connection:
-            received = b""
-            while chunk := connection.recv(4096):
-                received += chunk
-            lines = [line.strip() for line in received.decode().splitlines() if line.strip()]
-            replies = [execute(settings, line) for line in lines]
-            save(settings)
-            if "quit" in lines:
-                pid_file.unlink()
-                control.unlink()
-            try:  # a client that went away (one that only checked the socket) ends nothing
-                connection.sendall("".join(reply + "\n" for reply in replies).encode())
-            except OSError:
-                pass
-        if "quit" in lines:
-            return
-
-
-def start():
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(control))
-    server.listen()
-    child = os.fork()
-    if child:
-        os.waitpid(child, 0)
-        deadline = time.monotonic() + 10
-        while not pid_file.exists():
-            if time.monotonic() > deadline:
-                sys.exit("the simulated MPS control daemon did not start")
-            time.sleep(0.01)
-        return
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    null = os.open(os.devnull, os.O_RDWR)
-    for descriptor in (0, 1, 2):
-        os.dup2(null, descriptor)
-    serve(server)
-    os._exit(0)
-
-
-def send():
-    commands = sys.stdin.read()
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        client.connect(str(control))
-    except OSError as error:
-        sys.exit(f"cannot reach the MPS control daemon at {control}: {error}")
-    client.sendall(commands.encode())
-    client.shutdown(socket.SHUT_WR)
-    reply = b""
-    while chunk := client.recv(4096):
-        reply += chunk
-    sys.stdout.write(reply.decode())
-    sys.exit(1 if "error" in reply.decode() else 0)
-
-
-def foreground():
-    # In a pod, as the container's only process: serves until "quit" or a signal ends it.
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(control))
-    server.listen()
-    serve(server)
-
-
-if sys.argv[1:] == ["-d"]:
-    start()
-elif sys.argv[1:] == ["-f"]:
-    foreground()
-else:
-    send()
-"""
+# The simulated nvidia-cuda-mps-control writes what its daemon was told into this file of its pipe
+# directory.
+SIMULATED_SETTINGS_FILE = simulated_mps_control.SETTINGS_FILE
+# Where the Python running the agent found this package: the daemons run the same copy of the
+# program, also where that is not the interpreter's own (a source tree on PYTHONPATH).
+_PACKAGE_ROOT = Path(simulated_mps_control.__file__).parents[2]
 
 
 class SimulatedMps(MpsControlDaemons):
     """Daemons for the simulated backend: real, long-running processes that follow the claim,
-    playing nvidia-cuda-mps-control's protocol with the Python that runs the agent."""
+    playing nvidia-cuda-mps-control's protocol (`hardware/simulated_mps_control.py`) with the
+    Python that runs the agent."""
 
     def __init__(self, runtime_dir: Path, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        super().__init__(runtime_dir, [sys.executable, "-c", _SIMULATED_CONTROL], {}, timeout_s=timeout_s)
+        super().__init__(
+            runtime_dir,
+            [sys.executable, "-m", simulated_mps_control.MODULE],
+            {"PYTHONPATH": str(_PACKAGE_ROOT)},
+            timeout_s=timeout_s,
+        )

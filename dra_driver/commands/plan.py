@@ -49,6 +49,7 @@ def _live_plans(
     args: argparse.Namespace, groups: "tuple[PodGroup, ...]"
 ) -> "tuple[str, tuple[ModePlan, ...]]":
     from dra_driver.config.settings import SettingsError  # noqa: PLC0415
+    from dra_driver.devices.attributes import PRODUCT_NAME  # noqa: PLC0415
     from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem  # noqa: PLC0415
     from dra_driver.kube.kubeconfig_choice import choose_kubeconfig  # noqa: PLC0415
     from dra_driver.packing.planner import check_profiles, offered_profiles, plan_pool  # noqa: PLC0415
@@ -69,7 +70,7 @@ def _live_plans(
     pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
     if not pool.devices:
         raise LookupError(f"node {args.node_name} publishes no devices of {args.driver_name}")
-    products = {str(d.attributes.get("productName", "")) for d in pool.devices}
+    products = {str(d.attributes.get(PRODUCT_NAME, "")) for d in pool.devices}
     check_profiles(
         groups, {", ".join(sorted(products)): offered_profiles(pool)} if offered_profiles(pool) else {}
     )

@@ -11,9 +11,10 @@ Everything raises DecodeError(path, problem); each caller turns it into its own 
 """
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, get_args
+
+from dra_driver.base.quantity import QUANTITY_FACTORS, WHOLE_SUFFIXES, parse_quantity
 
 _SHOWN_MAX = 80
 _HUGE_INTEGER = "a number of more than 77 digits"
@@ -141,15 +142,8 @@ def boolean(value: object, path: str) -> bool:
     return value
 
 
-# The suffixes of Kubernetes quantities that name whole numbers, and what each multiplies by.
-QUANTITY_FACTORS: Mapping[str, int] = {
-    "": 1,
-    **{suffix: 1024**power for power, suffix in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), start=1)},
-    **{suffix: 1000**power for power, suffix in enumerate(("k", "M", "G", "T", "P", "E"), start=1)},
-}
-# Kubernetes quantity suffixes that name whole numbers of bytes. Fractions, exponents and the
-# milli suffix are refused: a pinned-memory limit is a whole number of bytes.
-_QUANTITY = re.compile(r"(?P<digits>[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
+# Fractions, exponents, signs and the milli suffix are refused: a pinned-memory limit is a
+# whole number of bytes.
 # Kubernetes quantities are int64 underneath; a limit beyond that is a typo, not a real GPU.
 _MAX_BYTES = 2**63 - 1
 _QUANTITY_FORM = (
@@ -161,8 +155,8 @@ def byte_quantity(value: object, path: str) -> int:
     """A memory-limit quantity ("10Gi", "512M", "1073741824") as a positive number of bytes."""
     if not isinstance(value, str):
         raise DecodeError(path, f"expected a quantity string, {_QUANTITY_FORM}; got {described(value)}")
-    match = _QUANTITY.fullmatch(value)
-    if match is None:
+    quantity = parse_quantity(value)
+    if quantity is None or quantity.sign or quantity.point or quantity.suffix not in WHOLE_SUFFIXES:
         if value.startswith("-"):
             raise DecodeError(path, f"{shown(value)} is negative; a memory limit must be more than zero")
         if "." in value:
@@ -170,7 +164,7 @@ def byte_quantity(value: object, path: str) -> int:
                 path, f"{shown(value)} has a fraction; write it in a smaller unit, e.g. 1536Mi for 1.5Gi"
             )
         raise DecodeError(path, f"{shown(value)} is not {_QUANTITY_FORM}")
-    digits = match["digits"].lstrip("0")
+    digits = quantity.whole_digits
     if not digits:
         raise DecodeError(path, f"{shown(value)} is zero; a memory limit must be more than zero")
     too_large = DecodeError(path, f"{shown(value)} is more than {_MAX_BYTES} bytes (2^63 - 1)")
@@ -178,7 +172,7 @@ def byte_quantity(value: object, path: str) -> int:
     # Python's limit on converting long digit strings.
     if len(digits) > len(str(_MAX_BYTES)):
         raise too_large
-    total = int(digits) * QUANTITY_FACTORS[match["suffix"] or ""]
+    total = int(digits) * QUANTITY_FACTORS[quantity.suffix]
     if total > _MAX_BYTES:
         raise too_large
     return total

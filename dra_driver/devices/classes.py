@@ -17,6 +17,7 @@ from typing import Any, get_args
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.devices import attributes as names
 from dra_driver.devices.extended_resources import (
     FIRST_MINOR,
     GPU_RESOURCE_NAME,
@@ -61,7 +62,8 @@ def selector(device_type: DeviceType, driver_name: str) -> str:
 
     The type comes from the `type` attribute because a device's name is not visible to CEL.
     """
-    return f'device.driver == "{driver_name}" && device.attributes["{driver_name}"].type == "{device_type}"'
+    domain = f'device.attributes["{driver_name}"]'
+    return f'device.driver == "{driver_name}" && {domain}.{names.TYPE} == "{device_type}"'
 
 
 def _device_class(name: str, expression: str, extended_resource_name: str | None) -> dict[str, Any]:
@@ -79,7 +81,9 @@ def _device_class(name: str, expression: str, extended_resource_name: str | None
 def mig_profile_selector(profile: str, driver_name: str) -> str:
     """The MIG devices of one profile, whether created at prepare (dynamic) or found (static):
     both carry the profile name as NVIDIA's tools print it."""
-    return f'{selector("mig", driver_name)} && device.attributes["{driver_name}"].profile == "{profile}"'
+    return (
+        f'{selector("mig", driver_name)} && device.attributes["{driver_name}"].{names.PROFILE} == "{profile}"'
+    )
 
 
 def vgpu_partition_selector(memory_bytes: int, driver_name: str) -> str:
@@ -89,7 +93,7 @@ def vgpu_partition_selector(memory_bytes: int, driver_name: str) -> str:
     whole shared GPU. Memory is compared as a quantity, whatever its spelling."""
     domain = f'device.attributes["{driver_name}"]'
     return (
-        f'{selector("vgpu", driver_name)} && "parentUUID" in {domain} && '
+        f'{selector("vgpu", driver_name)} && "{names.PARENT_UUID}" in {domain} && '
         f'device.capacity["{driver_name}"].memory.compareTo(quantity("{quantity(memory_bytes)}")) == 0'
     )
 

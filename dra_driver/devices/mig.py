@@ -9,6 +9,7 @@ is exactly what NVML would refuse when the instance is created at prepare.
 from collections.abc import Iterator
 from dataclasses import asdict, replace
 
+from dra_driver.devices import attributes as names
 from dra_driver.devices.gpus import parent_attributes, shared_gpu_attributes
 from dra_driver.devices.model import AttributeValue, Capacity, CounterConsumption, CounterSet, Device
 from dra_driver.devices.naming import counter_set_name, mig_device_name
@@ -53,11 +54,11 @@ def _placement_consumption(gpu: Gpu, profile: MigProfile, placement: Placement) 
 
 def _mig_attributes(gpu: Gpu, profile: MigProfile, placement: Placement) -> dict[str, AttributeValue]:
     return {
-        "type": "mig",
-        "profile": profile.name,
-        "profileId": profile.profile_id,
-        "placementStart": placement.start,
-        "placementSize": placement.size,
+        names.TYPE: "mig",
+        names.PROFILE: profile.name,
+        names.PROFILE_ID: profile.profile_id,
+        names.PLACEMENT_START: placement.start,
+        names.PLACEMENT_SIZE: placement.size,
         **parent_attributes(gpu),
         **shared_gpu_attributes(gpu),
     }
@@ -97,7 +98,7 @@ def usable_static_instance(instance: MigInstance) -> bool:
 def static_mig_device(origin: StaticMig) -> Device:
     gpu, profile, instance = origin.gpu, origin.profile, origin.instance
     attributes = _mig_attributes(gpu, profile, instance.placement)
-    attributes["uuid"] = instance.uuid
+    attributes[names.UUID] = instance.uuid
     return Device(
         name=mig_device_name(gpu, profile, instance.placement.start),
         type=origin.device_type,

@@ -19,15 +19,6 @@ class Version:
 
 AttributeValue = str | int | bool | Version
 
-# The attribute a slice's `partitionTypeAttribute` (Kubernetes 1.37 alpha, KEP-5677) names: a
-# string that groups the devices drawing from shared counters by what they cost. Upstream's pool
-# status controller counts, per value, how many devices there are and how many still fit in the
-# counters left, and reports a pool whose devices of one value cost different counters (by
-# counter set, counter name and amount) as invalid. So the value names exactly one cost: a vGPU
-# partition size on one GPU ("gpu-0-vgpu-10gi"), or the whole GPU next to its partitions
-# ("gpu-0"). Dynamic MIG placements do not carry it: two placements of one profile cover
-# different memory slices, so no value could group them without breaking that rule.
-PARTITION_TYPE = "partitionType"
 DeviceType = Literal["gpu", "mig", "vgpu"]
 TaintEffect = Literal["None", "NoSchedule", "NoExecute"]
 

@@ -5,13 +5,12 @@ is left out (a `ConfigProblem` names the GPU and the setting) rather than offere
 nobody asked for, or publishing devices that can never be prepared; the other GPUs go on.
 """
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from dra_driver.base.quantity import UP_TO_TERA, parse_quantity
 from dra_driver.config.strict_decode import (
-    QUANTITY_FACTORS,
     DecodeError,
     choice,
     items,
@@ -127,17 +126,16 @@ class NodePlan:
     problems: tuple[ConfigProblem, ...] = ()
 
 
-_QUANTITY = re.compile(r"(0|[1-9][0-9]*)(Ki|Mi|Gi|Ti|k|M|G|T)?")
-
-
 def _bytes(value: object, where: str) -> int:
+    """Whole bytes up to Ti/T, written without leading zeros (YAML 1.1 reads 010 as octal)."""
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    match = _QUANTITY.fullmatch(text) if isinstance(text, str) else None
-    if match is None:
+    quantity = parse_quantity(text) if isinstance(text, str) else None
+    total = quantity.whole_number(UP_TO_TERA) if quantity is not None else None
+    if quantity is None or total is None or (quantity.whole.startswith("0") and quantity.whole != "0"):
         raise NodeConfigError(
             f"{where}: expected a whole number of bytes such as 10Gi, 512Mi or 1073741824, got {value!r}"
         )
-    return int(match[1]) * QUANTITY_FACTORS[match[2] or ""]
+    return total
 
 
 def _mapping(raw: object, where: str, allowed: Sequence[str]) -> Mapping[str, Any]:

@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from dra_driver.devices.attributes import PARTITION_TYPE
 from dra_driver.devices.inventory import Inventory
-from dra_driver.devices.model import PARTITION_TYPE, CounterSet, Device, counter_set_to_api, device_to_api
+from dra_driver.devices.model import CounterSet, Device, counter_set_to_api, device_to_api
 
 SliceLayout = Literal["1.34", "1.35"]
 

@@ -10,6 +10,7 @@ Two ways to publish them, because clusters differ:
 
 from collections.abc import Iterator
 
+from dra_driver.devices import attributes as names
 from dra_driver.devices.gpus import (
     gpu_identity_attributes,
     parent_attributes,
@@ -17,7 +18,6 @@ from dra_driver.devices.gpus import (
     whole_gpu_capacity,
 )
 from dra_driver.devices.model import (
-    PARTITION_TYPE,
     Capacity,
     CounterConsumption,
     CounterSet,
@@ -40,7 +40,7 @@ def shareable_gpu_device(gpu: Gpu, memory_step: int) -> Device:
     attributes = gpu_identity_attributes(gpu, "vgpu")
     if gpu.multiprocessors:
         # Not a capacity: on a shared device a capacity without a request policy is consumed whole.
-        attributes["multiprocessors"] = gpu.multiprocessors
+        attributes[names.MULTIPROCESSORS] = gpu.multiprocessors
     return Device(
         name=gpu_device_name(gpu),
         type="vgpu",
@@ -88,7 +88,7 @@ def partitioned_whole_gpu_device(gpu: Gpu) -> Device:
     return Device(
         name=gpu_device_name(gpu),
         type="gpu",
-        attributes={**gpu_identity_attributes(gpu, "gpu"), PARTITION_TYPE: gpu_device_name(gpu)},
+        attributes={**gpu_identity_attributes(gpu, "gpu"), names.PARTITION_TYPE: gpu_device_name(gpu)},
         capacity=whole_gpu_capacity(gpu),
         consumes_counters=_consumes(gpu, gpu.memory_bytes, ALL_CORES),
     )
@@ -112,8 +112,8 @@ def vgpu_partition_device(origin: VgpuPartition) -> Device:
         name=vgpu_partition_name(gpu, origin.memory_bytes, origin.slot),
         type=origin.device_type,
         attributes={
-            "type": origin.device_type,
-            PARTITION_TYPE: vgpu_partition_type(gpu, origin.memory_bytes),
+            names.TYPE: origin.device_type,
+            names.PARTITION_TYPE: vgpu_partition_type(gpu, origin.memory_bytes),
             **parent_attributes(gpu),
             **shared_gpu_attributes(gpu),
         },

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from dra_driver.devices import attributes as names
 from dra_driver.devices.model import Device
 from dra_driver.hardware.catalog import GpuModel, gpu_models
 from dra_driver.packing.allocator import Pool
@@ -77,7 +78,7 @@ class GpuLayout:
 
 def device_gpu_uuid(device: Device) -> str:
     """The GPU a device lives on: its own UUID, or its parent's for a MIG slice or a partition."""
-    value = device.attributes.get("parentUUID", device.attributes.get("uuid", ""))
+    value = device.attributes.get(names.PARENT_UUID, device.attributes.get(names.UUID, ""))
     return value if isinstance(value, str) else ""
 
 
@@ -102,7 +103,7 @@ def device_memory(device: Device) -> int:
 
 
 def _kind(devices: Iterable[Device]) -> LayoutKind:
-    types = {device.attributes.get("type") for device in devices}
+    types = {device.attributes.get(names.TYPE) for device in devices}
     if "mig" in types:
         return "mig"
     if "vgpu" in types:
@@ -113,7 +114,7 @@ def _kind(devices: Iterable[Device]) -> LayoutKind:
 
 def _gpu_memory(devices: Iterable[Device], pool: Pool, model: GpuModel | None) -> int:
     for device in devices:
-        if device.attributes.get("type") in ("gpu", "vgpu") and "uuid" in device.attributes:
+        if device.attributes.get(names.TYPE) in ("gpu", "vgpu") and names.UUID in device.attributes:
             return device_memory(device)
         for consumption in device.consumes_counters:
             counters = pool.counter_sets.get(consumption.counter_set, {})
@@ -131,7 +132,7 @@ def _memory_slices(devices: Iterable[Device], pool: Pool, model: GpuModel | None
                 return found
     if model is not None and model.mig is not None:
         return model.mig.memory_slices
-    ends = [_int(d, "placementStart") + _int(d, "placementSize") for d in devices]
+    ends = [_int(d, names.PLACEMENT_START) + _int(d, names.PLACEMENT_SIZE) for d in devices]
     return max(ends, default=0)
 
 
@@ -151,23 +152,23 @@ def _layout(
     uuid: str, devices: list[Device], pool: Pool, by_device: Mapping[str, list[Occupant]]
 ) -> GpuLayout:
     first = devices[0]
-    product = str(first.attributes.get("productName", ""))
+    product = str(first.attributes.get(names.PRODUCT_NAME, ""))
     model = _catalog_model(product)
     kind = _kind(devices)
     blocks: list[MigBlock] = []
     occupants: list[Occupant] = []
     for device in devices:
         held = by_device.get(device.name, [])
-        if device.attributes.get("type") == "mig":
+        if device.attributes.get(names.TYPE) == "mig":
             static = not device.consumes_counters
             if held or static:
-                profile = str(device.attributes.get("profile", ""))
+                profile = str(device.attributes.get(names.PROFILE, ""))
                 blocks.append(
                     MigBlock(
                         device.name,
                         profile,
-                        _int(device, "placementStart"),
-                        _int(device, "placementSize", 1),
+                        _int(device, names.PLACEMENT_START),
+                        _int(device, names.PLACEMENT_SIZE, 1),
                         compute_slices_of(profile),
                         held[0] if held else None,
                     )
@@ -179,7 +180,7 @@ def _layout(
     if kind == "mig":
         compute = max((p.compute_slices for p in model.mig.profiles), default=7) if model and model.mig else 7
     return GpuLayout(
-        index=_int(first, "parentIndex", _int(first, "index")),
+        index=_int(first, names.PARENT_INDEX, _int(first, names.INDEX)),
         uuid=uuid,
         product=product,
         kind=kind,

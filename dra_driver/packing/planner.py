@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from dra_driver.devices import attributes as names
 from dra_driver.devices.model import Device
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize, plan_node
 from dra_driver.hardware.model import Gpu, MigMode
@@ -89,14 +90,14 @@ class ModePlan:
 
 def _is_type(device_type: str) -> Callable[[Device], bool]:
     def selector(device: Device) -> bool:
-        return device.attributes.get("type") == device_type
+        return device.attributes.get(names.TYPE) == device_type
 
     return selector
 
 
 def _is_profile(profile: str) -> Callable[[Device], bool]:
     def selector(device: Device) -> bool:
-        return device.attributes.get("type") == "mig" and device.attributes.get("profile") == profile
+        return device.attributes.get(names.TYPE) == "mig" and device.attributes.get(names.PROFILE) == profile
 
     return selector
 
@@ -123,7 +124,9 @@ def _on_gpu(selector: Callable[[Device], bool], uuid: str) -> Callable[[Device],
 
 
 def offered_profiles(pool: Pool) -> list[str]:
-    return sorted({str(d.attributes["profile"]) for d in pool.devices if d.attributes.get("type") == "mig"})
+    return sorted(
+        {str(d.attributes[names.PROFILE]) for d in pool.devices if d.attributes.get(names.TYPE) == "mig"}
+    )
 
 
 def check_profiles(groups: Iterable[PodGroup], profiles_by_product: Mapping[str, Sequence[str]]) -> None:

@@ -6,11 +6,11 @@ taints as stored (an older agent, or a server that dropped a field, publishes so
 than what this version would render). Only what the allocator model reads is decoded.
 """
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from dra_driver.config.strict_decode import QUANTITY_FACTORS
+from dra_driver.base import quantity as quantities
+from dra_driver.devices import attributes as names
 from dra_driver.devices.model import (
     AttributeValue,
     Capacity,
@@ -25,7 +25,6 @@ from dra_driver.devices.model import (
 )
 from dra_driver.packing.allocator import Allocation, DeviceResult, Pool
 
-_QUANTITY = re.compile(r"([0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 _TYPES: Mapping[str, DeviceType] = {"gpu": "gpu", "mig": "mig", "vgpu": "vgpu"}
 _EFFECTS: Mapping[str, TaintEffect] = {"None": "None", "NoSchedule": "NoSchedule", "NoExecute": "NoExecute"}
 
@@ -35,10 +34,11 @@ class PublishedSliceError(ValueError):
 
 
 def parse_quantity(text: object, where: str) -> int:
-    match = _QUANTITY.fullmatch(str(text))
-    if match is None:
+    quantity = quantities.parse_quantity(str(text))
+    value = quantity.whole_number() if quantity is not None else None
+    if value is None:
         raise PublishedSliceError(f"{where}: quantity {text!r} is not a whole number such as 80Gi")
-    return int(match[1]) * QUANTITY_FACTORS[match[2] or ""]
+    return value
 
 
 def _attribute(raw: Mapping[str, Any]) -> AttributeValue:
@@ -79,7 +79,7 @@ def parse_device(raw: Mapping[str, Any], where: str) -> Device:
     attributes = {name: _attribute(value) for name, value in (raw.get("attributes") or {}).items()}
     return Device(
         name=str(raw["name"]),
-        type=_TYPES.get(str(attributes.get("type", "gpu")), "gpu"),
+        type=_TYPES.get(str(attributes.get(names.TYPE, "gpu")), "gpu"),
         attributes=attributes,
         capacity={
             name: _capacity(value, f"{where}.capacity.{name}")

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from dra_driver.config.strict_decode import QUANTITY_FACTORS
+from dra_driver.base.quantity import UP_TO_TERA, parse_quantity
 
 ShapeKind = Literal["gpu", "mig", "vgpu"]
 
@@ -28,7 +28,6 @@ FLAG = "--pods"
 
 _ITEM = re.compile(r"(?:(?P<count>[0-9]+)x)?(?P<kind>.*)", re.S)
 _PROFILE = re.compile(r"[1-9][0-9]*g\.[1-9][0-9]*gb(?:[+-][a-z][a-z0-9.]*)*")
-_QUANTITY = re.compile(r"(?P<digits>[0-9]+)(?P<suffix>Ki|Mi|Gi|Ti|k|M|G|T)?")
 _CORES = re.compile(r"(?P<digits>[0-9]+)%")
 _KIND_FORM = "gpu, a MIG profile such as 1g.10gb or 3g.40gb, or vgpu:<memory>[/<cores>%]"
 
@@ -77,10 +76,11 @@ def _count(text: str | None, where: str) -> int:
 
 
 def _memory(text: str, where: str) -> int:
-    match = _QUANTITY.fullmatch(text)
-    if match is None or int(match["digits"]) == 0:
+    quantity = parse_quantity(text)
+    memory = quantity.whole_number(UP_TO_TERA) if quantity is not None else None
+    if not memory:
         raise ShapeError(f'{where}: memory "{text}": expected a quantity like 10Gi, more than zero')
-    return int(match["digits"]) * QUANTITY_FACTORS[match["suffix"] or ""]
+    return memory
 
 
 def _cores(text: str, where: str) -> int:

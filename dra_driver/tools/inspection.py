@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from dra_driver.devices.gpus import STANDARD_NUMA_NODE
+from dra_driver.devices import attributes as names
 from dra_driver.devices.inventory import Inventory
-from dra_driver.devices.model import PARTITION_TYPE, Device, quantity
+from dra_driver.devices.model import Device, quantity
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
 
 # NUMA is the standard resource.kubernetes.io/numaNode, what claims align other drivers' devices
@@ -38,18 +38,18 @@ def _sharing(device: Device) -> str:
 
 def _row(device: Device, inventory: Inventory) -> tuple[str, ...]:
     gpu = inventory.gpu_of_device[device.name]
-    profile = device.attributes.get("profile", "")
+    profile = device.attributes.get(names.PROFILE, "")
     if device.type == "vgpu" and not device.allow_multiple_allocations:
         profile = quantity(device.capacity["memory"].value)
     return (
         device.name,
         device.type,
         f"{gpu.index} {gpu.product_name}",
-        str(device.attributes.get(STANDARD_NUMA_NODE, "")),
+        str(device.attributes.get(names.STANDARD_NUMA_NODE, "")),
         str(profile),
         quantity(device.capacity["memory"].value),
         _compute(device),
-        str(device.attributes.get(PARTITION_TYPE, "")),
+        str(device.attributes.get(names.PARTITION_TYPE, "")),
         _sharing(device),
     )
 

@@ -12,6 +12,7 @@ import pytest
 from dra_driver.claims.mps import SimulatedMps
 from dra_driver.claims.mps_pod_spec import MpsPodSettings, daemon_pod
 from dra_driver.claims.sharing import MpsDaemonSpec, MpsDirectories
+from dra_driver.hardware import simulated_mps_control
 from dra_driver.tools.manifests import ManifestOptions, render
 from dra_driver.tools.manifests.access import service_account_username
 from dra_driver.tools.manifests.options import CONTAINER_DRIVER_ROOT
@@ -127,7 +128,21 @@ FORBIDDEN: dict[str, tuple[Callable[[Pod], None], str]] = {
     ),
     "extra args": (lambda pod: _container(pod).update(args=["-d"]), "the daemon's command"),
     "privileged simulated daemon": (
-        lambda pod: _container(pod).update(command=["/usr/bin/python3", "-c", "import os", "-f"]),
+        lambda pod: _container(pod).update(
+            command=["/usr/bin/python3", "-m", simulated_mps_control.MODULE, "-f"]
+        ),
+        "the daemon's command",
+    ),
+    "another Python program": (
+        lambda pod: _container(pod).update(
+            command=["/usr/bin/python3", "-c", "import os", "-f"], securityContext={"privileged": False}
+        ),
+        "the daemon's command",
+    ),
+    "another Python module": (
+        lambda pod: _container(pod).update(
+            command=["/usr/bin/python3", "-m", "http.server", "-f"], securityContext={"privileged": False}
+        ),
         "the daemon's command",
     ),
     "extra hostPath": (

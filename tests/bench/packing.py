@@ -2,7 +2,7 @@
 
 For each node (DGX H100, DGX A100 80GB, B200, all 8 GPUs) and offering mode (dynamic MIG,
 vGPU partitions of 5/10/20 GiB, vGPU capacity with a 1 GiB step), seeded traces
-(`dra_driver.packing.traces`, mixes explained there) are replayed through the allocator model
+(`tests.support.packing.traces`, mixes explained there) are replayed through the allocator model
 (`dra_driver.packing.allocator`) with the devices in:
 - name: plain name order, what was published before issue 25;
 - binpack: the new default order (`dra_driver.devices.order`);
@@ -38,9 +38,9 @@ from dra_driver.devices.slices import plan_slices
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.hardware.simulated_nodes import parse_node_spec, resolve_node_spec, simulated_gpus
 from dra_driver.packing.allocator import Allocation, NodeState, Pool
-from dra_driver.packing.bound import BestFit, RepackingPacker, shuffled_within_gpus
-from dra_driver.packing.simulate import TraceResult, replay, replay_repacking
-from dra_driver.packing.traces import (
+from tests.support.packing.bound import BestFit, RepackingPacker, shuffled_within_gpus
+from tests.support.packing.simulate import TraceResult, replay, replay_repacking
+from tests.support.packing.traces import (
     GIB,
     PARTITION_SIZES_GIB,
     Event,

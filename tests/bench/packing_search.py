@@ -24,8 +24,8 @@ from pathlib import Path
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.origins import DynamicMig
-from dra_driver.packing.traces import Event, make_trace, mig_mix
 from tests.bench.packing import MODES, inventories, node_gpus, run_order
+from tests.support.packing.traces import Event, make_trace, mig_mix
 
 SizeClass = tuple[int, int]
 StartOrder = dict[SizeClass, tuple[int, ...]]

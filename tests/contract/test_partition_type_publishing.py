@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dra_driver.devices.model import PARTITION_TYPE
+from dra_driver.devices.attributes import PARTITION_TYPE
 from tests.contract.test_slice_controller import quiet, run, with_product_name
 from tests.support.apiserver import ApiServer
 from tests.support.nodes import inventory_for

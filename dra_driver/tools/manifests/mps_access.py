@@ -9,12 +9,14 @@ name (from a well-formed claim UID), run the agent's image with the daemon's com
 the driver root read-only and the claim's MPS directory and nothing else, get no service account
 token, and use none of the host's namespaces. `privileged` is allowed only with the real control
 program (its MPS server opens the claim's GPU device nodes); the simulated daemon of a simulated
-install (`python -c <program> -f`) must run unprivileged.
+install (`python -m dra_driver.hardware.simulated_mps_control -f`, that module and no other
+Python) must run unprivileged.
 """
 
 from typing import Any
 
 from dra_driver.claims.mps_pod_spec import CLAIM_UID_LABEL, COMPONENT, COMPONENT_LABEL, POD_NAME_PREFIX
+from dra_driver.hardware import simulated_mps_control
 from dra_driver.tools.manifests.access import agent_policy, agent_policy_binding, service_account_name
 from dra_driver.tools.manifests.options import (
     CONTAINER_DRIVER_ROOT,
@@ -103,7 +105,8 @@ _REAL_COMMAND = (
 _PRIVILEGED = "has(c.securityContext) && has(c.securityContext.privileged) && c.securityContext.privileged"
 _SIMULATED_COMMAND = (
     'size(c.command) == 4 && c.command[0].matches("^/[^ ]*/python3(\\\\.[0-9]+)?$")'
-    f' && c.command[1] == "-c" && c.command[3] == "-f" && !({_PRIVILEGED})'
+    f' && c.command[1] == "-m" && c.command[2] == "{simulated_mps_control.MODULE}"'
+    f' && c.command[3] == "-f" && !({_PRIVILEGED})'
 )
 _CREATE_RULES = (
     (

@@ -6,8 +6,9 @@ from functools import cache
 
 import pytest
 
+from dra_driver.devices.attributes import PARTITION_TYPE
 from dra_driver.devices.inventory import Inventory, node_inventory
-from dra_driver.devices.model import PARTITION_TYPE, Device
+from dra_driver.devices.model import Device
 from dra_driver.devices.slices import plan_slices, slices_to_api
 from tests.support.nodes import all_profiles, inventory_for, mode_configs, simulated_node
 

@@ -12,8 +12,8 @@ from dra_driver.devices.order import name_ordered, orphaned_slices
 from dra_driver.devices.origins import DynamicMig
 from dra_driver.devices.slices import plan_slices
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Request
-from dra_driver.packing.traces import GIB, mig_shapes
 from tests.support.nodes import simulated_node
+from tests.support.packing.traces import GIB, mig_shapes
 
 DRIVER = "gpu.example.com"
 

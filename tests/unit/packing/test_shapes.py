@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.config.strict_decode import QUANTITY_FACTORS
+from dra_driver.base.quantity import QUANTITY_FACTORS
 from dra_driver.packing.shapes import MAX_COUNT, PodGroup, ShapeError, parse_item, parse_pods
 
 SUFFIXES = ["Ki", "Mi", "Gi", "Ti", "k", "M", "G", "T"]

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Refusal
-from dra_driver.packing.bound import RepackingPacker
-from dra_driver.packing.traces import Event, Shape
+from tests.support.packing.bound import RepackingPacker
+from tests.support.packing.traces import Event, Shape
 
 # How a claim gets its devices: the scheduler's first fit (NodeState.allocate) or a stand-in.
 Chooser = Callable[[NodeState, Claim], Allocation | Refusal]

@@ -3,10 +3,10 @@
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.packing.allocator import NodeState, Pool
-from dra_driver.packing.bound import BestFit, RepackingPacker
-from dra_driver.packing.simulate import replay, replay_repacking
-from dra_driver.packing.traces import capacity_mix, make_trace, mig_mix
 from tests.support.nodes import simulated_node
+from tests.support.packing.bound import BestFit, RepackingPacker
+from tests.support.packing.simulate import replay, replay_repacking
+from tests.support.packing.traces import capacity_mix, make_trace, mig_mix
 
 
 def test_a_seed_gives_the_same_trace_and_another_seed_another() -> None:
