@@ -51,6 +51,7 @@ from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.device_metadata import RequestMetadata, mount_edits, pod_claim_name, request_metadata
 from dra_driver.claims.device_status import JsonObject, device_status_entries, has_status_facts
 from dra_driver.claims.gpu_edits import DeviceEdits
+from dra_driver.claims.gpu_mps_daemons import GpuMpsDaemons
 from dra_driver.claims.identity import ClaimRef, claim_ref
 from dra_driver.claims.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.ownership import DeviceOwnership
@@ -119,8 +120,18 @@ class ClaimEngine:
         self._metadata = DeviceMetadataDirectory(records.state_dir)
         self._claim_locks = ClaimLocks(records.state_dir / "claim.locks")
         self._ownership = DeviceOwnership(records, self._claim_locks)
+        gpu_mps = (
+            None
+            if sharing is None
+            else GpuMpsDaemons(sharing.mps, self._claim_locks, records.read_all, self._metrics.gpu_mps_daemon)
+        )
         self._effects = ClaimSideEffects(
-            pool_name=pool_name, inventory=inventory, hardware=hardware, sharing=sharing, hami_core=hami_core
+            pool_name=pool_name,
+            inventory=inventory,
+            hardware=hardware,
+            sharing=sharing,
+            hami_core=hami_core,
+            gpu_mps=gpu_mps,
         )
         self._recovery = StartupRecovery(
             records=records,
@@ -239,15 +250,22 @@ class ClaimEngine:
                 failpoints.reached("prepare.preparing-recorded")
             created = await self._effects.create_mig_instances(ref, to_create)
             sharing = self._effects.sharing_plan(ref, planned, created)
-            if sharing.time_slices or sharing.mps:  # ... and so is the sharing, before it is set
+            mps_gpus = tuple(
+                device.grant.gpu.uuid
+                for device in planned
+                if device.grant is not None and device.grant.enforcement == "mps"
+            )
+            if sharing.time_slices or sharing.mps or mps_gpus:  # ... and so is the sharing, before it is set
                 preparing = replace(
                     preparing,
                     time_sliced_gpus=tuple(change.gpu_uuid for change in sharing.time_slices),
                     mps=sharing.mps is not None,
+                    mps_gpus=mps_gpus,
                     compute_modes=await self._effects.compute_modes_to_restore(sharing),
                 )
                 await self._records.write(preparing)
                 await self._effects.apply_sharing(ref, sharing)
+                await self._effects.attach_gpu_daemons(ref, mps_gpus)
             vgpu = await self._effects.vgpu_edits(ref, planned)
             metadata = request_metadata(self._driver_name, ref, pod_claim, metadata_devices(planned, created))
             mounts = [(m.cdi_device, mount_edits(self._metadata.root, ref.uid, m)) for m in metadata]

@@ -297,8 +297,8 @@ def test_the_vgpu_requests_get_the_limits_the_e2e_tests_expect(name: str, reques
         },
     }
     (allocated,) = ResourceClaimView.decode(document, "gpu.example.com").results
-    share = vgpu_grant(allocated, device, inventory.gpu_of_device[device.name], VgpuConfig())
-    env = dict(item.split("=", 1) for item in vgpu_claim_edits(CLAIM_UID, [share], None).edits.env)
+    share = vgpu_grant(allocated, device, inventory.gpu_of_device[device.name], VgpuConfig(), "none")
+    env = dict(item.split("=", 1) for item in vgpu_claim_edits(CLAIM_UID, [share], None, None).edits.env)
 
     assert device.name == "gpu-3"
     assert consumed == {"memory": "10Gi", "cores": "30"}
