@@ -123,7 +123,9 @@ class ClaimEngine:
         gpu_mps = (
             None
             if sharing is None
-            else GpuMpsDaemons(sharing.mps, self._claim_locks, records.read_all, self._metrics.gpu_mps_daemon)
+            else GpuMpsDaemons(
+                sharing.mps, self._claim_locks, records.read_all, records.write, self._metrics.gpu_mps_daemon
+            )
         )
         self._effects = ClaimSideEffects(
             pool_name=pool_name,

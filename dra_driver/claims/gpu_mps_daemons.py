@@ -17,7 +17,8 @@ by the GPU (sharing.gpu_daemon_key) instead of a claim UID.
 """
 
 import asyncio
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import replace
 
 import structlog
 
@@ -45,18 +46,21 @@ def _lock_key(gpu_uuid: str) -> str:
 
 
 class GpuMpsDaemons:
-    """`read_records`: every claim record on disk now (other agent processes write them too)."""
+    """`read_records`: every claim record on disk now (other agent processes write them too);
+    `write_record`: the durable write of one claim's record."""
 
     def __init__(
         self,
         runner: MpsDaemonRunner,
         locks: ClaimLocks,
         read_records: Callable[[], Mapping[str, ClaimRecord]],
+        write_record: Callable[[ClaimRecord], Awaitable[None]],
         report: DaemonReport,
     ) -> None:
         self._runner = runner
         self._locks = locks
         self._read_records = read_records
+        self._write_record = write_record
         self._report = report
 
     async def attach(self, ref: ClaimRef, gpu_uuid: str) -> None:
@@ -92,16 +96,26 @@ class GpuMpsDaemons:
             failpoints.reached("prepare.gpu-mps-started")
             self._report(gpu_uuid, True)
 
-    async def detach(self, claim_uid: str, gpu_uuid: str) -> None:
-        """Stops the GPU's daemon if no other claim's record names the GPU. Safe to repeat."""
+    async def detach(self, record: ClaimRecord, gpu_uuid: str) -> ClaimRecord:
+        """Stops the GPU's daemon if no other claim's record names the GPU, then, still under the
+        GPU's lock, writes the claim's record ("preparing": it is being undone) without the GPU,
+        so that a share unprepared at the same time counts this one as gone: otherwise each of
+        two last shares would see the other and neither would stop the daemon. A crash between
+        the two leaves a record that names the GPU and the rollback after it repeats this.
+        Returns the record as written."""
         key = self._key(gpu_uuid)
+        claim_uid = record.claim.uid
         async with self._locks.hold(_lock_key(gpu_uuid)):
-            if await self._users(gpu_uuid, claim_uid):
-                return
-            await self._runner.stop(key)
-            failpoints.reached("unprepare.gpu-mps-stopped")
-            self._report(gpu_uuid, None)
-            log.info("MPS daemon of a GPU stopped with its last vGPU share", gpu=gpu_uuid)
+            if not await self._users(gpu_uuid, claim_uid):
+                await self._runner.stop(key)
+                failpoints.reached("unprepare.gpu-mps-stopped")
+                self._report(gpu_uuid, None)
+                log.info("MPS daemon of a GPU stopped with its last vGPU share", gpu=gpu_uuid)
+            left = replace(
+                record, state="preparing", mps_gpus=tuple(g for g in record.mps_gpus if g != gpu_uuid)
+            )
+            await self._write_record(left)
+            return left
 
     async def daemon_keys(self, gpu_uuids: Collection[str]) -> dict[str, str]:
         """The daemon key of every GPU that has or may have a daemon (`gpu_uuids`, the node's,

@@ -178,8 +178,9 @@ class ClaimSideEffects:
         other claim's record names it), then the compute modes they needed, then time slices,
         then MIG, then the claim's HAMi-core directory."""
         if self._gpu_mps is not None:
+            left = record
             for gpu_uuid in record.mps_gpus:
-                await self._gpu_mps.detach(record.claim.uid, gpu_uuid)
+                left = await self._gpu_mps.detach(left, gpu_uuid)
         if self._sharing is not None:
             if record.mps:
                 await self._sharing.mps.stop(record.claim.uid)

@@ -17,6 +17,7 @@ import pytest
 from dra_driver.claims import gpu_mps_daemons
 from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.engine import ClaimEngine, SharingControls
+from dra_driver.claims.gpu_mps_daemons import GpuMpsDaemons
 from dra_driver.claims.mps import (
     PID_FILE,
     SIMULATED_SETTINGS_FILE,
@@ -25,11 +26,13 @@ from dra_driver.claims.mps import (
     daemon_pid,
     wait_until,
 )
+from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.sharing import MpsDirectories, gpu_daemon_key, gpu_daemon_spec
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware import simulated_mps_control
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.observability.metrics import ClaimMetrics
+from dra_driver.state.shared_locks import ClaimLocks
 from tests.support.engines import simulated_engine
 from tests.support.memory_claims import MemoryClaims
 from tests.support.nodes import simulated_node
@@ -266,5 +269,37 @@ def test_start_up_stops_the_daemon_of_a_gpu_no_share_uses(tmp_path: Path, runtim
         await engine.load_state()
         assert entries(runtime_dir) == []
         engine.close()
+
+    asyncio.run(scenario())
+
+
+def test_of_the_last_two_shares_undone_together_the_second_stops_the_daemon(
+    tmp_path: Path, runtime_dir: Path
+) -> None:
+    """Two unprepares of a GPU's last shares, each deciding while the other's record is still on
+    disk (records go only after the whole undo): the first takes its GPU out of its own record
+    under the GPU's lock, so the second finds no other share and stops the daemon."""
+    claims = MemoryClaims()
+    first = share(claims, "a", "8Gi", "25", SHARES[0])
+    second = share(claims, "b", "4Gi", "50", SHARES[1])
+    store = ClaimRecordStore(tmp_path / "state")
+
+    async def scenario() -> None:
+        engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
+        await engine.load_state()
+        await engine.prepare([first, second])
+        engine.close()
+        locks = ClaimLocks(tmp_path / "other.locks")
+        daemons = GpuMpsDaemons(
+            SimulatedMps(runtime_dir), locks, store.read_all, store.write, lambda *_: None
+        )
+        records = store.read_all()
+        left = await daemons.detach(records[first.uid], GPU.uuid)
+        assert (left.state, left.mps_gpus) == ("preparing", ())
+        assert store.read(first.uid) == left
+        assert entries(runtime_dir) == [gpu_daemon_key(GPU.uuid)], "the second share still uses it"
+        await daemons.detach(records[second.uid], GPU.uuid)
+        assert entries(runtime_dir) == [], "no daemon outlives the GPU's last shares"
+        locks.close()
 
     asyncio.run(scenario())
