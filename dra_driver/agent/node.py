@@ -59,11 +59,19 @@ _Started = TypeVar("_Started")
 
 
 def hami_core(settings: NodeSettings, inventory: Inventory) -> HamiCore | None:
+    """HAMi-core where the operator installed it. A GPU whose vGPU shares it is to enforce
+    (vgpu.enforcement: hami-core) on a node without it is a setup error; shares left advisory
+    (none) are logged."""
+    vgpu_plans = [plan for plan in inventory.plans if plan.mode.startswith("vgpu-")]
     if settings.hami_core_library is not None:
         return HamiCore(PurePosixPath(settings.hami_core_library), PurePosixPath(settings.hami_core_dir))
-    vgpu_gpus = [plan.gpu for plan in inventory.plans if plan.mode.startswith("vgpu-")]
-    if vgpu_gpus:
-        log.warning(enforcement_off_message(vgpu_gpus))
+    if needing := [plan.gpu for plan in vgpu_plans if plan.settings.enforcement == "hami-core"]:
+        raise SetupError(
+            f"vgpu.enforcement: hami-core for {', '.join(gpu.label for gpu in needing)} needs "
+            "--hami-core-library; set it, or choose vgpu.enforcement mps or none in the node config"
+        )
+    if advisory := [plan.gpu for plan in vgpu_plans if plan.settings.enforcement == "none"]:
+        log.warning(enforcement_off_message(advisory))
     return None
 
 

@@ -18,6 +18,7 @@ from dra_driver.claims.records import MigInstanceRecord
 from dra_driver.claims.vgpu_grant import VgpuGrant, check_claim_grants, vgpu_grant
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device
+from dra_driver.devices.node_config import Enforcement
 from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig
 from dra_driver.hardware.model import Gpu, MigInstance
 
@@ -97,20 +98,25 @@ def plan_claim(
         config = effective_config(entries, driver_name, result.request, origin.device_type)
         create = _mig_to_create(origin, result.admin_access)
         existing = origin.instance if isinstance(origin, StaticMig) else None
-        grant = _grant(result, device, origin, config)
+        grant = _grant(result, device, origin, config, inventory)
         planned.append(PlannedDevice(result, device, origin, config, create, existing, grant))
     names = [device.cdi_name for device in planned]
     if len(set(names)) != len(names):
         raise ClaimRejected(f"claim {ref}: a device is allocated twice to the same claim")
     if grants := [device.grant for device in planned if device.grant]:
-        check_claim_grants(grants)
+        others = [device.name for device in planned if not device.grant and not device.result.admin_access]
+        check_claim_grants(grants, others)
     return tuple(planned)
 
 
 def _grant(
-    result: AllocatedDevice, device: Device, origin: DeviceOrigin, config: DeviceConfig
+    result: AllocatedDevice, device: Device, origin: DeviceOrigin, config: DeviceConfig, inventory: Inventory
 ) -> VgpuGrant | None:
     """Admin access only watches the GPU (KEP-5018): it is granted no share."""
     if device.type != "vgpu" or result.admin_access:
         return None
-    return vgpu_grant(result, device, origin.gpu, config if isinstance(config, VgpuConfig) else VgpuConfig())
+    enforcement: Enforcement = next(
+        (plan.settings.enforcement for plan in inventory.plans if plan.gpu.uuid == origin.gpu.uuid), "mps"
+    )
+    vgpu_config = config if isinstance(config, VgpuConfig) else VgpuConfig()
+    return vgpu_grant(result, device, origin.gpu, vgpu_config, enforcement)

@@ -57,6 +57,7 @@ from dra_driver.claims.prepared import claim_cdi_devices, metadata_devices, prep
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
+from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
 from dra_driver.claims.side_effects import ClaimSideEffects, SharingControls
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.device_metadata import (
@@ -125,8 +126,20 @@ class ClaimEngine:
         self._metadata = DeviceMetadataDirectory(records.state_dir)
         self._claim_locks = ClaimLocks(records.state_dir / "claim.locks")
         self._ownership = DeviceOwnership(records, self._claim_locks)
+        gpu_mps = (
+            None
+            if sharing is None
+            else GpuMpsDaemons(
+                sharing.mps, self._claim_locks, records.read_all, records.write, self._metrics.gpu_mps_daemon
+            )
+        )
         self._effects = ClaimSideEffects(
-            pool_name=pool_name, inventory=inventory, hardware=hardware, sharing=sharing, hami_core=hami_core
+            pool_name=pool_name,
+            inventory=inventory,
+            hardware=hardware,
+            sharing=sharing,
+            hami_core=hami_core,
+            gpu_mps=gpu_mps,
         )
         self._recovery = StartupRecovery(
             records=records,
@@ -245,15 +258,22 @@ class ClaimEngine:
                 failpoints.reached("prepare.preparing-recorded")
             created = await self._effects.create_mig_instances(ref, to_create)
             sharing = self._effects.sharing_plan(ref, planned, created)
-            if sharing.time_slices or sharing.mps:  # ... and so is the sharing, before it is set
+            mps_gpus = tuple(
+                device.grant.gpu.uuid
+                for device in planned
+                if device.grant is not None and device.grant.enforcement == "mps"
+            )
+            if sharing.time_slices or sharing.mps or mps_gpus:  # ... and so is the sharing, before it is set
                 preparing = replace(
                     preparing,
                     time_sliced_gpus=tuple(change.gpu_uuid for change in sharing.time_slices),
                     mps=sharing.mps is not None,
+                    mps_gpus=mps_gpus,
                     compute_modes=await self._effects.compute_modes_to_restore(sharing),
                 )
                 await self._records.write(preparing)
                 await self._effects.apply_sharing(ref, sharing)
+                await self._effects.attach_gpu_daemons(ref, mps_gpus)
             vgpu = await self._effects.vgpu_edits(ref, planned)
             metadata = request_metadata(self._driver_name, ref, pod_claim, metadata_devices(planned, created))
             mounts = [(m.cdi_device, mount_edits(self._metadata.root, ref.uid, m)) for m in metadata]

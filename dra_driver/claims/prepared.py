@@ -102,6 +102,7 @@ def prepared_record(
         mig_instances=preparing.mig_instances,
         time_sliced_gpus=preparing.time_sliced_gpus,
         mps=preparing.mps,
+        mps_gpus=preparing.mps_gpus,
         compute_modes=preparing.compute_modes,
         generation=generation,
     )

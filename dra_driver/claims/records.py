@@ -118,6 +118,10 @@ class ClaimRecord:
     time_sliced_gpus: tuple[str, ...] = ()
     # Whether the claim has an MPS control daemon (found by claim UID under the MPS directory).
     mps: bool = False
+    # GPUs whose MPS daemon (one per GPU, shared by its vGPU shares under vgpu.enforcement mps)
+    # the claim's share goes through: written before the daemon is started, so that the last
+    # claim on a GPU to go, or the rollback after a crash, stops it.
+    mps_gpus: tuple[str, ...] = ()
     # Whole GPUs set to ExclusiveProcess for the claim's MPS daemon, with the mode to restore.
     compute_modes: tuple[ComputeModeRecord, ...] = ()
     # While preparing: the exclusive devices the claim has taken (also in the shared reservation
@@ -129,7 +133,9 @@ class ClaimRecord:
 
     @property
     def has_side_effects(self) -> bool:
-        return bool(self.mig_instances or self.time_sliced_gpus or self.mps or self.compute_modes)
+        return bool(
+            self.mig_instances or self.time_sliced_gpus or self.mps or self.compute_modes or self.mps_gpus
+        )
 
     @property
     def exclusive_keys(self) -> tuple[str, ...]:
@@ -142,6 +148,7 @@ class ClaimRecord:
             "migInstances": [instance.to_json() for instance in self.mig_instances],
             "timeSlicedGPUs": list(self.time_sliced_gpus),
             "mps": self.mps,
+            **({"mpsGPUs": list(self.mps_gpus)} if self.mps_gpus else {}),
             "computeModes": [entry.to_json() for entry in self.compute_modes],
             "reservedDevices": list(self.reserved),
             "claim": {"namespace": self.claim.namespace, "name": self.claim.name, "uid": self.claim.uid},
@@ -335,6 +342,7 @@ def record_from_json(data: object) -> ClaimRecord:
         mig_instances=_mig_instances(data),
         time_sliced_gpus=_strings(data.get("timeSlicedGPUs", []), "timeSlicedGPUs"),
         mps=mps,
+        mps_gpus=_strings(data.get("mpsGPUs", []), "mpsGPUs"),
         compute_modes=_compute_modes(data),
         reserved=_strings(data.get("reservedDevices", []), "reservedDevices"),
         generation=_generation(data),

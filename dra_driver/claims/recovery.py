@@ -5,7 +5,7 @@ MIG instances and CDI specs that are gone, so the records are dropped and kubele
 pods' claims again. A prepare or unprepare was cut short (a "preparing" record): it is rolled
 back. Runtime state exists that no record owns (a crash between creating it and recording it,
 or between removing the record and removing it): it is removed, CDI specs and device metadata
-files among it.
+files among it, and so is the MPS daemon of a GPU no vGPU share's record names.
 
 A peer agent (the other pod of a rolling update) may be working at the same time, so each claim
 is looked at again under its own lock before anything of it is touched: a peer's prepare under
@@ -70,6 +70,7 @@ class StartupRecovery:
         await self._remove_unowned(self._metadata.claim_uids(), self._remove_unowned_metadata)
         for leftovers in self._effects.leftovers():
             await self._remove_unowned(await leftovers.claim_uids(), leftovers.remove, leftovers.owned_by)
+        await self._effects.reconcile_gpu_daemons()
         for record in self._ownership.prepared_claims.values():
             if await self._effects.mps_daemon_gone(record):
                 log.error(

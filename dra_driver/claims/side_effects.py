@@ -19,7 +19,7 @@ import structlog
 
 from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.edits.cdi import ContainerEdits
-from dra_driver.claims.edits.vgpu_edits import HamiCore, vgpu_claim_edits
+from dra_driver.claims.edits.vgpu_edits import HamiCore, MpsShareEdits, vgpu_claim_edits
 from dra_driver.claims.edits.vgpu_host import (
     claim_directory_uids,
     create_host_entries,
@@ -29,8 +29,10 @@ from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.prepared import CreatedMig
 from dra_driver.claims.records import ClaimRecord, ComputeModeRecord, MigInstanceRecord
+from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
 from dra_driver.claims.sharing.mps import MpsDaemonRunner
-from dra_driver.claims.sharing.sharing import SharedDevice, SharingPlan, plan_sharing
+from dra_driver.claims.sharing.sharing import SharedDevice, SharingPlan, plan_sharing, vgpu_share_mps_edits
+from dra_driver.claims.vgpu_grant import VgpuGrant
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import ComputeModes, HardwareBackend
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, MigInstance, Placement
@@ -70,13 +72,17 @@ class ClaimSideEffects:
         hardware: HardwareBackend | None,
         sharing: SharingControls | None,
         hami_core: HamiCore | None,
+        gpu_mps: GpuMpsDaemons | None,
     ) -> None:
-        """`inventory`: only to name a destroyed MIG instance's device in the log."""
+        """`inventory`: to name a destroyed MIG instance's device in the log, and the GPUs whose
+        MPS daemons are not claims' (`gpu_mps`: the daemons of vGPU shares under MPS, run by
+        `sharing`'s runner; None without sharing controls)."""
         self._pool_name = pool_name
         self._inventory = inventory
         self._hardware = hardware
         self._sharing = sharing
         self._hami_core = hami_core
+        self._gpu_mps = gpu_mps
 
     def use_inventory(self, inventory: Inventory) -> None:
         self._inventory = inventory
@@ -148,6 +154,15 @@ class ClaimSideEffects:
         except HardwareError as error:
             raise ClaimRejected(f"claim {ref}: cannot set up GPU sharing: {error}") from error
 
+    async def attach_gpu_daemons(self, ref: ClaimRef, gpu_uuids: tuple[str, ...]) -> None:
+        """The MPS daemons of the GPUs of the claim's vGPU shares under MPS, answering when this
+        returns; the claim's "preparing" record names the GPUs already."""
+        if gpu_uuids and self._gpu_mps is None:
+            raise ClaimRejected(f"claim {ref}: vgpu.enforcement mps needs MPS daemons; this node runs none")
+        for gpu_uuid in gpu_uuids:
+            assert self._gpu_mps is not None
+            await self._gpu_mps.attach(ref, gpu_uuid)
+
     async def vgpu_edits(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ContainerEdits:
         """The HAMi-core limits every container of the claim gets with its vGPU devices (granted
         in the plan), in the order CUDA enumerates them; with HAMi-core configured, also the
@@ -156,15 +171,30 @@ class ClaimSideEffects:
         shares = [device.grant for device in planned if device.grant]
         if not shares:
             return ContainerEdits()
-        claim_edits = vgpu_claim_edits(ref.uid, shares, self._hami_core)
+        claim_edits = vgpu_claim_edits(ref.uid, shares, self._hami_core, self._mps_share_edits())
         await asyncio.to_thread(create_host_entries, claim_edits.host_entries)
         return claim_edits.edits
+
+    def _mps_share_edits(self) -> MpsShareEdits | None:
+        if self._sharing is None:
+            return None
+        runtime_dir = self._sharing.mps.runtime_dir
+
+        def edits(share: VgpuGrant) -> ContainerEdits:
+            return vgpu_share_mps_edits(runtime_dir, share.gpu.uuid, share.cores, share.memory_bytes)
+
+        return edits
 
     # -- undoing -------------------------------------------------------------------------------
 
     async def undo(self, record: ClaimRecord) -> None:
-        """MPS daemon first (its clients lose the GPU either way), then the compute modes it
-        needed, then time slices, then MIG, then the claim's HAMi-core directory."""
+        """MPS daemons first (their clients lose the GPU either way; a GPU's daemon only when no
+        other claim's record names it), then the compute modes they needed, then time slices,
+        then MIG, then the claim's HAMi-core directory."""
+        if self._gpu_mps is not None:
+            left = record
+            for gpu_uuid in record.mps_gpus:
+                left = await self._gpu_mps.detach(left, gpu_uuid)
         if self._sharing is not None:
             if record.mps:
                 await self._sharing.mps.stop(record.claim.uid)
@@ -223,10 +253,23 @@ class ClaimSideEffects:
                 )
             )
         if self._sharing is not None:
-            found.append(
-                Leftovers(self._sharing.mps.leftover_claim_uids, self._stop_daemon, lambda record: record.mps)
-            )
+            found.append(Leftovers(self._claim_daemon_uids, self._stop_daemon, lambda record: record.mps))
         return tuple(found)
+
+    async def _claim_daemon_uids(self) -> set[str]:
+        """The runner's daemons less the GPUs' (`reconcile_gpu_daemons` looks after those)."""
+        assert self._sharing is not None
+        found = await self._sharing.mps.leftover_claim_uids()
+        if self._gpu_mps is None:
+            return found
+        return found - set(await self._gpu_mps.daemon_keys(self._gpu_uuids()))
+
+    def _gpu_uuids(self) -> set[str]:
+        return {plan.gpu.uuid for plan in self._inventory.plans}
+
+    async def reconcile_gpu_daemons(self) -> None:
+        if self._gpu_mps is not None:
+            await self._gpu_mps.reconcile(self._gpu_uuids())
 
     async def mps_daemon_gone(self, record: ClaimRecord) -> bool:
         """Whether the claim should have an MPS daemon and has none (with --mps-daemons process,

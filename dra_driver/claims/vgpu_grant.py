@@ -13,7 +13,7 @@ from dra_driver.claims.claim_object import AllocatedDevice, Consumed
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_config import VgpuConfig
 from dra_driver.devices.model import Device, quantity
-from dra_driver.devices.node_config import MIB
+from dra_driver.devices.node_config import MIB, Enforcement
 from dra_driver.devices.vgpu import ALL_CORES
 from dra_driver.hardware.model import Gpu
 from dra_driver.kube.k8s_names import shown
@@ -29,6 +29,8 @@ class VgpuGrant:
     cores: int
     share_id: str | None
     config: VgpuConfig
+    # What holds the share to its limits: its GPU's `vgpu.enforcement` in the node config.
+    enforcement: Enforcement = "mps"
 
     def __post_init__(self) -> None:
         # HAMi-core counts whole MiB and reads a limit of 0 as "no limit", so a share under 1 MiB
@@ -67,7 +69,9 @@ def _cores(consumed: Consumed, path: str, device: Device) -> int:
     return consumed.amount
 
 
-def vgpu_grant(result: AllocatedDevice, device: Device, gpu: Gpu, config: VgpuConfig) -> VgpuGrant:
+def vgpu_grant(
+    result: AllocatedDevice, device: Device, gpu: Gpu, config: VgpuConfig, enforcement: Enforcement = "mps"
+) -> VgpuGrant:
     """The share that allocation `result` grants: computed once, in the plan (claim_plan.py).
 
     `device` is the published vGPU device the result names and `gpu` its GPU. A capacity-mode
@@ -101,11 +105,26 @@ def vgpu_grant(result: AllocatedDevice, device: Device, gpu: Gpu, config: VgpuCo
         ),
         share_id=result.share_id,
         config=config,
+        enforcement=enforcement,
     )
 
 
-def check_claim_grants(grants: Sequence[VgpuGrant]) -> None:
-    """Refuses the grants of one claim that HAMi-core cannot express together."""
+def check_claim_grants(grants: Sequence[VgpuGrant], other_devices: Sequence[str] = ()) -> None:
+    """Refuses the grants of one claim that HAMi-core or MPS cannot express together.
+
+    `other_devices`: the claim's devices of ours that are no vGPU share (admin access aside).
+    A share under MPS reaches its GPU's MPS server through the one CUDA_MPS_PIPE_DIRECTORY of the
+    container, and a process attached to an MPS server sees only that server's GPU (NVIDIA's MPS
+    documentation), so such a share must be the claim's only device."""
+    mps = [share for share in grants if share.enforcement == "mps"]
+    if mps and (len(grants) > 1 or other_devices):
+        others = [share.device for share in grants if share is not mps[0]] + list(other_devices)
+        raise ClaimRejected(
+            f"device {mps[0].device} is a vGPU share enforced by MPS (vgpu.enforcement: mps on "
+            f"{mps[0].gpu.label}), so it must be the claim's only device, but the claim also has "
+            f"{', '.join(others)}: a process reaches one MPS server, and sees only that server's GPU; "
+            "put the other devices in a claim of their own"
+        )
     first_of_gpu: dict[str, VgpuGrant] = {}
     for share in grants:
         if (earlier := first_of_gpu.setdefault(share.gpu.uuid, share)) is not share:
@@ -115,6 +134,13 @@ def check_claim_grants(grants: Sequence[VgpuGrant]) -> None:
                 "a container sees and the container sees that GPU once; ask for one larger share"
             )
     for share in grants[1:]:
+        if share.enforcement != grants[0].enforcement:
+            raise ClaimRejected(
+                f"devices {grants[0].device} and {share.device} are vGPU shares of GPUs with different "
+                f"vgpu.enforcement ({grants[0].enforcement} on {grants[0].gpu.label}, {share.enforcement} on "
+                f"{share.gpu.label}); a process is limited one way, so a claim's shares need GPUs "
+                "configured alike"
+            )
         if share.config != grants[0].config:
             raise ClaimRejected(
                 f"devices {grants[0].device} and {share.device} have different VgpuConfigs; "

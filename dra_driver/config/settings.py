@@ -70,7 +70,7 @@ class NodeSettings:
     host_driver_root: Path | None = None
     # Per-claim MPS daemon directories (a tmpfs, mounted at the same path in the agent's pod).
     mps_dir: Path = Path("/run/dra-driver/mps")
-    # HAMi-core's libvgpu.so on the host; None: vGPU limits are advisory env only.
+    # HAMi-core's libvgpu.so on the host, for GPUs with vgpu.enforcement hami-core (needed there).
     hami_core_library: Path | None = None
     # Per-claim HAMi-core directories and the node-wide lock directory.
     hami_core_dir: Path = Path("/var/lib/dra-driver/vgpu")

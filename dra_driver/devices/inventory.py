@@ -101,7 +101,7 @@ def _offers_of(plan: GpuPlan, notes: list[str]) -> tuple[list[Offer], list[Count
             offers: list[Offer] = [(partitioned_whole_gpu_device(gpu), WholeGpu(gpu))]
             offers += [
                 (vgpu_partition_device(origin), origin)
-                for origin in vgpu_partition_origins(gpu, plan.settings.partitions)
+                for origin in vgpu_partition_origins(gpu, plan.settings.partitions, plan.settings.enforcement)
             ]
             return offers, [vgpu_counter_set(gpu)]
 

@@ -24,6 +24,11 @@ from dra_driver.hardware.model import Gpu, MigMode
 
 Mode = Literal["auto", "gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
 ResolvedMode = Literal["gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
+# What holds a vGPU share to its limits. mps: NVIDIA's MPS, one control daemon per GPU, which
+# enforced both the SM share and the memory limit on the H200 (docs/hardware.md); hami-core: the
+# preloaded HAMi-core library, which held memory there but not compute; none: the limits are
+# only advisory environment variables.
+Enforcement = Literal["mps", "hami-core", "none"]
 MODES: tuple[str, ...] = get_args(Mode)
 MIB = 2**20
 
@@ -61,6 +66,8 @@ class GpuSettings:
     mig_profiles: tuple[str, ...] = ()
     # Where the scheduler's first fit puts claims that share GPUs (devices.order).
     packing: PackingPolicy = "binpack"
+    # vGPU modes: how shares are held to their limits.
+    enforcement: Enforcement = "mps"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +179,7 @@ def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
         mode: Mode = choice(raw.get("mode", "auto"), f"{where}.mode", literal_options(Mode))
     except DecodeError as error:
         raise NodeConfigError(str(error)) from error
-    vgpu = _mapping(raw.get("vgpu", {}), f"{where}.vgpu", ("memoryStep", "partitions"))
+    vgpu = _mapping(raw.get("vgpu", {}), f"{where}.vgpu", ("memoryStep", "partitions", "enforcement"))
     mig = _mapping(raw.get("mig", {}), f"{where}.mig", ("profiles",))
     if vgpu and not str(mode).startswith("vgpu-"):
         raise NodeConfigError(f"{where}.vgpu: only allowed with mode vgpu-capacity or vgpu-partitions")
@@ -191,6 +198,12 @@ def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
         )
     if "partitions" in vgpu and mode != "vgpu-partitions":
         raise NodeConfigError(f"{where}.vgpu.partitions: only allowed with mode vgpu-partitions")
+    try:
+        enforcement: Enforcement = choice(
+            vgpu.get("enforcement", "mps"), f"{where}.vgpu.enforcement", literal_options(Enforcement)
+        )
+    except DecodeError as error:
+        raise NodeConfigError(str(error)) from error
     profiles = _list(mig.get("profiles", []), f"{where}.mig.profiles")
     if not all(isinstance(name, str) for name in profiles):
         raise NodeConfigError(
@@ -202,6 +215,7 @@ def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
         partitions=partitions,
         mig_profiles=tuple(profiles),
         packing=_packing(raw, mode, where),
+        enforcement=enforcement,
     )
 
 

@@ -26,11 +26,14 @@ from dra_driver.devices.model import (
     ValidRange,
 )
 from dra_driver.devices.naming import counter_set_name, gpu_device_name, vgpu_partition_name, vgpu_size_token
-from dra_driver.devices.node_config import VgpuPartitionSize
+from dra_driver.devices.node_config import Enforcement, VgpuPartitionSize
 from dra_driver.devices.origins import VgpuPartition
 from dra_driver.hardware.model import Gpu
 
 ALL_CORES = 100
+# One MPS server takes at most this many client CUDA contexts per GPU on Volta and later
+# (NVIDIA's MPS documentation, "Limitations"); under vgpu.enforcement mps every share is a client.
+MPS_CLIENTS_PER_GPU = 48
 
 
 def shareable_gpu_device(gpu: Gpu, memory_step: int) -> Device:
@@ -65,9 +68,11 @@ def partition_cores(gpu: Gpu, size: VgpuPartitionSize) -> int:
     return size.cores if size.cores is not None else max(1, ALL_CORES * size.memory_bytes // gpu.memory_bytes)
 
 
-def partition_slots(gpu: Gpu, size: VgpuPartitionSize) -> int:
-    """How many partitions of this size the GPU holds at once."""
-    return min(gpu.memory_bytes // size.memory_bytes, ALL_CORES // partition_cores(gpu, size))
+def partition_slots(gpu: Gpu, size: VgpuPartitionSize, enforcement: Enforcement) -> int:
+    """How many partitions of this size the GPU holds at once; under MPS no more than one
+    server takes clients (sizes together may still reach past it: prepare refuses those)."""
+    slots = min(gpu.memory_bytes // size.memory_bytes, ALL_CORES // partition_cores(gpu, size))
+    return min(slots, MPS_CLIENTS_PER_GPU) if enforcement == "mps" else slots
 
 
 def vgpu_counter_set(gpu: Gpu) -> CounterSet:
@@ -94,10 +99,12 @@ def partitioned_whole_gpu_device(gpu: Gpu) -> Device:
     )
 
 
-def vgpu_partition_origins(gpu: Gpu, sizes: tuple[VgpuPartitionSize, ...]) -> Iterator[VgpuPartition]:
+def vgpu_partition_origins(
+    gpu: Gpu, sizes: tuple[VgpuPartitionSize, ...], enforcement: Enforcement
+) -> Iterator[VgpuPartition]:
     for size in sizes:
         cores = partition_cores(gpu, size)
-        for slot in range(partition_slots(gpu, size)):
+        for slot in range(partition_slots(gpu, size, enforcement)):
             yield VgpuPartition(gpu, size.memory_bytes, cores, slot)
 
 

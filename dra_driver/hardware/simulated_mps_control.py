@@ -8,6 +8,13 @@ The daemon serves the pipe directory in CUDA_MPS_PIPE_DIRECTORY and records what
 `SETTINGS_FILE` there, which is mounted into the claim's containers, so tests can check it from
 the host and from inside a container.
 
+`--client` plays a CUDA program of a container that reaches the daemon: it reports its UID and
+the MPS client settings in its environment (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), which the daemon records per client, and it is told, as MPS
+would, whether a server of its UID serves it now or it waits: one daemon runs a server for one
+Linux user at a time, and clients of another user queue until that server's clients are gone
+(nvidia-cuda-mps-control(1)). `--client-exit PID` tells the daemon that client has exited.
+
 It runs in a process of its own for every command the agent sends, so it imports nothing but
 the standard library: its start is part of preparing an MPS claim.
 """
@@ -38,6 +45,9 @@ class _Daemon:
         self.active_thread_percentage: int | None = None
         self.pinned_mem_limits: dict[str, str] = {}
         self.commands: list[str] = []
+        # The UID the server runs as (None: no server), and the clients it serves.
+        self.server_uid: int | None = None
+        self.clients: list[dict[str, object]] = []
 
     def save(self) -> None:
         """Whole or not at all: a test may read the file while the daemon writes it."""
@@ -49,6 +59,8 @@ class _Daemon:
             "active_thread_percentage": self.active_thread_percentage,
             "pinned_mem_limits": self.pinned_mem_limits,
             "commands": self.commands,
+            "server_uid": self.server_uid,
+            "clients": self.clients,
         }
         temporary = self.settings_file.with_suffix(".tmp")
         temporary.write_text(json.dumps(settings, indent=2))
@@ -63,9 +75,32 @@ class _Daemon:
             self.active_thread_percentage = int(words[1])
         elif words[0] == "set_default_device_pinned_mem_limit" and len(words) == 3:
             self.pinned_mem_limits[words[1]] = words[2]
+        elif words[0] == "client_connect" and len(words) == 5:
+            return self.connect(int(words[1]), int(words[2]), words[3], words[4])
+        elif words[0] == "client_exit" and len(words) == 2:
+            self.clients = [client for client in self.clients if client["pid"] != int(words[1])]
+            if not self.clients:
+                self.server_uid = None
         elif words != ["quit"]:
             return f"error: unknown command {line!r}"
         return "ok"
+
+    def connect(self, uid: int, pid: int, threads: str, memory: str) -> str:
+        if self.server_uid is not None and self.server_uid != uid:
+            return (
+                f"queued: the server of uid {self.server_uid} serves {len(self.clients)} clients; "
+                f"uid {uid} waits until they exit"
+            )
+        self.server_uid = uid
+        self.clients.append(
+            {
+                "uid": uid,
+                "pid": pid,
+                "active_thread_percentage": None if threads == "-" else int(threads),
+                "pinned_device_mem_limit": None if memory == "-" else memory,
+            }
+        )
+        return f"connected: server of uid {uid}"
 
 
 def _serve(daemon: _Daemon, server: socket.socket) -> None:
@@ -93,6 +128,8 @@ def _serve(daemon: _Daemon, server: socket.socket) -> None:
 def _listen(daemon: _Daemon) -> socket.socket:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(daemon.control))
+    # Clients of every user reach the daemon (connecting needs write permission on the socket).
+    daemon.control.chmod(0o666)
     server.listen()
     return server
 
@@ -119,23 +156,42 @@ def _start(daemon: _Daemon) -> None:
     os._exit(0)
 
 
-def _send(daemon: _Daemon) -> int:
-    commands = sys.stdin.read()
+def _client(pipe: Path, arguments: list[str]) -> int:
+    """A CUDA program's side: 0 when a server serves it, 3 when it is queued."""
+    if arguments == ["--client"]:
+        threads = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") or "-"
+        memory = os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") or "-"
+        command = f"client_connect {os.getuid()} {os.getpid()} {threads} {memory}\n"
+    else:
+        command = f"client_exit {arguments[1]}\n"
+    reply = _exchange(pipe / "control", command)
+    sys.stdout.write(reply)
+    return 3 if reply.startswith("queued") else 1 if "error" in reply else 0
+
+
+def _exchange(control: Path, commands: str) -> str:
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        client.connect(str(daemon.control))
+        client.connect(str(control))
     except OSError as error:
-        sys.exit(f"cannot reach the MPS control daemon at {daemon.control}: {error}")
+        sys.exit(f"cannot reach the MPS control daemon at {control}: {error}")
     client.sendall(commands.encode())
     client.shutdown(socket.SHUT_WR)
     reply = b""
     while chunk := client.recv(4096):
         reply += chunk
-    sys.stdout.write(reply.decode())
-    return 1 if "error" in reply.decode() else 0
+    return reply.decode()
+
+
+def _send(daemon: _Daemon) -> int:
+    reply = _exchange(daemon.control, sys.stdin.read())
+    sys.stdout.write(reply)
+    return 1 if "error" in reply else 0
 
 
 def main(arguments: list[str]) -> int:
+    if arguments[:1] in (["--client"], ["--client-exit"]):
+        return _client(Path(os.environ["CUDA_MPS_PIPE_DIRECTORY"]), arguments)
     daemon = _Daemon(Path(os.environ["CUDA_MPS_PIPE_DIRECTORY"]), Path(os.environ["CUDA_MPS_LOG_DIRECTORY"]))
     if arguments == ["-d"]:
         _start(daemon)

@@ -10,6 +10,7 @@ values, errors that name their reason, and shapes described here, so that every 
 metrics without the metrics tying the layers together (the import contract in pyproject.toml).
 """
 
+import contextlib
 import platform
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -104,8 +105,17 @@ class ClaimMetrics:
     unprepare_duration: Histogram = field(init=False)
     prepare_errors: Counter = field(init=False)
     unprepare_errors: Counter = field(init=False)
+    gpu_mps_daemon_up: Gauge = field(init=False)
 
     def __post_init__(self) -> None:
+        self.gpu_mps_daemon_up = Gauge(
+            "dra_driver_gpu_mps_daemon_up",
+            "Per GPU with vGPU shares under vgpu.enforcement mps: 1 while its MPS control daemon "
+            "answers, 0 when it was found dead or failed to start (the next prepare on the GPU "
+            "restarts it); no series for a GPU without such shares",
+            ["gpu"],
+            registry=self.registry,
+        )
         self.prepare_duration = Histogram(
             "dra_driver_prepare_duration_seconds",
             "Time to prepare one claim, failures included",
@@ -140,6 +150,14 @@ class ClaimMetrics:
 
     def unprepare_failed(self, error: BaseException) -> None:
         self.unprepare_errors.labels(reason=error_reason(error)).inc()
+
+    def gpu_mps_daemon(self, gpu_uuid: str, up: bool | None) -> None:
+        """`up` None: the GPU's daemon was stopped with its last share, so its series goes."""
+        if up is None:
+            with contextlib.suppress(KeyError):
+                self.gpu_mps_daemon_up.remove(gpu_uuid)
+        else:
+            self.gpu_mps_daemon_up.labels(gpu=gpu_uuid).set(1 if up else 0)
 
 
 # What became of a claim's status.devices write (see claims/status/status_writer.py): per claim, one of

@@ -57,6 +57,8 @@ from tests.support.examples import (
     MIG_PROFILE,
     REPOSITORY,
     VGPU_MEMORY_LIMIT,
+    VGPU_MPS_MEMORY,
+    VGPU_MPS_THREADS,
     VGPU_SM_LIMIT,
     D,
     candidates,
@@ -297,8 +299,8 @@ def test_the_vgpu_requests_get_the_limits_the_e2e_tests_expect(name: str, reques
         },
     }
     (allocated,) = ResourceClaimView.decode(document, "gpu.example.com").results
-    share = vgpu_grant(allocated, device, inventory.gpu_of_device[device.name], VgpuConfig())
-    env = dict(item.split("=", 1) for item in vgpu_claim_edits(CLAIM_UID, [share], None).edits.env)
+    share = vgpu_grant(allocated, device, inventory.gpu_of_device[device.name], VgpuConfig(), "none")
+    env = dict(item.split("=", 1) for item in vgpu_claim_edits(CLAIM_UID, [share], None, None).edits.env)
 
     assert device.name == "gpu-3"
     assert consumed == {"memory": "10Gi", "cores": "30"}
@@ -506,9 +508,11 @@ def _mig(env: dict[str, str], results: list[dict[str, Any]]) -> None:
 
 
 def _vgpu(env: dict[str, str], results: list[dict[str, Any]]) -> None:
+    """The e2e node's vGPUs are under the default vgpu.enforcement, mps."""
     _whole(env, results)
-    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == VGPU_MEMORY_LIMIT
-    assert env["CUDA_DEVICE_SM_LIMIT_0"] == VGPU_SM_LIMIT
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == VGPU_MPS_THREADS
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == VGPU_MPS_MEMORY
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
 
 
 def _cel(env: dict[str, str], results: list[dict[str, Any]]) -> None:

@@ -35,7 +35,7 @@ NODE_CONFIG = """\
 gpus:
   - {index: 2, mode: mig-dynamic}
   - {index: 3, mode: mig-dynamic}
-  - {index: 4, mode: vgpu-capacity}
+  - {index: 4, mode: vgpu-capacity, vgpu: {enforcement: none}}  # the mock driver has no MPS control
 """
 SHARE = "3f0c2a9e-8b7d-4c6e-9a5f-1d2e3c4b5a69"
 WAITING = "the NVIDIA driver is not there yet"

@@ -41,7 +41,9 @@ from tests.support.nodes import simulated_node
 from tests.support.waiting import until, wait_until
 
 DYNAMIC = NodeConfig(default=GpuSettings(mode="mig-dynamic"))
-CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity"))
+# Advisory limits: the status reports a share's grant whatever enforces it, and these nodes run no
+# MPS daemons.
+CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity", enforcement="none"))
 OTHER_DRIVER = "net.example.com"
 QUICK = Backoff(first=0.01, cap=0.05)
 

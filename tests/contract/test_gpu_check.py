@@ -16,6 +16,7 @@ from tests.support.agent import NODE_NAME
 from tests.support.gpu_check.__main__ import main
 from tests.support.gpu_check.cdi_apply import edits_for
 from tests.support.gpu_check.namespace import start_under_edits
+from tests.support.gpu_check.steps import gpu_steps
 from tests.support.mock_nvml import LIBRARY_DIR, MockNode, make_driver_root
 
 NEEDS_ROOT = pytest.mark.skipif(
@@ -105,8 +106,10 @@ def test_the_whole_check_on_the_mock_up_to_the_cuda_workload(tmp_path: Path) -> 
     library = f"/{LIBRARY_DIR}/libnvidia-ml.so.1"
     out = tmp_path / "out"
     args = ["--out", str(out), "--workload", f"env LOOK_AT={library} {sys.executable} {tmp_path}/standin.py"]
-    # The steps that need a real GPU: its settings, the real-NVML suite, usage of a real process.
-    for step in ("settings_before", "contract_suite", "whole.usage", "settings_after"):
+    # The steps that need a real GPU: its settings, the real-NVML suite, usage of a real process,
+    # and the MPS phase (its daemon is the driver's nvidia-cuda-mps-control, which needs the GPU).
+    real_gpu = ("settings_before", "contract_suite", "whole.usage", "settings_after")
+    for step in (*real_gpu, *(step.name for step in gpu_steps() if step.name.startswith("mps."))):
         args += ["--skip", step]
     for arg in ("--driver-root", str(driver), "--sysfs-root", str(node.sysfs), "--proc-root", str(node.proc)):
         args.append(f"--agent-arg={arg}")

@@ -23,7 +23,8 @@ from dra_driver.claims.records import ComputeModeRecord
 from dra_driver.claims.sharing.mps import SIMULATED_SETTINGS_FILE, SimulatedMps
 from dra_driver.claims.sharing.mps_pod_spec import MpsPodSettings, daemon_pod_name
 from dra_driver.claims.sharing.mps_pods import MpsDaemonPods
-from dra_driver.claims.sharing.sharing import MpsDaemonSpec, MpsDirectories
+from dra_driver.claims.sharing.sharing import MpsDaemonSpec, MpsDirectories, gpu_daemon_key
+from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.kube.kube_api import Configuration, KubeClient
@@ -33,7 +34,7 @@ from dra_driver.tools.kubelet_client import ClaimArg
 from tests.support.agent import AgentDirs, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate_results
-from tests.support.engines import POOL, simulated_engine, simulated_hardware
+from tests.support.engines import PLAIN, POOL, simulated_engine, simulated_hardware
 from tests.support.memory_claims import MemoryClaims
 from tests.support.nodes import simulated_node
 from tests.support.stand_in_kubelet import StandInKubelet
@@ -73,6 +74,7 @@ class Node:
         *,
         timeout_s: float = 15.0,
         gpus: SimulatedBackend | None = None,
+        config: NodeConfig = PLAIN,
     ) -> None:
         """`gpus`: the node's GPUs, whose compute modes outlive an agent (one object for all)."""
         self.client = KubeClient(Configuration(host=server.url))
@@ -93,7 +95,10 @@ class Node:
         slicer = SimulatedTimeSlicer(gpu.uuid for gpu in simulated_node("t4x4"))
         self.gpus = gpus or simulated_hardware(root, "t4x4")
         self.engine: ClaimEngine = simulated_engine(
-            root, claims, sharing=SharingControls(slicer, self.daemons, compute_modes=self.gpus)
+            root,
+            claims,
+            config=config,
+            sharing=SharingControls(slicer, self.daemons, compute_modes=self.gpus),
         )
 
     async def close(self) -> None:
@@ -161,6 +166,48 @@ def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprep
         wait_until(lambda: not process_alive(pid), timeout=10)
         settings_commands = settings["commands"]
         assert settings_commands == ["set_default_active_thread_percentage 40"]
+        await second.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_gpus_daemon_for_its_vgpu_shares_runs_in_one_pod_that_outlives_the_agent(
+    apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
+) -> None:
+    """vgpu.enforcement mps with --mps-daemons pod: the GPU's daemon is one pod, named and
+    labelled as the admission policy allows (mps-<UUID part of the GPU UUID>), kept by a restarted
+    agent's start-up (the shares' records name the GPU) and deleted with the last share."""
+    claims = MemoryClaims()
+    capacity = {"memory": "2Gi", "cores": "25"}
+    shares = [
+        claims.add(name, {"device": "gpu-0", "shareID": share_id, "consumedCapacity": capacity})
+        for name, share_id in (
+            ("a", "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"),
+            ("b", "8d2e4b61-0a3f-4c5d-9e7f-1b2c3d4e5f60"),
+        )
+    ]
+    key = gpu_daemon_key(simulated_node("t4x4")[0].uuid)
+    config = NodeConfig(default=GpuSettings(mode="vgpu-capacity", enforcement="mps"))
+
+    async def scenario() -> None:
+        first = Node(short_dir, apiserver, claims, config=config)
+        await first.engine.load_state()
+        outcomes = await first.engine.prepare(shares)
+        assert [outcome.error for outcome in outcomes.values()] == ["", ""]
+        assert [name for name in pods(apiserver) if name.startswith("mps-")] == [daemon_pod_name(key)]
+        pod = pods(apiserver)[daemon_pod_name(key)]
+        assert pod["metadata"]["labels"]["resource.kubernetes.io/claim-uid"] == key
+        pid = kubelet.pid_of(daemon_pod_name(key))
+        await first.close()
+
+        second = Node(short_dir, apiserver, claims, config=config, gpus=first.gpus)
+        await second.engine.load_state()
+        assert kubelet.pid_of(daemon_pod_name(key)) == pid, "start-up keeps the GPU's daemon"
+        assert await second.engine.unprepare([shares[0]]) == {shares[0][2]: ""}
+        assert daemon_pod_name(key) in pods(apiserver)
+        assert await second.engine.unprepare([shares[1]]) == {shares[1][2]: ""}
+        assert daemon_pod_name(key) not in pods(apiserver)
+        assert not (short_dir / "mps" / key).exists()
         await second.close()
 
     asyncio.run(scenario())

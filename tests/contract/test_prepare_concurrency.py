@@ -40,6 +40,7 @@ from dra_driver._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from dra_driver._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
 from dra_driver.claims.records import record_from_json
+from dra_driver.claims.sharing.sharing import gpu_daemon_key
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
 from dra_driver.tools.kubelet_client import DraApi
 from tests.support.agent import NODE_NAME, AgentDirs, start_agent
@@ -57,7 +58,7 @@ gpus:
   - {index: 2, mode: mig-dynamic}
   - {index: 3, mode: mig-dynamic}
   - {index: 4, mode: vgpu-capacity}
-  - {index: 5, mode: vgpu-capacity}
+  - {index: 5, mode: vgpu-capacity, vgpu: {enforcement: none}}
 """
 GPUS = simulated_gpus(NODE_NAME, resolve_node_spec("mixed"))
 DYNAMIC_GPUS = {GPUS[2].uuid, GPUS[3].uuid}
@@ -69,6 +70,9 @@ def share(n: int) -> str:
 
 # name -> [(device, shareID or None)]. Devices of the mixed node with the node config above:
 # static MIG on GPUs 0-1, dynamic MIG on 2-3, vGPUs (capacity mode) on 4-5, whole GPUs on 6-7.
+# gpu-4's shares go through its MPS daemon (vgpu.enforcement mps: one daemon, started by the first
+# share, stopped by the last, racing prepares and unprepares); gpu-5's are advisory, so that
+# mixed-b may take a share with other devices (a share under mps must be its claim's only one).
 WANTED: dict[str, list[tuple[str, str | None]]] = {
     # Three claims want gpu-6; mixed-a wants gpu-7 with whole-d.
     "whole-a": [("gpu-6", None)],
@@ -422,10 +426,12 @@ def check_quiet_state(dirs: AgentDirs, by_uid: dict[str, Claim]) -> int:
     # Each instance on the GPUs is one a prepared record names, and no record names one twice.
     assert max(instances.values(), default=1) == 1, instances
     assert dynamic_instances(dirs) == instances
-    # A daemon, and its directories, for each MPS claim prepared; none for any other claim.
+    # A daemon, and its directories, for each MPS claim prepared and for each GPU a prepared
+    # share names (gpu-4's, while any of its shares is prepared); none for anything else.
     with_mps = {uid for uid, raw in records.items() if raw["mps"]}
-    assert mps_directories(dirs) == with_mps
-    assert mps_daemons(dirs) == with_mps
+    gpus = {gpu_daemon_key(gpu) for raw in records.values() for gpu in raw.get("mpsGPUs", [])}
+    assert mps_directories(dirs) == with_mps | gpus
+    assert mps_daemons(dirs) == with_mps | gpus
     return len(records)
 
 

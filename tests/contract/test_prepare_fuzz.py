@@ -43,6 +43,7 @@ from dra_driver.claims.edits.vgpu_edits import HamiCore
 from dra_driver.claims.engine import ClaimEngine, PrepareOutcome, RawClaim, SharingControls
 from dra_driver.claims.records import ClaimRecord, record_from_json
 from dra_driver.claims.sharing.mps import SimulatedMps
+from dra_driver.claims.sharing.sharing import gpu_daemon_key
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
@@ -55,18 +56,21 @@ DRIVER = DEFAULT_DRIVER_NAME
 CONFIG_API = "resource.dra-driver.dev/v1alpha1"
 PROFILE = "mixed"
 # Every kind of device on one node: static MIG on GPUs 0-1 (as the profile has them), dynamic MIG
-# on 2-3, vGPUs in capacity mode on 4-5, whole GPUs on 6-7.
+# on 2-3, vGPUs in capacity mode on 4-5 (gpu-4's enforced through its MPS daemon, gpu-5's by
+# HAMi-core), whole GPUs on 6-7.
 DYNAMIC = GpuSettings(mode="mig-dynamic")
 CAPACITY = GpuSettings(mode="vgpu-capacity")
+HAMI_CORE_CAPACITY = GpuSettings(mode="vgpu-capacity", enforcement="hami-core")
 NODE_CONFIG = NodeConfig(
     gpus=tuple(
         GpuEntry(where=f"gpus[{index}]", index=index, uuid=None, settings=settings)
-        for index, settings in ((2, DYNAMIC), (3, DYNAMIC), (4, CAPACITY), (5, CAPACITY))
+        for index, settings in ((2, DYNAMIC), (3, DYNAMIC), (4, CAPACITY), (5, HAMI_CORE_CAPACITY))
     )
 )
 GPUS = simulated_node(PROFILE)
 DYNAMIC_GPUS = {GPUS[2].uuid, GPUS[3].uuid}
 VGPUS = {"gpu-4", "gpu-5"}
+HAMI_CORE_VGPU = "gpu-5"  # the other's shares go through gpu-4's MPS daemon: no HAMi-core directory
 
 # -- claim objects --------------------------------------------------------------------------------
 
@@ -509,15 +513,16 @@ class FuzzNode:
         assert await self.static_instances() == static
 
         with_mps = {uid for uid, record in records.items() if record.mps}
-        assert self.mps.claim_uids() == with_mps
-        assert all([await self.mps.is_running(uid) for uid in with_mps])
+        gpus = {gpu_daemon_key(gpu) for record in records.values() for gpu in record.mps_gpus}
+        assert self.mps.claim_uids() == with_mps | gpus, "daemons of claims and GPUs in step with the records"
+        assert all([await self.mps.is_running(uid) for uid in with_mps | gpus])
         sliced = {gpu.uuid for gpu in GPUS if await self.time_slicer.current(gpu.uuid) != "Default"}
         assert sliced == {gpu for record in records.values() for gpu in record.time_sliced_gpus}
         hami_claims = self.root / "hami" / "claims"
         with_shares = {
             uid
             for uid, record in records.items()
-            if any(d.device in VGPUS and d.exclusive_key for d in record.devices)
+            if any(d.device == HAMI_CORE_VGPU and d.exclusive_key for d in record.devices)
         }
         present = {path.name for path in hami_claims.iterdir()} if hami_claims.exists() else set()
         assert present == with_shares

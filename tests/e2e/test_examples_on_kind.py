@@ -17,8 +17,8 @@ from tests.support.examples import (
     CEL_MIN_MEMORY,
     CEL_PRODUCT_PREFIX,
     MIG_PROFILE,
-    VGPU_MEMORY_LIMIT,
-    VGPU_SM_LIMIT,
+    VGPU_MPS_MEMORY,
+    VGPU_MPS_THREADS,
     D,
     e2e_node_inventory,
     mig_profiles,
@@ -86,9 +86,10 @@ def test_the_vgpu_pod_sees_its_memory_and_sm_limits(run_example: RunExample) -> 
 
     (result,) = run.results
     env = run.reports["main"].env
-    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == VGPU_MEMORY_LIMIT
-    assert env["CUDA_DEVICE_SM_LIMIT_0"] == VGPU_SM_LIMIT
-    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    # The e2e node's vGPUs are under the default vgpu.enforcement, mps: the GPU's MPS daemon.
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == VGPU_MPS_THREADS
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == VGPU_MPS_MEMORY
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
     assert whole_gpu_uuids(env) == _gpu_env(run.node, result["device"])
     consumed = {name: parse_quantity(value) for name, value in result["consumedCapacity"].items()}
     assert consumed == {"memory": parse_quantity("10Gi"), "cores": parse_quantity("30")}
@@ -115,10 +116,10 @@ def test_the_fallback_pod_gets_one_of_its_two_alternatives(run_example: RunExamp
     assert result["request"] in ("accelerator/mig", "accelerator/vgpu")
     if result["request"] == "accelerator/mig":
         assert mig_profiles(env) == {f"{device_env_prefix(result['device'])}_PROFILE": MIG_PROFILE}
-        assert "CUDA_DEVICE_MEMORY_LIMIT_0" not in env
+        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env
     else:
-        assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == VGPU_MEMORY_LIMIT
-        assert env["CUDA_DEVICE_SM_LIMIT_0"] == VGPU_SM_LIMIT
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == VGPU_MPS_THREADS
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == VGPU_MPS_MEMORY
         assert not mig_profiles(env)
 
 

@@ -38,9 +38,11 @@ NODE_CONFIG = """\
 gpus:
   - {index: 2, mode: mig-dynamic}
   - {index: 3, mode: mig-dynamic}
-  - {index: 4, mode: vgpu-capacity}
+  - {index: 4, mode: vgpu-capacity, vgpu: {enforcement: none}}
   - {index: 5, mode: vgpu-capacity}
 """
+# gpu-4's shares get HAMi-core's variables (advisory: no library here); gpu-5's go through its
+# MPS daemon (the default enforcement), a real simulated daemon whose pipe directory is mounted.
 GPUS = simulated_gpus(NODE_NAME, resolve_node_spec(HARDWARE))
 # Everything the driver's edits set: device descriptions (DRA_) and HAMi-core's settings.
 SHOWN_ENV = "env | grep -E '^(DRA|CUDA|GPU|ACTIVE)_' | sort"
@@ -254,17 +256,25 @@ def test_two_claims_sharing_one_vgpu_see_the_same_gpu_with_their_own_limits(node
         assert {c.name: answer[c.uid]["devices"][0]["share_id"] for c in (small, large)} == shares
         seen = {
             claim.name: {
-                line
-                for line in container_env(cdi_ids(answer[claim.uid]))
-                if "GPU_5" in line or "LIMIT" in line
+                line for line in container_env(cdi_ids(answer[claim.uid])) if "GPU_5" in line or "MPS" in line
             }
             for claim in (small, large)
         }
+        # The GPU daemon's control socket, through the pipe directory mounted at MPS's default.
+        reach = "test -S /tmp/nvidia-mps/control && echo reachable"
+        assert podman.run_with_cdi_devices(list(cdi_ids(answer[small.uid])), reach).strip() == "reachable"
 
-    gpu = {f"DRA_DEVICE_GPU_5={GPUS[5].uuid}", "DRA_DEVICE_GPU_5_PRODUCT_NAME=NVIDIA A100-SXM4-80GB"}
+    # One MPS daemon for the GPU, each share's limits its own clients'.
+    gpu = {
+        f"DRA_DEVICE_GPU_5={GPUS[5].uuid}",
+        "DRA_DEVICE_GPU_5_PRODUCT_NAME=NVIDIA A100-SXM4-80GB",
+        "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
+    }
     assert seen == {
-        "share-small": gpu | {"CUDA_DEVICE_MEMORY_LIMIT_0=4096m", "CUDA_DEVICE_SM_LIMIT_0=25"},
-        "share-large": gpu | {"CUDA_DEVICE_MEMORY_LIMIT_0=10240m", "CUDA_DEVICE_SM_LIMIT_0=60"},
+        "share-small": gpu
+        | {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M"},
+        "share-large": gpu
+        | {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=60", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=10240M"},
     }
 
 

@@ -20,6 +20,7 @@ from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
+from dra_driver.observability.metrics import ClaimMetrics
 from dra_driver.state.group_commit import GroupCommitter
 from tests.support.nodes import simulated_node
 
@@ -47,6 +48,7 @@ def simulated_engine(
     hami_core: HamiCore | None = None,
     committer: GroupCommitter | None = None,
     claim_status: ClaimStatusWriter | None = None,
+    metrics: ClaimMetrics | None = None,
 ) -> ClaimEngine:
     """An engine whose records are in `root`/state and CDI specs in `root`/cdi, so two engines
     on one root stand for two agents sharing a node's state directory. `inventory`: the devices
@@ -63,4 +65,5 @@ def simulated_engine(
         sharing=sharing,
         hami_core=hami_core,
         claim_status=claim_status,
+        metrics=metrics,
     )

@@ -49,6 +49,9 @@ DEV_MARKER = "== /dev"
 MIG_PROFILE = "1g.10gb"
 VGPU_MEMORY_LIMIT = "10240m"  # CUDA_DEVICE_MEMORY_LIMIT_0 for 10Gi: MiB, as HAMi-core reads it
 VGPU_SM_LIMIT = "30"  # CUDA_DEVICE_SM_LIMIT_0 for cores: "30"
+# The same share under vgpu.enforcement mps (the e2e node's default): its MPS client settings.
+VGPU_MPS_THREADS = "30"  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+VGPU_MPS_MEMORY = "0=10240M"  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: device 0, 10Gi in MiB
 CEL_PRODUCT_PREFIX = "NVIDIA H100"
 CEL_MIN_MEMORY = "40Gi"
 

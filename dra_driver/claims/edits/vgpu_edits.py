@@ -34,13 +34,13 @@ Host side, below the operator's `HamiCore.state_dir`:
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.errors import ClaimRejected
-from dra_driver.claims.opaque_config import hami_core_environment
+from dra_driver.claims.opaque_config import OpaqueConfigError, hami_core_environment
 from dra_driver.claims.vgpu_grant import VgpuGrant
 from dra_driver.devices.node_config import MIB
 from dra_driver.hardware.driver_root import READ_ONLY_BIND
@@ -133,10 +133,19 @@ def _cuda_position(gpu: Gpu) -> tuple[int, ...]:
     return (0, *(int(part, 16) for part in match.groups()))
 
 
+# What a container of a share under MPS gets, given by the protocol, which owns the GPUs' daemons
+# (sharing.vgpu_share_mps_edits): edits/ sits below sharing/ in the claims' layers.
+MpsShareEdits = Callable[[VgpuGrant], ContainerEdits]
+
+
 def vgpu_claim_edits(
-    claim_uid: str, shares: Sequence[VgpuGrant], hami_core: HamiCore | None
+    claim_uid: str, shares: Sequence[VgpuGrant], hami_core: HamiCore | None, mps_edits: MpsShareEdits | None
 ) -> VgpuClaimEdits:
-    """The edits that limit a container of the claim to `shares`, enforced where `hami_core` is set.
+    """The edits that limit a container of the claim to `shares`, as their GPUs' `vgpu.enforcement`
+    says (`check_claim_grants` made it one for the claim).
+
+    mps: the share (the claim's only device) reaches its GPU's MPS daemon with its limits as client
+    settings, as `mps_edits` (None: the node runs no MPS daemons) says; no HAMi-core.
 
     Limits are `CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m`, the grant rounded down so a container is
     never allowed more than was allocated, and `CUDA_DEVICE_SM_LIMIT_<i>=<percent>`. Without
@@ -148,13 +157,31 @@ def vgpu_claim_edits(
         raise ClaimRejected(f"claim UID: {problem}; refusing to name a host directory after it")
     if not shares:
         raise ValueError("a claim without vGPU shares needs no vGPU edits")
+    enforcement = shares[0].enforcement
+    if enforcement == "mps":
+        if mps_edits is None:
+            raise ClaimRejected(
+                f"device {shares[0].device}: vgpu.enforcement is mps on {shares[0].gpu.label}, but this "
+                "node runs no MPS daemons"
+            )
+        share = shares[0]
+        try:
+            edits = mps_edits(share)
+        except OpaqueConfigError as error:
+            raise ClaimRejected(str(error)) from error
+        return VgpuClaimEdits(edits=edits)
+    if enforcement == "hami-core" and hami_core is None:
+        raise ClaimRejected(
+            f"device {shares[0].device}: vgpu.enforcement is hami-core on {shares[0].gpu.label}, but the "
+            "agent has no --hami-core-library; set it, or choose vgpu.enforcement mps or none"
+        )
     ordered = sorted(shares, key=lambda share: _cuda_position(share.gpu))
     env = ["CUDA_DEVICE_ORDER=PCI_BUS_ID"]
     for index, share in enumerate(ordered):
         env.append(f"CUDA_DEVICE_MEMORY_LIMIT_{index}={share.memory_bytes // MIB}m")
         env.append(f"CUDA_DEVICE_SM_LIMIT_{index}={share.cores}")
     env.extend(f"{name}={value}" for name, value in hami_core_environment(shares[0].config).items())
-    if hami_core is None:
+    if enforcement == "none" or hami_core is None:
         return VgpuClaimEdits(edits=ContainerEdits(env=tuple(env)))
 
     claim_dir = hami_core.claim_dir(claim_uid)
@@ -182,9 +209,9 @@ def vgpu_claim_edits(
 
 
 def enforcement_off_message(gpus: Sequence[Gpu]) -> str:
-    """What the node logs at start when it offers vGPUs on `gpus` without HAMi-core configured."""
+    """What the node logs at start when it offers vGPUs on `gpus` with vgpu.enforcement none."""
     return (
-        f"vGPU enforcement is off for {', '.join(gpu.label for gpu in gpus)}: no HAMi-core library "
-        "is configured, so a container gets its memory and SM limits only as advisory environment "
+        f"vGPU enforcement is off for {', '.join(gpu.label for gpu in gpus)}: their vgpu.enforcement "
+        "is none, so a container gets its memory and SM limits only as advisory environment "
         "variables and nothing stops it from using the whole GPU"
     )

@@ -156,6 +156,46 @@ class MpsDaemonSpec:
         )
 
 
+_GPU_UUID_PREFIX = "GPU-"
+
+
+def gpu_daemon_key(gpu_uuid: str) -> str:
+    """What names the MPS control daemon of a GPU's vGPU shares: the UUID part of the GPU's UUID.
+
+    It has the form of a claim UID, so the GPU's daemon lives where a claim's would (directories
+    under the MPS runtime directory, a pod `mps-<key>`) and the daemon runners, the pod spec and
+    the admission policy that allows the agent those pods serve it unchanged; a GPU UUID and a
+    claim UID never coincide. Raises OpaqueConfigError for a GPU UUID of another form."""
+    key = gpu_uuid.removeprefix(_GPU_UUID_PREFIX).lower()
+    if not gpu_uuid.startswith(_GPU_UUID_PREFIX) or uid_problem(key):
+        raise OpaqueConfigError(
+            f"GPU {gpu_uuid}: vGPU shares under MPS need a GPU UUID of the form GPU-<UUID> to name the "
+            "GPU's MPS daemon by; use vgpu.enforcement hami-core or none for this GPU"
+        )
+    return key
+
+
+def gpu_daemon_spec(runtime_dir: Path, gpu_uuid: str) -> MpsDaemonSpec:
+    """The MPS control daemon every vGPU share of one GPU goes through. It sets no defaults:
+    the shares differ, so each share's limits go to its own clients (`vgpu_share_mps_edits`)."""
+    return MpsDaemonSpec(MpsDirectories(runtime_dir, gpu_daemon_key(gpu_uuid)), (gpu_uuid,))
+
+
+def vgpu_share_mps_edits(runtime_dir: Path, gpu_uuid: str, cores: int, memory_bytes: int) -> ContainerEdits:
+    """What a container of a claim with one vGPU share under MPS gets: the GPU daemon's pipe and
+    shared memory directories, and the share's limits as client settings (MPS documentation:
+    CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, read by each client
+    when it starts). The memory limit is the grant rounded down to whole MiB, so never above
+    it; the device index is 0, since a client of the GPU's server sees that GPU alone."""
+    spec = MpsDaemonSpec(
+        directories=MpsDirectories(runtime_dir, gpu_daemon_key(gpu_uuid)),
+        device_uuids=(gpu_uuid,),
+        active_thread_percentage=cores,
+        pinned_memory_limits=(PinnedMemoryLimit(0, gpu_uuid, memory_bytes // MIB),),
+    )
+    return spec.container_edits()
+
+
 @dataclass(frozen=True, slots=True)
 class RestorePlan:
     """What unprepare (or the rollback of a half-prepared claim) undoes. Every step is idempotent.

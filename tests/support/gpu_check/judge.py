@@ -12,6 +12,8 @@ GIB = 2**30
 # rate: the bar the issue "vGPU isolation that holds" sets. MPS's 25 % thread limit gave 35 % on an
 # H200; HAMi-core's duty cycle gave 100 % (docs/hardware.md).
 MATMUL_LIMITED_RATIO = 0.4
+# Two shares of 50 cores running at once: each between these parts of the unshared rate.
+CONCURRENT_SHARE_RATIO = (0.4, 0.6)
 
 
 def contract_suite(output: str, returncode: int) -> Check:
@@ -64,16 +66,18 @@ def usage(devices: Sequence[DeviceUsage], pid: int, held_gib: int) -> Check:
     return Check(name, "fail", f"process {pid} holds less than {held_gib} GiB in NVML's view", numbers)
 
 
-def memory_limit(limited_gib: int, unlimited_gib: int, limit_gib: int) -> Check:
-    name = f"vGPU memory limit ({limit_gib} GiB)"
+def memory_limit(limited_gib: int, unlimited_gib: int, limit_gib: int, mechanism: str = "vGPU") -> Check:
+    name = f"{mechanism} memory limit ({limit_gib} GiB)"
     numbers = {"allocated_gib_under_share": limited_gib, "allocated_gib_without": unlimited_gib}
     if 0 < limited_gib <= limit_gib < unlimited_gib:
         return Check(name, "pass", numbers=numbers)
     return Check(name, "fail", f"expected 1..{limit_gib} GiB under the share and more without", numbers)
 
 
-def core_limit(limited_tflops: float, unlimited_tflops: float, cores_percent: int) -> Check:
-    name = f"vGPU core limit ({cores_percent} %)"
+def core_limit(
+    limited_tflops: float, unlimited_tflops: float, cores_percent: int, mechanism: str = "vGPU"
+) -> Check:
+    name = f"{mechanism} core limit ({cores_percent} %)"
     ratio = limited_tflops / unlimited_tflops if unlimited_tflops > 0 else 0.0
     numbers = {
         "bf16_matmul_tflops_under_share": limited_tflops,
@@ -83,6 +87,20 @@ def core_limit(limited_tflops: float, unlimited_tflops: float, cores_percent: in
     if unlimited_tflops > 0 and 0 < ratio <= MATMUL_LIMITED_RATIO:
         return Check(name, "pass", numbers=numbers)
     return Check(name, "fail", f"expected at most {MATMUL_LIMITED_RATIO:.0%} of the unlimited rate", numbers)
+
+
+def concurrent_shares(rates: Sequence[float], unlimited_tflops: float, cores_percent: int) -> Check:
+    """Shares running at once each get their part of the GPU: within CONCURRENT_SHARE_RATIO of
+    the unshared rate (40-60 % for two shares of 50 cores)."""
+    name = f"{len(rates)} MPS shares of {cores_percent} cores at once"
+    ratios = [round(rate / unlimited_tflops, 3) if unlimited_tflops > 0 else 0.0 for rate in rates]
+    numbers = {"bf16_matmul_tflops": list(rates), "unshared_tflops": unlimited_tflops, "ratios": ratios}
+    low, high = CONCURRENT_SHARE_RATIO
+    if unlimited_tflops > 0 and ratios and all(low <= ratio <= high for ratio in ratios):
+        return Check(name, "pass", numbers=numbers)
+    return Check(
+        name, "fail", f"expected each between {low:.0%} and {high:.0%} of the unshared rate", numbers
+    )
 
 
 def settings_unchanged(before: Mapping[str, Any], after: Mapping[str, Any]) -> Check:

@@ -2,8 +2,8 @@
 
 A step raises to fail (the runner turns the exception into a failed check) and returns a `skip`
 check when what it needs is not there. Steps that use one agent and one claim take a Phase
-(`whole`, `vgpu`), so another way of sharing a GPU (MPS: a later step set) is a new Phase and a
-few more entries in `gpu_steps`, not a new program.
+(`whole`, `vgpu` under HAMi-core, `mps` under vgpu.enforcement mps), so another way of sharing a
+GPU is a new Phase and a few more entries in `gpu_steps`, not a new program.
 
 Nothing here changes a GPU setting: NVML is only read, and no GPU tool is run.
 """
@@ -39,7 +39,14 @@ WORKLOAD = Path(__file__).with_name("workload.py")
 SHARE_MEMORY_GIB = 8
 SHARE_CORES = 25
 SHARE = {"shareID": "3f0c2a9e-8b7d-4c6e-9a5f-1d2e3c4b5a69"}
-VGPU_NODE_CONFIG = "gpus:\n  - {index: 0, mode: vgpu-capacity}\n"
+# The MPS phase: two shares of half the GPU, run at once, each get 40-60 % of the unshared rate.
+PAIR_CORES = 50
+PAIR_SHARES = ("6c1d3b0f-9e8a-4d7c-b6a5-2e3f4a5b6c7d", "7d2e4c1a-0f9b-4e8d-a7b6-3f4a5b6c7d8e")
+PAIR_MATMUL_SECONDS = 12.0
+
+
+def vgpu_node_config(enforcement: str) -> str:
+    return f"gpus:\n  - {{index: 0, mode: vgpu-capacity, vgpu: {{enforcement: {enforcement}}}}}\n"
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class Phase:
     edits: Edits | None = None
     running: NamespaceRun | None = None
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # More claims prepared through the same agent (the MPS phase's pair), by claim name.
+    more: dict[str, tuple[str, Edits]] = field(default_factory=dict)
 
 
 @dataclass
@@ -233,11 +242,13 @@ def start_phase_agent(name: str, node_config: str | None, ctx: Context, timeout:
     phase.api = client.ResourceV1Api(config.new_client_from_config(str(kubeconfig)))
     phase.dirs = AgentDirs(root=root / "node")
     args = [*ctx.options.agent_args, "--health-recovery", "300"]
+    if name == "vgpu":  # HAMi-core where it was built, else the limits as advisory variables
+        node_config = vgpu_node_config("hami-core" if ctx.hami_library else "none")
+        if ctx.hami_library:
+            args += ["--hami-core-library", str(ctx.hami_library), "--hami-core-dir", str(root / "hami")]
     if node_config:
         (root / "node-config.yaml").write_text(node_config)
         args += ["--node-config", str(root / "node-config.yaml")]
-    if name == "vgpu" and ctx.hami_library:
-        args += ["--hami-core-library", str(ctx.hami_library), "--hami-core-dir", str(root / "hami")]
     started = time.monotonic()
     phase.agent = start_agent(
         phase.dirs, kubeconfig, "nvml", tuple(args), wait=False, env=ctx.options.agent_env
@@ -253,35 +264,45 @@ def _first_device(phase: Phase) -> str:
     return str(stored_slices(phase.server)[0]["spec"]["devices"][0]["name"])
 
 
-def prepare_claim(name: str, share: Mapping[str, Any] | None, ctx: Context, timeout: float) -> list[Check]:
-    phase = ctx.phase(name)
-    if phase.agent is None or phase.api is None or phase.dirs is None:
-        return _skip(f"prepare ({name})", "no agent")
+def _prepare(phase: Phase, name: str, share: Mapping[str, Any] | None, ctx: Context, timeout: float) -> Check:
+    """Allocates claim `name` (a share of the phase's first device) and prepares it through the
+    phase's agent; the check carries the CDI device IDs, the edits go to `phase.more`."""
+    assert phase.api is not None and phase.dirs is not None
     result = {
         "request": "gpu",
         "driver": DEFAULT_DRIVER_NAME,
         "pool": NODE_NAME,
         "device": _first_device(phase),
     }
-    phase.uid = allocate_results(phase.api, name, [{**result, **(share or {})}])
+    uid = allocate_results(phase.api, name, [{**result, **(share or {})}])
     started = time.perf_counter()
     answer = asyncio.run(
         asyncio.wait_for(
-            kubelet_client.prepare(phase.dirs.dra_socket, "v1", [ClaimArg("default", name, phase.uid)]),
+            kubelet_client.prepare(phase.dirs.dra_socket, "v1", [ClaimArg("default", name, uid)]),
             timeout,
         )
     )
     elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
-    claim = answer["claims"][phase.uid]
+    claim = answer["claims"][uid]
     ids = [i for device in claim.get("devices", []) for i in device.get("cdi_device_ids", [])]
     numbers = {"prepare_ms": elapsed_ms, "cdi_device_ids": ids, "share": dict(share or {})}
     if claim.get("error") or not ids:
-        return [Check(f"prepare ({name})", "fail", claim.get("error") or "no CDI device IDs", numbers)]
+        return Check(f"prepare ({name})", "fail", claim.get("error") or "no CDI device IDs", numbers)
     specs = [json.loads(path.read_text()) for path in sorted(phase.dirs.cdi_dir.glob("*.json"))]
     for path in phase.dirs.cdi_dir.glob("*.json"):
-        shutil.copy(path, ctx.options.out / f"{name}-{path.name}")
-    phase.edits = edits_for(specs, ids)
-    return [Check(f"prepare ({name})", "pass", numbers=numbers)]
+        shutil.copy(path, ctx.options.out / f"{phase.name}-{path.name}")
+    phase.more[name] = (uid, edits_for(specs, ids))
+    return Check(f"prepare ({name})", "pass", numbers=numbers)
+
+
+def prepare_claim(name: str, share: Mapping[str, Any] | None, ctx: Context, timeout: float) -> list[Check]:
+    phase = ctx.phase(name)
+    if phase.agent is None or phase.api is None or phase.dirs is None:
+        return _skip(f"prepare ({name})", "no agent")
+    check = _prepare(phase, name, share, ctx, timeout)
+    if check.status == "pass":
+        phase.uid, phase.edits = phase.more.pop(name)
+    return [check]
 
 
 def check_host_paths(name: str, ctx: Context, timeout: float) -> list[Check]:
@@ -406,6 +427,94 @@ def vgpu_limits(ctx: Context, timeout: float) -> list[Check]:
     ]
 
 
+# --- vgpu.enforcement mps ----------------------------------------------------------------------
+
+
+def mps_workload(ctx: Context, timeout: float) -> list[Check]:
+    """Allocation until failure and a matmul under the MPS share's edits, and the same unshared
+    (no CUDA_MPS_PIPE_DIRECTORY: the client finds no daemon and runs without MPS)."""
+    phase = ctx.phase("mps")
+    if phase.edits is None:
+        return _skip("CUDA workload under the mps claim's CDI edits", "nothing prepared")
+    phase.results["limited"] = run_once("mps", True, ctx, timeout / 2)
+    phase.results["unlimited"] = run_once("mps", False, ctx, timeout / 2)
+    unlimited = phase.results["unlimited"]
+    checks = [judge.workload(phase.results["limited"], "mps")]
+    checks.append(
+        judge.workload(unlimited, "no")
+        if "error" in unlimited
+        else Check("unshared workload", "pass", numbers=unlimited)
+    )
+    return checks
+
+
+def mps_limits(ctx: Context, timeout: float) -> list[Check]:
+    results = ctx.phase("mps").results
+    if "unlimited" not in results or "limited" not in results:
+        why = "the MPS share's workload did not run"
+        return [Check("MPS memory limit", "skip", why), Check("MPS core limit", "skip", why)]
+    limited, unlimited = results["limited"], results["unlimited"]
+    return [
+        judge.memory_limit(
+            limited.get("allocated_gib", 0), unlimited.get("allocated_gib", 0), SHARE_MEMORY_GIB, "MPS"
+        ),
+        judge.core_limit(
+            limited.get("matmul_tflops", 0.0), unlimited.get("matmul_tflops", 0.0), SHARE_CORES, "MPS"
+        ),
+    ]
+
+
+def prepare_pair(ctx: Context, timeout: float) -> list[Check]:
+    """Two more shares of the same GPU, through the same agent (so the same MPS daemon)."""
+    phase = ctx.phase("mps")
+    if phase.agent is None:
+        return _skip("prepare (mps pair)", "no agent")
+    return [
+        _prepare(
+            phase,
+            f"mps-{n}",
+            {"shareID": share_id, "consumedCapacity": {"cores": str(PAIR_CORES)}},
+            ctx,
+            timeout / 2,
+        )
+        for n, share_id in enumerate(PAIR_SHARES)
+    ]
+
+
+def pair_workloads(ctx: Context, timeout: float) -> list[Check]:
+    """Both shares' matmuls at once; each is judged against the unshared rate of `mps_workload`."""
+    phase = ctx.phase("mps")
+    unlimited = phase.results.get("unlimited", {}).get("matmul_tflops", 0.0)
+    if len(phase.more) != len(PAIR_SHARES) or not unlimited:
+        return _skip(
+            f"two MPS shares of {PAIR_CORES} cores at once", "the pair or the unshared rate is missing"
+        )
+    env = {"GPU_CHECK_MATMUL_SECONDS": str(PAIR_MATMUL_SECONDS)}
+    runs = [
+        start_under_edits(edits, ctx.options.workload, ctx.options.workload_env, env)
+        for _, edits in phase.more.values()
+    ]
+    outputs = [_workload_output(*run.finish(timeout)) for run in runs]
+    phase.results["pair"] = {"outputs": outputs}
+    rates = [output.get("matmul_tflops", 0.0) for output in outputs]
+    workloads = [judge.workload(output, name) for output, name in zip(outputs, phase.more, strict=True)]
+    return [*workloads, judge.concurrent_shares(rates, unlimited, PAIR_CORES)]
+
+
+def unprepare_pair(ctx: Context, timeout: float) -> list[Check]:
+    phase = ctx.phase("mps")
+    if phase.dirs is None or not phase.more:
+        return _skip("unprepare (mps pair)", "nothing prepared")
+    claims = [ClaimArg("default", name, uid) for name, (uid, _) in phase.more.items()]
+    answer = asyncio.run(
+        asyncio.wait_for(kubelet_client.unprepare(phase.dirs.dra_socket, "v1", claims), timeout)
+    )
+    errors = {name: answer["claims"][uid].get("error", "") for name, (uid, _) in phase.more.items()}
+    phase.more.clear()
+    failed = {name: error for name, error in errors.items() if error}
+    return [Check("unprepare (mps pair)", "fail" if failed else "pass", "; ".join(failed.values()), errors)]
+
+
 def unprepare_claim(name: str, ctx: Context, timeout: float) -> list[Check]:
     phase = ctx.phase(name)
     if not phase.uid or phase.dirs is None:
@@ -466,11 +575,19 @@ def gpu_steps() -> list[Step]:
         Step("whole.unprepare", 20, partial(unprepare_claim, "whole")),
         Step("whole.stop_agent", 20, partial(stop_phase_agent, "whole")),
         Step("hami_core_ready", 90, hami_core_ready),
-        *phase_steps("vgpu", VGPU_NODE_CONFIG, share),
+        *phase_steps("vgpu", None, share),  # its node config depends on HAMi-core (start_phase_agent)
         Step("vgpu.workload", 60, share_workload),
         Step("vgpu.unlimited_workload", 60, unlimited_workload),
         Step("vgpu.limits", 5, vgpu_limits),
         Step("vgpu.unprepare", 20, partial(unprepare_claim, "vgpu")),
         Step("vgpu.stop_agent", 20, partial(stop_phase_agent, "vgpu")),
+        *phase_steps("mps", vgpu_node_config("mps"), share),
+        Step("mps.workload", 120, mps_workload),
+        Step("mps.limits", 5, mps_limits),
+        Step("mps.prepare_pair", 40, prepare_pair),
+        Step("mps.pair_workloads", 90, pair_workloads),
+        Step("mps.unprepare_pair", 20, unprepare_pair),
+        Step("mps.unprepare", 20, partial(unprepare_claim, "mps")),
+        Step("mps.stop_agent", 20, partial(stop_phase_agent, "mps")),
         Step("settings_after", 15, settings_after),
     ]

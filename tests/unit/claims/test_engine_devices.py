@@ -28,7 +28,9 @@ from tests.support.nodes import simulated_node
 
 DRIVER = "gpu.dra-driver.dev"
 DYNAMIC = NodeConfig(default=GpuSettings(mode="mig-dynamic"))
-CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity"))
+# HAMi-core's limits as advisory variables (no MPS daemon, no library): what these tests look at.
+CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity", enforcement="none"))
+HAMI_CORE_CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity", enforcement="hami-core"))
 
 
 def node(
@@ -345,7 +347,7 @@ def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_that_goe
     stale.mkdir(parents=True)
 
     async def scenario() -> None:
-        engine, _ = node(tmp_path, "t4x4", CAPACITY, claims, hami_core=hami)
+        engine, _ = node(tmp_path, "t4x4", HAMI_CORE_CAPACITY, claims, hami_core=hami)
         await engine.load_state()
         assert not stale.exists(), "a directory no prepared claim owns is swept at start"
         assert (await engine.prepare([claim]))[claim[2]].error == ""
@@ -473,7 +475,8 @@ def test_a_claim_refused_for_its_vgpu_grant_creates_no_mig_instance_and_changes_
     gpus = simulated_node("mixed")
     modes = {
         MigMode.ENABLED: GpuSettings(mode="mig-dynamic"),
-        MigMode.UNSUPPORTED: GpuSettings(mode="vgpu-capacity"),
+        # Not mps: a share under MPS must be its claim's only device (refused for that first).
+        MigMode.UNSUPPORTED: GpuSettings(mode="vgpu-capacity", enforcement="none"),
     }
     mixed = NodeConfig(
         gpus=tuple(

@@ -30,7 +30,8 @@ DRIVER = DEFAULT_DRIVER_NAME
 KIND = f"k8s.{DRIVER}/claim"
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 DYNAMIC = NodeConfig(default=GpuSettings(mode="mig-dynamic"))
-CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity"))
+# HAMi-core's limits as advisory variables (no MPS daemon, no library): what these tests look at.
+CAPACITY = NodeConfig(default=GpuSettings(mode="vgpu-capacity", enforcement="none"))
 
 
 def metadata_file(root: Path, uid: str, request: str) -> Path:

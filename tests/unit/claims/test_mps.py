@@ -95,6 +95,8 @@ def test_start_runs_a_daemon_that_received_the_claims_settings(simulated: Simula
         "active_thread_percentage": 30,
         "pinned_mem_limits": {GPUS[0]: "2048M", GPUS[1]: "1024M"},
         "commands": list(spec.control_commands()),
+        "server_uid": None,  # no client yet
+        "clients": [],
     }
     assert (spec.directories.log / "control.log").read_text().splitlines() == [
         f"Cmd:{command}" for command in spec.control_commands()

@@ -8,26 +8,28 @@ property over random shares of random simulated GPUs with their bus ids shuffled
 import dataclasses
 import re
 from collections.abc import Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dra_driver.claims.claim_object import AllocatedDevice, ResourceClaimView
-from dra_driver.claims.edits.cdi import Mount
+from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.edits.vgpu_edits import (
     HamiCore,
     HostDirectory,
     HostFile,
+    VgpuClaimEdits,
     enforcement_off_message,
     vgpu_claim_edits,
 )
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_config import VgpuConfig
+from dra_driver.claims.sharing.sharing import vgpu_share_mps_edits
 from dra_driver.claims.vgpu_grant import VgpuGrant, check_claim_grants, vgpu_grant
 from dra_driver.devices.model import Device
-from dra_driver.devices.node_config import MIB
+from dra_driver.devices.node_config import MIB, Enforcement
 from dra_driver.devices.vgpu import shareable_gpu_device
 from dra_driver.hardware.model import Gpu
 from tests.support.nodes import GIB, all_profiles, inventory_for, simulated_node
@@ -81,11 +83,20 @@ def allocated(raw: dict[str, object], position: int = 0) -> AllocatedDevice:
 
 def capacity_share(gpu: Gpu, consumed: Mapping[str, object] | None, position: int = 0) -> VgpuGrant:
     device = shareable(gpu)
-    return vgpu_grant(allocated(result(device.name, consumed), position), device, gpu, VgpuConfig())
+    return vgpu_grant(
+        allocated(result(device.name, consumed), position), device, gpu, VgpuConfig(), "hami-core"
+    )
+
+
+def hami_edits(uid: str, shares: list[VgpuGrant], hami: HamiCore | None) -> VgpuClaimEdits:
+    """The claim's edits with its GPUs under vgpu.enforcement hami-core (with a library) or none."""
+    enforcement: Enforcement = "hami-core" if hami else "none"
+    shares = [dataclasses.replace(share, enforcement=enforcement) for share in shares]
+    return vgpu_claim_edits(uid, shares, hami, None)
 
 
 def env_of(shares: list[VgpuGrant], hami: HamiCore | None = None) -> tuple[str, ...]:
-    return vgpu_claim_edits(UID, shares, hami).edits.env
+    return hami_edits(UID, shares, hami).edits.env
 
 
 # --- Shares from allocation results ----------------------------------------------------------
@@ -316,8 +327,12 @@ def test_two_shares_of_one_gpu_are_refused() -> None:
     device = shareable(gpu)
     shares = [
         capacity_share(l4(1), {}),
-        vgpu_grant(allocated(result("gpu-4", {"memory": "1Gi"}, SHARE_ID), 1), device, gpu, VgpuConfig()),
-        vgpu_grant(allocated(result("gpu-4", {"memory": "2Gi"}, UID), 2), device, gpu, VgpuConfig()),
+        vgpu_grant(
+            allocated(result("gpu-4", {"memory": "1Gi"}, SHARE_ID), 1), device, gpu, VgpuConfig(), "hami-core"
+        ),
+        vgpu_grant(
+            allocated(result("gpu-4", {"memory": "2Gi"}, UID), 2), device, gpu, VgpuConfig(), "hami-core"
+        ),
     ]
 
     with pytest.raises(ClaimRejected) as refused:
@@ -338,6 +353,7 @@ def test_two_partitions_of_one_gpu_are_refused() -> None:
             inventory.device_by_name[name],
             inventory.gpu_of_device[name],
             VgpuConfig(),
+            "hami-core",
         )
         for position, name in enumerate(("gpu-2-vgpu-1gi-0", "gpu-2-vgpu-5gi-0"))
     ]
@@ -350,7 +366,7 @@ def test_two_partitions_of_one_gpu_are_refused() -> None:
 
 def test_a_claim_without_shares_is_a_caller_error() -> None:
     with pytest.raises(ValueError, match=r"^a claim without vGPU shares needs no vGPU edits$"):
-        vgpu_claim_edits(UID, [], HAMI)
+        vgpu_claim_edits(UID, [], HAMI, None)
 
 
 # --- Enforcement ----------------------------------------------------------------------------
@@ -360,7 +376,7 @@ def test_with_hami_core_the_library_is_preloaded_and_the_claim_gets_its_own_dire
     share = capacity_share(l4(0), {"memory": "8Gi", "cores": "40"})
     claim_dir = PurePosixPath(f"/var/lib/dra/vgpu/claims/{UID}")
 
-    edits = vgpu_claim_edits(UID, [share], HAMI)
+    edits = hami_edits(UID, [share], HAMI)
 
     assert edits.edits.env == (
         "CUDA_DEVICE_ORDER=PCI_BUS_ID",
@@ -388,7 +404,7 @@ def test_with_hami_core_the_library_is_preloaded_and_the_claim_gets_its_own_dire
 def test_without_hami_core_the_limits_are_advisory_only() -> None:
     share = capacity_share(l4(0), {"memory": "8Gi", "cores": "40"})
 
-    edits = vgpu_claim_edits(UID, [share], None)
+    edits = hami_edits(UID, [share], None)
 
     assert edits.edits.env == (
         "CUDA_DEVICE_ORDER=PCI_BUS_ID",
@@ -404,7 +420,7 @@ def test_a_claim_uid_that_is_not_a_uuid_names_no_directory(uid: str) -> None:
     share = capacity_share(l4(0), {})
 
     with pytest.raises(ClaimRejected) as refused:
-        vgpu_claim_edits(uid, [share], HAMI)
+        hami_edits(uid, [share], HAMI)
 
     assert str(refused.value) == (
         f"claim UID: {uid!r} is not a Kubernetes UID (a lowercase UUID like {UID}); "
@@ -428,7 +444,7 @@ def test_the_enforcement_off_message_names_the_gpus() -> None:
     gpus = simulated_node("l4x8")[:2]
 
     assert enforcement_off_message(gpus) == (
-        f"vGPU enforcement is off for {gpus[0].label}, {gpus[1].label}: no HAMi-core library is configured, "
+        f"vGPU enforcement is off for {gpus[0].label}, {gpus[1].label}: their vgpu.enforcement is none, "
         "so a container gets its memory and SM limits only as advisory environment variables and nothing "
         "stops it from using the whole GPU"
     )
@@ -465,7 +481,7 @@ def claim_shares(draw: st.DrawFn) -> list[VgpuGrant]:
 def test_each_index_carries_the_limits_of_the_gpu_at_that_place_in_bus_order(
     shares: list[VgpuGrant], enforced: bool
 ) -> None:
-    env = vgpu_claim_edits(UID, shares, HAMI if enforced else None).edits.env
+    env = hami_edits(UID, shares, HAMI if enforced else None).edits.env
 
     names = [entry.split("=", 1)[0] for entry in env]
     assert len(names) == len(set(names))
@@ -478,3 +494,68 @@ def test_each_index_carries_the_limits_of_the_gpu_at_that_place_in_bus_order(
         assert mib * MIB <= share.memory_bytes < (mib + 1) * MIB
         assert values[f"CUDA_DEVICE_SM_LIMIT_{index}"] == str(share.cores)
     assert values["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
+# --- vgpu.enforcement mps ---------------------------------------------------------------------
+
+
+MPS_DIR = Path("/run/dra-driver/mps")
+
+
+def mps_share_edits(granted: VgpuGrant) -> ContainerEdits:
+    """What the protocol hands vgpu_claim_edits for a node whose MPS daemons live under MPS_DIR."""
+    return vgpu_share_mps_edits(MPS_DIR, granted.gpu.uuid, granted.cores, granted.memory_bytes)
+
+
+def test_under_mps_a_share_reaches_its_gpus_daemon_with_its_own_limits_as_client_settings() -> None:
+    gpu = l4(0)
+    share = dataclasses.replace(capacity_share(gpu, {"memory": "8Gi", "cores": "25"}), enforcement="mps")
+    daemon = MPS_DIR / gpu.uuid.removeprefix("GPU-")
+
+    edits = vgpu_claim_edits(UID, [share], HAMI, mps_share_edits)
+
+    assert edits.edits.env == (
+        "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M",
+    )
+    assert [(m.host_path, m.container_path) for m in edits.edits.mounts] == [
+        (str(daemon / "pipe"), "/tmp/nvidia-mps"),
+        (str(daemon / "shm"), "/dev/shm"),
+    ]
+    assert edits.host_entries == () and edits.claim_dir is None, "no HAMi-core under mps"
+
+
+def test_under_mps_the_memory_limit_is_rounded_down_to_whole_mib() -> None:
+    share = dataclasses.replace(capacity_share(l4(0), {}), memory_bytes=3 * GIB + MIB - 1, enforcement="mps")
+
+    env = vgpu_claim_edits(UID, [share], None, mps_share_edits).edits.env
+
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3072M" in env
+
+
+def test_a_share_under_mps_must_be_its_claims_only_device() -> None:
+    share = dataclasses.replace(capacity_share(l4(3), {}), enforcement="mps")
+
+    with pytest.raises(ClaimRejected) as refused:
+        check_claim_grants([share], ["gpu-5"])
+
+    assert str(refused.value).startswith(
+        f"device gpu-3 is a vGPU share enforced by MPS (vgpu.enforcement: mps on {l4(3).label}), so it must "
+        "be the claim's only device, but the claim also has gpu-5: a process reaches one MPS server"
+    )
+
+
+def test_shares_of_gpus_with_different_enforcement_are_refused_together() -> None:
+    first = dataclasses.replace(capacity_share(l4(0), {}), enforcement="none")
+    second = capacity_share(l4(1), {})
+
+    with pytest.raises(ClaimRejected, match=r"different vgpu.enforcement \(none on GPU 0"):
+        check_claim_grants([first, second])
+
+
+def test_hami_core_enforcement_without_the_library_is_refused_with_what_to_do() -> None:
+    share = capacity_share(l4(0), {})
+
+    with pytest.raises(ClaimRejected, match=r"vgpu.enforcement is hami-core on .* no --hami-core-library"):
+        vgpu_claim_edits(UID, [share], None, mps_share_edits)

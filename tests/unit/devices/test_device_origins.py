@@ -12,6 +12,7 @@ from dra_driver.claims.opaque_config import GpuConfig, MigDeviceConfig, VgpuConf
 from dra_driver.claims.records import MigInstanceRecord
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.model import AttributeValue, Device, device_to_api
+from dra_driver.devices.node_config import NodeConfig
 from dra_driver.devices.origins import DynamicMig, StaticMig, VgpuPartition, VgpuShare, WholeGpu
 from tests.support.nodes import mode_configs, simulated_node
 
@@ -23,8 +24,16 @@ _NODES = [("mixed", mode) for mode in mode_configs(simulated_node("mixed"))]
 
 
 def _inventory(profile: str, mode: str) -> Inventory:
+    """Under vgpu.enforcement hami-core, so that one claim may take every kind of device (a share
+    under mps must be its claim's only device)."""
     gpus = simulated_node(profile)
-    return node_inventory(gpus, mode_configs(gpus)[mode])
+    config = mode_configs(gpus)[mode]
+    hami = dataclasses.replace(config.default, enforcement="hami-core")
+    entries = tuple(
+        dataclasses.replace(entry, settings=dataclasses.replace(entry.settings, enforcement="hami-core"))
+        for entry in config.gpus
+    )
+    return node_inventory(gpus, NodeConfig(default=hami, gpus=entries))
 
 
 def _results(inventory: Inventory) -> list[AllocatedDevice]:

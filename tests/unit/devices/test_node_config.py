@@ -12,14 +12,16 @@ from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config import (
     NodeConfigError,
     NodePlan,
+    VgpuPartitionSize,
     parse_node_config,
     plan_gpus,
     plan_node,
 )
+from dra_driver.devices.vgpu import MPS_CLIENTS_PER_GPU, partition_slots
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import MigMode
 from dra_driver.hardware.simulated_nodes import GpuGroupSpec, SimulatedNodeSpec, simulated_gpus
-from tests.support.nodes import simulated_node
+from tests.support.nodes import GIB, simulated_node
 
 
 def plan(profile: str, text: str) -> list[str]:
@@ -161,6 +163,14 @@ def test_a_config_that_does_not_fit_the_gpus_names_the_gpu_and_the_setting(
             "default.mig.profiles: expected profile names",
         ),
         (
+            "default: {mode: vgpu-capacity, vgpu: {enforcement: hami}}",
+            'default.vgpu.enforcement: "hami" is not one of mps, hami-core, none',
+        ),
+        (
+            "gpus: [{index: 0, mode: vgpu-partitions, vgpu: {partitions: [{memory: 1Gi}], enforcement: 1}}]",
+            "gpus[0].vgpu.enforcement: expected one of mps, hami-core, none, got",
+        ),
+        (
             "default: {mode: mig-dynamic, packing: tight}",
             'default.packing: "tight" is not one of binpack, spread',
         ),
@@ -286,3 +296,24 @@ def test_every_malformed_part_of_a_file_is_reported_at_once() -> None:
         "gpus[2].mode",
     ]
     assert all(line.startswith("f.yaml: ") for line in str(caught.value).splitlines())
+
+
+def test_vgpu_enforcement_defaults_to_mps_and_is_set_per_gpu() -> None:
+    config = parse_node_config(
+        {
+            "default": {"mode": "vgpu-capacity"},
+            "gpus": [{"index": 1, "mode": "vgpu-capacity", "vgpu": {"enforcement": "hami-core"}}],
+        },
+        "test",
+    )
+
+    assert config.default.enforcement == "mps"
+    assert config.gpus[0].settings.enforcement == "hami-core"
+
+
+def test_under_mps_no_partition_size_publishes_more_slots_than_one_mps_server_takes() -> None:
+    gpu = simulated_node("dgx-h100")[0]
+    tiny = VgpuPartitionSize(GIB, cores=1)
+
+    assert partition_slots(gpu, tiny, "hami-core") == 79
+    assert partition_slots(gpu, tiny, "mps") == MPS_CLIENTS_PER_GPU == 48

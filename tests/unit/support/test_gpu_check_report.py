@@ -105,6 +105,27 @@ def test_the_core_limit_holds_at_40_percent_of_the_unlimited_rate_or_less() -> N
     assert judge.core_limit(100.0, 0.0, 25).status == "fail"
 
 
+def test_mps_limits_are_judged_by_the_same_bars_under_their_own_name() -> None:
+    # The H200 run of the issue: 25 % threads gave 230.7 of 655 TFLOP/s (35 %); pinned 8G stopped at 7 GiB.
+    core = judge.core_limit(230.7, 655.0, 25, "MPS")
+    assert (core.name, core.status) == ("MPS core limit (25 %)", "pass")
+    assert judge.memory_limit(7, 139, 8, "MPS").name == "MPS memory limit (8 GiB)"
+
+
+def test_two_shares_at_once_each_get_40_to_60_percent_of_the_unshared_rate() -> None:
+    both = judge.concurrent_shares([310.0, 330.0], 655.0, 50)
+    assert (both.name, both.status, both.numbers["ratios"]) == (
+        "2 MPS shares of 50 cores at once",
+        "pass",
+        [0.473, 0.504],
+    )
+    assert judge.concurrent_shares([262.0, 393.0], 655.0, 50).status == "pass"  # 40 % and 60 %: the bars
+    assert judge.concurrent_shares([600.0, 55.0], 655.0, 50).status == "fail"  # one starved the other
+    assert judge.concurrent_shares([650.0, 650.0], 655.0, 50).status == "fail"  # no limit (or not at once)
+    assert judge.concurrent_shares([300.0, 300.0], 0.0, 50).status == "fail"
+    assert judge.concurrent_shares([], 655.0, 50).status == "fail"
+
+
 def test_settings_unchanged_names_what_changed() -> None:
     before = {"gpu0": {"compute_mode": 0, "mig_mode": 0}}
     assert judge.settings_unchanged(before, before).status == "pass"
