@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from dra_driver.claims.sharing import gpu_mps_daemons
 from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.record_store import ClaimRecordStore
+from dra_driver.claims.sharing import gpu_mps_daemons
 from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
 from dra_driver.claims.sharing.mps import (
     PID_FILE,
