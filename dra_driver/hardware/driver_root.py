@@ -22,20 +22,10 @@ import stat
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from dra_driver.hardware.loader_cache import LOADER_CACHE, cached_directories
+from dra_driver.hardware.loader_cache import LOADER_CACHE, USUAL_LIBRARY_DIRS, cached_directories
 
 UNKNOWN_VERSION = "unknown"
 
-# In search order, after those the loader cache names: the first directory that holds a library
-# wins (a 32-bit copy excepted).
-LIBRARY_DIRS = (
-    "/usr/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib",
-)
 BINARY_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin")
 FIRMWARE_DIR = "/lib/firmware/nvidia"
 BINARIES = (
@@ -295,7 +285,8 @@ def discover_driver(root: Path, version: str) -> DriverDiscovery:
     root = root.absolute()
     finder = _Finder(root)
     cached = cached_directories(finder.read_bytes(LOADER_CACHE), _CACHED_LIBRARY)
-    library_dirs = _unique([*cached, *LIBRARY_DIRS])
+    # After the cache, the first directory that holds a library wins (a 32-bit copy excepted).
+    library_dirs = _unique([*cached, *USUAL_LIBRARY_DIRS])
     beside = [str(PurePosixPath(directory).parent / "bin") for directory in cached]
     binary_dirs = _unique([*beside, *BINARY_DIRS])
     wanted = _found_version(finder, library_dirs) if version == UNKNOWN_VERSION else version

@@ -12,6 +12,19 @@ import re
 from pathlib import PurePosixPath
 
 LOADER_CACHE = "/etc/ld.so.cache"
+# Where distributions put 64-bit libraries when the loader cache does not say (Debian/Ubuntu
+# multiarch first, then the RPM world's lib64, then the plain directories): the one list that
+# loading NVML and discovering the driver's files both search after the cache.
+USUAL_LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/lib64",
+    "/usr/lib",
+    "/lib",
+)
 # Both layouts glibc has written: the old one (which newer glibc still prefixes in compat mode)
 # and the new one. Either way the file ends in a table of NUL-terminated strings.
 _CACHE_MAGICS = (b"ld.so-1.7.0", b"glibc-ld.so.cache")

@@ -14,22 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from dra_driver.hardware.driver_root import UnusablePathError, resolve_in_root
-from dra_driver.hardware.loader_cache import LOADER_CACHE, cached_paths
+from dra_driver.hardware.loader_cache import LOADER_CACHE, USUAL_LIBRARY_DIRS, cached_paths
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason
 
 LIBRARY = "libnvidia-ml.so.1"
-# Where distributions put 64-bit libraries (Debian/Ubuntu multiarch first, then the RPM world's
-# lib64), the arm64 ones, and the plain directories last.
-LIBRARY_DIRS = (
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-    "/usr/lib64",
-    "/lib64",
-    "/usr/lib",
-    "/lib",
-)
 DEFAULT_SEARCH = f"the default library search path ({LIBRARY} by name)"
 
 
@@ -72,7 +60,7 @@ def candidate_paths(driver_root: Path) -> list[str]:
         cached = cached_library_paths(cache_file.read_bytes())
     except OSError:
         cached = []
-    usual = [f"{directory}/{LIBRARY}" for directory in LIBRARY_DIRS]
+    usual = [f"{directory}/{LIBRARY}" for directory in USUAL_LIBRARY_DIRS]
     return [*cached, *(path for path in usual if path not in cached)]
 
 

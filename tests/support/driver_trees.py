@@ -19,6 +19,7 @@ SONAMES = {
     "nvidia-allocator": "1",
     "nvidia-cfg": "1",
     "nvidia-opencl": "1",
+    "nvidia-pkcs11-openssl3": None,
 }
 PROGRAMS = (
     "nvidia-smi",

@@ -17,22 +17,9 @@ from dra_driver.hardware.driver_root import (
     discover_driver,
     resolve_in_root,
 )
+from tests.support.driver_trees import SONAMES, VERSION
 
-VERSION = "580.95.05"
 OLD_VERSION = "570.124.06"
-# Every library the driver ships, with the suffix of its SONAME (None: the versioned name itself).
-SONAMES = {
-    "nvidia-ml": "1",
-    "cuda": "1",
-    "cudadebugger": "1",
-    "nvidia-ptxjitcompiler": "1",
-    "nvidia-nvvm": "4",
-    "nvidia-gpucomp": None,
-    "nvidia-allocator": "1",
-    "nvidia-cfg": "1",
-    "nvidia-opencl": "1",
-    "nvidia-pkcs11-openssl3": None,
-}
 
 
 def put(root: Path, path: str, content: str = "") -> Path:

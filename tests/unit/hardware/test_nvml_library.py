@@ -7,7 +7,8 @@ process has loaded any libnvidia-ml.so.1, the loader hands it out by name for go
 import itertools
 from pathlib import Path
 
-from dra_driver.hardware.nvml_library import LIBRARY, LIBRARY_DIRS, cached_library_paths, candidate_paths
+from dra_driver.hardware.loader_cache import USUAL_LIBRARY_DIRS
+from dra_driver.hardware.nvml_library import LIBRARY, cached_library_paths, candidate_paths
 from dra_driver.hardware.nvml_wait import retry_delays
 
 
@@ -29,11 +30,11 @@ def test_the_loader_cache_entries_come_first_then_the_usual_directories(tmp_path
     candidates = candidate_paths(tmp_path)
 
     assert candidates[:2] == [f"/opt/driver/lib/{LIBRARY}", f"/usr/lib64/{LIBRARY}"]
-    assert candidates[2:] == [f"{d}/{LIBRARY}" for d in LIBRARY_DIRS if d != "/usr/lib64"]
+    assert candidates[2:] == [f"{d}/{LIBRARY}" for d in USUAL_LIBRARY_DIRS if d != "/usr/lib64"]
 
 
 def test_a_root_without_a_loader_cache_has_the_usual_directories(tmp_path: Path) -> None:
-    assert candidate_paths(tmp_path) == [f"{d}/{LIBRARY}" for d in LIBRARY_DIRS]
+    assert candidate_paths(tmp_path) == [f"{d}/{LIBRARY}" for d in USUAL_LIBRARY_DIRS]
     assert "/usr/lib/aarch64-linux-gnu/libnvidia-ml.so.1" in candidate_paths(tmp_path)
 
 
