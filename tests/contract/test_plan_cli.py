@@ -10,11 +10,12 @@ import pytest
 from kubernetes import client
 
 from dra_driver.cli import main
+from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.devices.slices import plan_slices, slices_to_api
 from dra_driver.packing.allocator import Allocation, DeviceResult, Pool
-from dra_driver.packing.planner import plan_node_modes, plan_pool
+from dra_driver.packing.planner import plan_node_config, plan_node_modes, plan_pool
 from dra_driver.packing.shapes import parse_pods
 from dra_driver.tools.plan_report import plan_document
 from tests.support.apiserver import ApiServer
@@ -158,3 +159,59 @@ def test_the_answer_goes_to_the_output_file_and_an_unwritable_one_is_a_failure(
     assert (tmp_path / "plan.json").read_text() == capsys.readouterr().out
     assert main([*args, "--output-file", str(tmp_path / "absent" / "plan.json")]) == 1
     assert capsys.readouterr().err.startswith(f"dra-driver plan: --output-file {tmp_path}/absent/plan.json: ")
+
+
+def test_a_node_config_file_is_planned_as_the_agent_reads_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config_file = Path("deploy/examples/node-configs/mixed-fleet.yaml")
+    pods = "2x3g.40gb,2xvgpu:6Gi,8xgpu"
+
+    code = main(
+        ["plan", "--node", "simulated:mixed", "--node-config", str(config_file), "--pods", pods, "-o", "json"]
+    )
+
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    groups = parse_pods(pods)
+    plan = plan_node_config(simulated_node("mixed", "node"), groups, DRIVER, load_node_config(config_file))
+    assert printed == plan_document(printed["node"], groups, (plan,))
+    assert printed["node"].endswith(f"; node config {config_file}")
+    assert [mode["mode"] for mode in printed["modes"]] == ["node-config"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--node-config", "{config}", "--mode", "gpu"], "--mode: not with --node-config"),
+        (["--node-config", "{missing}"], "--node-config: node config {missing}"),
+        (["--node-config", "{bad}"], "--node-config: node config {bad}: default.mode"),
+    ],
+)
+def test_a_node_config_that_cannot_work_is_invalid_input_naming_the_flag(
+    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = {
+        "config": tmp_path / "ok.yaml",
+        "missing": tmp_path / "missing.yaml",
+        "bad": tmp_path / "bad.yaml",
+    }
+    names["config"].write_text("default: {mode: gpu}\n")
+    names["bad"].write_text("default: {mode: whole}\n")
+    args = [part.format(**names) for part in extra]
+
+    code = main(["plan", "--node", "simulated:l4x8", "--pods", "gpu", *args])
+
+    assert code == 2
+    assert capsys.readouterr().err.startswith(f"dra-driver plan: {message.format(**names)}")
+
+
+def test_mig_static_is_a_mode_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["plan", "--node", "simulated:mixed", "--pods", "2x1g.10gb", "--mode", "mig-static", "-o", "json"]
+    )
+
+    assert code == 0
+    (mode,) = json.loads(capsys.readouterr().out)["modes"]
+    assert mode["mode"] == "mig-static"
+    assert [pod["gpu"] for pod in mode["groups"][0]["placements"]] == [0, 0]
