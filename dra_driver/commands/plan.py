@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
 
 if TYPE_CHECKING:
     from dra_driver.devices.node_config import NodeConfig
@@ -66,11 +67,12 @@ def _node_config(args: argparse.Namespace) -> "tuple[NodeConfig, str]":
 def _live_plans(
     args: argparse.Namespace, groups: "tuple[PodGroup, ...]"
 ) -> "tuple[str, tuple[ModePlan, ...]]":
+    from dra_driver.config.option_values import OptionProblem, label_key  # noqa: PLC0415
     from dra_driver.devices.attributes import PRODUCT_NAME  # noqa: PLC0415
     from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem  # noqa: PLC0415
     from dra_driver.kube.kubeconfig_choice import KubeconfigUnusable, choose_kubeconfig  # noqa: PLC0415
     from dra_driver.packing.planner import check_profiles, offered_profiles, plan_pool  # noqa: PLC0415
-    from dra_driver.tools.cluster_reads import read_node  # noqa: PLC0415
+    from dra_driver.tools.cluster_reads import read_config_choice, read_node  # noqa: PLC0415
 
     if not args.node_name:
         raise _Invalid("--node-name: required with --kubeconfig: which node's published devices to plan on")
@@ -88,14 +90,19 @@ def _live_plans(
         choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
     except KubeconfigUnusable as error:
         raise _Invalid(str(error)) from error
+    try:
+        label_key(args.node_config_label)
+    except OptionProblem as error:
+        raise _Invalid(f"--node-config-label: {error}") from error
     pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
+    chosen = asyncio.run(read_config_choice(choice.path, args.node_name, args.node_config_label))
     if not pool.devices:
         raise LookupError(f"node {args.node_name} publishes no devices of {args.driver_name}")
     products = {str(d.attributes.get(PRODUCT_NAME, "")) for d in pool.devices}
     check_profiles(
         groups, {", ".join(sorted(products)): offered_profiles(pool)} if offered_profiles(pool) else {}
     )
-    return f"node {args.node_name} (published ResourceSlices)", (
+    return f"node {args.node_name} (published ResourceSlices; {chosen})", (
         plan_pool(pool, groups, "published", allocated=allocated),
     )
 
@@ -197,6 +204,13 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--node-name", help="with --kubeconfig: the node; with --node: the name simulated UUIDs derive from"
     )
     plan.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="default: %(default)s")
+    plan.add_argument(
+        "--node-config-label",
+        default=DEFAULT_NODE_CONFIG_LABEL,
+        metavar="KEY",
+        help="with --kubeconfig: the Node label that names the config the agent chose, shown with the "
+        "plan (default: %(default)s)",
+    )
     plan.add_argument(
         "-o",
         "--output",

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.kube.claim_api import ClaimApi
+from dra_driver.kube.node_api import NodeApi
 from dra_driver.kube.slice_api import SliceApi
 from dra_driver.kube.timeouts import TIMEOUTS
 from dra_driver.packing.allocator import Allocation, Pool
@@ -25,3 +26,20 @@ async def read_node(
     finally:
         await client.close()
     return pool_from_slices(stored, driver), allocations_from_claims(claims, driver, node)
+
+
+async def read_config_choice(kubeconfig: Path | None, node: str, label_key: str) -> str:
+    """Which named config the node's agent offers its GPUs by, as its Node's label says, in
+    words. Raises StartupError or ApiError."""
+    client = await kubernetes_api_client(kubeconfig)
+    try:
+        found, _ = await NodeApi(client, node).list_node()
+    finally:
+        await client.close()
+    if found is None:
+        return f"no Node {node}, so no config label"
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    value = labels.get(label_key)
+    if not value:
+        return f"the default config (no label {label_key})"
+    return f"config {value!r} (label {label_key}={value})"

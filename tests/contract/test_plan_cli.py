@@ -109,6 +109,37 @@ def test_a_live_node_is_planned_on_its_published_slices(
     assert printed["fit"] == 10
 
 
+@pytest.mark.parametrize(
+    ("labels", "said"),
+    [
+        ({"dra-driver.dev/config": "a100-mig"}, "config 'a100-mig' (label dra-driver.dev/config=a100-mig)"),
+        ({}, "the default config (no label dra-driver.dev/config)"),
+        (None, "no Node node-a, so no config label"),
+    ],
+)
+def test_a_live_node_is_planned_as_its_chosen_config_offers_it_and_says_which(
+    labels: dict[str, str] | None,
+    said: str,
+    apiserver: ApiServer,
+    kubeconfig: Path,
+    claims_api: client.ResourceV1Api,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    published_mig_node(apiserver)
+    nodes = client.CoreV1Api(claims_api.api_client)
+    if labels is None:
+        nodes.delete_node("node-a")
+    else:
+        node = nodes.read_node("node-a")
+        node.metadata.labels = labels
+        nodes.replace_node("node-a", node)
+
+    args = ["--kubeconfig", str(kubeconfig), "--node-name", "node-a", "--pods", "gpu", "-o", "json"]
+    assert main(["plan", *args]) == 0
+
+    assert json.loads(capsys.readouterr().out)["node"] == f"node node-a (published ResourceSlices; {said})"
+
+
 def test_a_live_node_without_slices_is_a_failure_not_bad_input(
     apiserver: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
