@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,19 +186,14 @@ SHELLS = ("sh", "console")
 @dataclass(frozen=True, slots=True)
 class Block:
     """A fenced shell block: `sh` runs whole, `console` is `$ command` lines each followed by
-    its output (a `...` line stands for any lines). `not_run`: the reason of the HTML comment
-    right before the block, for blocks that cannot run here."""
+    its output (a `...` line stands for any lines). A command exits 0 unless its comment says
+    `# exits N`. `not_run`: the reason of the HTML comment right before the block, for blocks
+    that cannot run here."""
 
     line: int
     language: str
     text: str
     not_run: str | None
-
-    @property
-    def exit_code(self) -> int:
-        """What the block's comment says it exits with; 0 when it says nothing."""
-        stated = EXITS.search(self.text)
-        return int(stated[1]) if stated else 0
 
 
 def command_blocks() -> list[Block]:
@@ -224,7 +218,7 @@ RUNNABLE = [block for block in command_blocks() if block.not_run is None]
 
 
 @pytest.fixture(scope="module")
-def shell_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+def shell_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """A scratch copy of the checkout's top level (links, so the blocks' relative paths work and
     what they write stays out of the repository), with `dra-driver` on the PATH running this
     checkout, and `make`'s virtual environment standing in as already installed."""
@@ -244,7 +238,7 @@ def shell_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         "PYTHONPATH": str(REPOSITORY),
         "VENV": str(work / "venv"),
     }
-    yield work, env
+    return work, env
 
 
 def shown_output_matches(shown: list[str], printed: list[str]) -> bool:
@@ -278,7 +272,7 @@ def test_every_block_runs_here_or_says_why_not() -> None:
 def test_the_command_block_runs_as_shown(block: Block, shell_env: tuple[Path, dict[str, str]]) -> None:
     work, env = shell_env
     if block.language == "sh":
-        commands = [(block.text, [])]
+        commands: list[tuple[str, list[str]]] = [(block.text, [])]
     else:
         commands = [
             (command, output.split("\n"))
