@@ -133,6 +133,9 @@ def test_the_install_summary_names_every_permission_and_policy(capsys: pytest.Ca
     def placeholders(name: str) -> str:
         return name.replace(DEFAULT_DRIVER_NAME, "<driver>").replace("dra-driver", "<release>")
 
+    # Bindings are said with what they bind ("bound cluster-wide", "each with its binding").
+    for kind in {item["kind"] for item in installed if not item["kind"].endswith("Binding")}:
+        assert re.search(rf"\b{kind.removesuffix('y')}", summary), kind
     policies = [item for item in installed if item["kind"] == "ValidatingAdmissionPolicy"]
     assert f"{NUMBERS[len(policies)]} ValidatingAdmissionPolicies, each with its binding" in summary
     for policy in policies:
