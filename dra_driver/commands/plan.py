@@ -94,8 +94,8 @@ def _live_plans(
         label_key(args.node_config_label)
     except OptionProblem as error:
         raise _Invalid(f"--node-config-label: {error}") from error
-    pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
     chosen = asyncio.run(read_config_choice(choice.path, args.node_name, args.node_config_label))
+    pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
     if not pool.devices:
         raise LookupError(f"node {args.node_name} publishes no devices of {args.driver_name}")
     products = {str(d.attributes.get(PRODUCT_NAME, "")) for d in pool.devices}

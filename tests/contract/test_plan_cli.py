@@ -115,6 +115,10 @@ def test_a_live_node_is_planned_on_its_published_slices(
         ({"dra-driver.dev/config": "a100-mig"}, "config 'a100-mig' (label dra-driver.dev/config=a100-mig)"),
         ({}, "the default config (no label dra-driver.dev/config)"),
         (None, "no Node node-a, so no config label"),
+        (
+            {"forbidden": "403"},
+            "config unknown: LIST nodes: API server answered 403: injected fault",
+        ),
     ],
 )
 def test_a_live_node_is_planned_as_its_chosen_config_offers_it_and_says_which(
@@ -129,6 +133,8 @@ def test_a_live_node_is_planned_as_its_chosen_config_offers_it_and_says_which(
     nodes = client.CoreV1Api(claims_api.api_client)
     if labels is None:
         nodes.delete_node("node-a")
+    elif "forbidden" in labels:
+        apiserver.faults.fail_next, apiserver.faults.fail_status = 1, 403
     else:
         node = nodes.read_node("node-a")
         node.metadata.labels = labels
