@@ -1,10 +1,11 @@
 """`dra-driver plan`: how many pods of given shapes a node takes, where, and what is stranded.
 
 The node is a simulated profile or node file (`--node simulated:dgx-h100`), planned in every way
-its GPUs can be offered (a GPU with MIG instances always as its instances), or as a node config
-file offers them (`--node-config`), or a live node (`--kubeconfig`, `--node-name`), planned as it publishes
-its devices now, around the devices its allocated claims hold. Exit 2 for input that cannot work
-(a bad shape, an unknown profile), 1 when the cluster cannot be read or the drawing cannot be
+its GPUs can be offered (a GPU with MIG instances always as its instances) or as a node config
+file offers them (`--node-config`); or a live node (`--kubeconfig`, `--node-name`), planned as
+it publishes its devices now (the config its agent chose, named by the Node's label), around the
+devices its allocated claims hold. Exit 2 for input that cannot work (a bad shape, an unknown
+profile, a malformed node config), 1 when the cluster cannot be read or the drawing cannot be
 written.
 """
 
