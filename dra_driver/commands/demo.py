@@ -5,6 +5,7 @@ import asyncio
 import sys
 
 from dra_driver.config.option_table import HARDWARE, add_options
+from dra_driver.config.option_values import OptionProblem, optional_absolute_path
 from dra_driver.config.settings import parse_hardware
 
 
@@ -15,10 +16,15 @@ def run(args: argparse.Namespace) -> int:
 
     hardware = str(parse_hardware(args.hardware))
     try:
+        cdi_dir = optional_absolute_path(args.cdi_dir)
+    except OptionProblem as error:
+        print(f"dra-driver demo: --cdi-dir: {error}", file=sys.stderr)
+        return 2
+    try:
         # Before anything is logged: a claim the node cannot take is the one line printed.
         claims = asyncio.run(demo_claims(claim_choice(args.claim), hardware))
         configure_logging("console", 0)
-        failed = asyncio.run(run_demo(claims, hardware, run_container=not args.no_container))
+        failed = asyncio.run(run_demo(claims, hardware, run_container=not args.no_container, cdi_dir=cdi_dir))
     except StartupError as error:
         print(f"dra-driver demo: {error}", file=sys.stderr)
         return 2 if isinstance(error, SetupError) else 1
@@ -42,5 +48,11 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     add_options(demo, [HARDWARE.but(default=DEFAULT_HARDWARE, help="simulated node to run on")], env=False)
     demo.add_argument(
         "--no-container", action="store_true", help="do not run a container even if podman works"
+    )
+    demo.add_argument(
+        "--cdi-dir",
+        metavar="DIR",
+        help="write the CDI spec here; default: a private directory, which podman does not read, so "
+        "no container runs (--cdi-dir /var/run/cdi: the host's, where podman reads it)",
     )
     demo.set_defaults(run=run)

@@ -1,9 +1,11 @@
 """`dra-driver plan`: how many pods of given shapes a node takes, where, and what is stranded.
 
 The node is a simulated profile or node file (`--node simulated:dgx-h100`), planned in every way
-its GPUs can be offered, or a live node (`--kubeconfig`, `--node-name`), planned as it publishes
-its devices now, around the devices its allocated claims hold. Exit 2 for input that cannot work
-(a bad shape, an unknown profile), 1 when the cluster cannot be read or the drawing cannot be
+its GPUs can be offered (a GPU with MIG instances always as its instances) or as a node config
+file offers them (`--node-config`); or a live node (`--kubeconfig`, `--node-name`), planned as
+it publishes its devices now (the config its agent chose, named by the Node's label), around the
+devices its allocated claims hold. Exit 2 for input that cannot work (a bad shape, an unknown
+profile, a malformed node config), 1 when the cluster cannot be read or the drawing cannot be
 written.
 """
 
@@ -15,8 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
 
 if TYPE_CHECKING:
+    from dra_driver.devices.node_config import NodeConfig
     from dra_driver.packing.planner import ModePlan
     from dra_driver.packing.shapes import PodGroup
 
@@ -33,7 +37,7 @@ def _simulated_plans(
 ) -> "tuple[str, tuple[ModePlan, ...]]":
     from dra_driver.hardware.model import HardwareError  # noqa: PLC0415
     from dra_driver.hardware.simulated_nodes import describe_node, resolve_node_spec, simulated_gpus  # noqa: PLC0415
-    from dra_driver.packing.planner import plan_node_modes  # noqa: PLC0415
+    from dra_driver.packing.planner import plan_node_config, plan_node_modes  # noqa: PLC0415
 
     if not args.node.startswith(SIMULATED):
         raise _Invalid(f"--node {args.node!r}: expected simulated:<profile name or node YAML file>")
@@ -42,17 +46,34 @@ def _simulated_plans(
     except HardwareError as error:
         raise _Invalid(f"--node {args.node}: {error}") from error
     gpus = simulated_gpus(args.node_name or "node", spec)
+    if args.node_config:
+        config, origin = _node_config(args)
+        return f"{describe_node(spec)}; {origin}", (plan_node_config(gpus, groups, args.driver_name, config),)
     return describe_node(spec), plan_node_modes(gpus, groups, args.driver_name, tuple(args.mode or ()))
+
+
+def _node_config(args: argparse.Namespace) -> "tuple[NodeConfig, str]":
+    """The config as the agent reads it, or _Invalid naming the flag and every problem."""
+    from dra_driver.config.node_config_files import load_node_config  # noqa: PLC0415
+    from dra_driver.devices.node_config import NodeConfigError  # noqa: PLC0415
+
+    if args.mode:
+        raise _Invalid("--mode: not with --node-config, which says each GPU's mode")
+    try:
+        return load_node_config(Path(args.node_config)), f"node config {args.node_config}"
+    except NodeConfigError as error:
+        raise _Invalid("--node-config: " + "\n  ".join(error.problems)) from error
 
 
 def _live_plans(
     args: argparse.Namespace, groups: "tuple[PodGroup, ...]"
 ) -> "tuple[str, tuple[ModePlan, ...]]":
+    from dra_driver.config.option_values import OptionProblem, label_key  # noqa: PLC0415
     from dra_driver.devices.attributes import PRODUCT_NAME  # noqa: PLC0415
     from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem  # noqa: PLC0415
     from dra_driver.kube.kubeconfig_choice import KubeconfigUnusable, choose_kubeconfig  # noqa: PLC0415
     from dra_driver.packing.planner import check_profiles, offered_profiles, plan_pool  # noqa: PLC0415
-    from dra_driver.tools.cluster_reads import read_node  # noqa: PLC0415
+    from dra_driver.tools.cluster_reads import read_config_choice, read_node  # noqa: PLC0415
 
     if not args.node_name:
         raise _Invalid("--node-name: required with --kubeconfig: which node's published devices to plan on")
@@ -60,12 +81,21 @@ def _live_plans(
         raise _Invalid(f"--node-name: {problem}")
     if problem := driver_name_problem(args.driver_name):
         raise _Invalid(f"--driver-name: {problem}")
-    if args.mode:
-        raise _Invalid("--mode: only with --node simulated:...; a live node is planned as it publishes")
+    if args.mode or args.node_config:
+        flag = "--mode" if args.mode else "--node-config"
+        raise _Invalid(
+            f"{flag}: only with --node simulated:...; a live node is planned as it publishes, "
+            "which is as the config its agent chose offers its GPUs"
+        )
     try:
         choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
     except KubeconfigUnusable as error:
         raise _Invalid(str(error)) from error
+    try:
+        label_key(args.node_config_label)
+    except OptionProblem as error:
+        raise _Invalid(f"--node-config-label: {error}") from error
+    chosen = asyncio.run(read_config_choice(choice.path, args.node_name, args.node_config_label))
     pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
     if not pool.devices:
         raise LookupError(f"node {args.node_name} publishes no devices of {args.driver_name}")
@@ -73,7 +103,7 @@ def _live_plans(
     check_profiles(
         groups, {", ".join(sorted(products)): offered_profiles(pool)} if offered_profiles(pool) else {}
     )
-    return f"node {args.node_name} (published ResourceSlices)", (
+    return f"node {args.node_name} (published ResourceSlices; {chosen})", (
         plan_pool(pool, groups, "published", allocated=allocated),
     )
 
@@ -160,14 +190,28 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     plan.add_argument(
         "--mode",
         action="append",
-        choices=("gpu", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"),
-        help="plan only this way of offering the GPUs (repeatable); default: every way they allow",
+        choices=("gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"),
+        help="plan only this way of offering the GPUs (repeatable); default: every way they allow. "
+        "A GPU with MIG instances is planned as its instances in every mode",
+    )
+    plan.add_argument(
+        "--node-config",
+        metavar="FILE",
+        help="with --node: plan the GPUs as this node config file offers them (as the agent reads "
+        "it), instead of each --mode",
     )
     plan.add_argument("--kubeconfig", metavar="FILE", help="plan on a live node's published devices instead")
     plan.add_argument(
         "--node-name", help="with --kubeconfig: the node; with --node: the name simulated UUIDs derive from"
     )
     plan.add_argument("--driver-name", default=DEFAULT_DRIVER_NAME, help="default: %(default)s")
+    plan.add_argument(
+        "--node-config-label",
+        default=DEFAULT_NODE_CONFIG_LABEL,
+        metavar="KEY",
+        help="with --kubeconfig: the Node label that names the config the agent chose, shown with the "
+        "plan (default: %(default)s)",
+    )
     plan.add_argument(
         "-o",
         "--output",

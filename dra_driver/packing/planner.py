@@ -18,7 +18,15 @@ from typing import Literal
 
 from dra_driver.devices import attributes as names
 from dra_driver.devices.model import Device
-from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize, plan_node
+from dra_driver.devices.node_config import (
+    GpuEntry,
+    GpuPlan,
+    GpuSettings,
+    NodeConfig,
+    NodePlan,
+    VgpuPartitionSize,
+    plan_node,
+)
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.health.tracker import HealthState
 from dra_driver.packing.allocator import Allocation, Claim, DeviceResult, NodeState, Pool, Refusal, Request
@@ -26,8 +34,11 @@ from dra_driver.packing.layout import GpuLayout, Occupant, device_gpu_uuid, devi
 from dra_driver.packing.shapes import ALL_CORES, PodGroup, PodShape, ShapeError
 from dra_driver.publish.desired import ApiCapabilities, desired_pool
 
-PlanMode = Literal["gpu", "mig-dynamic", "vgpu-capacity", "vgpu-partitions", "published"]
-MODES: tuple[PlanMode, ...] = ("gpu", "mig-dynamic", "vgpu-capacity", "vgpu-partitions")
+# "node-config": every GPU as a node config file says; "published": as a live node publishes.
+PlanMode = Literal[
+    "gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions", "node-config", "published"
+]
+MODES: tuple[PlanMode, ...] = ("gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions")
 MIB = 2**20
 
 
@@ -164,9 +175,18 @@ def _partition_sizes(groups: Iterable[PodGroup], gpu: Gpu) -> tuple[VgpuPartitio
     return tuple(VgpuPartitionSize(memory, cores[memory]) for memory in sorted(cores))
 
 
+def has_instances(gpu: Gpu) -> bool:
+    """A GPU in MIG mode with instances: the agent offers only its instances (mode auto or
+    mig-static), so a plan never offers it whole or shared unless the operator destroys them."""
+    return gpu.mig_mode is MigMode.ENABLED and bool(gpu.mig_instances)
+
+
 def _mode_settings(gpu: Gpu, mode: PlanMode, groups: Sequence[PodGroup]) -> tuple[Gpu, GpuSettings]:
     """The GPU as it would be in this mode (MIG mode switched as an operator would), and its
-    settings; a GPU that cannot be offered in the mode is offered whole."""
+    settings; a GPU with MIG instances keeps them, and one that cannot be offered in the mode is
+    offered whole."""
+    if has_instances(gpu):
+        return gpu, GpuSettings(mode="mig-static")
     mig_mode = MigMode.UNSUPPORTED if not gpu.mig_profiles else MigMode.DISABLED
     if mode == "mig-dynamic" and gpu.mig_profiles:
         return replace(gpu, mig_mode=MigMode.ENABLED, mig_instances=()), GpuSettings(mode="mig-dynamic")
@@ -176,6 +196,26 @@ def _mode_settings(gpu: Gpu, mode: PlanMode, groups: Sequence[PodGroup]) -> tupl
     if mode == "vgpu-partitions" and (sizes := _partition_sizes(groups, gpu)):
         return gpu, GpuSettings(mode="vgpu-partitions", partitions=sizes)
     return gpu, GpuSettings(mode="gpu")
+
+
+def _mode_note(plan: GpuPlan, mode: PlanMode) -> str:
+    gpu = f"{plan.gpu.label} ({plan.gpu.product_name})"
+    if plan.mode == "mig-static":
+        return (
+            f"{gpu} has MIG instances, so it is planned as they are (mig-static); "
+            f"destroy them to offer it as {mode}"
+        )
+    if mode == "mig-static":
+        return f"{gpu} has no MIG instances; offered whole"
+    return f"{gpu} cannot be offered as {mode}; offered whole"
+
+
+def _pool(node_plan: NodePlan, driver: str) -> tuple[Pool, tuple[str, ...]]:
+    """The pool the agent would publish for the plan, and its notes (GPUs left out, instances
+    not published)."""
+    pool = desired_pool(node_plan.plans, ApiCapabilities(), HealthState(started_at=0.0), driver)
+    notes = (*(problem.message for problem in node_plan.problems), *pool.published.notes)
+    return Pool.from_inventory(pool.published, driver), notes
 
 
 def mode_pool(
@@ -188,24 +228,25 @@ def mode_pool(
         for number, (gpu, settings) in enumerate(moded)
     )
     node_plan = plan_node(NodeConfig(gpus=entries), [gpu for gpu, _ in moded])
-    notes = [problem.message for problem in node_plan.problems]
-    notes += [
-        f"{plan.gpu.label} ({plan.gpu.product_name}) cannot be offered as {mode}; offered whole"
-        for plan in node_plan.plans
-        if plan.mode != mode
-    ]
-    pool = desired_pool(node_plan.plans, ApiCapabilities(), HealthState(started_at=0.0), driver)
-    return Pool.from_inventory(pool.published, driver), tuple(notes)
+    pool, notes = _pool(node_plan, driver)
+    return pool, (*notes, *(_mode_note(plan, mode) for plan in node_plan.plans if plan.mode != mode))
+
+
+def config_pool(gpus: Sequence[Gpu], config: NodeConfig, driver: str) -> tuple[Pool, tuple[str, ...]]:
+    """The pool the agent would publish with this node config, on the GPUs as they are (MIG
+    mode and instances included), and why any GPU is left out."""
+    return _pool(plan_node(config, gpus), driver)
 
 
 def modes_for(gpus: Sequence[Gpu], groups: Sequence[PodGroup]) -> tuple[PlanMode, ...]:
-    """Every mode that can serve some shape: MIG only where a GPU supports it, vGPU partitions
-    only when vGPU shapes say which sizes to cut."""
-    mig = any(gpu.mig_profiles for gpu in gpus)
-    vgpu = any(group.shape.kind == "vgpu" for group in groups)
-    return tuple(
-        mode for mode in MODES if (mode != "mig-dynamic" or mig) and (mode != "vgpu-partitions" or vgpu)
-    )
+    """Every mode that can serve some shape: static MIG only where a GPU has instances, dynamic
+    MIG only where a GPU supports it, vGPU partitions only when vGPU shapes say which sizes to cut."""
+    wanted: dict[PlanMode, bool] = {
+        "mig-static": any(has_instances(gpu) for gpu in gpus),
+        "mig-dynamic": any(gpu.mig_profiles for gpu in gpus),
+        "vgpu-partitions": any(group.shape.kind == "vgpu" for group in groups),
+    }
+    return tuple(mode for mode in MODES if wanted.get(mode, True))
 
 
 def _occupant(pool_device: Device, result: DeviceResult, label: str) -> Occupant:
@@ -302,3 +343,13 @@ def plan_node_modes(
         pool, notes = mode_pool(gpus, mode, groups, driver)
         plans.append(plan_pool(pool, groups, mode, notes))
     return tuple(plans)
+
+
+def plan_node_config(
+    gpus: Sequence[Gpu], groups: Sequence[PodGroup], driver: str, config: NodeConfig
+) -> ModePlan:
+    """The plan of the node as the config offers its GPUs. Raises ShapeError for a MIG profile
+    the GPUs do not offer."""
+    check_profiles(groups, gpu_profiles(gpus))
+    pool, notes = config_pool(gpus, config, driver)
+    return plan_pool(pool, groups, "node-config", notes)

@@ -2,14 +2,20 @@
 
 A MIG GPU is its placement grid: memory slices across, compute slices up, each allocated
 placement a box over the slices it covers, as tall as its compute slices. Any other GPU is two
-bars, memory and cores, with each allocation's share. Boxes are coloured by pod shape. Every
-allocation's box carries `gid="placement-<mode>-<n>"`, so tests count them in the figure
-rather than in pixels.
+bars, memory in GiB and cores in percent, with each allocation's share. Free memory no shape
+asked for can use any more is hatched as stranded, and each column's title lists the pods that
+did not fit. Every allocation's box carries `gid="placement-<mode>-<n>"` and every stranded area
+`gid="stranded-<mode>-<n>"`, so tests count them in the figure rather than in pixels.
+
+Colours belong to kinds, not to the order shapes are asked in: a 1g MIG pod, a whole GPU or a
+vGPU share is the same colour in every picture, so pictures of two plans compare at a glance.
+Shapes of one kind (vgpu:10Gi and vgpu:4Gi) share the colour and differ by hatching.
 
 matplotlib is an optional dependency (`pip install 'dra-driver[plot]'`) and is imported only
 here, through its object API (no pyplot, so no global figure state and no display backend).
 """
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,50 +25,117 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from dra_driver.packing.layout import GpuLayout, Occupant
-from dra_driver.packing.planner import ModePlan
+from dra_driver.packing.planner import GpuOutcome, ModePlan
 
-# Colour-blind safe (Okabe-Ito), then matplotlib's tab10 for more shapes.
-_COLOURS = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
-_EXTRA = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+GIB = 2**30
+# Colour-blind safe (Okabe-Ito), one per kind: whole GPUs, vGPU shares, MIG by compute slices.
+KIND_COLOURS = {
+    "gpu": "#0072B2",
+    "vgpu": "#009E73",
+    "1g": "#E69F00",
+    "2g": "#56B4E9",
+    "3g": "#D55E00",
+    "4g": "#CC79A7",
+    "7g": "#F0E442",
+}
+# A MIG profile with a compute-slice count no GPU of the catalog had when this was written.
+_OTHER_MIG = "#999933"
+# Further shapes of a kind already drawn: the kind's colour with these hatches, in order.
+_HATCHES = ("", "///", "...", "xxx", "\\\\\\", "++")
 _FREE = "#eeeeee"
 _OFFERED = "#bbbbbb"
+_STRANDED = "#c0392b"
 # Devices a live node's claims hold already: one colour for all of them.
 _CLAIMED = "#666666"
 CLAIMED = "allocated before"
+STRANDED = "stranded"
+_MIG_PROFILE = re.compile(r"([0-9]+)g\.")
 
 
-class Colours(dict[str, str]):
-    """A colour per pod shape; any other label (a claim's) is drawn as allocated before."""
+def kind_of(label: str) -> str:
+    """The key of KIND_COLOURS a pod shape's text falls under ("" for a claim's label)."""
+    if label == "gpu":
+        return "gpu"
+    if label.startswith("vgpu:"):
+        return "vgpu"
+    if match := _MIG_PROFILE.match(label):
+        return f"{match[1]}g"
+    return ""
 
-    def __missing__(self, label: str) -> str:
-        return _CLAIMED
+
+def colour_of(label: str) -> str:
+    kind = kind_of(label)
+    return KIND_COLOURS.get(kind, _OTHER_MIG) if kind else _CLAIMED
+
+
+class Colours(dict[str, tuple[str, str]]):
+    """The colour and hatch of each pod shape; any other label (a claim's) is allocated before."""
+
+    def __missing__(self, label: str) -> tuple[str, str]:
+        return colour_of(label), ""
 
 
 def colours(labels: Sequence[str]) -> Colours:
-    palette = (*_COLOURS, *_EXTRA)
-    return Colours(
-        {label: palette[number % len(palette)] for number, label in enumerate(dict.fromkeys(labels))}
-    )
+    """Each shape in its kind's colour; the second shape of a kind and later ones hatched."""
+    styles = Colours()
+    seen: dict[str, int] = {}
+    for label in dict.fromkeys(labels):
+        kind = kind_of(label)
+        number = seen.get(kind, 0)
+        seen[kind] = number + 1
+        styles[label] = (colour_of(label), _HATCHES[number % len(_HATCHES)])
+    return styles
 
 
-def _mig(axes: Axes, layout: GpuLayout, colour: Colours, gid: str) -> int:
+def _gib(value: float) -> str:
+    return f"{value:.1f}".removesuffix(".0")
+
+
+def _box(xy: tuple[float, float], width: float, height: float, style: tuple[str, str]) -> Rectangle:
+    colour, hatch = style
+    return Rectangle(xy, width, height, facecolor=colour, hatch=hatch, edgecolor="black", linewidth=0.6)
+
+
+def _stranded(xy: tuple[float, float], width: float, height: float, gid: str) -> Rectangle:
+    box = Rectangle(xy, width, height, facecolor="white", edgecolor=_STRANDED, hatch="xx", linewidth=0.6)
+    box.set_gid(gid)
+    return box
+
+
+def _mig(axes: Axes, gpu: GpuOutcome, colour: Colours, gid: str) -> tuple[int, int]:
+    layout = gpu.layout
     slices, compute = layout.memory_slices, layout.compute_slices or 1
+    used = {
+        index
+        for block in layout.blocks
+        if block.occupant
+        for index in range(block.start, block.start + block.size)
+    }
+    stranded = 0
     for index in range(slices):
-        axes.add_patch(Rectangle((index, 0), 1, compute, facecolor=_FREE, edgecolor="white"))
+        if gpu.stranded_bytes and index not in used:
+            axes.add_patch(_stranded((index, 0), 1, compute, f"stranded-{gid}-{stranded}"))
+            stranded += 1
+        else:
+            axes.add_patch(Rectangle((index, 0), 1, compute, facecolor=_FREE, edgecolor="white"))
     drawn = 0
     for block in layout.blocks:
         occupant = block.occupant
-        rectangle = Rectangle(
-            (block.start, 0),
-            block.size,
-            block.compute,
-            facecolor=colour[occupant.label] if occupant else _OFFERED,
-            edgecolor="black",
-            linewidth=0.8,
-        )
         if occupant:
-            rectangle.set_gid(f"{gid}-{drawn}")
+            rectangle = _box((block.start, 0), block.size, block.compute, colour[occupant.label])
+            rectangle.set_gid(f"placement-{gid}-{drawn}")
             drawn += 1
+        else:
+            # An instance offered and free: outlined, so stranded hatching shows through it.
+            rectangle = Rectangle(
+                (block.start, 0),
+                block.size,
+                block.compute,
+                facecolor=_OFFERED,
+                edgecolor="black",
+                linewidth=0.8,
+                alpha=0.5 if gpu.stranded_bytes else 1.0,
+            )
         axes.add_patch(rectangle)
         axes.text(
             block.start + block.size / 2,
@@ -77,75 +150,91 @@ def _mig(axes: Axes, layout: GpuLayout, colour: Colours, gid: str) -> int:
     axes.set_ylim(0, compute)
     axes.set_xticks(range(slices + 1))
     axes.set_yticks(range(compute + 1))
+    axes.set_xlabel("memory slices", fontsize=5, labelpad=1)
+    axes.set_ylabel(f"GPU {layout.index}\ncompute slices", fontsize=5)
     axes.tick_params(labelsize=5)
-    return drawn
+    return drawn, stranded
 
 
-def _bars(axes: Axes, layout: GpuLayout, colour: Colours, gid: str) -> int:
-    """Memory on the upper bar, cores on the lower, each as a fraction of the GPU's."""
-    axes.add_patch(Rectangle((0, 1.1), 1, 0.8, facecolor=_FREE))
-    axes.add_patch(Rectangle((0, 0.1), 1, 0.8, facecolor=_FREE))
+def _bars(axes: Axes, gpu: GpuOutcome, colour: Colours, gid: str) -> tuple[int, int]:
+    """Memory on the upper bar in GiB, cores on the lower, 100 % as wide as the GPU's memory."""
+    layout = gpu.layout
+    total = layout.memory_bytes / GIB
+    axes.add_patch(Rectangle((0, 1.1), total, 0.8, facecolor=_FREE))
+    axes.add_patch(Rectangle((0, 0.1), total, 0.8, facecolor=_FREE))
     memory_at = cores_at = 0.0
     for number, occupant in enumerate(layout.occupants):
-        width = occupant.memory_bytes / layout.memory_bytes if layout.memory_bytes else 0
-        box = Rectangle(
-            (memory_at, 1.1), width, 0.8, facecolor=colour[occupant.label], edgecolor="black", lw=0.6
-        )
-        box.set_gid(f"{gid}-{number}")
+        width = min(occupant.memory_bytes / GIB, total - memory_at)
+        box = _box((memory_at, 1.1), width, 0.8, colour[occupant.label])
+        box.set_gid(f"placement-{gid}-{number}")
         axes.add_patch(box)
+        if width >= total / 8:
+            axes.text(memory_at + width / 2, 1.5, _gib(width), ha="center", va="center", fontsize=5)
         memory_at += width
-        cores = occupant.cores / 100
-        axes.add_patch(
-            Rectangle(
-                (cores_at, 0.1), cores, 0.8, facecolor=colour[occupant.label], edgecolor="black", lw=0.6
-            )
-        )
+        cores = occupant.cores / 100 * total
+        axes.add_patch(_box((cores_at, 0.1), cores, 0.8, colour[occupant.label]))
         cores_at += cores
-    axes.set_xlim(0, 1)
+    stranded = 0
+    if gpu.stranded_bytes:
+        axes.add_patch(_stranded((memory_at, 1.1), total - memory_at, 0.8, f"stranded-{gid}-0"))
+        stranded = 1
+    axes.set_xlim(0, total)
     axes.set_ylim(0, 2)
     axes.set_yticks([0.5, 1.5], ["cores", "memory"], fontsize=6)
-    axes.set_xticks([0, 0.5, 1], ["0", "50%", "100%"], fontsize=5)
-    return len(layout.occupants)
+    axes.set_xticks([0, total / 2, total], ["0", _gib(total / 2), _gib(total)], fontsize=5)
+    axes.set_xlabel("memory, GiB (cores: the same width is 100 %)", fontsize=5, labelpad=1)
+    axes.set_ylabel(f"GPU {layout.index}", fontsize=6)
+    return len(layout.occupants), stranded
 
 
 def _occupants(layout: GpuLayout) -> list[Occupant]:
     return [*layout.occupants, *(block.occupant for block in layout.blocks if block.occupant)]
 
 
+def column_title(plan: ModePlan) -> str:
+    """The mode, how many fit, and the pods that did not (each shape with how many)."""
+    refused = ", ".join(f"{o.refused}x{o.group.shape.text}" for o in plan.groups if o.refused)
+    return f"{plan.mode}: {plan.placed} of {plan.asked} fit" + (f"\nrefused: {refused}" if refused else "")
+
+
 def layout_figure(node: str, plans: Sequence[ModePlan]) -> Figure:
     labels = [outcome.group.shape.text for plan in plans for outcome in plan.groups]
     colour = colours(labels)
     rows = max((len(plan.gpus) for plan in plans), default=1)
-    figure = Figure(figsize=(3.2 * len(plans), 0.9 * rows + 1.2), layout="constrained")
+    figure = Figure(figsize=(3.2 * len(plans), 1.0 * rows + 1.4), layout="constrained")
     grid = figure.subplots(rows, len(plans), squeeze=False)
+    any_stranded = False
     for column, plan in enumerate(plans):
-        grid[0][column].set_title(f"{plan.mode}: {plan.placed} of {plan.asked} fit", fontsize=8)
+        grid[0][column].set_title(column_title(plan), fontsize=7)
         for row in range(rows):
             axes = grid[row][column]
             if row >= len(plan.gpus):
                 axes.set_axis_off()
                 continue
-            layout = plan.gpus[row].layout
-            gid = f"placement-{plan.mode}-gpu{layout.index}"
-            (_mig if layout.kind == "mig" else _bars)(axes, layout, colour, gid)
-            axes.set_ylabel(f"GPU {layout.index}", fontsize=6)
+            gpu = plan.gpus[row]
+            gid = f"{plan.mode}-gpu{gpu.layout.index}"
+            _, stranded = (_mig if gpu.layout.kind == "mig" else _bars)(axes, gpu, colour, gid)
+            any_stranded = any_stranded or bool(stranded)
     if any(o.label not in colour for plan in plans for gpu in plan.gpus for o in _occupants(gpu.layout)):
-        colour[CLAIMED] = _CLAIMED
-    handles = [Rectangle((0, 0), 1, 1, facecolor=value) for value in colour.values()]
-    figure.legend(
-        handles, list(colour), loc="outside lower center", ncols=min(6, len(colour)) or 1, fontsize=7
-    )
+        colour[CLAIMED] = (_CLAIMED, "")
+    handles = [_box((0, 0), 1, 1, style) for style in colour.values()]
+    names = list(colour)
+    if any_stranded:
+        handles.append(_stranded((0, 0), 1, 1, ""))
+        names.append(STRANDED)
+    figure.legend(handles, names, loc="outside lower center", ncols=min(6, len(names)) or 1, fontsize=7)
     figure.suptitle(node, fontsize=9)
     return figure
 
 
-def placement_patches(figure: Figure) -> list[Rectangle]:
-    """The boxes that stand for allocations (what the tests count)."""
+def placement_patches(figure: Figure, kind: str = "placement") -> list[Rectangle]:
+    """The boxes that stand for allocations, or with `kind` "stranded" the stranded areas (what
+    the tests count)."""
     return [
         patch
         for axes in figure.axes
         for patch in axes.patches
-        if isinstance(patch, Rectangle) and (patch.get_gid() or "").startswith("placement-")
+        if isinstance(patch, Rectangle) and (patch.get_gid() or "").startswith(f"{kind}-")
     ]
 
 

@@ -10,11 +10,12 @@ import pytest
 from kubernetes import client
 
 from dra_driver.cli import main
+from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.devices.slices import plan_slices, slices_to_api
 from dra_driver.packing.allocator import Allocation, DeviceResult, Pool
-from dra_driver.packing.planner import plan_node_modes, plan_pool
+from dra_driver.packing.planner import plan_node_config, plan_node_modes, plan_pool
 from dra_driver.packing.shapes import parse_pods
 from dra_driver.tools.plan_report import plan_document
 from tests.support.apiserver import ApiServer
@@ -108,6 +109,43 @@ def test_a_live_node_is_planned_on_its_published_slices(
     assert printed["fit"] == 10
 
 
+@pytest.mark.parametrize(
+    ("labels", "said"),
+    [
+        ({"dra-driver.dev/config": "a100-mig"}, "config 'a100-mig' (label dra-driver.dev/config=a100-mig)"),
+        ({}, "the default config (no label dra-driver.dev/config)"),
+        (None, "no Node node-a, so no config label"),
+        (
+            {"forbidden": "403"},
+            "config unknown: LIST nodes: API server answered 403: injected fault",
+        ),
+    ],
+)
+def test_a_live_node_is_planned_as_its_chosen_config_offers_it_and_says_which(
+    labels: dict[str, str] | None,
+    said: str,
+    apiserver: ApiServer,
+    kubeconfig: Path,
+    claims_api: client.ResourceV1Api,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    published_mig_node(apiserver)
+    nodes = client.CoreV1Api(claims_api.api_client)
+    if labels is None:
+        nodes.delete_node("node-a")
+    elif "forbidden" in labels:
+        apiserver.faults.fail_next, apiserver.faults.fail_status = 1, 403
+    else:
+        node = nodes.read_node("node-a")
+        node.metadata.labels = labels
+        nodes.replace_node("node-a", node)
+
+    args = ["--kubeconfig", str(kubeconfig), "--node-name", "node-a", "--pods", "gpu", "-o", "json"]
+    assert main(["plan", *args]) == 0
+
+    assert json.loads(capsys.readouterr().out)["node"] == f"node node-a (published ResourceSlices; {said})"
+
+
 def test_a_live_node_without_slices_is_a_failure_not_bad_input(
     apiserver: ApiServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -158,3 +196,59 @@ def test_the_answer_goes_to_the_output_file_and_an_unwritable_one_is_a_failure(
     assert (tmp_path / "plan.json").read_text() == capsys.readouterr().out
     assert main([*args, "--output-file", str(tmp_path / "absent" / "plan.json")]) == 1
     assert capsys.readouterr().err.startswith(f"dra-driver plan: --output-file {tmp_path}/absent/plan.json: ")
+
+
+def test_a_node_config_file_is_planned_as_the_agent_reads_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config_file = Path("deploy/examples/node-configs/mixed-fleet.yaml")
+    pods = "2x3g.40gb,2xvgpu:6Gi,8xgpu"
+
+    code = main(
+        ["plan", "--node", "simulated:mixed", "--node-config", str(config_file), "--pods", pods, "-o", "json"]
+    )
+
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    groups = parse_pods(pods)
+    plan = plan_node_config(simulated_node("mixed", "node"), groups, DRIVER, load_node_config(config_file))
+    assert printed == plan_document(printed["node"], groups, (plan,))
+    assert printed["node"].endswith(f"; node config {config_file}")
+    assert [mode["mode"] for mode in printed["modes"]] == ["node-config"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--node-config", "{config}", "--mode", "gpu"], "--mode: not with --node-config"),
+        (["--node-config", "{missing}"], "--node-config: node config {missing}"),
+        (["--node-config", "{bad}"], "--node-config: node config {bad}: default.mode"),
+    ],
+)
+def test_a_node_config_that_cannot_work_is_invalid_input_naming_the_flag(
+    extra: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    names = {
+        "config": tmp_path / "ok.yaml",
+        "missing": tmp_path / "missing.yaml",
+        "bad": tmp_path / "bad.yaml",
+    }
+    names["config"].write_text("default: {mode: gpu}\n")
+    names["bad"].write_text("default: {mode: whole}\n")
+    args = [part.format(**names) for part in extra]
+
+    code = main(["plan", "--node", "simulated:l4x8", "--pods", "gpu", *args])
+
+    assert code == 2
+    assert capsys.readouterr().err.startswith(f"dra-driver plan: {message.format(**names)}")
+
+
+def test_mig_static_is_a_mode_of_its_own(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        ["plan", "--node", "simulated:mixed", "--pods", "2x1g.10gb", "--mode", "mig-static", "-o", "json"]
+    )
+
+    assert code == 0
+    (mode,) = json.loads(capsys.readouterr().out)["modes"]
+    assert mode["mode"] == "mig-static"
+    assert [pod["gpu"] for pod in mode["groups"][0]["placements"]] == [0, 0]

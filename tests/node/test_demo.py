@@ -40,13 +40,31 @@ def test_demo_shows_the_whole_flow_without_a_container() -> None:
     assert "disabled with --no-container" in out
 
 
-def test_demo_runs_a_container_when_podman_works() -> None:
+def need_podman() -> None:
     if problem := podman.podman_problem():
         if os.environ.get("DRA_DRIVER_REQUIRE_PODMAN") == "1":
             pytest.fail(f"DRA_DRIVER_REQUIRE_PODMAN=1 but {problem}")
         pytest.skip(problem)
 
+
+def test_demo_leaves_the_hosts_cdi_directories_alone_unless_asked() -> None:
+    need_podman()
+
     result = run_demo("--hardware", "simulated:l4x8")
+
+    assert result.returncode == 0, result.stderr
+    (spec_line,) = [line for line in result.stdout.splitlines() if line.startswith("=== CDI spec ")]
+    spec_path = Path(spec_line.removeprefix("=== CDI spec ").removesuffix(" ==="))
+    assert spec_path.parent not in podman.CDI_DIRS
+    assert not spec_path.exists()
+    skipped = result.stdout.split("=== container run skipped ===")[1]
+    assert "private directory, which podman does not read; --cdi-dir /var/run/cdi writes it" in skipped
+
+
+def test_demo_runs_a_container_when_asked_to_write_where_podman_reads() -> None:
+    need_podman()
+
+    result = run_demo("--hardware", "simulated:l4x8", "--cdi-dir", str(podman.CDI_DIRS[1]))
 
     assert result.returncode == 0, result.stderr
     container_part = result.stdout.split(
@@ -129,3 +147,10 @@ def test_a_claim_the_node_cannot_prepare_exits_1(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "dra-driver demo: claim 0b5e7c3a-1d2f-4a6b-8c9d-2e4f6a8b0c1d was not prepared: " in result.stderr
     assert "=== NodeUnprepareResources (v1) answer" in result.stdout
+
+
+def test_a_relative_cdi_dir_is_invalid_input() -> None:
+    result = run_demo("--cdi-dir", "cdi", "--no-container")
+
+    assert result.returncode == 2
+    assert result.stderr == "dra-driver demo: --cdi-dir: 'cdi' must be an absolute path\n"

@@ -4,10 +4,11 @@ It starts the real node agent on a simulated node with temporary sockets, regist
 prepares a claim over the sockets exactly as kubelet would (a sample claim for a whole GPU, a MIG
 device or a vGPU share, built from what the node offers, or the claims of a file), shows the CDI
 spec that was written, runs a container with it when podman is usable, and cleans everything up.
+The spec goes to a private directory unless `--cdi-dir` names one: podman reads only the host's
+/etc/cdi and /var/run/cdi, and a demo does not write there unasked.
 """
 
 import json
-import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -73,11 +74,17 @@ def _section(out: TextIO, title: str, body: Any) -> None:
     out.flush()
 
 
-def _cdi_dir_for_demo(work_dir: Path, use_podman: bool) -> Path:
-    """podman only reads /etc/cdi and /var/run/cdi; elsewhere a private directory keeps things tidy."""
-    if use_podman and os.access(podman.CDI_DIRS[1].parent, os.W_OK):
-        return podman.CDI_DIRS[1]
-    return work_dir / "cdi"
+def _container_problem(cdi_dir: Path, private: bool) -> str | None:
+    """Why podman cannot see the spec the demo writes: podman 4 reads only its two CDI
+    directories, and the demo writes there only when asked, since they are the host's."""
+    if cdi_dir in podman.CDI_DIRS:
+        return None
+    if private:
+        return (
+            f"the CDI spec went to a private directory, which podman does not read; "
+            f"--cdi-dir {podman.CDI_DIRS[1]} writes it where podman reads it (unprepare removes it)"
+        )
+    return f"podman reads CDI specs only from {' and '.join(map(str, podman.CDI_DIRS))}, not {cdi_dir}"
 
 
 def _failed_claims(answer: dict[str, Any]) -> dict[str, str]:
@@ -85,12 +92,19 @@ def _failed_claims(answer: dict[str, Any]) -> dict[str, str]:
 
 
 async def run_demo(
-    claims: DemoClaims, hardware: str, run_container: bool, out: TextIO = sys.stdout
+    claims: DemoClaims,
+    hardware: str,
+    run_container: bool,
+    cdi_dir: Path | None = None,
+    out: TextIO = sys.stdout,
 ) -> dict[str, str]:
-    """The claims whose prepare failed, with kubelet's error for each; empty when all worked."""
+    """The claims whose prepare failed, with kubelet's error for each; empty when all worked.
+    `cdi_dir`: where the CDI specs go; None: a private directory, removed at the end."""
     podman_problem = podman.podman_problem() if run_container else "disabled with --no-container"
     with tempfile.TemporaryDirectory(prefix="dra-demo-") as work:
         work_dir = Path(work)
+        spec_dir = cdi_dir or work_dir / "cdi"
+        podman_problem = podman_problem or _container_problem(spec_dir, private=cdi_dir is None)
         node_config = None
         if claims.node_config is not None:
             node_config = work_dir / "node-config.yaml"
@@ -102,7 +116,7 @@ async def run_demo(
             node_config=node_config,
             registrar_dir=work_dir / "plugins_registry",
             plugins_dir=work_dir / "plugins",
-            cdi_dir=_cdi_dir_for_demo(work_dir, podman_problem is None),
+            cdi_dir=spec_dir,
             state_dir=work_dir / "state",
             mps_dir=work_dir / "mps",
             kubeconfig=None,

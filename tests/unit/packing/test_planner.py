@@ -11,11 +11,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import Device
-from dra_driver.devices.node_config import GpuSettings, NodeConfig
+from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig
 from dra_driver.hardware.catalog import gpu_models
+from dra_driver.hardware.model import MigMode
 from dra_driver.packing.allocator import Claim, NodeState, Pool, Refusal, Request
-from dra_driver.packing.planner import mode_pool, modes_for, plan_node_modes, plan_pool
+from dra_driver.packing.planner import (
+    PlanMode,
+    mode_pool,
+    modes_for,
+    plan_node_config,
+    plan_node_modes,
+    plan_pool,
+)
 from dra_driver.packing.shapes import PodGroup, PodShape, ShapeError, parse_pods
 from tests.support.nodes import simulated_node
 
@@ -81,7 +90,6 @@ def test_vgpu_partitions_are_cut_to_the_shapes_asked_for() -> None:
 
 
 def test_each_mode_is_rendered_by_the_agents_own_device_code() -> None:
-    from dra_driver.devices.inventory import node_inventory  # noqa: PLC0415
 
     pool, notes = mode_pool(simulated_node("dgx-h100"), "mig-dynamic", parse_pods("1g.10gb"), DRIVER)
 
@@ -97,12 +105,87 @@ def test_gpus_without_mig_stay_whole_in_mig_mode_with_a_note() -> None:
 
     l4 = [d for d in pool.devices if d.attributes.get("productName") == "NVIDIA L4"]
     assert {d.attributes["type"] for d in l4} == {"gpu"}
-    assert len(notes) == 2 and all("offered whole" in note for note in notes)
+    whole = [note for note in notes if "offered whole" in note]
+    assert len(whole) == 2 and all("NVIDIA L4" in note for note in whole)
+
+
+@pytest.mark.parametrize("mode", ["gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"])
+def test_a_gpu_with_mig_instances_is_offered_as_its_instances_in_every_mode(mode: PlanMode) -> None:
+    gpus = simulated_node("mixed")
+    with_instances = [gpu for gpu in gpus if gpu.mig_instances]
+    assert len(with_instances) == 2
+
+    pool, notes = mode_pool(gpus, mode, parse_pods("vgpu:4Gi,gpu"), DRIVER)
+
+    for gpu in with_instances:
+        devices = [d for d in pool.devices if gpu_of(d) == gpu.uuid]
+        assert sorted(str(d.attributes["uuid"]) for d in devices) == sorted(i.uuid for i in gpu.mig_instances)
+        assert {d.attributes["type"] for d in devices} == {"mig"}
+        if mode != "mig-static":
+            assert any(gpu.label in note and "planned as they are" in note for note in notes)
+
+
+def gpu_of(device: Device) -> str:
+    return str(device.attributes.get("parentUUID") or device.attributes["uuid"])
+
+
+def test_mig_static_offers_the_instances_that_exist_and_the_other_gpus_whole() -> None:
+    gpus = simulated_node("mixed")
+
+    pool, notes = mode_pool(gpus, "mig-static", parse_pods("gpu"), DRIVER)
+
+    rendered = node_inventory(
+        gpus,
+        NodeConfig(
+            gpus=tuple(
+                GpuEntry(
+                    f"gpus[{gpu.index}]",
+                    gpu.index,
+                    None,
+                    GpuSettings(mode="mig-static" if gpu.mig_instances else "gpu"),
+                )
+                for gpu in gpus
+                if gpu.mig_instances or gpu.mig_mode is not MigMode.ENABLED
+            )
+        ),
+    )
+    expected = [d.name for d in rendered.devices]
+    # The GPUs in MIG mode without instances are switched off MIG, as an operator would, and offered whole.
+    assert [d.name for d in pool.devices if d.name in expected] == expected
+    assert sum("has no MIG instances; offered whole" in note for note in notes) == 6
+
+
+def test_a_node_config_is_planned_on_the_gpus_as_they_are() -> None:
+    gpus = simulated_node("mixed")
+    config = NodeConfig(
+        default=GpuSettings(mode="auto"),
+        gpus=(GpuEntry("gpus[0]", None, None, GpuSettings(mode="vgpu-capacity"), model="L4"),),
+    )
+
+    plan = plan_node_config(gpus, parse_pods("2x3g.40gb,2xvgpu:4Gi,8xgpu"), DRIVER, config)
+
+    rendered = node_inventory(gpus, config)
+    assert plan.mode == "node-config"
+    assert [layout.uuid for layout in (gpu.layout for gpu in plan.gpus)] == sorted(
+        {gpu_of(d) for d in rendered.devices}, key=[g.uuid for g in gpus].index
+    )
+    mig, vgpu, whole = plan.groups
+    assert [pod.gpu for pod in mig.placed] == [0, 1]
+    assert {pod.gpu for pod in vgpu.placed} <= {6, 7} and len(vgpu.placed) == 2
+    # Only the two A100s with MIG off are whole; those in MIG mode without instances offer nothing.
+    assert [pod.gpu for pod in whole.placed] == [4, 5]
+    assert sum("without MIG instances, so it offers nothing" in note for note in plan.notes) == 2
 
 
 def test_the_modes_are_those_the_gpus_and_shapes_allow() -> None:
     vgpu = parse_pods("vgpu:1Gi")
     assert modes_for(simulated_node("l4x8"), parse_pods("gpu")) == ("gpu", "vgpu-capacity")
+    assert modes_for(simulated_node("mixed"), parse_pods("gpu")) == (
+        "gpu",
+        "mig-static",
+        "mig-dynamic",
+        "vgpu-capacity",
+    )
     assert modes_for(simulated_node("dgx-h100"), vgpu) == (
         "gpu",
         "mig-dynamic",
