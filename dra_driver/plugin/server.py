@@ -27,6 +27,7 @@ from dra_driver.plugin.registration import RegistrationService
 from dra_driver.plugin.sockets import (
     DRA_SOCKETS_PATTERN,
     clear_stale_socket,
+    hidden_socket_path,
     registration_sockets_pattern,
     remove_dead_sockets,
 )
@@ -46,9 +47,16 @@ DRA_SOCKET_SERVICES = (
 
 
 async def _serve_on(socket_path: Path, server: grpc.aio.Server) -> None:
+    """The socket appears under its name only once it listens: gRPC binds, then listens, and a
+    client that sees the file in between (kubelet's plugin watcher reacts to its creation; the
+    benchmarks poll for it) is refused. Bound under a hidden name, which kubelet's watcher
+    ignores, and renamed into place, it is never seen half made."""
     clear_stale_socket(socket_path)
-    server.add_insecure_port(f"unix://{socket_path}")
+    hidden = hidden_socket_path(socket_path)
+    hidden.unlink(missing_ok=True)
+    server.add_insecure_port(f"unix://{hidden}")
     await server.start()
+    hidden.replace(socket_path)
 
 
 class KubeletPluginServer:

@@ -21,10 +21,20 @@ class SocketPathError(ValueError):
     """A socket path that cannot be bound, or a non-socket file in the way."""
 
 
+def hidden_socket_path(path: Path) -> Path:
+    """Where a socket is bound before it is renamed to `path`: a dot name, which kubelet's plugin
+    watcher ignores."""
+    return path.with_name(f".{path.name}~")
+
+
 def socket_path_problem(path: Path) -> str | None:
+    """The socket is bound under its hidden name first, which is two bytes longer."""
     length = len(str(path).encode())
-    if length > MAX_SOCKET_PATH_BYTES:
-        return f"socket path {path} is {length} bytes; unix sockets allow at most {MAX_SOCKET_PATH_BYTES}"
+    if length + 2 > MAX_SOCKET_PATH_BYTES:
+        return (
+            f"socket path {path} is {length} bytes; unix sockets allow at most "
+            f"{MAX_SOCKET_PATH_BYTES}, and the agent binds it as .<name>~ first (2 bytes more)"
+        )
     return None
 
 
