@@ -106,3 +106,25 @@ quantity() writes it for whole MiB. Helm hands whole numbers over as floats, hen
 {{- end -}}
 {{- toYaml $sizes -}}
 {{- end -}}
+
+{{/*
+Two gpus[] entries with the same selector (index 0 twice, one model twice) configure the same
+GPUs twice: the agent would leave those GPUs out, so the install fails instead. Index and UUID
+entries that name one GPU are left to the node, which alone knows the UUIDs.
+*/}}
+{{- define "dra-driver.checkNodeConfigs" -}}
+{{- range $name, $config := .Values.nodeConfigs -}}
+{{- $seen := dict -}}
+{{- range $number, $entry := (dig "gpus" list ($config | default dict)) -}}
+{{- range $selector := list "index" "uuid" "model" "productName" -}}
+{{- if hasKey $entry $selector -}}
+{{- $key := printf "%s %v" $selector (get $entry $selector) -}}
+{{- if hasKey $seen $key -}}
+{{- fail (printf "nodeConfigs.%s.gpus[%d]: %s is already configured by gpus[%d]" $name $number $key (get $seen $key)) -}}
+{{- end -}}
+{{- $_ := set $seen $key $number -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
