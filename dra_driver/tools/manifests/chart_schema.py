@@ -90,8 +90,14 @@ def _settings_rules() -> list[dict[str, Any]]:
 
     vgpu_modes = [mode for mode in MODES if mode.startswith("vgpu-")]
     return [
-        {"if": {"required": ["vgpu"]}, "then": {"required": ["mode"], "properties": {"mode": {"enum": vgpu_modes}}}},
-        {"if": {"required": ["mig"]}, "then": {"required": ["mode"], "properties": {"mode": {"const": "mig-dynamic"}}}},
+        {
+            "if": {"required": ["vgpu"]},
+            "then": {"required": ["mode"], "properties": {"mode": {"enum": vgpu_modes}}},
+        },
+        {
+            "if": {"required": ["mig"]},
+            "then": {"required": ["mode"], "properties": {"mode": {"const": "mig-dynamic"}}},
+        },
         {
             "if": {"required": ["mode"], "properties": {"mode": {"const": "vgpu-partitions"}}},
             "then": {"required": ["vgpu"], "properties": {"vgpu": {"required": ["partitions"]}}},
@@ -201,7 +207,10 @@ def generated_parts() -> dict[str, dict[str, Any]]:
         "extendedResources.properties.migProfiles": {
             "type": "array",
             "uniqueItems": True,
-            "items": {"enum": list(catalog_mig_profiles()), "description": "a MIG profile of the GPU catalog"},
+            "items": {
+                "enum": list(catalog_mig_profiles()),
+                "description": "a MIG profile of the GPU catalog",
+            },
         },
     }
 
@@ -218,4 +227,3 @@ def with_generated_parts(schema: dict[str, Any]) -> dict[str, Any]:
             key = step
         holder[key] = part
     return result
-
