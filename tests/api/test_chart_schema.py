@@ -8,7 +8,6 @@ the inverse of): both must refuse each bad one, the chart naming the value's pat
 accept each good one, so the schema is neither looser nor stricter than the decoders.
 """
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from dra_driver.tools.manifests import ManifestOptions
 from dra_driver.tools.manifests.chart_schema import with_generated_parts
 from dra_driver.tools.manifests.options import ManifestError
 from dra_driver.tools.manifests.validation import check_options
-from tests.api.test_helm_chart import CHART, helm_config, install, installed
+from tests.api.test_helm_chart import CHART, install, installed
 from tests.support.apiserver import ApiServer
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -221,7 +220,7 @@ def test_a_stale_schema_is_noticed() -> None:
     assert with_generated_parts(stale) != stale
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def server() -> Any:
     api = ApiServer(version="1.36", install_types=True).start()
     yield api
@@ -259,4 +258,3 @@ def test_both_accept_what_the_decoders_accept(
     result = install(server, tmp_path, "accepted", "dra-driver", values)
 
     assert result["info"]["status"] == "deployed"
-    asyncio.run(helm_sdkpy.Uninstall(helm_config(server, "dra-driver", tmp_path)).run("accepted", wait=False))
