@@ -120,9 +120,19 @@ BAD: list[Any] = [
         id="duplicate-model",
         marks=CLI_ITEM_1,
     ),
-    pytest.param({"nodeConfigs": {"bad name!": {}}}, "bad name!", id="config-name"),
-    pytest.param({"nodeConfigs": {"-x": {}}}, "-x", id="config-name-dash"),
-    pytest.param({"nodeConfigs": {"x" * 64: {}}}, "x" * 64, id="config-name-long"),
+    pytest.param(
+        {"nodeConfigs": {"bad name!": {}}},
+        "at '/nodeConfigs': additional properties 'bad name!'",
+        id="config-name",
+    ),
+    pytest.param(
+        {"nodeConfigs": {"-x": {}}}, "at '/nodeConfigs': additional properties '-x'", id="config-name-dash"
+    ),
+    pytest.param(
+        {"nodeConfigs": {"x" * 64: {}}},
+        f"at '/nodeConfigs': additional properties '{'x' * 64}'",
+        id="config-name-long",
+    ),
     pytest.param(
         {"simulatedNode": {"gpus": [{"model": "H900", "count": 1}]}},
         "/simulatedNode/gpus/0/model",

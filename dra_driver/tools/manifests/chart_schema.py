@@ -27,8 +27,7 @@ from dra_driver.tools.manifests.options import LOG_FORMATS
 _SUFFIXES = "|".join(sorted((suffix for suffix in UP_TO_TERA if suffix), key=lambda s: (-len(s), s)))
 BYTES_PATTERN = rf"^(0|[1-9][0-9]*)(\.[0-9]+)?({_SUFFIXES})?$"
 # A config is named by a Node label's value (and stored as the ConfigMap key <name>.yaml).
-CONFIG_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-LABEL_VALUE_MAX = 63
+CONFIG_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 _SETTINGS_FIELDS = ("mode", "vgpu", "mig", "packing")
 _SELECTORS = ("index", "uuid", "model", "productName")
 
@@ -195,14 +194,13 @@ def generated_parts() -> dict[str, dict[str, Any]]:
         },
         "simulatedNode": simulated_node_schema(),
         "logFormat": {"enum": list(LOG_FORMATS)},
+        # Names by patternProperties, not propertyNames: Helm reports a propertyNames failure at
+        # another value's path, an additional property at this one's, with the name.
         "nodeConfigs": {
             "type": "object",
-            "propertyNames": {
-                "pattern": CONFIG_NAME_PATTERN,
-                "maxLength": LABEL_VALUE_MAX,
-                "description": "a label value: the Node label dra-driver.dev/config names the config",
-            },
-            "additionalProperties": node_config_schema(),
+            "description": "configs by name, a label value: the Node label dra-driver.dev/config names one",
+            "patternProperties": {CONFIG_NAME_PATTERN: node_config_schema()},
+            "additionalProperties": False,
         },
         "extendedResources.properties.migProfiles": {
             "type": "array",

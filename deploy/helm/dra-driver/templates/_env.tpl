@@ -39,7 +39,7 @@ of names it checks is this one, so it cannot go stale.
 - name: DRA_DRIVER_MPS_DAEMONS
   value: pod
 - name: DRA_DRIVER_MPS_DAEMON_IMAGE
-  value: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+  value: {{ include "dra-driver.image" . | quote }}
 - name: POD_NAMESPACE
   valueFrom:
     fieldRef:
