@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the generated parts of deploy/helm/dra-driver/values.schema.json (see
 dra_driver/tools/manifests/chart_schema.py): run it after changing a decoder, the GPU catalog or
-the node profiles; tests/api/test_chart_schema.py fails until the committed file is regenerated.
+the node profiles (`make chart-schema`); tests/api/test_chart_schema.py fails until the committed
+file is regenerated.
 
 Usage: hack/gen-chart-schema.py [--output PATH]
 """

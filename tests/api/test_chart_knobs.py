@@ -232,3 +232,11 @@ def test_the_schema_refuses_malformed_knobs(
         install(server, tmp_path, "dra-driver", "dra-driver", values)
 
     assert where in str(refused.value), str(refused.value)
+
+
+def test_the_notes_say_nothing_of_building_behind_a_registry(server: ApiServer, tmp_path: Path) -> None:
+    result = install(
+        server, tmp_path, "dra-driver", "dra-driver", {"global": {"imageRegistry": "mirror.example.com"}}
+    )
+
+    assert "docker build" not in result["info"]["notes"]

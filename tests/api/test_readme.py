@@ -80,6 +80,7 @@ def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
         name = f"{prefix}{key}"
         if isinstance(value, dict) and key in (
             "extendedResources",
+            "global",
             "image",
             "hamiCore",
             "metrics",
@@ -87,6 +88,8 @@ def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
             "dashboard",
             "prometheusRule",
             "usage",
+            "serviceAccount",
+            "openshift",
         ):
             names |= leaf_values(value, f"{name}.")
         else:
