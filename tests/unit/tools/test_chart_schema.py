@@ -56,9 +56,14 @@ def node_configs(draw: st.DrawFn) -> dict[str, Any]:
     if draw(MAYBE):
         config["default"] = _block(draw)
     if draw(MAYBE):
-        selector = draw(
-            st.sampled_from([{"index": 0}, {"uuid": "GPU-1"}, {"model": "L4"}, {"model": "H900"}, {}])
-        )
+        selectors: list[dict[str, Any]] = [
+            {"index": 0},
+            {"uuid": "GPU-1"},
+            {"model": "L4"},
+            {"model": "H900"},
+            {},
+        ]
+        selector = draw(st.sampled_from(selectors))
         config["gpus"] = [{**selector, **_block(draw)}]
     return config
 
