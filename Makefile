@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-deps lint unit bench protos clean mock-nvml gpu-check
+.PHONY: demo test test-deps lint unit bench protos chart-schema clean mock-nvml gpu-check
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
@@ -71,6 +71,10 @@ gpu-check:
 ## protos: regenerate dra_driver/_proto from api/kubelet
 protos: $(INSTALLED)
 	PYTHON=$(BIN)/python hack/gen-protos.sh
+
+## chart-schema: regenerate the decoder- and catalog-derived parts of the chart's values.schema.json
+chart-schema: $(INSTALLED)
+	$(BIN)/python hack/gen-chart-schema.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

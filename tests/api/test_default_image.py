@@ -1,7 +1,8 @@
 """The default image is the one the documented build makes.
 
-Nothing publishes an image of the agent, so an install that names any other default pulls an
-image that does not exist (issue 20). The build command is documented once, in the Dockerfile's
+An install from a checkout must not name an image that does not exist (issue 20), so the
+repository's default is the locally built one; the chart a release publishes names the released
+image instead (tests/api/test_release.py). The build command is documented once, in the Dockerfile's
 header, and the README copies it; `dra-driver manifests`, deploy/dra-driver.yaml and the chart's
 values must name exactly the tag it gives, and the chart's versions must be the package's.
 """

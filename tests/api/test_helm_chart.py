@@ -605,7 +605,8 @@ def test_a_too_long_release_name_is_refused(server: ApiServer, tmp_path: Path) -
 def test_the_schema_knows_what_the_agent_knows() -> None:
     """The modes, profiles and log formats the schema allows are the agent's own."""
     properties = json.loads((CHART / "values.schema.json").read_text())["properties"]
-    node_config = properties["nodeConfigs"]["additionalProperties"]["properties"]
+    (node_config_schema,) = properties["nodeConfigs"]["patternProperties"].values()
+    node_config = node_config_schema["properties"]
     profiles = properties["hardware"]["pattern"].removeprefix("^(nvml|simulated:(").removesuffix("))$")
 
     assert node_config["default"]["properties"]["mode"]["enum"] == list(MODES)

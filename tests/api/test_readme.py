@@ -75,6 +75,7 @@ def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
         name = f"{prefix}{key}"
         if isinstance(value, dict) and key in (
             "extendedResources",
+            "global",
             "image",
             "hamiCore",
             "metrics",
@@ -82,6 +83,8 @@ def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
             "dashboard",
             "prometheusRule",
             "usage",
+            "serviceAccount",
+            "openshift",
         ):
             names |= leaf_values(value, f"{name}.")
         else:

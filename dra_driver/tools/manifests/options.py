@@ -18,8 +18,9 @@ from dra_driver.devices.classes import APP_NAME
 from dra_driver.devices.extended_resources import OLDEST_KUBERNETES
 
 # What the documented build tags (the Dockerfile's header: `docker build -t dra-driver:<version> .`);
-# nothing publishes an image, so the default names the one a user builds, and the operator points
-# --image (image.repository in the chart) at the registry the nodes pull from.
+# the default names the one a user builds from a checkout, and the operator points --image
+# (image.repository in the chart) at the registry the nodes pull from. A release pushes
+# ghcr.io/<owner>/dra-driver:<version> and its chart names that (hack/release-chart.sh).
 DEFAULT_IMAGE = f"dra-driver:{__version__}"
 DEFAULT_NAME = APP_NAME
 DEFAULT_NAMESPACE = "dra-driver"

@@ -1,12 +1,31 @@
 {{/*
-The release name names the namespaced objects, as --name does for `dra-driver manifests`; the
-longest suffix (-simulated-node) must still leave a DNS label.
+The release name (or fullnameOverride) names the namespaced objects, as --name does for
+`dra-driver manifests`; the longest suffix (-simulated-node) must still leave a DNS label.
 */}}
 {{- define "dra-driver.fullname" -}}
-{{- if gt (len .Release.Name) 48 -}}
-{{- fail (printf "release name %q is longer than 48 characters: the object names made from it would not be valid" .Release.Name) -}}
+{{- $name := .Values.fullnameOverride | default .Release.Name -}}
+{{- if gt (len $name) 48 -}}
+{{- fail (printf "%s %q is longer than 48 characters: the object names made from it would not be valid" (ternary "fullnameOverride" "release name" (ne .Values.fullnameOverride "")) $name) -}}
 {{- end -}}
-{{- .Release.Name -}}
+{{- $name -}}
+{{- end -}}
+
+{{/* The service account the agent runs as: the chart's, or one the operator made. */}}
+{{- define "dra-driver.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "dra-driver.fullname" .) -}}
+{{- else -}}
+{{- required "serviceAccount.name: needed when serviceAccount.create is false (the account the agent runs as)" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* repository:tag, behind global.imageRegistry when a parent chart or operator sets one. */}}
+{{- define "dra-driver.image" -}}
+{{- $repository := .Values.image.repository -}}
+{{- with .Values.global.imageRegistry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository -}}
+{{- end -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 
 {{- define "dra-driver.namespace" -}}
@@ -14,7 +33,7 @@ longest suffix (-simulated-node) must still leave a DNS label.
 {{- end -}}
 
 {{- define "dra-driver.selectorLabels" -}}
-app.kubernetes.io/name: dra-driver
+app.kubernetes.io/name: {{ .Values.nameOverride | default "dra-driver" }}
 app.kubernetes.io/instance: {{ include "dra-driver.fullname" . }}
 {{- end -}}
 
@@ -105,4 +124,40 @@ quantity() writes it for whole MiB. Helm hands whole numbers over as floats, hen
 {{- end -}}
 {{- end -}}
 {{- toYaml $sizes -}}
+{{- end -}}
+
+{{/*
+Two gpus[] entries with the same selector (index 0 twice, one model twice) configure the same
+GPUs twice: the agent would leave those GPUs out, so the install fails instead. Index and UUID
+entries that name one GPU are left to the node, which alone knows the UUIDs.
+*/}}
+{{- define "dra-driver.checkNodeConfigs" -}}
+{{- range $name, $config := .Values.nodeConfigs -}}
+{{- $seen := dict -}}
+{{- range $number, $entry := (dig "gpus" list ($config | default dict)) -}}
+{{- range $selector := list "index" "uuid" "model" "productName" -}}
+{{- if hasKey $entry $selector -}}
+{{- $key := printf "%s %v" $selector (get $entry $selector) -}}
+{{- if hasKey $seen $key -}}
+{{- fail (printf "nodeConfigs.%s.gpus[%d]: %s is already configured by gpus[%d]" $name $number $key (get $seen $key)) -}}
+{{- end -}}
+{{- $_ := set $seen $key $number -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The DaemonSet selects its pods by the selector labels: a podLabels entry that changed one would
+leave the pods unselected (the API server refuses such a DaemonSet), so it is refused here with
+its name.
+*/}}
+{{- define "dra-driver.checkPodLabels" -}}
+{{- $selector := include "dra-driver.selectorLabels" . | fromYaml -}}
+{{- range $key, $_ := .Values.podLabels -}}
+{{- if hasKey $selector $key -}}
+{{- fail (printf "podLabels.%s: set by the chart itself (the DaemonSet's selector)" $key) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
