@@ -62,7 +62,7 @@ def test_the_node_config_example_is_the_shipped_file() -> None:
 
 
 def test_the_documented_build_makes_the_default_image() -> None:
-    built = re.findall(r"docker build -t (\S+) \.", section("Build and push the image"))
+    built = re.findall(r"docker build -t (\S+) \.", section("Releases, and building the image yourself"))
 
     assert built == [DEFAULT_IMAGE]
 
