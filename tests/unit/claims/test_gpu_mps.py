@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dra_driver.claims.calls import RawClaim
-from dra_driver.claims.engine import ClaimEngine, SharingControls
+from dra_driver.claims.engine import GPU_MPS_CHANGES, ClaimEngine, SharingControls
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.sharing import gpu_mps_daemons
 from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
@@ -32,6 +32,7 @@ from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware import simulated_mps_control
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.observability.metrics import ClaimMetrics
+from dra_driver.state.change_counters import ChangeCounters
 from dra_driver.state.shared_locks import ClaimLocks
 from tests.support.engines import simulated_engine
 from tests.support.memory_claims import MemoryClaims
@@ -291,7 +292,12 @@ def test_of_the_last_two_shares_undone_together_the_second_stops_the_daemon(
         engine.close()
         locks = ClaimLocks(tmp_path / "other.locks")
         daemons = GpuMpsDaemons(
-            SimulatedMps(runtime_dir), locks, store.read_all, store.write, lambda *_: None
+            SimulatedMps(runtime_dir),
+            locks,
+            store.read_all,
+            store.write,
+            lambda *_: None,
+            ChangeCounters(tmp_path / "state" / GPU_MPS_CHANGES),
         )
         records = store.read_all()
         left = await daemons.detach(records[first.uid], GPU.uuid)
