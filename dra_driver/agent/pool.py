@@ -98,6 +98,8 @@ class NodePool:
         """The claim engine's report on a GPU's MPS daemon (`up` None: stopped with its last share):
         while it is down, the devices of the GPU's prepared vGPU shares are unhealthy."""
         daemons = self._daemons.reported(gpu_uuid, up, gpu_daemon_key(gpu_uuid), at)
+        if daemons is self._daemons and not any(state.down for state in daemons.states.values()):
+            return  # every share's prepare reports its daemon up: this is the pod-startup path
         daemons = daemons.with_share_devices(self._share_devices())
         if daemons != self._daemons:
             self._daemons = daemons
