@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import structlog
 
 from dra_driver.agent.config_reports import PostEvent, ProblemReporter
+from dra_driver.agent.daemon_reports import DaemonReports
 from dra_driver.agent.errors import SetupError, StartupError
 from dra_driver.agent.gpu_platform import DriverWait, Platform, discover_gpus, open_platform
 from dra_driver.agent.kube_client import kubernetes_api_client
@@ -167,8 +168,9 @@ class NodeAgent:
         )
         for note in inventory.notes:
             log.warning("device left out", note=note)
+        daemon_reports = DaemonReports()
         engine, server = await _serve_claims(
-            settings, platform, cdi_specs, claim_source, metrics, inventory, claim_status
+            settings, platform, cdi_specs, claim_source, metrics, inventory, claim_status, daemon_reports
         )
         pool = NodePool(
             settings,
@@ -181,10 +183,13 @@ class NodeAgent:
         reporter = ProblemReporter(
             settings.node_name, metrics, None if slice_api is None else _event_poster(slice_api)
         )
+        daemon_reports.follow(pool.gpu_daemon_reported)
         agent = cls(settings, platform, engine, server, pool, metrics, readiness, reporter)
         agent.claim_status = claim_status
         reporter.report(choice, first.problems, ())
         agent.start_health_monitor()
+        if settings.mps_probe_interval > 0:
+            agent._run(agent._probe_gpu_daemons(settings.mps_probe_interval), "gpu-mps-probe")
         if settings.node_configs is not None:
             agent.follow_named_configs(settings.node_configs, slice_api, node_api)
         elif slice_api is not None:
@@ -257,6 +262,17 @@ class NodeAgent:
         )
         self._run(monitor.run(), "health-monitor")
 
+    async def _probe_gpu_daemons(self, interval: float) -> None:
+        """A GPU's MPS daemon that dies while no share is being prepared shows within `interval`
+        (the next prepare on the GPU would find it too, but pods may run for days without one).
+        Its own task, off the prepare path; each probe holds one GPU's lock only while it asks."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.engine.probe_gpu_daemons()
+            except Exception:  # the next probe tries again; a failing probe must not end the agent
+                log.exception("checking the GPUs' MPS daemons failed")
+
     def start_publishing(self, slice_api: SliceApi) -> None:
         self._publishing = asyncio.create_task(
             self.pool.publish_while_holding_lock(slice_api, self.readiness), name="resourceslices"
@@ -291,6 +307,7 @@ async def _serve_claims(
     metrics: AgentMetrics,
     inventory: Inventory,
     claim_status: ClaimStatusWriter | None = None,
+    daemon_reports: DaemonReports | None = None,
 ) -> tuple[ClaimEngine, KubeletPluginServer]:
     """The claim engine, its state restored from disk, behind kubelet's plugin sockets."""
     engine = ClaimEngine(
@@ -308,6 +325,7 @@ async def _serve_claims(
         hami_core=hami_core(settings, inventory),
         metrics=metrics.claims,
         claim_status=claim_status,
+        on_gpu_daemon=None if daemon_reports is None else daemon_reports.report,
     )
     try:
         for quarantined in await engine.load_state(current_boot_id()):

@@ -4,8 +4,9 @@ Three things change what the slices should say: the GPUs' plans (a node config a
 health state (a fault, a recovery) and what the API server stores (its layout, a dropped
 feature). Each arrives here, `publish.desired.desired_pool` turns the three into the pool, and
 the pool goes out: the untainted inventory to the claim engine, the tainted one to the
-ResourceSlice controller, device health to the kubelet stream and the metrics. Nothing here
-decides a taint, a fallback or a limit.
+ResourceSlice controller, device health to the kubelet stream and the metrics. A fourth input,
+the GPUs' MPS daemons, changes only that device health, never the slices (health.mps_daemons
+says why). Nothing here decides a taint, a fallback or a limit.
 """
 
 import asyncio
@@ -16,12 +17,14 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from dra_driver.claims.engine import ClaimEngine
+from dra_driver.claims.sharing.sharing import gpu_daemon_key
 from dra_driver.config.settings import NodeSettings
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.node_config import GpuPlan
 from dra_driver.health.census import device_labels
 from dra_driver.health.model import NodeHealth
 from dra_driver.health.monitor import log_change
+from dra_driver.health.mps_daemons import GpuDaemons
 from dra_driver.health.tracker import HealthState, node_health
 from dra_driver.kube.slice_api import SliceApi
 from dra_driver.observability.metrics import AgentMetrics
@@ -63,6 +66,7 @@ class NodePool:
         self._metrics = metrics
         self._plans = inventory.plans
         self._health = HealthState(started_at=clock())
+        self._daemons = GpuDaemons()
         self._capabilities = ApiCapabilities()
         self.pool = DesiredPool(inventory, inventory)
         # The plan each GPU was last offered under (by UUID): what its prepared claims expect. None
@@ -89,6 +93,27 @@ class NodePool:
     def health_changed(self, state: HealthState, cause: str) -> None:
         self._health = state
         self._update(health_cause=cause)
+
+    def gpu_daemon_reported(self, gpu_uuid: str, up: bool | None, at: float) -> None:
+        """The claim engine's report on a GPU's MPS daemon (`up` None: stopped with its last share):
+        while it is down, the devices of the GPU's prepared vGPU shares are unhealthy."""
+        daemons = self._daemons.reported(gpu_uuid, up, gpu_daemon_key(gpu_uuid), at)
+        if daemons is self._daemons and not any(state.down for state in daemons.states.values()):
+            return  # every share's prepare reports its daemon up: this is the pod-startup path
+        daemons = daemons.with_share_devices(self._share_devices())
+        if daemons != self._daemons:
+            self._daemons = daemons
+            self._update(health_cause="mps-daemon")
+
+    def _share_devices(self) -> dict[str, frozenset[str]]:
+        """By GPU: the devices of the prepared vGPU shares that use its MPS daemon."""
+        devices: dict[str, set[str]] = {}
+        for record in self._engine.prepared_claims.values():
+            for gpu_uuid in record.mps_gpus:
+                devices.setdefault(gpu_uuid, set()).update(
+                    device.device for device in record.devices if device.pool == self._settings.node_name
+                )
+        return {gpu_uuid: frozenset(names) for gpu_uuid, names in devices.items()}
 
     def capabilities_changed(self, capabilities: ApiCapabilities) -> None:
         """The controller's report: what the server stores. Newly dropped features move GPUs to
@@ -118,7 +143,7 @@ class NodePool:
             self.publisher.set_inventory(pool.published)
 
     def _send_health(self) -> NodeHealth:
-        health = node_health(self._health, self.pool.offered, self._settings.node_name)
+        health = node_health(self._health, self.pool.offered, self._settings.node_name, self._daemons)
         self._health_out(health)
         self._metrics.set_devices(device_labels(self.pool.offered, health))
         return health

@@ -57,7 +57,7 @@ from dra_driver.claims.prepared import claim_cdi_devices, metadata_devices, prep
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
-from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
+from dra_driver.claims.sharing.gpu_mps_daemons import DaemonReport, GpuMpsDaemons
 from dra_driver.claims.side_effects import ClaimSideEffects, SharingControls
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.device_metadata import (
@@ -73,11 +73,15 @@ from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.observability.metrics import ClaimMetrics
 from dra_driver.state import failpoints
+from dra_driver.state.change_counters import ChangeCounters
 from dra_driver.state.shared_locks import ClaimLocks
 
 __all__ = ["ClaimEngine", "PrepareOutcome", "RawClaim", "SharingControls"]
 
 log = structlog.get_logger("dra_driver.claims")
+
+# Under the state directory: the change counters of the GPUs' MPS daemon users (gpu_mps_daemons).
+GPU_MPS_CHANGES = "gpu-mps-changes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,10 +112,13 @@ class ClaimEngine:
         hami_core: HamiCore | None = None,
         metrics: ClaimMetrics | None = None,
         claim_status: ClaimStatusWriter | None = None,
+        on_gpu_daemon: DaemonReport | None = None,
     ) -> None:
         """`hardware`: where MIG instances are created (None: a node without dynamic MIG).
         `common_cdi_ids`: CDI devices every prepared device also needs (the node-wide spec).
-        `claim_status`: writes the status.devices of prepared claims (None: not written)."""
+        `claim_status`: writes the status.devices of prepared claims (None: not written).
+        `on_gpu_daemon`: told, besides the metrics, whether each GPU's MPS daemon answers (the
+        device health of its vGPU shares)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._inventory = inventory
@@ -126,11 +133,17 @@ class ClaimEngine:
         self._metadata = DeviceMetadataDirectory(records.state_dir)
         self._claim_locks = ClaimLocks(records.state_dir / "claim.locks")
         self._ownership = DeviceOwnership(records, self._claim_locks)
-        gpu_mps = (
+        self._on_gpu_daemon = on_gpu_daemon
+        self._gpu_mps = (
             None
             if sharing is None
             else GpuMpsDaemons(
-                sharing.mps, self._claim_locks, records.read_all, records.write, self._metrics.gpu_mps_daemon
+                sharing.mps,
+                self._claim_locks,
+                records.read_all,
+                records.write,
+                self._gpu_daemon_report,
+                ChangeCounters(records.state_dir / GPU_MPS_CHANGES),
             )
         )
         self._effects = ClaimSideEffects(
@@ -139,7 +152,7 @@ class ClaimEngine:
             hardware=hardware,
             sharing=sharing,
             hami_core=hami_core,
-            gpu_mps=gpu_mps,
+            gpu_mps=self._gpu_mps,
         )
         self._recovery = StartupRecovery(
             records=records,
@@ -150,6 +163,16 @@ class ClaimEngine:
             effects=self._effects,
             roll_back=self._roll_back,
         )
+
+    def _gpu_daemon_report(self, gpu_uuid: str, up: bool | None) -> None:
+        self._metrics.gpu_mps_daemon(gpu_uuid, up)
+        if self._on_gpu_daemon is not None:
+            self._on_gpu_daemon(gpu_uuid, up)
+
+    async def probe_gpu_daemons(self) -> None:
+        """Reports whether each GPU's MPS daemon with vGPU shares answers (gpu_mps_daemons.probe)."""
+        if self._gpu_mps is not None:
+            await self._gpu_mps.probe()
 
     def close(self) -> None:
         self._ownership.close()

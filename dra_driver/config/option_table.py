@@ -309,6 +309,13 @@ MPS_START_TIMEOUT = Option(
     "seconds prepare waits for a claim's MPS control daemon to answer before it gives up",
     v.SecondsParser(600),
 )
+MPS_PROBE_INTERVAL = Option(
+    "--mps-probe-interval",
+    "DRA_DRIVER_MPS_PROBE_INTERVAL",
+    "10",
+    "seconds between checks that each GPU's MPS daemon of vGPU shares answers (0: no checks)",
+    v.SecondsParser(3600),
+)
 
 # `dra-driver node`, in the order its --help lists them.
 AGENT_OPTIONS: tuple[Option[Any], ...] = (
@@ -340,6 +347,7 @@ AGENT_OPTIONS: tuple[Option[Any], ...] = (
     MPS_DAEMON_IMAGE,
     POD_NAMESPACE,
     MPS_START_TIMEOUT,
+    MPS_PROBE_INTERVAL,
     USAGE_INTERVAL,
     POD_RESOURCES_SOCKET,
     USAGE_PROCESSES,

@@ -93,6 +93,9 @@ class NodeSettings:
     mps_daemon_image: str | None = None
     namespace: str | None = None
     mps_start_timeout: float = 60.0
+    # How often the MPS daemons of vGPU shares are checked while nothing is prepared (0: never):
+    # a dead one shows in the metric and the shares' device health within this time.
+    mps_probe_interval: float = 10.0
 
     # Where the kernel's sysfs is read from (the GPUs' PCIe roots and NUMA nodes under NVML).
     sysfs_root: Path = Path("/sys")
@@ -250,6 +253,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         mps_daemon_image=o.MPS_DAEMON_IMAGE.value(args),
         namespace=o.POD_NAMESPACE.value(args),
         mps_start_timeout=o.MPS_START_TIMEOUT.value(args),
+        mps_probe_interval=o.MPS_PROBE_INTERVAL.value(args),
         usage_interval=o.USAGE_INTERVAL.value(args),
         pod_resources_socket=o.POD_RESOURCES_SOCKET.value(args),
         usage_processes=o.USAGE_PROCESSES.value(args),

@@ -9,6 +9,12 @@ A GPU recovers once it has gone `recovery_seconds` without a fault that counts (
 not): drivers report no "fixed" event, and a GPU that was reset, or whose fault was transient,
 simply stops reporting. A lost GPU (fallen off the bus) never recovers: only a reboot or driver
 reload brings it back, and the agent restarts with a fresh state then.
+
+The MPS control daemons of vGPU shares are a second input, not events of this state machine: a
+dead daemon is not a fault of the GPU (it neither decays with time nor taints the devices, and
+it ends when the daemon answers again), and it concerns only the devices of the shares prepared
+on the GPU. So it stays a separate pure value (health.mps_daemons) that `node_health` joins in
+when it builds what the kubelet stream reports, and the taints never see it.
 """
 
 from collections.abc import Iterable, Mapping
@@ -18,6 +24,7 @@ from datetime import UTC, datetime
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.events import GpuLost, HealthEvent, XidEvent
 from dra_driver.health.model import DeviceHealth, HealthStatus, NodeHealth
+from dra_driver.health.mps_daemons import DaemonState, GpuDaemons, down_message
 from dra_driver.health.xid import XID_DESCRIPTIONS, XidClass, XidPolicy
 
 # What the kubelet health stream carries per device at most.
@@ -156,8 +163,25 @@ def describe(condition: GpuCondition) -> str:
     return _limited(entries, MESSAGE_LIMIT)
 
 
-def node_health(state: HealthState, inventory: Inventory, pool: str) -> NodeHealth:
-    """The health of every device of the inventory; the devices of a GPU share its health."""
+def _with_daemon(health: DeviceHealth, gpu_uuid: str, daemon: DaemonState | None) -> DeviceHealth:
+    """A share's device: unhealthy while its GPU's MPS daemon is down, whatever the GPU's own
+    condition, with both reasons; healthy again (if the GPU is) as of the daemon's return."""
+    if daemon is None:
+        return health
+    if not daemon.down:
+        if health.status is HealthStatus.HEALTHY:
+            return replace(health, since=max(health.since, daemon.since))
+        return health
+    since = daemon.since if health.status is HealthStatus.HEALTHY else min(health.since, daemon.since)
+    reasons = [down_message(gpu_uuid, daemon), *([health.message] if health.message else [])]
+    return DeviceHealth(HealthStatus.UNHEALTHY, since, _limited(reasons, MESSAGE_LIMIT))
+
+
+def node_health(
+    state: HealthState, inventory: Inventory, pool: str, daemons: GpuDaemons | None = None
+) -> NodeHealth:
+    """The health of every device of the inventory; the devices of a GPU share its health, and
+    the devices of its vGPU shares also depend on its MPS daemon (`daemons`)."""
     of_gpu: dict[str, DeviceHealth] = {}
     devices = {}
     for device in inventory.devices:
@@ -165,5 +189,6 @@ def node_health(state: HealthState, inventory: Inventory, pool: str) -> NodeHeal
         if gpu_uuid not in of_gpu:
             condition = state.condition(gpu_uuid)
             of_gpu[gpu_uuid] = DeviceHealth(condition.status, condition.since, describe(condition))
-        devices[device.name] = of_gpu[gpu_uuid]
+        daemon = None if daemons is None else daemons.affecting(gpu_uuid, device.name)
+        devices[device.name] = _with_daemon(of_gpu[gpu_uuid], gpu_uuid, daemon)
     return NodeHealth(pool=pool, devices=devices)

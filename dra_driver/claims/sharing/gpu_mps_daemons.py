@@ -5,12 +5,23 @@ daemon on the same GPU would only queue behind the first. A share's own limits t
 clients (sharing.vgpu_share_mps_edits), so the daemon needs no per-share settings, and it is
 started and stopped by whichever agent process prepares or unprepares a share on its GPU.
 
-Which claims use a GPU's daemon is in the durable claim records alone (`ClaimRecord.mps_gpus`,
-written "preparing" before the daemon is started), never in this process's memory: a restarted
-agent, or the other agent of a rolling update, decides from the same records. A per-GPU lock (a
-key of the node's shared claim locks) serialises "count the GPU's shares, then start or stop its
-daemon", so a prepare and the last unprepare on one GPU cannot cross: the daemon starts before
-the first share's prepare returns and stops only after the last share's unprepare.
+Which claims use a GPU's daemon is in the durable claim records (`ClaimRecord.mps_gpus`,
+written "preparing" before the daemon is started): a restarted agent, or the other agent of a
+rolling update, decides from the same records. A per-GPU lock (a key of the node's shared claim
+locks) serialises "count the GPU's shares, then start or stop its daemon", so a prepare and the
+last unprepare on one GPU cannot cross: the daemon starts before the first share's prepare
+returns and stops only after the last share's unprepare.
+
+Counting does not read the records each time (every record on the node, on every share's
+prepare and unprepare: the cost grew with the claims). This process keeps each GPU's users in
+memory, read from the records at start (or at a GPU's first use) and changed under the GPU's lock
+where the records change; a per-GPU change counter (state.change_counters), bumped under the
+same lock after each change, tells it when a peer process changed them, and it reads the records
+afresh then. The records stay the truth: a restarted process starts from them.
+
+A daemon that dies while its shares run is found by `probe`, which the agent runs every
+`--mps-probe-interval` seconds off the prepare path: the metric and the device health of the
+shares show it until the next prepare on the GPU restarts it.
 
 The daemon itself runs in the same runner, directories and pods as a claim's daemon would, keyed
 by the GPU (sharing.gpu_daemon_key) instead of a claim UID.
@@ -31,6 +42,7 @@ from dra_driver.claims.sharing.sharing import gpu_daemon_key, gpu_daemon_spec
 from dra_driver.devices.vgpu import MPS_CLIENTS_PER_GPU
 from dra_driver.hardware.model import HardwareError
 from dra_driver.state import failpoints
+from dra_driver.state.change_counters import ChangeCounters
 from dra_driver.state.shared_locks import ClaimLocks
 
 log = structlog.get_logger("dra_driver.claims")
@@ -47,7 +59,8 @@ def _lock_key(gpu_uuid: str) -> str:
 
 class GpuMpsDaemons:
     """`read_records`: every claim record on disk now (other agent processes write them too);
-    `write_record`: the durable write of one claim's record."""
+    `write_record`: the durable write of one claim's record; `changes`: the per-GPU change
+    counters every agent process on the node shares."""
 
     def __init__(
         self,
@@ -56,12 +69,18 @@ class GpuMpsDaemons:
         read_records: Callable[[], Mapping[str, ClaimRecord]],
         write_record: Callable[[ClaimRecord], Awaitable[None]],
         report: DaemonReport,
+        changes: ChangeCounters,
     ) -> None:
         self._runner = runner
         self._locks = locks
         self._read_records = read_records
         self._write_record = write_record
         self._report = report
+        self._changes = changes
+        # Each GPU's users (claims whose record names it), valid while its change counter is the
+        # one in `_seen`; a GPU not in `_seen` is read from the records at its first use.
+        self._users_of: dict[str, set[str]] = {}
+        self._seen: dict[str, int] = {}
 
     async def attach(self, ref: ClaimRef, gpu_uuid: str) -> None:
         """Makes sure the GPU's daemon answers before the claim's prepare returns: started for
@@ -76,6 +95,7 @@ class GpuMpsDaemons:
                     f"vgpu.enforcement mps, and one MPS server takes at most {MPS_CLIENTS_PER_GPU} clients "
                     "per GPU (Volta and later); each share is at least one client"
                 )
+            self._changed(gpu_uuid, add=ref.uid)
             was_running = await self._runner.is_running(key)
             if not was_running and others:
                 log.error(
@@ -115,6 +135,7 @@ class GpuMpsDaemons:
                 record, state="preparing", mps_gpus=tuple(g for g in record.mps_gpus if g != gpu_uuid)
             )
             await self._write_record(left)
+            self._changed(gpu_uuid, remove=claim_uid)
             return left
 
     async def daemon_keys(self, gpu_uuids: Collection[str]) -> dict[str, str]:
@@ -137,9 +158,12 @@ class GpuMpsDaemons:
         last share's record and its daemon, or before a first share's record was written), and
         reports each GPU whose shares' daemon does not answer (it is restarted at the next prepare
         on that GPU; running pods of those shares need a restart)."""
+        counters = {gpu: self._changes.read(key) for key, gpu in self._keys(gpu_uuids).items()}
         records = await asyncio.to_thread(self._read_records)
         named = {gpu for record in records.values() for gpu in record.mps_gpus}
         keys = self._keys(set(gpu_uuids) | named)
+        for gpu_uuid, counter in counters.items():  # read before the records: a later change shows
+            self._learn(gpu_uuid, counter, records)
         present = await self._runner.leftover_claim_uids()
         for key, gpu_uuid in sorted(keys.items()):
             if gpu_uuid not in named:
@@ -164,7 +188,37 @@ class GpuMpsDaemons:
         except OpaqueConfigError as error:
             raise ClaimRejected(str(error)) from error
 
+    async def probe(self) -> None:
+        """Reports whether the daemon of each GPU with shares answers, so that one that died while
+        nothing was prepared shows in the metric and the shares' device health. Each GPU under its
+        lock: a daemon stopped with its GPU's last share meanwhile is not taken for a dead one."""
+        for gpu_uuid, seen in sorted(self._seen.items()):
+            if not self._users_of[gpu_uuid] and self._changes.read(self._key(gpu_uuid)) == seen:
+                continue  # no share, and no peer process changed that: no daemon to look at
+            async with self._locks.hold(_lock_key(gpu_uuid)):
+                if await self._users(gpu_uuid, None):
+                    self._report(gpu_uuid, await self._runner.is_running(self._key(gpu_uuid)))
+
     async def _users(self, gpu_uuid: str, except_claim: str | None) -> set[str]:
-        """The claims whose record (prepared or preparing) names the GPU's daemon."""
-        records = await asyncio.to_thread(self._read_records)
-        return {uid for uid, record in records.items() if gpu_uuid in record.mps_gpus and uid != except_claim}
+        """The claims whose record (prepared or preparing) names the GPU's daemon; call it under
+        the GPU's lock. From memory unless a peer process changed them since this one looked."""
+        counter = self._changes.read(self._key(gpu_uuid))
+        if self._seen.get(gpu_uuid) != counter:
+            self._learn(gpu_uuid, counter, await asyncio.to_thread(self._read_records))
+        return self._users_of[gpu_uuid] - {except_claim}
+
+    def _learn(self, gpu_uuid: str, counter: int, records: Mapping[str, ClaimRecord]) -> None:
+        """The GPU's users as `records` name them, valid while its counter is `counter` (read
+        before the records)."""
+        self._users_of[gpu_uuid] = {uid for uid, record in records.items() if gpu_uuid in record.mps_gpus}
+        self._seen[gpu_uuid] = counter
+
+    def _changed(self, gpu_uuid: str, *, add: str | None = None, remove: str | None = None) -> None:
+        """Records the change this process made to the GPU's users (after its record write, under
+        the GPU's lock) and tells peer processes, which read the records afresh."""
+        users = self._users_of.setdefault(gpu_uuid, set())
+        if add is not None:
+            users.add(add)
+        if remove is not None:
+            users.discard(remove)
+        self._seen[gpu_uuid] = self._changes.bump(self._key(gpu_uuid))

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from dra_driver.claims.calls import RawClaim
-from dra_driver.claims.engine import ClaimEngine, SharingControls
+from dra_driver.claims.engine import GPU_MPS_CHANGES, ClaimEngine, SharingControls
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.sharing import gpu_mps_daemons
 from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
@@ -32,6 +32,7 @@ from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware import simulated_mps_control
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
 from dra_driver.observability.metrics import ClaimMetrics
+from dra_driver.state.change_counters import ChangeCounters
 from dra_driver.state.shared_locks import ClaimLocks
 from tests.support.engines import simulated_engine
 from tests.support.memory_claims import MemoryClaims
@@ -291,7 +292,12 @@ def test_of_the_last_two_shares_undone_together_the_second_stops_the_daemon(
         engine.close()
         locks = ClaimLocks(tmp_path / "other.locks")
         daemons = GpuMpsDaemons(
-            SimulatedMps(runtime_dir), locks, store.read_all, store.write, lambda *_: None
+            SimulatedMps(runtime_dir),
+            locks,
+            store.read_all,
+            store.write,
+            lambda *_: None,
+            ChangeCounters(tmp_path / "state" / GPU_MPS_CHANGES),
         )
         records = store.read_all()
         left = await daemons.detach(records[first.uid], GPU.uuid)
@@ -301,5 +307,41 @@ def test_of_the_last_two_shares_undone_together_the_second_stops_the_daemon(
         await daemons.detach(records[second.uid], GPU.uuid)
         assert entries(runtime_dir) == [], "no daemon outlives the GPU's last shares"
         locks.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_share_another_agent_process_prepared_meanwhile_keeps_the_daemon_running(
+    tmp_path: Path, runtime_dir: Path
+) -> None:
+    """Each process counts a GPU's shares from memory, so one that learned them before a peer
+    (the other pod of a rolling update) prepared another share must notice: the GPU's change
+    counter moved, and it reads the records afresh before it decides to stop the daemon."""
+    claims = MemoryClaims()
+    first = share(claims, "a", "8Gi", "25", SHARES[0])
+    second = share(claims, "b", "4Gi", "50", SHARES[1])
+    store = ClaimRecordStore(tmp_path / "state")
+
+    async def scenario() -> None:
+        engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
+        await engine.load_state()
+        await engine.prepare([first])
+        locks = ClaimLocks(tmp_path / "state" / "claim.locks")
+        peer = GpuMpsDaemons(
+            SimulatedMps(runtime_dir),
+            locks,
+            store.read_all,
+            store.write,
+            lambda *_: None,
+            ChangeCounters(tmp_path / "state" / GPU_MPS_CHANGES),
+        )
+        await peer.reconcile([GPU.uuid])  # the peer knows the GPU's one share
+        await engine.prepare([second])
+        await peer.detach(store.read_all()[first.uid], GPU.uuid)
+        assert entries(runtime_dir) == [gpu_daemon_key(GPU.uuid)], "the share prepared meanwhile uses it"
+        await engine.unprepare([second])
+        assert entries(runtime_dir) == [], "the engine then counts the share the peer took out"
+        locks.close()
+        engine.close()
 
     asyncio.run(scenario())
