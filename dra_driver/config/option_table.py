@@ -239,7 +239,7 @@ NODE_CONFIGS = Option(
     "DRA_DRIVER_NODE_CONFIGS",
     None,
     "directory of named node configs <name>.yaml (a mounted ConfigMap); the node's label picks one",
-    v.absolute_directory,
+    v.node_config_directory,
 )
 NODE_CONFIG_LABEL = Option(
     "--node-config-label",
