@@ -38,7 +38,7 @@ def yaml_problem(error: yaml.YAMLError) -> str:
 
 def _where(event: yaml.Event) -> str:
     mark = event.start_mark
-    return f"line {mark.line + 1}, column {mark.column + 1}"
+    return "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
 
 
 def _scan(text: str) -> None:
@@ -46,13 +46,13 @@ def _scan(text: str) -> None:
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.AliasEvent):
             raise YamlProblem(
-                f"an alias (*{event.anchor[:40]}) at {_where(event)}: aliases are refused in "
+                f"an alias (*{(event.anchor or '')[:40]}){_where(event)}: aliases are refused in "
                 "these files (write the value out)"
             )
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                raise YamlProblem(f"nested more than {MAX_DEPTH} levels deep at {_where(event)}")
+                raise YamlProblem(f"nested more than {MAX_DEPTH} levels deep{_where(event)}")
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
 
