@@ -50,6 +50,7 @@ def _live_plans(
 ) -> "tuple[str, tuple[ModePlan, ...]]":
     from dra_driver.devices.attributes import PRODUCT_NAME  # noqa: PLC0415
     from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem  # noqa: PLC0415
+    from dra_driver.kube.kubeconfig import KubeconfigError, read_kubeconfig  # noqa: PLC0415
     from dra_driver.kube.kubeconfig_choice import KubeconfigUnusable, choose_kubeconfig  # noqa: PLC0415
     from dra_driver.packing.planner import check_profiles, offered_profiles, plan_pool  # noqa: PLC0415
     from dra_driver.tools.cluster_reads import read_node  # noqa: PLC0415
@@ -66,6 +67,11 @@ def _live_plans(
         choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
     except KubeconfigUnusable as error:
         raise _Invalid(str(error)) from error
+    if choice.path is not None:
+        try:
+            read_kubeconfig(choice.path)
+        except KubeconfigError as error:
+            raise _Invalid(f"--kubeconfig {choice.path}: {error}") from error
     pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
     if not pool.devices:
         raise LookupError(f"node {args.node_name} publishes no devices of {args.driver_name}")

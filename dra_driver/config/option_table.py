@@ -138,7 +138,7 @@ KUBECONFIG = Option(
     "KUBECONFIG",
     None,
     "kubeconfig file (default: in-cluster service account)",
-    v.existing_file,
+    v.kubeconfig_file,
 )
 LOG_FORMAT = Option(
     "--log-format",
