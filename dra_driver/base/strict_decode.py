@@ -37,6 +37,20 @@ def shown(text: str) -> str:
     return json.dumps(text[:_SHOWN_MAX]) + f"... ({len(text)} characters)"
 
 
+def quoted(value: object) -> str:
+    """A scalar as Python writes it, a string cut short; a container by kind only (an aliased
+    one can stand for billions of values, issue 33)."""
+    if isinstance(value, str):
+        return (
+            repr(value) if len(value) <= _SHOWN_MAX else f"{value[:_SHOWN_MAX]!r}… ({len(value)} characters)"
+        )
+    if isinstance(value, int) and not isinstance(value, bool):
+        return integer_text(value)
+    if value is None or isinstance(value, bool | float):
+        return repr(value)
+    return described(value)
+
+
 def integer_text(value: int) -> str:
     """Python refuses to print integers of thousands of digits; YAML can still produce them."""
     return str(value) if value.bit_length() <= 256 else _HUGE_INTEGER

@@ -1,12 +1,12 @@
-"""Reading a YAML file an operator wrote (a node configuration, a simulated node).
+"""Reading a YAML file an operator wrote (a node configuration, a simulated node, a kubeconfig).
 
-One place says how such a file fails, so every file option reports an unreadable or malformed
-file the same way; callers add which option and file it was.
+One place says how such a file fails, so every file option reports an unreadable, oversized or
+malformed file the same way; callers add which option and file it was.
 """
 
 from pathlib import Path
 
-import yaml
+from dra_driver.base.bounded_yaml import MAX_BYTES, YamlProblem, load_bounded_yaml
 
 
 class YamlFileError(Exception):
@@ -14,9 +14,13 @@ class YamlFileError(Exception):
 
 
 def read_yaml_file(path: Path) -> object:
+    """Reads one byte past the bound at most, so a huge file (or /dev/zero) is refused unread."""
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            text = file.read(MAX_BYTES + 1)
     except OSError as error:
         raise YamlFileError(f"cannot read it: {error.strerror}") from error
-    except yaml.YAMLError as error:
-        raise YamlFileError(f"not valid YAML: {error}") from error
+    try:
+        return load_bounded_yaml(text)
+    except YamlProblem as error:
+        raise YamlFileError(str(error)) from error

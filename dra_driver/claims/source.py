@@ -6,6 +6,7 @@ from typing import Any, Protocol
 
 import yaml
 
+from dra_driver.base.bounded_yaml import yaml_problem
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.kube.claim_api import ClaimApi
 from dra_driver.kube.errors import ApiError
@@ -70,8 +71,10 @@ class OfflineClaimSource:
         """Reads every document of `path`; a malformed one is a ValueError naming its position."""
         try:
             documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-        except (OSError, yaml.YAMLError) as error:
-            raise ValueError(f"claim file {path}: {error}") from error
+        except OSError as error:
+            raise ValueError(f"claim file {path}: cannot read it: {error.strerror or error}") from error
+        except yaml.YAMLError as error:
+            raise ValueError(f"claim file {path}: not valid YAML: {yaml_problem(error)}") from error
         claims = {}
         for position, document in enumerate(documents):
             if document is not None:

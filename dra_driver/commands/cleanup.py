@@ -33,9 +33,15 @@ def run(args: argparse.Namespace) -> int:
             refused = (
                 "" if args.force else await refusal(api_client, settings.driver_name, settings.node_name)
             )
-            if refused:
+            # A dry run deletes nothing, so it lists what an uninstall would leave behind even
+            # while the agent still runs; the refusal is a note there.
+            if refused and not args.dry_run:
                 print(f"dra-driver cleanup: {refused}", file=sys.stderr)
                 return 1
+            if refused:
+                print(
+                    f"dra-driver cleanup: note: {refused} (a real cleanup would be refused)", file=sys.stderr
+                )
             api = (
                 SliceApi(api_client, settings.driver_name, settings.node_name)
                 if settings.node_name

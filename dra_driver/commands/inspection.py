@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver.config.option_table import INVENTORY_OPTIONS, NODE_NAME, add_options
-from dra_driver.config.settings import inventory_settings
+from dra_driver.config.settings import SettingsError, inventory_settings
 
 if TYPE_CHECKING:
     from dra_driver.devices.inventory import Inventory
@@ -24,6 +24,13 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.tools.inspection import inventory_table, slices_yaml  # noqa: PLC0415
 
     settings = inventory_settings(args)
+    # Invalid input, so refused (2) before any hardware is opened: a version outside the range
+    # the driver publishes for, and a kubeconfig named on the command line that is no file (the
+    # same rule as plan, cleanup and node: a file the user names and that is absent is theirs
+    # to fix; a cluster that cannot be reached is a run-time failure, 1).
+    kubernetes_version = _kubernetes_version(args.kubernetes_version)
+    if args.kubeconfig is not None:
+        _check_kubeconfig(Path(args.kubeconfig))
 
     async def discover() -> tuple[str, "Inventory"]:
         hardware, inventory = await discover_inventory(settings)
@@ -36,15 +43,20 @@ def run(args: argparse.Namespace) -> int:
             text = _layout(inventory, args.kubeconfig, settings.driver_name, settings.node_name, description)
             sys.stdout.write(text)
         elif args.output == "yaml":
-            layout = layout_for(args.kubernetes_version)
-            partition_types = args.kubernetes_version >= PARTITION_TYPE_SINCE
+            layout = layout_for(kubernetes_version)
+            partition_types = kubernetes_version >= PARTITION_TYPE_SINCE
             sys.stdout.write(
                 slices_yaml(inventory, layout, settings.driver_name, settings.node_name, partition_types)
             )
         else:
             sys.stdout.write(inventory_table(inventory, description))
     except (StartupError, SlicePlanError, ApiError, PublishedSliceError) as error:
-        print(f"dra-driver inspect: {error}", file=sys.stderr)
+        hint = (
+            _simulated_hint()
+            if settings.hardware.kind == "nvml" and not isinstance(error, SetupError)
+            else ""
+        )
+        print(f"dra-driver inspect: {error}{hint}", file=sys.stderr)
         return 2 if isinstance(error, SetupError) else 1
     return 0
 
@@ -65,13 +77,34 @@ def _layout(inventory: "Inventory", kubeconfig: str | None, driver: str, node: s
     return f"hardware: {description}\n" + layout_text([gpu.layout for gpu in plan.gpus])
 
 
+def _check_kubeconfig(path: Path) -> None:
+    from dra_driver.kube.kubeconfig import KubeconfigError, read_kubeconfig  # noqa: PLC0415
+
+    if not path.is_file():
+        raise SettingsError(f"--kubeconfig: {path} is not a file")
+    try:
+        read_kubeconfig(path)
+    except KubeconfigError as error:
+        raise SettingsError(f"--kubeconfig {path}: {error}") from error
+
+
+def _simulated_hint() -> str:
+    """Most who run a bare `inspect` on a machine without a GPU want to see a node's devices."""
+    from dra_driver.hardware.simulated_nodes import node_profiles  # noqa: PLC0415
+
+    return (
+        "; without a GPU here, pass --hardware simulated:<profile> to inspect a simulated node "
+        f"(profiles: {', '.join(sorted(node_profiles()))})"
+    )
+
+
 def _kubernetes_version(text: str) -> tuple[int, int]:
-    major, _, minor = text.partition(".")
-    if not (major.isdigit() and minor.isdigit()) or (int(major), int(minor)) < (1, 34):
-        raise argparse.ArgumentTypeError(
-            f"expected a Kubernetes version from 1.34 on, such as 1.35; got {text!r}"
-        )
-    return int(major), int(minor)
+    """Kubernetes 1.N from 1.34 (the first to serve resource.k8s.io/v1); there is no 2.x."""
+    from dra_driver.devices.extended_resources import kubernetes_version_problem  # noqa: PLC0415
+
+    if problem := kubernetes_version_problem(text):
+        raise SettingsError(f"--kubernetes-version: {problem}")
+    return 1, int(text.removeprefix("1."))
 
 
 def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -90,8 +123,7 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     inspect.add_argument(
         "--kubernetes-version",
-        type=_kubernetes_version,
-        default=(1, 35),
+        default="1.35",
         metavar="MAJOR.MINOR",
         help="the cluster's version, which decides the slice layout (1.34, or 1.35 and later) and, from "
         "1.37, whether slices name their partition-type attribute; default 1.35",

@@ -68,12 +68,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _manifest_file(flag: str, path: str) -> str:
+    from dra_driver.base.bounded_yaml import MAX_BYTES  # noqa: PLC0415
     from dra_driver.tools.manifests import ManifestError  # noqa: PLC0415
 
     try:
-        return Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ManifestError(f"{flag}: cannot read {path}: {error}") from error
+        with Path(path).open("rb") as file:
+            data = file.read(MAX_BYTES + 1)
+    except OSError as error:
+        raise ManifestError(f"{flag}: cannot read {path}: {error.strerror or error}") from error
+    if len(data) > MAX_BYTES:
+        raise ManifestError(f"{flag}: {path} is larger than {MAX_BYTES >> 20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ManifestError(f"{flag}: {path}: not UTF-8 text: byte {error.start} cannot be decoded") from None
 
 
 def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

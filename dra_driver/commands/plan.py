@@ -71,6 +71,7 @@ def _live_plans(
     from dra_driver.config.option_values import OptionProblem, label_key  # noqa: PLC0415
     from dra_driver.devices.attributes import PRODUCT_NAME  # noqa: PLC0415
     from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem  # noqa: PLC0415
+    from dra_driver.kube.kubeconfig import KubeconfigError, read_kubeconfig  # noqa: PLC0415
     from dra_driver.kube.kubeconfig_choice import KubeconfigUnusable, choose_kubeconfig  # noqa: PLC0415
     from dra_driver.packing.planner import check_profiles, offered_profiles, plan_pool  # noqa: PLC0415
     from dra_driver.tools.cluster_reads import read_config_choice, read_node  # noqa: PLC0415
@@ -91,6 +92,11 @@ def _live_plans(
         choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
     except KubeconfigUnusable as error:
         raise _Invalid(str(error)) from error
+    if choice.path is not None:
+        try:
+            read_kubeconfig(choice.path)
+        except KubeconfigError as error:
+            raise _Invalid(f"--kubeconfig {choice.path}: {error}") from error
     try:
         label_key(args.node_config_label)
     except OptionProblem as error:

@@ -22,17 +22,21 @@ def load_node_config(path: Path | None) -> NodeConfig:
     return parse_node_config(raw, f"node config {path}")
 
 
+def config_file_names(directory: Path) -> list[str]:
+    """The regular files in the directory, hidden ones too (the caller decides)."""
+    try:
+        return [entry.name for entry in directory.iterdir() if entry.is_file()]
+    except OSError:
+        return []
+
+
 def config_names(directory: Path) -> list[str]:
     """The configs in the directory, by name. Hidden entries are left alone: a ConfigMap volume
     keeps its real files under `..data` and friends."""
-    try:
-        entries = list(directory.iterdir())
-    except OSError:
-        return []
     return sorted(
-        entry.name.removesuffix(CONFIG_SUFFIX)
-        for entry in entries
-        if entry.name.endswith(CONFIG_SUFFIX) and not entry.name.startswith(".") and entry.is_file()
+        name.removesuffix(CONFIG_SUFFIX)
+        for name in config_file_names(directory)
+        if name.endswith(CONFIG_SUFFIX) and not name.startswith(".")
     )
 
 

@@ -138,7 +138,7 @@ KUBECONFIG = Option(
     "KUBECONFIG",
     None,
     "kubeconfig file (default: in-cluster service account)",
-    v.existing_file,
+    v.kubeconfig_file,
 )
 LOG_FORMAT = Option(
     "--log-format",
@@ -239,7 +239,7 @@ NODE_CONFIGS = Option(
     "DRA_DRIVER_NODE_CONFIGS",
     None,
     "directory of named node configs <name>.yaml (a mounted ConfigMap); the node's label picks one",
-    v.absolute_directory,
+    v.node_config_directory,
 )
 NODE_CONFIG_LABEL = Option(
     "--node-config-label",

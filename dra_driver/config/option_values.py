@@ -14,10 +14,12 @@ from typing import Literal
 
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.claims.edits.hami_core_hooks import hami_core_library_problem
-from dra_driver.config.node_config_files import load_node_config
+from dra_driver.config.node_config_files import config_file_names, load_node_config
+from dra_driver.devices.config_files import config_file_problems
 from dra_driver.devices.node_config import NodeConfigError
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError, parse_xid_policy
 from dra_driver.kube.k8s_names import DNS_LABEL_MAX, dns_label_problem, dns_subdomain_problem, uid_problem
+from dra_driver.kube.kubeconfig import KubeconfigError, read_kubeconfig
 from dra_driver.observability.logs import LogFormat
 from dra_driver.observability.server import ListenAddress, MetricsAddressError, parse_metrics_address
 
@@ -122,6 +124,28 @@ def absolute_directory(value: str | None) -> Path | None:
     path = absolute_path(value)
     if not path.is_dir():
         raise OptionProblem(f"{value} is not a directory")
+    return path
+
+
+def kubeconfig_file(value: str | None) -> Path | None:
+    """A kubeconfig the operator names that is absent or unusable is invalid input (exit 2), as
+    in every command; only a cluster that cannot be reached is a run-time failure."""
+    path = existing_file(value)
+    if path is not None:
+        try:
+            read_kubeconfig(path)
+        except KubeconfigError as error:
+            raise OptionProblem(f"{path}: {error}") from error
+    return path
+
+
+def node_config_directory(value: str | None) -> Path | None:
+    """Checked at start like validate-config checks it: a file no Node label can choose is the
+    operator's mistake to fix now. The files' contents are not: a config is read when a label
+    chooses it, and a malformed one offers nothing on that node alone."""
+    path = absolute_directory(value)
+    if path is not None and (problems := config_file_problems(config_file_names(path))):
+        raise OptionProblem(*(f"{path}: {problem}" for problem in problems))
     return path
 
 

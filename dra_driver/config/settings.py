@@ -218,6 +218,20 @@ def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
     return CleanupSettings(node_name, driver_name, choice.path, choice.note)
 
 
+def _check_simulated_node(hardware: HardwareSpec) -> None:
+    """An unknown profile or a broken node file is the command line's mistake: refused (2)
+    before the agent reaches for a cluster, whose absence would be a run-time failure (1)."""
+    if hardware.kind != "simulated":
+        return
+    from dra_driver.hardware.model import HardwareError  # noqa: PLC0415 - simulated nodes only
+    from dra_driver.hardware.simulated_nodes import resolve_node_spec  # noqa: PLC0415
+
+    try:
+        resolve_node_spec(hardware.source)
+    except HardwareError as error:
+        raise SettingsError(f"{o.HARDWARE.label}: {error}") from error
+
+
 def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSettings:
     inventory = inventory_settings(args)
     plugins_dir = o.PLUGINS_DIR.value(args)
@@ -266,6 +280,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         ):
             if not value:
                 raise SettingsError(f"{option.label}: must be set with --mps-daemons pod")
+    _check_simulated_node(settings.hardware)
     for flag, socket in (
         ("--registrar-dir", settings.registration_socket),
         ("--plugins-dir", settings.dra_socket),

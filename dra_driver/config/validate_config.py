@@ -11,11 +11,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dra_driver.config.node_config_files import config_names
-from dra_driver.devices.config_files import CONFIG_SUFFIX, parse_config_text
+from dra_driver.config.node_config_files import config_file_names, config_names
+from dra_driver.devices.config_files import CONFIG_SUFFIX, config_file_problems, parse_config_text
 from dra_driver.devices.gpu_selection import catalog_model
 from dra_driver.devices.inventory import build_inventory
 from dra_driver.devices.node_config import GpuEntry, NodeConfig, NodeConfigError, describe_gpu, plan_node
+from dra_driver.devices.node_config_checks import offline_problems
 from dra_driver.hardware.catalog import GpuModel, gpu_models
 from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.hardware.simulated_nodes import GpuGroupSpec, SimulatedNodeSpec, simulated_gpus
@@ -28,9 +29,13 @@ class Verdict:
 
 
 def config_files(target: Path) -> list[Path]:
-    """A file, or every `<name>.yaml` of a config directory."""
+    """A file, or every `<name>.yaml` of a config directory whose name a label can carry."""
     if target.is_dir():
-        return [target / f"{name}{CONFIG_SUFFIX}" for name in config_names(target)]
+        return [
+            target / f"{name}{CONFIG_SUFFIX}"
+            for name in config_names(target)
+            if not config_file_problems([f"{name}{CONFIG_SUFFIX}"])
+        ]
     return [target]
 
 
@@ -80,7 +85,14 @@ def validate_file(path: Path, gpus: Sequence[Gpu] | None, verdict: Verdict) -> N
     except NodeConfigError as error:
         verdict.errors.extend(error.problems)
         return
-    static = [f"{origin}: {line}" for line in catalog_problems(config)]
+    by_model = list(catalog_problems(config))
+    static = [f"{origin}: {line}" for line in by_model]
+    if gpus is None:
+        # An entry its model already refused is not refused again for the whole catalog.
+        refused = {line.split(".", 1)[0] for line in by_model}
+        static.extend(
+            f"{origin}: {line}" for line in offline_problems(config) if line.split(".", 1)[0] not in refused
+        )
     verdict.errors.extend(static)
     if gpus is None:
         if not static:
@@ -104,7 +116,9 @@ def validate_file(path: Path, gpus: Sequence[Gpu] | None, verdict: Verdict) -> N
 def validate(target: Path, gpus: Sequence[Gpu] | None) -> Verdict:
     verdict = Verdict()
     files = config_files(target)
-    if not files:
+    if target.is_dir():
+        verdict.errors.extend(f"{target}: {line}" for line in config_file_problems(config_file_names(target)))
+    if not files and not verdict.errors:
         verdict.errors.append(f"{target}: no <name>{CONFIG_SUFFIX} files in this directory")
     for path in files:
         validate_file(path, gpus, verdict)

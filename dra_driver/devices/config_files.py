@@ -7,13 +7,14 @@ offers nothing rather than whole-GPU defaults: an operator who named a config as
 modes, and any other mode would hand out GPUs nobody meant to share (or to hand out whole).
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from dra_driver.base.bounded_yaml import YamlProblem, load_bounded_yaml
+from dra_driver.base.strict_decode import quoted
 from dra_driver.devices.node_config import ConfigProblem, NodeConfig, NodeConfigError, parse_node_config
+from dra_driver.kube.k8s_names import label_value_problem
 
 # The config of a node without the label.
 DEFAULT_CONFIG_NAME = "default"
@@ -37,8 +38,30 @@ def label_problem(value: str) -> str | None:
     """Label values cannot hold '/', but an annotation or a hand-edited object could try: a value
     must name a file in the directory, never a path out of it."""
     if "/" in value or value.startswith(".") or "\0" in value:
-        return f"{value!r} cannot name a file in the config directory"
+        return f"{quoted(value)} cannot name a file in the config directory"
     return None
+
+
+def config_file_problems(file_names: Iterable[str]) -> list[str]:
+    """Files of a config directory that no Node label can choose: the name before `.yaml` goes
+    into a label value, so it must be one; and a `.yml` (or differently cased) file would never
+    be read, so it is refused rather than skipped without a word. Hidden entries are the
+    ConfigMap volume's own (`..data`) and are left alone."""
+    problems = []
+    for file_name in sorted(file_names):
+        stem, dot, suffix = file_name.rpartition(".")
+        if file_name.startswith(".") or not dot:
+            continue
+        if suffix.lower() in ("yml", "yaml") and suffix != "yaml":
+            problems.append(
+                f"{quoted(file_name)}: configs are read from <name>{CONFIG_SUFFIX} files only; "
+                f"rename it {quoted(stem + CONFIG_SUFFIX)}"
+            )
+        elif suffix == "yaml" and (problem := label_value_problem(stem)):
+            problems.append(
+                f"{quoted(file_name)}: config name {problem}, as the node label that chooses it must be"
+            )
+    return problems
 
 
 def config_path(directory: Path, label_value: str | None) -> Path:
@@ -53,11 +76,12 @@ def _setting(line: str, origin: str) -> str:
 
 
 def parse_config_text(text: bytes, origin: str) -> NodeConfig:
-    """Raises NodeConfigError, one line per problem, each starting with `origin`."""
+    """Raises NodeConfigError, one line per problem, each starting with `origin`; a file past the
+    bounds of `base.bounded_yaml` is refused before it is decoded."""
     try:
-        raw = yaml.safe_load(text.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as error:
-        raise NodeConfigError(f"{origin}: not valid YAML: {error}") from error
+        raw = load_bounded_yaml(text)
+    except YamlProblem as error:
+        raise NodeConfigError(f"{origin}: {error}") from error
     return parse_node_config(raw, origin)
 
 
@@ -83,7 +107,8 @@ def choose_config(
         )
     if text is None:
         message = (
-            f"node label {label_key}={label_value} names config {label_value!r}, but there is no {path} "
+            f"node label {label_key}={label_value} names config {quoted(label_value)}, "
+            f"but there is no {path} "
             f"(configs: {', '.join(present) or 'none'}); nothing is offered until it exists"
         )
         return ConfigChoice(origin, None, (ConfigProblem(f"label {label_key}", message),), name)

@@ -16,6 +16,7 @@ from dra_driver.base.strict_decode import (
     items,
     literal_options,
     mapping,
+    quoted,
 )
 from dra_driver.devices.gpu_selection import select_entries
 from dra_driver.devices.order import PackingPolicy
@@ -31,6 +32,8 @@ ResolvedMode = Literal["gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgp
 Enforcement = Literal["mps", "hami-core", "none"]
 MODES: tuple[str, ...] = get_args(Mode)
 MIB = 2**20
+# A selector longer than this is quoted and cut short in messages (a UUID is 40 characters).
+_SHOWN_MAX = 80
 
 
 class NodeConfigError(ValueError):
@@ -94,10 +97,10 @@ class GpuEntry:
         if self.index is not None:
             return f"index {self.index}"
         if self.uuid is not None:
-            return f"uuid {self.uuid}"
+            return f"uuid {self.uuid if len(self.uuid) <= _SHOWN_MAX else quoted(self.uuid)}"
         if self.model is not None:
             return f"model {self.model}"
-        return f"productName {self.product_name!r}"
+        return f"productName {quoted(self.product_name or '')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +143,8 @@ def _bytes(value: object, where: str) -> int:
     total = quantity.whole_number(UP_TO_TERA) if quantity is not None else None
     if quantity is None or total is None or (quantity.whole.startswith("0") and quantity.whole != "0"):
         raise NodeConfigError(
-            f"{where}: expected a whole number of bytes such as 10Gi, 512Mi or 1073741824, got {value!r}"
+            f"{where}: expected a whole number of bytes such as 10Gi, 512Mi or 1073741824, "
+            f"got {quoted(value)}"
         )
     return total
 
@@ -166,11 +170,13 @@ def _partition(raw: object, where: str) -> VgpuPartitionSize:
     memory = _bytes(fields["memory"], f"{where}.memory")
     if memory < MIB or memory % MIB:
         raise NodeConfigError(
-            f"{where}.memory: must be a positive whole number of MiB, got {fields['memory']!r}"
+            f"{where}.memory: must be a positive whole number of MiB, got {quoted(fields['memory'])}"
         )
     cores = fields.get("cores")
     if cores is not None and (not isinstance(cores, int) or isinstance(cores, bool) or not 1 <= cores <= 100):
-        raise NodeConfigError(f"{where}.cores: expected an integer percentage from 1 to 100, got {cores!r}")
+        raise NodeConfigError(
+            f"{where}.cores: expected an integer percentage from 1 to 100, got {quoted(cores)}"
+        )
     return VgpuPartitionSize(memory, cores)
 
 
@@ -205,10 +211,12 @@ def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
     except DecodeError as error:
         raise NodeConfigError(str(error)) from error
     profiles = _list(mig.get("profiles", []), f"{where}.mig.profiles")
-    if not all(isinstance(name, str) for name in profiles):
-        raise NodeConfigError(
-            f"{where}.mig.profiles: expected profile names such as 1g.10gb, got {profiles!r}"
-        )
+    for number, name in enumerate(profiles):
+        if not isinstance(name, str):
+            raise NodeConfigError(
+                f"{where}.mig.profiles: expected profile names such as 1g.10gb, "
+                f"got {quoted(name)} at [{number}]"
+            )
     return GpuSettings(
         mode=mode,
         memory_step=memory_step,
@@ -249,17 +257,18 @@ def _entry(raw: object, where: str) -> GpuEntry:
         )
     index, uuid, model, product_name = (fields.get(name) for name in _SELECTORS)
     if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
-        raise NodeConfigError(f"{where}.index: expected a GPU index (an integer ≥ 0), got {index!r}")
+        raise NodeConfigError(f"{where}.index: expected a GPU index (an integer ≥ 0), got {quoted(index)}")
     if uuid is not None and not isinstance(uuid, str):
-        raise NodeConfigError(f"{where}.uuid: expected a GPU UUID string such as GPU-…, got {uuid!r}")
-    if model is not None and model not in gpu_models():
+        raise NodeConfigError(f"{where}.uuid: expected a GPU UUID string such as GPU-…, got {quoted(uuid)}")
+    if model is not None and (not isinstance(model, str) or model not in gpu_models()):
         raise NodeConfigError(
-            f"{where}.model: {model!r} is not a GPU model of the catalog; known: {', '.join(gpu_models())}"
+            f"{where}.model: {quoted(model)} is not a GPU model of the catalog; "
+            f"known: {', '.join(gpu_models())}"
         )
     if product_name is not None and (not isinstance(product_name, str) or not product_name.strip()):
         raise NodeConfigError(
             f"{where}.productName: expected the GPU's name as nvidia-smi shows it, such as 'NVIDIA L4', "
-            f"got {product_name!r}"
+            f"got {quoted(product_name)}"
         )
     return GpuEntry(
         where=where,
@@ -269,6 +278,45 @@ def _entry(raw: object, where: str) -> GpuEntry:
         model=model,
         product_name=product_name,
     )
+
+
+def _conflicts(entry: GpuEntry) -> tuple[tuple[str, object], ...]:
+    """The keys under which an earlier entry of equal rank would select the same GPUs as this one.
+    A model entry and a productName entry of the model's product name select the same GPUs; two
+    models never do (should two models share a product name, the GPU's memory tells them apart)."""
+    if entry.index is not None:
+        return (("index", entry.index),)
+    if entry.uuid is not None:
+        return (("uuid", entry.uuid),)
+    if entry.model is not None:
+        return (("model", entry.model), ("productName", gpu_models()[entry.model].product_name))
+    return (("productName", entry.product_name), ("model of productName", entry.product_name))
+
+
+def _registered(entry: GpuEntry) -> tuple[tuple[str, object], ...]:
+    """The keys this entry answers to for the entries after it."""
+    if entry.model is not None:
+        return (("model", entry.model), ("model of productName", gpu_models()[entry.model].product_name))
+    return _conflicts(entry)[:1]
+
+
+def duplicate_problems(entries: Sequence[GpuEntry]) -> list[str]:
+    """Entries that select the same GPUs with equal rank: on any node with such a GPU neither can
+    win, so the GPU would be left out. The same index, the same uuid, the same model, the same
+    productName, or a model and its product name. (An index and a uuid naming one GPU can only be
+    told on the node; `plan_node` reports those.)"""
+    seen: dict[tuple[str, object], GpuEntry] = {}
+    problems = []
+    for entry in entries:
+        earlier = next((seen[key] for key in _conflicts(entry) if key in seen), None)
+        if earlier is not None:
+            problems.append(
+                f"{entry.where}: selects the same GPUs as {earlier.where} ({earlier.selector}); "
+                "give each GPU or kind of GPU one entry"
+            )
+        for key in _registered(entry):
+            seen.setdefault(key, entry)
+    return problems
 
 
 def _default(fields: Mapping[str, Any]) -> GpuSettings:
@@ -296,6 +344,7 @@ def parse_node_config(raw: object, origin: str) -> NodeConfig:
                 problems.extend(error.problems)
     except NodeConfigError as error:
         problems.extend(error.problems)
+    problems.extend(duplicate_problems(entries))
     if problems:
         raise NodeConfigError(*(f"{origin}: {problem}" for problem in problems))
     return NodeConfig(default=default, gpus=tuple(entries))
@@ -352,7 +401,8 @@ def _check_fits(gpu: Gpu, mode: ResolvedMode, settings: GpuSettings, where: str)
         if unknown := sorted(set(settings.mig_profiles) - known):
             raise _Misfit(
                 f"{where}.mig.profiles",
-                f"{unknown} not offered by {describe_gpu(gpu)}; its profiles: {', '.join(sorted(known))}",
+                f"[{', '.join(quoted(name) for name in unknown)}] not offered by {describe_gpu(gpu)}; "
+                f"its profiles: {', '.join(sorted(known))}",
             )
 
 

@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dra_driver.base.strict_decode import DecodeError, choice, integer, items, mapping
+from dra_driver.base.strict_decode import DecodeError, choice, integer, items, mapping, quoted
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.hardware.catalog import GpuModel, MigGeometry, gpu_models, read_packaged_yaml
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
@@ -86,7 +86,7 @@ def _child(path: str, field: str) -> str:
 
 def _version(raw: object, path: str, example: str) -> str:
     if not isinstance(raw, str) or not all(part.isdigit() for part in raw.split(".")):
-        raise DecodeError(path, f"expected a dotted version string like {example!r}, got {raw!r}")
+        raise DecodeError(path, f"expected a dotted version string like {example!r}, got {quoted(raw)}")
     return raw
 
 
@@ -104,13 +104,15 @@ def _fabric_clique(raw: object, path: str) -> str:
         cluster, _, clique = raw.rpartition(".")
         if _is_uuid(cluster) and clique.isdigit():
             return raw
-    raise DecodeError(path, f"expected '<cluster UUID>.<clique id>' like '{uuid.UUID(int=1)}.0', got {raw!r}")
+    raise DecodeError(
+        path, f"expected '<cluster UUID>.<clique id>' like '{uuid.UUID(int=1)}.0', got {quoted(raw)}"
+    )
 
 
 def _model(raw: object, path: str) -> GpuModel:
     models = gpu_models()
     if not isinstance(raw, str) or raw not in models:
-        raise DecodeError(path, f"unknown GPU model {raw!r}; known models: {', '.join(sorted(models))}")
+        raise DecodeError(path, f"unknown GPU model {quoted(raw)}; known models: {', '.join(sorted(models))}")
     return models[raw]
 
 
@@ -131,13 +133,16 @@ def _mig_instance(
     profile = geometry.profile_named(name) if isinstance(name, str) else None
     if profile is None:
         known = ", ".join(p.name for p in geometry.profiles)
-        raise DecodeError(f"{path}.profile", f"unknown MIG profile {name!r}; this model's profiles: {known}")
+        raise DecodeError(
+            f"{path}.profile", f"unknown MIG profile {quoted(name)}; this model's profiles: {known}"
+        )
     start = item["start"]
     placement = next((p for p in profile.placements if p.start == start and type(start) is int), None)
     if placement is None:
         starts = ", ".join(str(p.start) for p in profile.placements)
         raise DecodeError(
-            f"{path}.start", f"{start!r} is not a placement start of {profile.name}; allowed: {starts}"
+            f"{path}.start",
+            f"{quoted(start)} is not a placement start of {profile.name}; allowed: {starts}",
         )
     if rejection := mig_rejection(geometry, [(s.profile, s.placement) for s in accepted], profile, placement):
         raise DecodeError(
@@ -173,7 +178,7 @@ def _group(raw: object, path: str) -> GpuGroupSpec:
 def _node(raw: object, origin: str) -> SimulatedNodeSpec:
     node = _mapping(raw, "", _NODE_FIELDS, required=("gpus",))
     if not isinstance(node["gpus"], list) or not node["gpus"]:
-        raise DecodeError("gpus", f"expected a non-empty list of GPU groups, got {node['gpus']!r}")
+        raise DecodeError("gpus", f"expected a non-empty list of GPU groups, got {quoted(node['gpus'])}")
     groups = tuple(_group(group, f"gpus[{position}]") for position, group in enumerate(node["gpus"]))
     if (total := sum(group.count for group in groups)) > MAX_SIMULATED_GPUS:
         raise DecodeError("gpus", f"{total} GPUs in all; a simulated node has at most {MAX_SIMULATED_GPUS}")
@@ -230,7 +235,7 @@ def resolve_node_spec(source: str) -> SimulatedNodeSpec:
     profiles = node_profiles()
     if source not in profiles:
         raise HardwareError(
-            f"unknown simulated node profile {source!r}; known profiles: {', '.join(sorted(profiles))}",
+            f"unknown simulated node profile {quoted(source)}; known profiles: {', '.join(sorted(profiles))}",
             HardwareErrorReason.NOT_FOUND,
         )
     return profiles[source]

@@ -9,6 +9,7 @@ callers prefix it with the field name.
 import re
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # A Kubernetes UID, for building larger patterns (file and socket names) too.
 UID_PATTERN = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -20,6 +21,7 @@ DNS_LABEL_MAX = 63
 SHOWN_MAX = 80
 DNS_SUBDOMAIN_MAX = 253
 DRIVER_NAME_MAX = 63
+LABEL_VALUE_MAX = 63
 
 
 def shown(value: str) -> str:
@@ -53,6 +55,16 @@ def dns_subdomain_problem(value: str, max_length: int = DNS_SUBDOMAIN_MAX) -> st
         max_length,
         "a DNS subdomain (dot-separated lowercase labels of letters, digits and '-', "
         "each starting and ending with a letter or digit)",
+    )
+
+
+def label_value_problem(value: str) -> str | None:
+    """A non-empty label value (the empty value is valid for a label but names nothing)."""
+    return _name_problem(
+        value,
+        _LABEL_VALUE,
+        LABEL_VALUE_MAX,
+        "a label value (letters, digits, '-', '_' and '.', starting and ending with a letter or digit)",
     )
 
 

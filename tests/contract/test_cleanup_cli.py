@@ -92,6 +92,24 @@ def test_cleanup_refuses_while_an_agent_pod_runs_on_the_node_unless_forced(
     assert owners(cluster) == [(DRIVER, "node-b"), (OTHER_DRIVER, "node-a")]
 
 
+def test_a_dry_run_lists_what_an_uninstall_leaves_while_the_agent_still_runs(
+    cluster: ApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Deleting nothing, it needs no refusal: an operator lists the slices before uninstalling."""
+    agent_pod(cluster, "dra-driver-abcde", "node-a", "Running")
+
+    code, out, err = cleanup(capsys, "--node-name", "node-a", "--kubeconfig", str(kubeconfig), "--dry-run")
+
+    assert code == 0, err
+    assert "resourceslice" in out.lower()
+    assert err == (
+        "dra-driver cleanup: note: an agent still serves node-a (dra-driver/dra-driver-abcde on node-a), "
+        "and would publish its slices again; uninstall it first, or give --force "
+        "(a real cleanup would be refused)\n"
+    )
+    assert (DRIVER, "node-a") in owners(cluster)
+
+
 def test_all_nodes_removes_the_drivers_slices_of_every_node_and_no_other_drivers(
     cluster: ApiServer, kubeconfig: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

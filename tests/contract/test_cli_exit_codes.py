@@ -4,6 +4,7 @@ Scripts and operators tell "you asked for something wrong" (2) from "it failed" 
 status alone, so each case here is input that cannot work whatever the node's state.
 """
 
+import ctypes
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,3 +241,171 @@ def test_node_refuses_a_hami_core_library_that_cannot_enforce_before_it_runs(
         f"dra-driver node: --hami-core-library (DRA_DRIVER_HAMI_CORE_LIBRARY): {library}: {names}"
     )
     assert not (tmp_path / "state-dir").exists(), "refused before anything ran"
+
+
+NO_CONTEXT = "apiVersion: v1\nkind: Config\n"
+UNREACHABLE = """apiVersion: v1
+kind: Config
+current-context: c
+contexts: [{name: c, context: {cluster: c, user: u}}]
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: abc}}]
+"""
+BROKEN_YAML = "default:\n  mode: [gpu\n"
+AGENT_DIRS = tuple(
+    argument
+    for flag in ("--state-dir", "--plugins-dir", "--registrar-dir", "--cdi-dir")
+    for argument in (flag, "{tmp}/" + flag.strip("-"))
+)
+NODE = ("node", "--node-name", "node-a", *AGENT_DIRS)
+
+
+def _nvml_loads() -> bool:
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    args: tuple[str, ...]
+    code: int
+    names: str
+    files: dict[str, str] = field(default_factory=dict)
+    skip: str = ""
+
+
+OUTCOMES = {
+    # A kubeconfig named on the command line: absent or unusable is invalid input, in every command.
+    "inspect -o layout: an absent kubeconfig": Outcome(
+        ("inspect", "-o", "layout", "--hardware", "simulated:t4x4", "--kubeconfig", "{tmp}/absent"),
+        2,
+        "--kubeconfig: {tmp}/absent is not a file",
+    ),
+    "inspect -o layout: a kubeconfig without a context": Outcome(
+        ("inspect", "-o", "layout", "--hardware", "simulated:t4x4", "--kubeconfig", "{tmp}/kc"),
+        2,
+        "--kubeconfig {tmp}/kc: current-context: not set",
+        {"kc": NO_CONTEXT},
+    ),
+    "plan: an absent kubeconfig": Outcome(
+        ("plan", "--kubeconfig", "{tmp}/absent", "--node-name", "node-a", "--pods", "gpu"),
+        2,
+        "--kubeconfig: {tmp}/absent is not a file",
+    ),
+    "plan: a kubeconfig without a context": Outcome(
+        ("plan", "--kubeconfig", "{tmp}/kc", "--node-name", "node-a", "--pods", "gpu"),
+        2,
+        "--kubeconfig {tmp}/kc: current-context: not set",
+        {"kc": NO_CONTEXT},
+    ),
+    "cleanup: an absent kubeconfig": Outcome(
+        ("cleanup", "--kubeconfig", "{tmp}/absent", "--node-name", "node-a"),
+        2,
+        "--kubeconfig: {tmp}/absent is not a file",
+    ),
+    "node: an absent kubeconfig": Outcome(
+        (*NODE, "--hardware", "simulated:t4x4", "--kubeconfig", "{tmp}/absent"),
+        2,
+        "--kubeconfig (KUBECONFIG): {tmp}/absent is not a file",
+    ),
+    "node: a kubeconfig without a context": Outcome(
+        (*NODE, "--hardware", "simulated:t4x4", "--kubeconfig", "{tmp}/kc"),
+        2,
+        "--kubeconfig (KUBECONFIG): {tmp}/kc: current-context: not set",
+        {"kc": NO_CONTEXT},
+    ),
+    # ... while a cluster that does not answer is a run-time failure.
+    "plan: a cluster that does not answer": Outcome(
+        ("plan", "--kubeconfig", "{tmp}/kc", "--node-name", "node-a", "--pods", "gpu"),
+        1,
+        "no answer",
+        {"kc": UNREACHABLE},
+    ),
+    "cleanup: a cluster that does not answer": Outcome(
+        ("cleanup", "--kubeconfig", "{tmp}/kc", "--node-name", "node-a"),
+        1,
+        "no answer",
+        {"kc": UNREACHABLE},
+    ),
+    "node: no cluster to run in": Outcome(
+        (*NODE, "--hardware", "simulated:t4x4"), 1, "in-cluster config (no --kubeconfig given)"
+    ),
+    "node: an unknown simulated node, before any cluster": Outcome(
+        (*NODE, "--hardware", "simulated:nope"),
+        2,
+        "--hardware (DRA_DRIVER_HARDWARE): unknown simulated node profile 'nope'; known profiles: a30x4",
+    ),
+    "inspect: a Kubernetes version 2.0": Outcome(
+        ("inspect", "--hardware", "simulated:t4x4", "--kubernetes-version", "2.0"),
+        2,
+        "--kubernetes-version: '2.0' is not a Kubernetes version 1.N with N >= 34",
+    ),
+    "demo: an empty claim file": Outcome(
+        ("demo", "--no-container", "--claim", "{tmp}/claims.yaml"),
+        2,
+        "--claim: claim file {tmp}/claims.yaml: holds no ResourceClaim",
+        {"claims.yaml": ""},
+    ),
+    "demo: a claim kind misspelt": Outcome(
+        ("demo", "--no-container", "--claim", "vgpus"), 2, "--claim takes gpu|mig|vgpu|FILE"
+    ),
+    "demo: a claim file that is no YAML": Outcome(
+        ("demo", "--no-container", "--claim", "{tmp}/claims.yaml"),
+        2,
+        "--claim: claim file {tmp}/claims.yaml: not valid YAML: expected ',' or ']', but got '<stream end>' "
+        "at line 3, column 1",
+        {"claims.yaml": BROKEN_YAML},
+    ),
+    "validate-config: a node config that is no YAML": Outcome(
+        ("validate-config", "{tmp}/node.yaml"),
+        2,
+        "node config {tmp}/node.yaml: not valid YAML: ",
+        {"node.yaml": BROKEN_YAML},
+    ),
+    "node: a simulated node file that is no YAML": Outcome(
+        (*NODE, "--hardware", "simulated:{tmp}/node.yaml"),
+        2,
+        "simulated node file {tmp}/node.yaml: not valid YAML: ",
+        {"node.yaml": BROKEN_YAML},
+    ),
+    "inspect: no GPU and no --hardware": Outcome(
+        ("inspect", "--driver-root", "{tmp}"),
+        1,
+        "without a GPU here, pass --hardware simulated:<profile> to inspect a simulated node "
+        "(profiles: a30x4, b200x8,",
+        skip="NVML loads on this machine: a bare inspect finds its GPUs" if _nvml_loads() else "",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", OUTCOMES.values(), ids=OUTCOMES.keys())
+def test_every_command_exits_2_for_invalid_input_and_1_for_a_run_time_failure(
+    case: Outcome,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The rule for kubeconfigs: a file the operator names (--kubeconfig, KUBECONFIG) that is
+    absent or that no client could use is invalid input, 2, in inspect, plan, cleanup and node
+    alike: the command line is what must change. A cluster that does not answer, or no cluster
+    at all for an agent given no kubeconfig, is a run-time failure, 1. Every message is one line
+    naming the flag or the file (never PyYAML's "<unicode string>")."""
+    if case.skip:
+        pytest.skip(case.skip)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    for relative, content in case.files.items():
+        (tmp_path / relative).write_text(content)
+
+    code = main([arg.replace("{tmp}", str(tmp_path)) for arg in case.args])
+
+    err = capsys.readouterr().err
+    assert code == case.code, err
+    assert err.count("\n") == 1, err
+    assert err.startswith(f"dra-driver {case.args[0]}: "), err
+    assert case.names.replace("{tmp}", str(tmp_path)) in err
+    assert "<unicode string>" not in err
+    assert not (tmp_path / "state-dir").exists(), "refused before the agent ran"

@@ -42,8 +42,15 @@ class DemoClaims:
 
 
 def claim_choice(value: str) -> ClaimKind | Path:
-    """`--claim`: a kind of device, or the path of a claim file."""
-    return CLAIM_KINDS.get(value) or Path(value)
+    """`--claim`: a kind of device, or the path of a claim file (a typo of a kind is neither)."""
+    if kind := CLAIM_KINDS.get(value):
+        return kind
+    if not Path(value).is_file():
+        raise SettingsError(
+            f"--claim: claim file {value}: no such file; --claim takes gpu|mig|vgpu|FILE "
+            "(a kind of device, or a file of allocated ResourceClaims)"
+        )
+    return Path(value)
 
 
 async def demo_claims(choice: ClaimKind | Path, hardware: str) -> DemoClaims:
@@ -51,9 +58,13 @@ async def demo_claims(choice: ClaimKind | Path, hardware: str) -> DemoClaims:
     cannot offer; SetupError for a hardware description that is no node."""
     if isinstance(choice, Path):
         try:
-            return DemoClaims(OfflineClaimSource.from_file(choice))
+            source = OfflineClaimSource.from_file(choice)
         except ValueError as error:
             raise SettingsError(f"--claim: {error}") from error
+        if not source.identities():
+            # Exit 0 having prepared nothing would read as success.
+            raise SettingsError(f"--claim: claim file {choice}: holds no ResourceClaim")
+        return DemoClaims(source)
     spec = parse_hardware(hardware)
     backend, inventory = await discover_inventory(
         InventorySettings(DEMO_NODE, DEFAULT_DRIVER_NAME, spec, node_config=None)

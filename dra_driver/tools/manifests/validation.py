@@ -5,8 +5,7 @@ cannot start on any node."""
 import re
 from collections.abc import Iterable
 
-import yaml
-
+from dra_driver.base.bounded_yaml import YamlProblem, load_bounded_yaml
 from dra_driver.config.settings import parse_hardware
 from dra_driver.devices.extended_resources import (
     FIRST_MINOR,
@@ -15,6 +14,7 @@ from dra_driver.devices.extended_resources import (
     minor_problem,
 )
 from dra_driver.devices.node_config import NodeConfigError, parse_node_config
+from dra_driver.devices.node_config_checks import offline_problems
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.simulated_nodes import names_a_file, parse_node_spec, resolve_node_spec
 from dra_driver.kube.k8s_names import dns_label_problem, dns_subdomain_problem, driver_name_problem, shown
@@ -87,19 +87,11 @@ def split_node_config_argument(argument: str) -> tuple[str, str]:
     return DEFAULT_NODE_CONFIG, argument
 
 
-def _yaml_problem(error: yaml.YAMLError) -> str:
-    """PyYAML's message on one line, with its line and column (1-based)."""
-    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
-        mark = error.problem_mark
-        return f"{error.problem} at line {mark.line + 1}, column {mark.column + 1}"
-    return " ".join(str(error).split())
-
-
 def _load_yaml(flag: str, text: str) -> object:
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ManifestError(f"{flag}: not valid YAML: {_yaml_problem(error)}") from None
+        return load_bounded_yaml(text)
+    except YamlProblem as error:
+        raise ManifestError(f"{flag}: {error}") from None
 
 
 def _check_path(flag: str, value: str) -> None:
@@ -115,10 +107,14 @@ def _check_node_files(options: ManifestOptions) -> None:
         flag = f"--node-config {name}"
         if problem := node_config_name_problem(name):
             raise ManifestError(f"--node-config: config name {problem}")
+        origin = f"node config {name!r}"
         try:
-            parse_node_config(_load_yaml(flag, text), f"node config {name!r}")
+            config = parse_node_config(_load_yaml(flag, text), origin)
         except NodeConfigError as error:
             raise ManifestError(f"{flag}: {error}") from None
+        # No node here: MIG profile names are checked against every model of the catalog.
+        if problems := offline_problems(config):
+            raise ManifestError(f"{flag}: {origin}: {problems[0]}")
     hardware = parse_hardware(options.hardware)  # its error already names --hardware
     if options.simulated_node is not None:
         if hardware.kind != "simulated":

@@ -82,11 +82,6 @@ gpus:
             "default.vgpu.partitions[1].memory: two partition sizes with the same memory on GPU 0",
         ),
         (
-            "l4x8",
-            "gpus: [{index: 0, mode: gpu}, {index: 0, mode: vgpu-capacity}]",
-            "gpus[1]: GPU 0 (NVIDIA L4, GPU-",
-        ),
-        (
             "dgx-h100-mig",
             "gpus: [{index: 0, mode: mig-dynamic, mig: {profiles: [1g.10gb, 9g.99gb]}}]",
             "gpus[0].mig.profiles: ['9g.99gb'] not offered by GPU 0",
@@ -276,14 +271,49 @@ def test_a_model_entry_that_matches_nothing_is_fine_but_an_index_entry_is_a_prob
     assert problem.message.startswith("gpus[0]: no GPU with index 7 on this node")
 
 
-def test_two_entries_of_equal_rank_for_one_gpu_leave_it_out() -> None:
-    text = "gpus: [{model: L4, mode: gpu}, {productName: NVIDIA L4, mode: vgpu-capacity}]"
+def test_an_index_and_a_uuid_entry_for_one_gpu_leave_it_out() -> None:
+    """Only the node can tell that an index and a uuid name the same GPU; the rest go on."""
+    gpu = simulated_node("l4x8")[3]
+    text = f"gpus: [{{index: 3, mode: gpu}}, {{uuid: {gpu.uuid}, mode: vgpu-capacity}}]"
     result = node_plan("l4x8", text)
-    assert result.plans == ()
-    assert len(result.problems) == 8
-    assert result.problems[3].setting == "gpus[1]"
-    assert "GPU 3 (NVIDIA L4" in result.problems[3].message
-    assert result.problems[3].message.endswith("is already configured by gpus[0]")
+    assert len(result.plans) == 7
+    assert [problem.setting for problem in result.problems] == ["gpus[1]"]
+    assert "GPU 3 (NVIDIA L4" in result.problems[0].message
+    assert result.problems[0].message.endswith("is already configured by gpus[0]")
+
+
+DUPLICATES = {
+    "the same index": ("{index: 0, mode: gpu}", "{index: 0, mode: vgpu-capacity}", "index 0"),
+    "the same uuid": ("{uuid: GPU-a, mode: gpu}", "{uuid: GPU-a}", "uuid GPU-a"),
+    "the same model": ("{model: L4}", "{model: L4, mode: gpu}", "model L4"),
+    "the same productName": (
+        "{productName: NVIDIA L4}",
+        "{productName: NVIDIA L4}",
+        "productName 'NVIDIA L4'",
+    ),
+    "a model, then its product name": ("{model: L4}", "{productName: NVIDIA L4}", "model L4"),
+    "a product name, then its model": ("{productName: NVIDIA L4}", "{model: L4}", "productName 'NVIDIA L4'"),
+}
+
+
+@pytest.mark.parametrize(("first", "second", "selector"), DUPLICATES.values(), ids=DUPLICATES.keys())
+def test_two_entries_that_select_the_same_gpus_are_refused_without_a_node(
+    first: str, second: str, selector: str
+) -> None:
+    """Equal rank, so on any node with such a GPU neither could win: a mistake of the file."""
+    with pytest.raises(NodeConfigError) as caught:
+        parse_node_config(yaml.safe_load(f"gpus: [{first}, {{index: 5}}, {second}]"), "f.yaml")
+    assert caught.value.problems == (
+        f"f.yaml: gpus[2]: selects the same GPUs as gpus[0] ({selector}); "
+        "give each GPU or kind of GPU one entry",
+    )
+
+
+def test_entries_that_select_different_gpus_are_no_duplicates() -> None:
+    entries = ["index: 0", "index: 1", "uuid: GPU-a", "uuid: GPU-b", "model: L4", "model: T4"]
+    entries.append("productName: x")
+    text = "gpus: [" + ", ".join(f"{{{entry}}}" for entry in entries) + "]"
+    assert len(parse_node_config(yaml.safe_load(text), "f.yaml").gpus) == 7
 
 
 def test_every_malformed_part_of_a_file_is_reported_at_once() -> None:

@@ -243,7 +243,7 @@ A100 = "{model: A100-SXM4-80GB, count: 1, migMode: enabled, migInstances: [%s]}"
         ),
         ("model: L4\ncount: 2\n", "field model, count: unknown fields (allowed here: driverVersion"),
         ("driverVersion: '580'\n", "field gpus: required field is missing"),
-        ("gpus: []", "field gpus: expected a non-empty list of GPU groups, got []"),
+        ("gpus: []", "field gpus: expected a non-empty list of GPU groups, got a list"),
         ("gpus: {model: L4}", "field gpus: expected a non-empty list of GPU groups"),
         (
             "gpus: [L4]",
