@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 
 from dra_driver.devices.naming import vgpu_size_token
-from dra_driver.hardware.catalog import gpu_models
+from dra_driver.hardware.catalog import catalog_mig_profile_names
 
 RESOURCE_DOMAIN = "nvidia.com"
 GPU_RESOURCE_NAME = f"{RESOURCE_DOMAIN}/gpu"
@@ -83,9 +83,7 @@ def catalog_mig_profiles() -> tuple[str, ...]:
     cluster-wide and outlive any node's hardware. A node with another GPU model added later then
     finds its names already served, and a class whose profile no node has selects nothing and
     costs nothing (a pod asking for it stays Pending, as it would with the device plugin)."""
-    return sorted_profiles(
-        {profile.name for model in gpu_models().values() if model.mig for profile in model.mig.profiles}
-    )
+    return sorted_profiles(catalog_mig_profile_names())
 
 
 def mig_suffix(profile: str) -> str:

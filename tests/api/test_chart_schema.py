@@ -26,9 +26,6 @@ from tests.support.apiserver import ApiServer
 REPOSITORY = Path(__file__).resolve().parents[2]
 SCHEMA = CHART / "values.schema.json"
 PARTITIONS = {"mode": "vgpu-partitions", "vgpu": {"partitions": [{"memory": "10Gi"}]}}
-# The CLI half of issue 33 item 1 (catalog MIG names, duplicate selectors) is another change's:
-# until it lands, `manifests` still accepts these, and the strict xfail says when it no longer does.
-CLI_ITEM_1 = pytest.mark.xfail(strict=True, reason="the CLI's half of issue 33 item 1, not yet merged")
 
 
 def options_for(values: dict[str, Any]) -> ManifestOptions:
@@ -95,13 +92,11 @@ BAD: list[Any] = [
         config(mode="mig-dynamic", mig={"profiles": ["bogus"]}),
         "/nodeConfigs/c/default/mig/profiles/0",
         id="mig-profile-bogus",
-        marks=CLI_ITEM_1,
     ),
     pytest.param(
         config(mode="mig-dynamic", mig={"profiles": ["9g.99gb"]}),
         "/nodeConfigs/c/default/mig/profiles/0",
         id="mig-profile-made-up",
-        marks=CLI_ITEM_1,
     ),
     pytest.param(gpus({"model": "H900", "mode": "gpu"}), "/nodeConfigs/c/gpus/0/model", id="gpu-model"),
     pytest.param(
@@ -112,13 +107,11 @@ BAD: list[Any] = [
         gpus({"index": 0, "mode": "gpu"}, {"index": 0, "mode": "mig-static"}),
         "nodeConfigs.c.gpus[1]: index 0 is already configured by gpus[0]",
         id="duplicate-index",
-        marks=CLI_ITEM_1,
     ),
     pytest.param(
         gpus({"model": "L4"}, {"model": "L4", "mode": "gpu"}),
         "nodeConfigs.c.gpus[1]: model L4 is already configured by gpus[0]",
         id="duplicate-model",
-        marks=CLI_ITEM_1,
     ),
     pytest.param(
         {"nodeConfigs": {"bad name!": {}}},
@@ -149,7 +142,6 @@ BAD: list[Any] = [
         {"extendedResources": {"enabled": True, "migProfiles": ["9g.99gb"]}},
         "/extendedResources/migProfiles/0",
         id="extended-mig-made-up",
-        marks=CLI_ITEM_1,
     ),
     pytest.param(
         {"extendedResources": {"enabled": True, "migProfiles": ["1g.10gb+x"]}},

@@ -15,6 +15,7 @@ from dra_driver.devices.extended_resources import (
 )
 from dra_driver.devices.node_config import NodeConfigError, parse_node_config
 from dra_driver.devices.node_config_checks import offline_problems
+from dra_driver.hardware.catalog import catalog_mig_profile_names
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.simulated_nodes import names_a_file, parse_node_spec, resolve_node_spec
 from dra_driver.kube.k8s_names import dns_label_problem, dns_subdomain_problem, driver_name_problem, shown
@@ -169,9 +170,14 @@ def _check_extended_resources(options: ManifestOptions) -> None:
         raise ManifestError(
             f"--extended-resources: {problem}; pass --kubernetes-version 1.{FIRST_MINOR} or later"
         )
+    known = catalog_mig_profile_names()
     for profile in options.extended_mig_profiles:
         if problem := mig_profile_problem(profile):
             raise ManifestError(f"--extended-mig-profile: {problem}")
+        if profile not in known:
+            raise ManifestError(
+                f"--extended-mig-profile: {shown(profile)}: no GPU model of the catalog offers it"
+            )
 
 
 def check_options(options: ManifestOptions) -> None:
