@@ -32,6 +32,7 @@ beta (on) in 1.36 and GA in 1.37: an older cluster would silently drop it and po
 """
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dra_driver.devices.naming import vgpu_size_token
@@ -74,7 +75,7 @@ def _profile_key(profile: str) -> tuple[int, int, str]:
     return (int(compute), memory, rest)
 
 
-def sorted_profiles(profiles: set[str] | tuple[str, ...]) -> tuple[str, ...]:
+def sorted_profiles(profiles: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(profiles), key=_profile_key))
 
 
