@@ -14,10 +14,13 @@ INSTALLER = REPOSITORY / "hack" / "install-test-deps.sh"
 
 
 def readme_test_command() -> str:
-    """The command of the README's Development block whose comment names the tests."""
-    block = re.search(r"## Development\n\n```sh\n(.*?)```", (REPOSITORY / "README.md").read_text(), re.S)
-    assert block, "README.md lost its Development block with the two commands"
-    commands = [line.split("#")[0].strip() for line in block[1].splitlines() if "test" in line]
+    """The command of the README's Development section whose comment names the tests."""
+    section = re.search(r"## Development\n(.*?)(?=\n## |\Z)", (REPOSITORY / "README.md").read_text(), re.S)
+    assert section, "README.md lost its Development section"
+    blocks = re.findall(r"```sh\n(.*?)```", section[1], re.S)
+    commands = [
+        line.split("#")[0].strip() for block in blocks for line in block.splitlines() if "test" in line
+    ]
     assert len(commands) == 1, commands
     return commands[0]
 
