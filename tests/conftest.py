@@ -1,10 +1,12 @@
 """Fixtures shared by the test tiers: the stand-in API server and short temporary directories."""
 
+import functools
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import kubernetes_validate.utils
 import pytest
 from hypothesis import HealthCheck, settings
 from kubernetes import client, config
@@ -17,6 +19,12 @@ from tests.support.publishing import add_node
 # CI machines have two busy cores: wall-clock limits per example would only make tests flaky.
 settings.register_profile("project", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("project")
+
+# kubernetes-validate reads and parses the schema files (the definitions file is megabytes of JSON)
+# on every call, and the stand-in API server validates every write: about 50 ms each, most of the
+# time of tests that write many objects. The files never change while the tests run, and nothing
+# mutates the parsed schemas, so each is read once per test process.
+kubernetes_validate.utils.schema_contents = functools.cache(kubernetes_validate.utils.schema_contents)
 
 
 @pytest.fixture

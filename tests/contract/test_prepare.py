@@ -3,19 +3,25 @@ with claims served by the stand-in API server through the official client."""
 
 import asyncio
 import json
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_driver.tools import kubelet_client
 from dra_driver.tools.kubelet_client import ClaimArg, DraApi
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
+from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate, claim_body
+from tests.support.image import IMAGE_ENVIRONMENT
+from tests.support.publishing import add_node
 from tests.support.waiting import wait_until
 
 KIND = "k8s.gpu.dra-driver.dev/claim"
@@ -32,6 +38,59 @@ def unprepare(agent: AgentProcess, api: DraApi, *claims: ClaimArg) -> dict[str, 
     answer = asyncio.run(kubelet_client.unprepare(agent.dirs.dra_socket, api, list(claims)))
     claims_answer: dict[str, Any] = answer["claims"]
     return claims_answer
+
+
+@pytest.fixture(scope="module")
+def shared_node() -> Iterator[tuple[ApiServer, AgentProcess]]:
+    """One API server and one agent for every test here that takes `agent`: starting an agent is
+    most of such a test's time. The tests that restart agents get a node of their own (`own_node`)."""
+    server = ApiServer().start()
+    add_node(server)
+    root = Path(tempfile.mkdtemp(prefix="dra-"))
+    kubeconfig = server.write_kubeconfig(root / "kubeconfig")
+    agent = start_agent(AgentDirs(root=root / "node"), kubeconfig, env=IMAGE_ENVIRONMENT)
+    agent.wait_for_log("resourceslices published")
+    yield server, agent
+    agent.terminate()
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def apiserver(shared_node: tuple[ApiServer, AgentProcess]) -> ApiServer:
+    return shared_node[0]
+
+
+@pytest.fixture
+def agent(
+    shared_node: tuple[ApiServer, AgentProcess], claims_api: client.ResourceV1Api
+) -> Iterator[AgentProcess]:
+    """The shared agent, handed back as a fresh one would be: every claim it holds unprepared, no
+    claim in the API server, no fault armed."""
+    server, shared = shared_node
+    yield shared
+    assert shared.process.poll() is None, shared.log_path.read_text()
+    server.faults.latency_seconds, server.faults.fail_next = 0.0, 0
+    held = [
+        ClaimArg(**json.loads(path.read_text())["claim"])
+        for path in (shared.dirs.state_dir / "claims").glob("*.json")
+    ]
+    assert unprepare(shared, "v1", *held) == {claim.uid: {"error": ""} for claim in held}
+    for claim in claims_api.list_namespaced_resource_claim("default").items:
+        claims_api.delete_namespaced_resource_claim(claim.metadata.name, "default")
+    assert not shared.dirs.cdi_dir.exists() or not any(shared.dirs.cdi_dir.iterdir())
+
+
+@pytest.fixture
+def own_node(short_dir: Path) -> Iterator[tuple[AgentDirs, Path, client.ResourceV1Api]]:
+    """A node of its own (directories, kubeconfig, claims client), for tests that start agents."""
+    server = ApiServer().start()
+    add_node(server)
+    kubeconfig = server.write_kubeconfig(short_dir / "own-kubeconfig")
+    api_client = config.new_client_from_config(str(kubeconfig))
+    yield AgentDirs(root=short_dir / "own-node"), kubeconfig, client.ResourceV1Api(api_client)
+    api_client.close()
+    server.stop()
 
 
 def files_under(root: Path) -> set[str]:
@@ -278,8 +337,9 @@ def test_request_names_are_the_main_request_of_a_first_available_choice(
 
 
 def test_unprepare_after_restart_works_from_local_state_alone(
-    agent_dirs: AgentDirs, kubeconfig: Path, claims_api: client.ResourceV1Api
+    own_node: tuple[AgentDirs, Path, client.ResourceV1Api],
 ) -> None:
+    agent_dirs, kubeconfig, claims_api = own_node
     uid = allocate(claims_api, "survivor", {"gpu": "gpu-4"}, pool="node-a")
     claim = ClaimArg("default", "survivor", uid)
     first = start_agent(agent_dirs, kubeconfig)
@@ -299,7 +359,10 @@ def test_unprepare_after_restart_works_from_local_state_alone(
         second.terminate()
 
 
-def test_specs_no_record_owns_are_removed_at_start(agent_dirs: AgentDirs, kubeconfig: Path) -> None:
+def test_specs_no_record_owns_are_removed_at_start(
+    own_node: tuple[AgentDirs, Path, client.ResourceV1Api],
+) -> None:
+    agent_dirs, kubeconfig, _ = own_node
     agent_dirs.cdi_dir.mkdir(parents=True)
     orphan = agent_dirs.cdi_dir / "k8s.gpu.dra-driver.dev-claim_0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b.json"
     foreign = agent_dirs.cdi_dir / "k8s.net.example.com-claim_0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b.json"
@@ -315,9 +378,8 @@ def test_specs_no_record_owns_are_removed_at_start(agent_dirs: AgentDirs, kubeco
         agent.terminate()
 
 
-def test_device_ownership_survives_a_restart(
-    agent_dirs: AgentDirs, kubeconfig: Path, claims_api: client.ResourceV1Api
-) -> None:
+def test_device_ownership_survives_a_restart(own_node: tuple[AgentDirs, Path, client.ResourceV1Api]) -> None:
+    agent_dirs, kubeconfig, claims_api = own_node
     first_uid = allocate(claims_api, "holder", {"gpu": "gpu-6"}, pool="node-a")
     second_uid = allocate(claims_api, "latecomer", {"gpu": "gpu-6"}, pool="node-a")
     first = start_agent(agent_dirs, kubeconfig)
