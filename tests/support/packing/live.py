@@ -209,9 +209,7 @@ def grouped_layout(inventory: Inventory, groups: Sequence[Request]) -> Layout:
     for device in inventory.devices:
         number = group_of(device, groups)
         (loose if number is None else members[number]).append(device.name)
-    pieces = [
-        member[start : start + limit] for member in members for start in range(0, len(member), limit)
-    ]
+    pieces = [member[start : start + limit] for member in members for start in range(0, len(member), limit)]
     pieces += [loose[start : start + limit] for start in range(0, len(loose), limit)]
     slices: list[list[str]] = []
     for piece in sorted((p for p in pieces if p), key=len, reverse=True):
@@ -257,9 +255,7 @@ class LiveOrder:
         self.layout = layout
         self.mode: LiveMode = mode
         self.static = {device.name: index for index, device in enumerate(inventory.devices)}
-        self.group = {
-            device.name: group_of(device, self.groups) for device in inventory.devices
-        }
+        self.group = {device.name: group_of(device, self.groups) for device in inventory.devices}
         self.published = [list(names) for names in layout.slices]
         self.count = PublishCount()
         initial = self._positions()
@@ -354,12 +350,16 @@ def agent_groups(inventory: Inventory) -> tuple[tuple[Request, ...], tuple[Reque
         size = (_memory(device), compute.value if compute is not None else 0)
         shapes.setdefault((selector,), (Request(str(profile or device.name), selector), *size))
     groups = tuple(request for request, _, _ in shapes.values())
-    probes = tuple(request for request, _, _ in sorted(shapes.values(), key=lambda s: (-s[1], -s[2], s[0].name)))
+    probes = tuple(
+        request for request, _, _ in sorted(shapes.values(), key=lambda s: (-s[1], -s[2], s[0].name))
+    )
     if shared:
         total = max(_memory(device) for device in shared)
         vgpu = attribute_is("type", shared[0].type)
         shares = [
-            Request(f"{gib}Gi", vgpu, capacity={"memory": gib * GIB, "cores": math.ceil(100 * gib * GIB / total)})
+            Request(
+                f"{gib}Gi", vgpu, capacity={"memory": gib * GIB, "cores": math.ceil(100 * gib * GIB / total)}
+            )
             for gib in SHARE_PROBES_GIB
         ]
         groups += (shares[-1],)
