@@ -25,8 +25,7 @@ from typing import Any
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.packing.allocator import Pool
-from tests.bench.packing import DRIVER, MODES, inventories, node_gpus, run_order
-from tests.support.packing.live import (
+from dra_driver.packing.live import (
     GpuScorer,
     Layout,
     LiveMode,
@@ -37,6 +36,7 @@ from tests.support.packing.live import (
     gpu_layout,
     grouped_layout,
 )
+from tests.bench.packing import DRIVER, MODES, inventories, node_gpus, run_order
 from tests.support.packing.simulate import TraceResult, replay
 from tests.support.packing.traces import Event, make_trace
 

@@ -10,8 +10,7 @@ from dra_driver.devices.node_config import GpuSettings, NodeConfig, VgpuPartitio
 from dra_driver.devices.slices import MAX_DEVICES_PER_SLICE_WITH_COUNTERS_OR_TAINTS
 from dra_driver.hardware.model import Gpu
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Refusal
-from tests.support.nodes import simulated_node
-from tests.support.packing.live import (
+from dra_driver.packing.live import (
     GpuScorer,
     LiveMode,
     LiveOrder,
@@ -21,6 +20,7 @@ from tests.support.packing.live import (
     gpu_layout,
     grouped_layout,
 )
+from tests.support.nodes import simulated_node
 from tests.support.packing.simulate import Chooser, TraceResult, replay
 from tests.support.packing.traces import GIB, Event, make_trace, mig_mix, mig_shapes
 

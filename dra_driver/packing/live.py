@@ -1,5 +1,7 @@
 """A live device order (issue 34), modelled: the agent republishes its device order from the
-node's state so that the scheduler's first fit takes what an online best fit would.
+node's state so that the scheduler's first fit takes what an online best fit would. A model,
+not an agent feature (docs/benchmarks.md "Live order" says why the agent keeps the static
+order); it is in the wheel because `dra-driver plan --trace` replays traces with it.
 
 Online best fit (the issue's reference, `OnlineBestFit`): for each one-device claim, among the
 devices of the requested shape that fit now, the one after which the most placements of the
@@ -46,8 +48,16 @@ from dra_driver.devices.slices import (
     MAX_DEVICES_PER_SLICE_WITH_COUNTERS_OR_TAINTS,
     plan_slices,
 )
-from dra_driver.packing.allocator import Allocation, Claim, DeviceResult, NodeState, Pool, Refusal, Request
-from tests.support.packing.traces import GIB, attribute_is, partition_of
+from dra_driver.packing.allocator import (
+    Allocation,
+    Claim,
+    DeviceResult,
+    NodeState,
+    Pool,
+    Refusal,
+    Request,
+    Selector,
+)
 
 # Placements of each scoring shape (largest first) that a GPU loses by one more allocation.
 Loss = tuple[int, ...]
@@ -322,6 +332,32 @@ class LiveOrder:
         return Allocation((min(options, key=lambda r: seen[r.device]),))
 
 
+GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class _AttributeIs:
+    """A selector as a hashable value, so equal requests share the state's candidate cache."""
+
+    attribute: str
+    value: str
+
+    def __call__(self, device: Device) -> bool:
+        return device.attributes.get(self.attribute) == self.value
+
+
+@dataclass(frozen=True, slots=True)
+class _PartitionOf:
+    memory_bytes: int
+
+    def __call__(self, device: Device) -> bool:
+        return (
+            device.type == "vgpu"
+            and not device.allow_multiple_allocations
+            and _memory(device) == self.memory_bytes
+        )
+
+
 def _memory(device: Device) -> int:
     memory = device.capacity.get("memory")
     return memory.value if memory is not None else 0
@@ -340,12 +376,13 @@ def agent_groups(inventory: Inventory) -> tuple[tuple[Request, ...], tuple[Reque
             shared.append(device)
             continue
         profile = device.attributes.get("profile")
+        selector: Selector
         if isinstance(profile, str):
-            selector = attribute_is("profile", profile)
+            selector = _AttributeIs("profile", profile)
         elif device.type == "gpu":
-            selector = attribute_is("type", "gpu")
+            selector = _AttributeIs("type", "gpu")
         else:
-            selector = partition_of(_memory(device))
+            selector = _PartitionOf(_memory(device))
         compute = device.capacity.get("multiprocessors")
         size = (_memory(device), compute.value if compute is not None else 0)
         shapes.setdefault((selector,), (Request(str(profile or device.name), selector), *size))
@@ -355,7 +392,7 @@ def agent_groups(inventory: Inventory) -> tuple[tuple[Request, ...], tuple[Reque
     )
     if shared:
         total = max(_memory(device) for device in shared)
-        vgpu = attribute_is("type", shared[0].type)
+        vgpu = _AttributeIs("type", shared[0].type)
         shares = [
             Request(
                 f"{gib}Gi", vgpu, capacity={"memory": gib * GIB, "cores": math.ceil(100 * gib * GIB / total)}
