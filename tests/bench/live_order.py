@@ -12,7 +12,7 @@ families of the packing bench (vGPU partitions, vGPU capacity) on the same seeds
 Also binpack against the online best fit on seven more seed triples (seeds 3-23) of the MIG
 family: how much of the gap is the seeds.
 
-Run: `python -m tests.bench.live_order` (about 7 minutes on the shared build machine, so not part of
+Run: `python -m tests.bench.live_order` (about 4 minutes on the shared build machine, so not part of
 `make bench`); results in docs/bench/live-order.json.
 """
 
