@@ -133,3 +133,28 @@ def test_a_trace_is_for_simulated_nodes_only(tmp_path: Path, capsys: pytest.Capt
     assert "--node: required with --trace" in capsys.readouterr().err
     assert main(["plan", "--node", "simulated:dgx-h100", "--trace", str(tmp_path / "missing.yaml")]) == 2
     assert f"--trace {tmp_path / 'missing.yaml'}: cannot read it" in capsys.readouterr().err
+
+
+def test_a_node_config_replays_as_the_agent_would_offer_the_gpus(
+    files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node, trace = files
+    config = tmp_path / "config.yaml"
+    config.write_text("default:\n  mode: mig-dynamic\n")
+    code = main(
+        [
+            "plan",
+            "--node",
+            f"simulated:{node}",
+            "--node-config",
+            str(config),
+            "--trace",
+            str(trace),
+            "-o",
+            "json",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    (mode,) = json.loads(capsys.readouterr().out)["modes"]
+    assert mode["mode"] == "node-config"
+    assert (mode["static"]["refused"], mode["live"]["refused"]) == (0, 1)
