@@ -187,7 +187,6 @@ class Layout:
 
     slices: tuple[tuple[str, ...], ...]
     counter_slices: int
-    limit: int
 
 
 def _limit(devices: Iterable[Device]) -> int:
@@ -201,7 +200,6 @@ def gpu_layout(inventory: Inventory) -> Layout:
     return Layout(
         slices=tuple(tuple(d.name for d in s.devices) for s in planned if s.devices),
         counter_slices=sum(1 for s in planned if not s.devices),
-        limit=_limit(inventory.devices),
     )
 
 
@@ -232,7 +230,6 @@ def grouped_layout(inventory: Inventory, groups: Sequence[Request]) -> Layout:
     return Layout(
         slices=tuple(tuple(s) for s in slices),
         counter_slices=sum(1 for s in planned if not s.devices),
-        limit=limit,
     )
 
 
@@ -286,7 +283,7 @@ class LiveOrder:
         positions = self._positions()
         slice_of = {name: number for number, names in enumerate(self.published) for name in names}
         dirty: set[int] = set()
-        regenerate = False
+        wrong = False
         for group in self.groups:
             options = {result.device: result for result in state.fitting(group)}
             if not options:
@@ -301,8 +298,8 @@ class LiveOrder:
             best = min(reachable, key=lambda n: (self.scorer.loss(reachable[n]), self.static[n]))
             if best != first:
                 dirty.add(slice_of[first])
-                regenerate = True
-        if self.mode == "regenerate" and regenerate:
+                wrong = True
+        if self.mode == "regenerate" and wrong:
             ranked = sorted(positions, key=lambda n: self._rank(n, fitting))
             sizes = [len(names) for names in self.published]
             cut, start = [], 0
