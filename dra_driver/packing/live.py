@@ -29,9 +29,11 @@ What the API imposes, and how the model follows it (`LiveOrder`):
   "grouped" layout packs each group whole into one slice where it fits, so "within" can reach
   every device of the group; "gpu" is today's plan (GPU after GPU, cut every 64 devices).
 - The window between an allocation change and the new order: the scheduler may allocate with an
-  older order. `lag` = k: arrival i is served with the order published at arrival i - k. A stale
-  order never allocates a device that does not fit (the scheduler checks the claims it knows);
-  it only picks a worse one.
+  older order. `lag` = k: arrival i is served with the order published at arrival i - k (before
+  the first k arrivals: the order published at the agent's start, from the state the first
+  arrival finds, in writes the start makes anyway and not counted). A stale order never
+  allocates a device that does not fit (the scheduler checks the claims it knows); it only
+  picks a worse one.
 """
 
 import math
@@ -265,8 +267,8 @@ class LiveOrder:
         self.group = {device.name: group_of(device, self.groups) for device in inventory.devices}
         self.published = [list(names) for names in layout.slices]
         self.count = PublishCount()
-        initial = self._positions()
-        self.history: deque[Mapping[str, int]] = deque([initial] * (lag + 1), maxlen=lag + 1)
+        self.lag = lag
+        self.history: deque[Mapping[str, int]] = deque(maxlen=lag + 1)
 
     def _positions(self) -> dict[str, int]:
         return {name: at for at, name in enumerate(name for names in self.published for name in names)}
@@ -319,7 +321,16 @@ class LiveOrder:
             self.count.publishes += 1
 
     def __call__(self, state: NodeState, claim: Claim) -> Allocation | Refusal:
-        self._publish(state)
+        if not self.history:
+            # The agent's start: it publishes the live order for the node as it finds it, in the
+            # slice writes every start makes anyway, and the scheduler has seen nothing else.
+            counted = self.count
+            self.count = PublishCount()
+            self._publish(state)
+            self.count = counted
+            self.history.extend([self._positions()] * self.lag)
+        else:
+            self._publish(state)
         self.history.append(self._positions())
         seen = self.history[0]
         request = _only_request(claim)

@@ -9,10 +9,10 @@ random device orders, name (GPU, then placement start), binpack (ours), online b
 live order at lags 0, 1 and 5 arrivals in the layouts and modes the model has. The other trace
 families of the packing bench (vGPU partitions, vGPU capacity) on the same seeds and load.
 
-Also binpack against the online best fit on seven more seed triples (seeds 3-23) of the MIG
-family: how much of the gap is the seeds.
+Also binpack against the online best fit and the live order on today's slices on seven more seed
+triples (seeds 3-23) of the MIG and vGPU-partition families: how much of a gap is the seeds.
 
-Run: `python -m tests.bench.live_order` (about 4 minutes on the shared build machine, so not part of
+Run: `python -m tests.bench.live_order` (about 12 minutes on the shared build machine, so not part of
 `make bench`); results in docs/bench/live-order.json.
 """
 
@@ -45,6 +45,7 @@ from tests.support.packing.traces import Event, make_trace
 
 ARRIVALS = (1511, 1511, 1512)
 LAGS = (0, 1, 5)
+SPREAD_MODES = ("mig-dynamic", "vgpu-partitions")
 
 
 def shuffled(inventory: Inventory, seed: int) -> Inventory:
@@ -125,24 +126,24 @@ def family(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def seed_spread(args: argparse.Namespace) -> list[dict[str, int]]:
-    """Binpack against the online best fit (a perfect live order at lag 0) on more seeds of the
-    issue's MIG family, in triples like the issue's: how much of the gap is the seeds."""
-    settings, mix_of = MODES["mig-dynamic"]
-    gpus = node_gpus("dgx-h100", "mig-dynamic")
+def seed_spread(mode: str, args: argparse.Namespace) -> list[dict[str, int]]:
+    """Binpack, the online best fit (a perfect live order at lag 0) and the live order on today's
+    slices (lag 0) on more seeds, in triples like the issue's: how much of a gap is the seeds."""
+    settings, mix_of = MODES[mode]
+    gpus = node_gpus("dgx-h100", mode)
     memory = sum(gpu.memory_bytes for gpu in gpus)
     binpack = inventories(gpus, settings)["binpack"]
+    today = live(binpack, gpu_layout, "within", 0)
     rows = []
     for first in range(len(ARRIVALS), len(ARRIVALS) + 3 * args.spread_triples, 3):
-        traces = [
-            make_trace(mix_of(gpus[0]), memory, ARRIVALS[0], seed, args.load)
-            for seed in range(first, first + 3)
-        ]
+        seeds = range(first, first + 3)
+        traces = [make_trace(mix_of(gpus[0]), memory, ARRIVALS[0], seed, args.load) for seed in seeds]
         rows.append(
             {
                 "first_seed": first,
                 "binpack": sum(run_order(binpack, t, memory).refused for t in traces),
                 "online best fit": sum(best_fit(binpack, t, memory).refused for t in traces),
+                "live today's slices, lag 0": sum(today(t, memory)["refused"] for t in traces),
             }
         )
     return rows
@@ -184,7 +185,7 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--random-orders", type=int, default=8)
     parser.add_argument(
-        "--spread-triples", type=int, default=7, help="more MIG seed triples, binpack vs best fit"
+        "--spread-triples", type=int, default=7, help="more seed triples per mode of the seed spread"
     )
     parser.add_argument("--mode", action="append", choices=sorted(MODES), help="default: all")
     parser.add_argument("--output", type=Path, default=Path("docs/bench/live-order.json"))
@@ -198,14 +199,15 @@ def main() -> None:
         "seeds_and_arrivals": list(enumerate(ARRIVALS)),
         "results": results,
         "table": table(results),
-        "mig_seed_spread": seed_spread(args),
+        "seed_spread": {mode: seed_spread(mode, args) for mode in SPREAD_MODES},
         "wall_seconds": f"{time.perf_counter() - started:.1f}",
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
     print(report["table"])
-    for row in report["mig_seed_spread"]:
-        print(row, change(row["binpack"], row["online best fit"]))
+    for mode, rows in report["seed_spread"].items():
+        for row in rows:
+            print(mode, row)
     print(f"done in {report['wall_seconds']} s")
 
 

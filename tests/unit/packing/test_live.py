@@ -2,6 +2,7 @@
 allow, and what republishing costs."""
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -160,12 +161,19 @@ def test_the_live_order_at_lag_0_makes_first_fit_choose_what_best_fit_chooses() 
     assert order.count.regenerations == order.count.incomplete_writes == 0
 
 
-def test_a_lag_longer_than_the_trace_is_the_static_order() -> None:
+def test_a_lag_longer_than_the_trace_is_first_fit_over_the_order_published_at_start() -> None:
     gpus, inventory = _mig(2)
     events, memory = _trace(gpus)
-    static, static_given, _ = _run(inventory, events, memory, "static")
-    stale, stale_given, _ = _run(inventory, events, memory, "live", layout="grouped", lag=10_000)
-    assert stale_given.given == static_given.given and stale.refused == static.refused
+    _, stale_given, order = _run(inventory, events, memory, "live", layout="grouped", lag=10_000)
+    assert order is not None and order.count.writes > 0  # the agent kept republishing, unseen
+    at_start = order.history[0]
+    devices = tuple(sorted(inventory.devices, key=lambda device: at_start[device.name]))
+    frozen = replace(inventory, devices=devices)
+    _, frozen_given, _ = _run(frozen, events, memory, "static")
+    _, static_given, _ = _run(inventory, events, memory, "static")
+    assert stale_given.given == frozen_given.given
+    # The start-up order is already best fit's for the empty node, not the static order.
+    assert stale_given.given != static_given.given
 
 
 @pytest.mark.parametrize("lag", [1, 5])
