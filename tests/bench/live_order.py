@@ -12,7 +12,7 @@ families of the packing bench (vGPU partitions, vGPU capacity) on the same seeds
 Also binpack against the online best fit and the live order on today's slices on seven more seed
 triples (seeds 3-23) of the MIG and vGPU-partition families: how much of a gap is the seeds.
 
-Run: `python -m tests.bench.live_order` (about 12 minutes on the shared build machine, so not part of
+Run: `python -m tests.bench.live_order` (about 6 minutes on the shared build machine, so not part of
 `make bench`); results in docs/bench/live-order.json.
 """
 
@@ -99,7 +99,7 @@ def live_rows(inventory: Inventory, traces: Sequence[Sequence[Event]], memory: i
         runs = [live(inventory, layout_of, mode, lag)(events, memory) for events in traces]
         total = {key: sum(run[key] for run in runs) for key in runs[0]}
         total["writes_per_change"] = round(total["writes"] / total["changes"], 3) if total["changes"] else 0.0
-        total["slices_per_write_max"] = len(layout_of(inventory).slices) + layout_of(inventory).counter_slices
+        total["slices_in_layout"] = len(layout_of(inventory).slices) + layout_of(inventory).counter_slices
         rows[label] = total
     return rows
 
