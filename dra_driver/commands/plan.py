@@ -4,9 +4,11 @@ The node is a simulated profile or node file (`--node simulated:dgx-h100`), plan
 its GPUs can be offered (a GPU with MIG instances always as its instances) or as a node config
 file offers them (`--node-config`); or a live node (`--kubeconfig`, `--node-name`), planned as
 it publishes its devices now (the config its agent chose, named by the Node's label), around the
-devices its allocated claims hold. Exit 2 for input that cannot work (a bad shape, an unknown
-profile, a malformed node config), 1 when the cluster cannot be read or the drawing cannot be
-written.
+devices its allocated claims hold. With `--trace FILE` instead of `--pods`, a simulated node
+replays pods arriving and leaving (`packing.trace_file`) with the static and the live device
+order side by side (`packing.trace_plan`). Exit 2 for input that cannot work (a bad shape, an
+unknown profile, a malformed node config or trace), 1 when the cluster cannot be read or the
+drawing cannot be written.
 """
 
 import argparse
@@ -20,9 +22,11 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
 
 if TYPE_CHECKING:
+    from dra_driver.devices.inventory import Inventory
     from dra_driver.devices.node_config import NodeConfig
-    from dra_driver.packing.planner import ModePlan
+    from dra_driver.packing.planner import ModePlan, PlanMode
     from dra_driver.packing.shapes import PodGroup
+    from dra_driver.packing.trace_plan import OrderReplay
 
 OUTPUTS = ("table", "json", "layout", "svg", "png")
 SIMULATED = "simulated:"
@@ -50,6 +54,80 @@ def _simulated_plans(
         config, origin = _node_config(args)
         return f"{describe_node(spec)}; {origin}", (plan_node_config(gpus, groups, args.driver_name, config),)
     return describe_node(spec), plan_node_modes(gpus, groups, args.driver_name, tuple(args.mode or ()))
+
+
+def _trace_replays(
+    args: argparse.Namespace,
+) -> "tuple[str, str, tuple[tuple[OrderReplay, OrderReplay], ...]]":
+    """(node, trace line, (static, live) per mode) for --trace, or _Invalid / TraceError."""
+    from dra_driver.base.yaml_files import YamlFileError, read_yaml_file  # noqa: PLC0415
+    from dra_driver.hardware.model import HardwareError  # noqa: PLC0415
+    from dra_driver.hardware.simulated_nodes import describe_node, resolve_node_spec, simulated_gpus  # noqa: PLC0415
+    from dra_driver.packing.planner import (  # noqa: PLC0415
+        config_inventory,
+        gpu_profiles,
+        mode_inventory,
+        modes_for,
+    )
+    from dra_driver.packing.trace_file import parse_trace  # noqa: PLC0415
+    from dra_driver.packing.trace_plan import check_trace_profiles, replay_trace, trace_groups  # noqa: PLC0415
+
+    if args.kubeconfig or not args.node.startswith(SIMULATED):
+        raise _Invalid(
+            "--trace: only with --node simulated:<profile or file>; a live node's claims are its own"
+        )
+    if args.output == "layout":
+        raise _Invalid("--output layout: not with --trace; use table, json, svg or png")
+    try:
+        spec = resolve_node_spec(args.node.removeprefix(SIMULATED))
+    except HardwareError as error:
+        raise _Invalid(f"--node {args.node}: {error}") from error
+    try:
+        raw = read_yaml_file(Path(args.trace))
+    except YamlFileError as error:
+        raise _Invalid(f"--trace {args.trace}: {error}") from error
+    source = f"--trace {args.trace}"
+    trace = parse_trace(raw, source)
+    gpus = simulated_gpus(args.node_name or "node", spec)
+    check_trace_profiles(trace, source, sorted({p for names in gpu_profiles(gpus).values() for p in names}))
+    groups = trace_groups(trace)
+    if args.node_config:
+        config, origin = _node_config(args)
+        node = f"{describe_node(spec)}; {origin}"
+        published: list[tuple[PlanMode, tuple[Inventory, tuple[str, ...]]]] = [
+            ("node-config", config_inventory(gpus, config, args.driver_name))
+        ]
+    else:
+        node = describe_node(spec)
+        modes: tuple[PlanMode, ...] = tuple(args.mode or ()) or modes_for(gpus, groups)
+        published = [(mode, mode_inventory(gpus, mode, groups, args.driver_name)) for mode in modes]
+    replays = tuple(
+        replay_trace(inventory, args.driver_name, trace, mode, notes)
+        for mode, (inventory, notes) in published
+    )
+    kinds = ", ".join(f"{group.count}x{group.shape.text}" for group in groups)
+    return node, f"{args.trace}: {trace.arrivals} pods ({kinds})", replays
+
+
+def _run_trace(args: argparse.Namespace) -> int:
+    from dra_driver.packing.trace_file import TraceError  # noqa: PLC0415
+    from dra_driver.tools.trace_report import trace_json, trace_table  # noqa: PLC0415
+
+    try:
+        node, trace_line, replays = _trace_replays(args)
+    except (_Invalid, TraceError) as error:
+        print(f"dra-driver plan: {error}", file=sys.stderr)
+        return 2
+    if args.output in ("svg", "png"):
+        plans = tuple(replay.plan for pair in replays for replay in pair)
+        return _draw(f"{node}\n{trace_line}", plans, Path(args.output_file), args.output)
+    text = (trace_json if args.output == "json" else trace_table)(node, trace_line, replays)
+    try:
+        _write(args, text)
+    except OSError as error:
+        print(f"dra-driver plan: --output-file {args.output_file}: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _node_config(args: argparse.Namespace) -> "tuple[NodeConfig, str]":
@@ -129,6 +207,17 @@ def run(args: argparse.Namespace) -> int:
     from dra_driver.tools.plan_report import plan_json, plan_table  # noqa: PLC0415
 
     try:
+        if bool(args.pods) == bool(args.trace):
+            raise _Invalid(
+                "--pods: give the pods to plan (--pods) or a trace of pods arriving and leaving "
+                "(--trace FILE); exactly one of the two"
+            )
+        if args.output in ("svg", "png") and not args.output_file:
+            raise _Invalid(f"--output-file: required with -o {args.output}: where to write the drawing")
+        if args.trace:
+            if not args.node:
+                raise _Invalid("--node: required with --trace: the simulated node to replay it on")
+            return _run_trace(args)
         groups = parse_pods(args.pods)
         if args.output in ("svg", "png") and not args.output_file:
             raise _Invalid(f"--output-file: required with -o {args.output}: where to write the drawing")
@@ -183,10 +272,16 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     plan.add_argument(
         "--pods",
-        required=True,
         metavar="SHAPES",
         help="pod shapes, comma-separated [<count>x]<kind>: gpu, a MIG profile (1g.10gb) or "
         "vgpu:<memory>[/<cores>%%], e.g. 10x1g.10gb,4xvgpu:10Gi/30%%,2xgpu",
+    )
+    plan.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="instead of --pods: a YAML or JSON file of pods arriving and leaving (arrivals: at, pod, "
+        "duration or name; departures: at, name), replayed with the static and the live device order "
+        "side by side",
     )
     plan.add_argument(
         "--node",

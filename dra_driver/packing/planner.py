@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from dra_driver.devices import attributes as names
+from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device
 from dra_driver.devices.node_config import (
     GpuEntry,
@@ -77,6 +78,13 @@ class ModePlan:
     gpus: tuple[GpuOutcome, ...]
     # What the mode could not do with some GPUs (a GPU without MIG stays whole in MIG mode).
     notes: tuple[str, ...] = ()
+    # A trace replay's device order ("static" or "live"); "" for a plan of --pods.
+    order: str = ""
+
+    @property
+    def column(self) -> str:
+        """The mode, and the order where a trace was replayed in two: names the plan's column."""
+        return f"{self.mode}, {self.order} order" if self.order else self.mode
 
     @property
     def asked(self) -> int:
@@ -210,32 +218,42 @@ def _mode_note(plan: GpuPlan, mode: PlanMode) -> str:
     return f"{gpu} cannot be offered as {mode}; offered whole"
 
 
-def _pool(node_plan: NodePlan, driver: str) -> tuple[Pool, tuple[str, ...]]:
-    """The pool the agent would publish for the plan, and its notes (GPUs left out, instances
-    not published)."""
+def _published(node_plan: NodePlan, driver: str) -> tuple[Inventory, tuple[str, ...]]:
+    """The inventory the agent would publish for the plan, and its notes (GPUs left out,
+    instances not published)."""
     pool = desired_pool(node_plan.plans, ApiCapabilities(), HealthState(started_at=0.0), driver)
     notes = (*(problem.message for problem in node_plan.problems), *pool.published.notes)
-    return Pool.from_inventory(pool.published, driver), notes
+    return pool.published, notes
 
 
-def mode_pool(
+def mode_inventory(
     gpus: Sequence[Gpu], mode: PlanMode, groups: Sequence[PodGroup], driver: str
-) -> tuple[Pool, tuple[str, ...]]:
-    """The pool the agent would publish with every GPU in `mode`, and notes on GPUs that cannot be."""
+) -> tuple[Inventory, tuple[str, ...]]:
+    """What the agent would publish with every GPU in `mode`, and notes on GPUs that cannot be."""
     moded = [_mode_settings(gpu, mode, groups) for gpu in gpus]
     entries = tuple(
         GpuEntry(where=f"gpus[{number}]", index=gpu.index, uuid=None, settings=settings)
         for number, (gpu, settings) in enumerate(moded)
     )
     node_plan = plan_node(NodeConfig(gpus=entries), [gpu for gpu, _ in moded])
-    pool, notes = _pool(node_plan, driver)
-    return pool, (*notes, *(_mode_note(plan, mode) for plan in node_plan.plans if plan.mode != mode))
+    inventory, notes = _published(node_plan, driver)
+    return inventory, (*notes, *(_mode_note(plan, mode) for plan in node_plan.plans if plan.mode != mode))
 
 
-def config_pool(gpus: Sequence[Gpu], config: NodeConfig, driver: str) -> tuple[Pool, tuple[str, ...]]:
-    """The pool the agent would publish with this node config, on the GPUs as they are (MIG
-    mode and instances included), and why any GPU is left out."""
-    return _pool(plan_node(config, gpus), driver)
+def mode_pool(
+    gpus: Sequence[Gpu], mode: PlanMode, groups: Sequence[PodGroup], driver: str
+) -> tuple[Pool, tuple[str, ...]]:
+    """The pool the agent would publish with every GPU in `mode`, and notes on GPUs that cannot be."""
+    inventory, notes = mode_inventory(gpus, mode, groups, driver)
+    return Pool.from_inventory(inventory, driver), notes
+
+
+def config_inventory(
+    gpus: Sequence[Gpu], config: NodeConfig, driver: str
+) -> tuple[Inventory, tuple[str, ...]]:
+    """What the agent would publish with this node config, on the GPUs as they are (MIG mode and
+    instances included), and why any GPU is left out."""
+    return _published(plan_node(config, gpus), driver)
 
 
 def modes_for(gpus: Sequence[Gpu], groups: Sequence[PodGroup]) -> tuple[PlanMode, ...]:
@@ -249,7 +267,7 @@ def modes_for(gpus: Sequence[Gpu], groups: Sequence[PodGroup]) -> tuple[PlanMode
     return tuple(mode for mode in MODES if wanted.get(mode, True))
 
 
-def _occupant(pool_device: Device, result: DeviceResult, label: str) -> Occupant:
+def occupant_of(pool_device: Device, result: DeviceResult, label: str) -> Occupant:
     if result.consumed:
         return Occupant(
             result.device, label, result.consumed.get("memory", 0), result.consumed.get("cores", 0)
@@ -258,7 +276,7 @@ def _occupant(pool_device: Device, result: DeviceResult, label: str) -> Occupant
     return Occupant(result.device, label, device_memory(pool_device), cores.value if cores else ALL_CORES)
 
 
-def _claims(groups: Iterable[PodGroup], on_gpu: str = "") -> dict[PodShape, Claim]:
+def shape_claims(groups: Iterable[PodGroup], on_gpu: str = "") -> dict[PodShape, Claim]:
     """One claim per distinct shape: equal pods share one selector, so the allocator model
     finds their candidate devices once (`NodeState` caches them per selector)."""
     claims = {}
@@ -282,12 +300,12 @@ def plan_pool(
     what is `allocated` already (each allocation with the label the layout shows for it)."""
     state = NodeState(pool)
     devices = {device.name: device for device in pool.devices}
-    claims = _claims(groups)
+    claims = shape_claims(groups)
     occupants: list[Occupant] = []
     for allocation, label in allocated:
         known = tuple(result for result in allocation.results if result.device in devices)
         state.add(Allocation(known))
-        occupants += [_occupant(devices[result.device], result, label) for result in known]
+        occupants += [occupant_of(devices[result.device], result, label) for result in known]
     # Allocations only take, so a shape refused once stays refused for the rest of the plan.
     refused: dict[PodShape, str] = {}
     gpu_index = {layout.uuid: layout.index for layout in gpu_layouts(pool, ())}
@@ -302,7 +320,7 @@ def plan_pool(
                 break
             state.add(outcome)
             (result,) = outcome.results
-            occupant = _occupant(devices[result.device], result, group.shape.text)
+            occupant = occupant_of(devices[result.device], result, group.shape.text)
             occupants.append(occupant)
             gpu = gpu_index[device_gpu_uuid(devices[occupant.device])]
             placed.append(
@@ -320,13 +338,13 @@ def plan_pool(
         outcomes.append(GroupOutcome(group, tuple(placed), refused.get(group.shape, "")))
     layouts = gpu_layouts(pool, occupants)
     return ModePlan(
-        mode, tuple(outcomes), tuple(_stranded(state, layout, groups) for layout in layouts), notes
+        mode, tuple(outcomes), tuple(gpu_outcome(state, layout, groups) for layout in layouts), notes
     )
 
 
-def _stranded(state: NodeState, layout: GpuLayout, groups: Sequence[PodGroup]) -> GpuOutcome:
+def gpu_outcome(state: NodeState, layout: GpuLayout, groups: Sequence[PodGroup]) -> GpuOutcome:
     """All the GPU's free memory when no shape asked for fits on it any more, else none."""
-    for claim in _claims(groups, on_gpu=layout.uuid).values():
+    for claim in shape_claims(groups, on_gpu=layout.uuid).values():
         if not isinstance(state.allocate(claim), Refusal):
             return GpuOutcome(layout, 0)
     return GpuOutcome(layout, layout.free_bytes)
@@ -351,5 +369,5 @@ def plan_node_config(
     """The plan of the node as the config offers its GPUs. Raises ShapeError for a MIG profile
     the GPUs do not offer."""
     check_profiles(groups, gpu_profiles(gpus))
-    pool, notes = config_pool(gpus, config, driver)
-    return plan_pool(pool, groups, "node-config", notes)
+    inventory, notes = config_inventory(gpus, config, driver)
+    return plan_pool(Pool.from_inventory(inventory, driver), groups, "node-config", notes)

@@ -194,7 +194,7 @@ def _occupants(layout: GpuLayout) -> list[Occupant]:
 def column_title(plan: ModePlan) -> str:
     """The mode, how many fit, and the pods that did not (each shape with how many)."""
     refused = ", ".join(f"{o.refused}x{o.group.shape.text}" for o in plan.groups if o.refused)
-    return f"{plan.mode}: {plan.placed} of {plan.asked} fit" + (f"\nrefused: {refused}" if refused else "")
+    return f"{plan.column}: {plan.placed} of {plan.asked} fit" + (f"\nrefused: {refused}" if refused else "")
 
 
 def layout_figure(node: str, plans: Sequence[ModePlan]) -> Figure:
@@ -212,7 +212,7 @@ def layout_figure(node: str, plans: Sequence[ModePlan]) -> Figure:
                 axes.set_axis_off()
                 continue
             gpu = plan.gpus[row]
-            gid = f"{plan.mode}-gpu{gpu.layout.index}"
+            gid = f"{plan.mode}{'-' + plan.order if plan.order else ''}-gpu{gpu.layout.index}"
             _, stranded = (_mig if gpu.layout.kind == "mig" else _bars)(axes, gpu, colour, gid)
             any_stranded = any_stranded or bool(stranded)
     if any(o.label not in colour for plan in plans for gpu in plan.gpus for o in _occupants(gpu.layout)):

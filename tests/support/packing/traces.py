@@ -24,7 +24,7 @@ from functools import cache
 
 from dra_driver.devices.model import Device
 from dra_driver.hardware.model import Gpu, MigProfile
-from dra_driver.packing.allocator import Claim, Request
+from dra_driver.packing.allocator import Claim, Request, Selector
 
 GIB = 2**30
 MEAN_LIFETIME_HOURS = 1.0
@@ -77,6 +77,16 @@ class _PartitionOf:
     def __call__(self, device: Device) -> bool:
         memory = device.capacity.get("memory")
         return device.type == "vgpu" and memory is not None and memory.value == self.memory_bytes
+
+
+def attribute_is(attribute: str, value: str) -> Selector:
+    """A hashable selector: the device's attribute equals `value`."""
+    return _AttributeIs(attribute, value)
+
+
+def partition_of(memory_bytes: int) -> Selector:
+    """A hashable selector: a vGPU partition of exactly this much memory."""
+    return _PartitionOf(memory_bytes)
 
 
 def _one(label: str, request: Request, memory_bytes: int) -> Shape:

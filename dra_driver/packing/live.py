@@ -1,0 +1,415 @@
+"""A live device order (issue 34), modelled: the agent republishes its device order from the
+node's state so that the scheduler's first fit takes what an online best fit would. A model,
+not an agent feature (docs/benchmarks.md "Live order" says why the agent keeps the static
+order); it is in the wheel because `dra-driver plan --trace` replays traces with it.
+
+Online best fit (the issue's reference, `OnlineBestFit`): for each one-device claim, among the
+devices of the requested shape that fit now, the one after which the most placements of the
+largest shapes remain possible (largest first, then the next), ties to the static order. Taking
+a device only changes what its own GPU can still hold, so the score is the loss vector of that
+GPU alone (`GpuScorer`), memoised by the GPU's allocations.
+
+What the API imposes, and how the model follows it (`LiveOrder`):
+- The scheduler tries slices in name order and devices in listed order; the first fitting device
+  wins. So the agent need not publish a full best-fit ranking: per group of interchangeable
+  devices (a MIG profile, a partition size), the first fitting device of the group must be the
+  best-fit one. The agent rewrites a slice only when that is not so now (coalesced: one
+  recompute per arrival, covering every change since the last; nothing written while the
+  answer stays the same).
+- A device keeps its slice unless the pool is rewritten under a new generation; until every
+  slice of the new generation is written the pool is incomplete and the scheduler skips it.
+  Mode "within": devices never move, the agent reorders inside a slice and updates only that
+  slice under the same generation (each slice stays self-consistent, so a reader mixing old and
+  new slices still sees every device once: the pool is never incomplete). It can then only
+  choose among the fitting devices of the first slice that has any. Mode "regenerate": the
+  whole pool is re-cut in best-fit order under a new generation whenever a group's answer is
+  wrong: every slice (counter slices included) is written, and the pool is incomplete for all
+  writes but the last.
+- Per-slice limits (`devices.slices`): 64 devices once any consumes counters, else 128. The
+  "grouped" layout packs each group whole into one slice where it fits, so "within" can reach
+  every device of the group; "gpu" is today's plan (GPU after GPU, cut every 64 devices).
+- The window between an allocation change and the new order: the scheduler may allocate with an
+  older order. `lag` = k: arrival i is served with the order published at arrival i - k (before
+  the first k arrivals: the order published at the agent's start, from the state the first
+  arrival finds, in writes the start makes anyway and not counted). A stale order never
+  allocates a device that does not fit (the scheduler checks the claims it knows); it only
+  picks a worse one.
+"""
+
+import math
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from dra_driver.devices.inventory import Inventory
+from dra_driver.devices.model import Device
+from dra_driver.devices.naming import gpu_device_name
+from dra_driver.devices.slices import (
+    MAX_DEVICES_PER_SLICE,
+    MAX_DEVICES_PER_SLICE_WITH_COUNTERS_OR_TAINTS,
+    plan_slices,
+)
+from dra_driver.packing.allocator import (
+    Allocation,
+    Claim,
+    DeviceResult,
+    NodeState,
+    Pool,
+    Refusal,
+    Request,
+    Selector,
+)
+
+# Placements of each scoring shape (largest first) that a GPU loses by one more allocation.
+Loss = tuple[int, ...]
+LiveMode = Literal["within", "regenerate"]
+
+
+def _consumed_key(result: DeviceResult) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(result.consumed.items()))
+
+
+class GpuScorer:
+    """Best-fit scores per GPU: the loss vector of one more allocation, over `probes` (one-device
+    requests, largest shape first). Follows the node's allocations through `add`/`remove`."""
+
+    def __init__(self, inventory: Inventory, driver: str, probes: Sequence[Request]) -> None:
+        self.probes = tuple(probes)
+        devices_of: dict[str, list[Device]] = {}
+        for device in inventory.devices:
+            devices_of.setdefault(inventory.gpu_of_device[device.name].uuid, []).append(device)
+        sets = {counter_set.name: counter_set for counter_set in inventory.counter_sets}
+        self._local: dict[str, NodeState] = {}
+        self._structure: dict[str, tuple[str, ...]] = {}
+        self._gpu_of: dict[str, str] = {}
+        self._position: dict[str, int] = {}
+        self._held: dict[str, Counter[tuple[int, tuple[tuple[str, int], ...]]]] = {}
+        for uuid, devices in devices_of.items():
+            gpu = inventory.gpu_of_device[devices[0].name]
+            used = {consumption.counter_set for device in devices for consumption in device.consumes_counters}
+            pool = Pool(driver, tuple(devices), {name: dict(sets[name].counters) for name in sorted(used)})
+            self._local[uuid] = NodeState(pool)
+            prefix = len(gpu_device_name(gpu))
+            # GPUs with the same devices (by name past the GPU's prefix) score alike: one memo.
+            self._structure[uuid] = tuple(device.name[prefix:] for device in devices)
+            self._held[uuid] = Counter()
+            for position, device in enumerate(devices):
+                self._gpu_of[device.name] = uuid
+                self._position[device.name] = position
+        self._counts: dict[tuple[object, ...], tuple[int, ...]] = {}
+        self._losses: dict[tuple[object, ...], Loss] = {}
+
+    def _signature(self, uuid: str) -> tuple[object, ...]:
+        return (self._structure[uuid], tuple(sorted(self._held[uuid].elements())))
+
+    def _change(self, allocation: Allocation, sign: int) -> None:
+        for result in allocation.results:
+            uuid = self._gpu_of[result.device]
+            local = Allocation((result,))
+            key = (self._position[result.device], _consumed_key(result))
+            if sign > 0:
+                self._local[uuid].add(local)
+                self._held[uuid][key] += 1
+            else:
+                self._local[uuid].remove(local)
+                self._held[uuid][key] -= 1
+                if not self._held[uuid][key]:
+                    del self._held[uuid][key]
+
+    def add(self, allocation: Allocation) -> None:
+        self._change(allocation, 1)
+
+    def remove(self, allocation: Allocation) -> None:
+        self._change(allocation, -1)
+
+    def _remaining(self, uuid: str) -> tuple[int, ...]:
+        local = self._local[uuid]
+        return tuple(len(local.fitting(probe)) for probe in self.probes)
+
+    def loss(self, result: DeviceResult) -> Loss:
+        """What taking `result` (a device that fits now) costs its GPU, largest shape first."""
+        uuid = self._gpu_of[result.device]
+        signature = self._signature(uuid)
+        key = (signature, self._position[result.device], _consumed_key(result))
+        if (known := self._losses.get(key)) is not None:
+            return known
+        before = self._counts.get(signature)
+        if before is None:
+            before = self._counts[signature] = self._remaining(uuid)
+        local = self._local[uuid]
+        single = Allocation((result,))
+        local.add(single)
+        after = self._remaining(uuid)
+        local.remove(single)
+        loss = tuple(was - now for was, now in zip(before, after, strict=True))
+        self._losses[key] = loss
+        return loss
+
+
+class ObservedState(NodeState):
+    """The node state with a scorer following it (the replay only talks to the state)."""
+
+    def __init__(self, pool: Pool, scorer: GpuScorer) -> None:
+        self.scorer = scorer
+        super().__init__(pool)
+
+    def add(self, allocation: Allocation) -> None:
+        super().add(allocation)
+        self.scorer.add(allocation)
+
+    def remove(self, allocation: Allocation) -> None:
+        super().remove(allocation)
+        self.scorer.remove(allocation)
+
+
+def _only_request(claim: Claim) -> Request:
+    (request,) = claim.requests
+    return request
+
+
+class OnlineBestFit:
+    """The issue's online best fit, as a chooser for `simulate.replay` (on an `ObservedState`)."""
+
+    def __init__(self, scorer: GpuScorer) -> None:
+        self.scorer = scorer
+
+    def __call__(self, state: NodeState, claim: Claim) -> Allocation | Refusal:
+        request = _only_request(claim)
+        options = state.fitting(request)
+        if not options:
+            return Refusal(f"request {request.name}: no device fits")
+        return Allocation((min(options, key=lambda r: (self.scorer.loss(r), state.index_of(r.device))),))
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Which devices sit in which device slice (in slice-name order), and how many slices carry
+    only counter sets (rewritten too when the pool gets a new generation)."""
+
+    slices: tuple[tuple[str, ...], ...]
+    counter_slices: int
+
+
+def _limit(devices: Iterable[Device]) -> int:
+    small = any(device.consumes_counters or device.taints for device in devices)
+    return MAX_DEVICES_PER_SLICE_WITH_COUNTERS_OR_TAINTS if small else MAX_DEVICES_PER_SLICE
+
+
+def gpu_layout(inventory: Inventory) -> Layout:
+    """Today's slice plan: the static order cut into slices of at most the limit."""
+    planned = plan_slices(inventory, "1.35")
+    return Layout(
+        slices=tuple(tuple(d.name for d in s.devices) for s in planned if s.devices),
+        counter_slices=sum(1 for s in planned if not s.devices),
+    )
+
+
+def group_of(device: Device, groups: Sequence[Request]) -> int | None:
+    return next((number for number, group in enumerate(groups) if group.selector(device)), None)
+
+
+def grouped_layout(inventory: Inventory, groups: Sequence[Request]) -> Layout:
+    """Each group's devices (static order) in one slice where the limit allows: groups are put,
+    biggest first, into the first slice with room (a group over the limit is cut into full
+    slices first). Devices in no group go last. The static order per group is unchanged."""
+    limit = _limit(inventory.devices)
+    members: list[list[str]] = [[] for _ in groups]
+    loose: list[str] = []
+    for device in inventory.devices:
+        number = group_of(device, groups)
+        (loose if number is None else members[number]).append(device.name)
+    pieces = [member[start : start + limit] for member in members for start in range(0, len(member), limit)]
+    pieces += [loose[start : start + limit] for start in range(0, len(loose), limit)]
+    slices: list[list[str]] = []
+    for piece in sorted((p for p in pieces if p), key=len, reverse=True):
+        room = next((s for s in slices if len(s) + len(piece) <= limit), None)
+        if room is None:
+            slices.append(list(piece))
+        else:
+            room.extend(piece)
+    planned = plan_slices(inventory, "1.35")
+    return Layout(
+        slices=tuple(tuple(s) for s in slices),
+        counter_slices=sum(1 for s in planned if not s.devices),
+    )
+
+
+@dataclass(slots=True)
+class PublishCount:
+    """What publishing the live order cost."""
+
+    publishes: int = 0  # recomputes that wrote something
+    writes: int = 0  # slice writes (updates)
+    regenerations: int = 0  # new pool generations
+    incomplete_writes: int = 0  # writes after which the pool was still incomplete
+
+
+class LiveOrder:
+    """First fit over an order the agent republishes from the state: a chooser for `replay`
+    (on an `ObservedState` sharing `scorer`). `groups`: one request per group of
+    interchangeable devices, which is what the agent knows about claims (profiles, sizes)."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        scorer: GpuScorer,
+        groups: Sequence[Request],
+        layout: Layout,
+        mode: LiveMode = "within",
+        lag: int = 0,
+    ) -> None:
+        self.scorer = scorer
+        self.groups = tuple(groups)
+        self.layout = layout
+        self.mode: LiveMode = mode
+        self.static = {device.name: index for index, device in enumerate(inventory.devices)}
+        self.group = {device.name: group_of(device, self.groups) for device in inventory.devices}
+        self.published = [list(names) for names in layout.slices]
+        self.count = PublishCount()
+        self.lag = lag
+        self.history: deque[Mapping[str, int]] = deque(maxlen=lag + 1)
+
+    def _positions(self) -> dict[str, int]:
+        return {name: at for at, name in enumerate(name for names in self.published for name in names)}
+
+    def _rank(self, name: str, fitting: Mapping[str, DeviceResult]) -> tuple[object, ...]:
+        group = self.group[name]
+        result = fitting.get(name)
+        score: tuple[object, ...] = (0, self.scorer.loss(result)) if result is not None else (1, ())
+        return (math.inf if group is None else group, *score, self.static[name])
+
+    def _publish(self, state: NodeState) -> None:
+        """One coalesced recompute: rewrite what makes some group's first fit wrong now."""
+        fitting: dict[str, DeviceResult] = {}
+        positions = self._positions()
+        slice_of = {name: number for number, names in enumerate(self.published) for name in names}
+        dirty: set[int] = set()
+        wrong = False
+        for group in self.groups:
+            options = {result.device: result for result in state.fitting(group)}
+            if not options:
+                continue
+            fitting.update(options)
+            first = min(options, key=positions.__getitem__)
+            reachable = (
+                options
+                if self.mode == "regenerate"
+                else {n: r for n, r in options.items() if slice_of[n] == slice_of[first]}
+            )
+            best = min(reachable, key=lambda n: (self.scorer.loss(reachable[n]), self.static[n]))
+            if best != first:
+                dirty.add(slice_of[first])
+                wrong = True
+        if self.mode == "regenerate" and wrong:
+            ranked = sorted(positions, key=lambda n: self._rank(n, fitting))
+            sizes = [len(names) for names in self.published]
+            cut, start = [], 0
+            for size in sizes:
+                cut.append(ranked[start : start + size])
+                start += size
+            self.published = cut
+            writes = len(sizes) + self.layout.counter_slices
+            self.count.writes += writes
+            self.count.regenerations += 1
+            self.count.incomplete_writes += writes - 1
+            self.count.publishes += 1
+        elif self.mode == "within" and dirty:
+            for number in dirty:
+                self.published[number].sort(key=lambda n: self._rank(n, fitting))
+            self.count.writes += len(dirty)
+            self.count.publishes += 1
+
+    def __call__(self, state: NodeState, claim: Claim) -> Allocation | Refusal:
+        if not self.history:
+            # The agent's start: it publishes the live order for the node as it finds it, in the
+            # slice writes every start makes anyway, and the scheduler has seen nothing else.
+            counted = self.count
+            self.count = PublishCount()
+            self._publish(state)
+            self.count = counted
+            self.history.extend([self._positions()] * self.lag)
+        else:
+            self._publish(state)
+        self.history.append(self._positions())
+        seen = self.history[0]
+        request = _only_request(claim)
+        options = state.fitting(request)
+        if not options:
+            return Refusal(f"request {request.name}: no device fits")
+        return Allocation((min(options, key=lambda r: seen[r.device]),))
+
+
+GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True)
+class _AttributeIs:
+    """A selector as a hashable value, so equal requests share the state's candidate cache."""
+
+    attribute: str
+    value: str
+
+    def __call__(self, device: Device) -> bool:
+        return device.attributes.get(self.attribute) == self.value
+
+
+@dataclass(frozen=True, slots=True)
+class _PartitionOf:
+    memory_bytes: int
+
+    def __call__(self, device: Device) -> bool:
+        return (
+            device.type == "vgpu"
+            and not device.allow_multiple_allocations
+            and _memory(device) == self.memory_bytes
+        )
+
+
+def _memory(device: Device) -> int:
+    memory = device.capacity.get("memory")
+    return memory.value if memory is not None else 0
+
+
+def agent_groups(inventory: Inventory) -> tuple[tuple[Request, ...], tuple[Request, ...]]:
+    """(groups, probes) as the agent can know them from its own inventory: a group per MIG
+    profile, per partition size and for whole GPUs; the probes are the same shapes largest
+    first. A shared device (vGPU capacity) serves any share size, which the agent cannot know
+    in advance: one group (scored as a share of the smallest probe), probed with the whole GPU
+    and 20, 10 and 5 GiB shares (cores in proportion)."""
+    shapes: dict[tuple[object, ...], tuple[Request, int, int]] = {}
+    shared: list[Device] = []
+    for device in inventory.devices:
+        if device.allow_multiple_allocations:
+            shared.append(device)
+            continue
+        profile = device.attributes.get("profile")
+        selector: Selector
+        if isinstance(profile, str):
+            selector = _AttributeIs("profile", profile)
+        elif device.type == "gpu":
+            selector = _AttributeIs("type", "gpu")
+        else:
+            selector = _PartitionOf(_memory(device))
+        compute = device.capacity.get("multiprocessors")
+        size = (_memory(device), compute.value if compute is not None else 0)
+        shapes.setdefault((selector,), (Request(str(profile or device.name), selector), *size))
+    groups = tuple(request for request, _, _ in shapes.values())
+    probes = tuple(
+        request for request, _, _ in sorted(shapes.values(), key=lambda s: (-s[1], -s[2], s[0].name))
+    )
+    if shared:
+        total = max(_memory(device) for device in shared)
+        vgpu = _AttributeIs("type", shared[0].type)
+        shares = [
+            Request(
+                f"{gib}Gi", vgpu, capacity={"memory": gib * GIB, "cores": math.ceil(100 * gib * GIB / total)}
+            )
+            for gib in SHARE_PROBES_GIB
+        ]
+        groups += (shares[-1],)
+        probes += (Request("whole", vgpu), *shares)
+    return groups, probes
+
+
+SHARE_PROBES_GIB = (20, 10, 5)
