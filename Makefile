@@ -22,9 +22,11 @@ $(INSTALLED): pyproject.toml Makefile
 demo: $(INSTALLED)
 	$(BIN)/dra-driver demo
 
-## test: install missing system packages (as root), lint, type-check and run every test tier
+## test: install missing system packages (as root), lint, type-check and run every test tier,
+## one pytest worker per core (the agents the tests start mostly wait: two workers on two cores
+## take half the time of one)
 test: test-deps lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto
 
 ## test-deps: the system packages the tests need (podman, shellcheck, gcc, ...), installed as root
 test-deps:

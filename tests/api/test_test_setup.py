@@ -22,7 +22,7 @@ def readme_test_command() -> str:
         line.split("#")[0].strip() for block in blocks for line in block.splitlines() if "test" in line
     ]
     assert len(commands) == 1, commands
-    return commands[0]
+    return str(commands[0])
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:

@@ -384,7 +384,7 @@ OUTCOMES = {
 @pytest.mark.parametrize("case", OUTCOMES.values(), ids=OUTCOMES.keys())
 def test_every_command_exits_2_for_invalid_input_and_1_for_a_run_time_failure(
     case: Outcome,
-    tmp_path: Path,
+    short_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -392,20 +392,21 @@ def test_every_command_exits_2_for_invalid_input_and_1_for_a_run_time_failure(
     absent or that no client could use is invalid input, 2, in inspect, plan, cleanup and node
     alike: the command line is what must change. A cluster that does not answer, or no cluster
     at all for an agent given no kubeconfig, is a run-time failure, 1. Every message is one line
-    naming the flag or the file (never PyYAML's "<unicode string>")."""
+    naming the flag or the file (never PyYAML's "<unicode string>"). In a short directory: the
+    agent's socket paths must fit a unix socket address, which a worker's tmp_path may not."""
     if case.skip:
         pytest.skip(case.skip)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("KUBECONFIG", raising=False)
     for relative, content in case.files.items():
-        (tmp_path / relative).write_text(content)
+        (short_dir / relative).write_text(content)
 
-    code = main([arg.replace("{tmp}", str(tmp_path)) for arg in case.args])
+    code = main([arg.replace("{tmp}", str(short_dir)) for arg in case.args])
 
     err = capsys.readouterr().err
     assert code == case.code, err
     assert err.count("\n") == 1, err
     assert err.startswith(f"dra-driver {case.args[0]}: "), err
-    assert case.names.replace("{tmp}", str(tmp_path)) in err
+    assert case.names.replace("{tmp}", str(short_dir)) in err
     assert "<unicode string>" not in err
-    assert not (tmp_path / "state-dir").exists(), "refused before the agent ran"
+    assert not (short_dir / "state-dir").exists(), "refused before the agent ran"
