@@ -122,12 +122,7 @@ def _run_trace(args: argparse.Namespace) -> int:
         plans = tuple(replay.plan for pair in replays for replay in pair)
         return _draw(f"{node}\n{trace_line}", plans, Path(args.output_file), args.output)
     text = (trace_json if args.output == "json" else trace_table)(node, trace_line, replays)
-    try:
-        _write(args, text)
-    except OSError as error:
-        print(f"dra-driver plan: --output-file {args.output_file}: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return _emit(args, text)
 
 
 def _node_config(args: argparse.Namespace) -> "tuple[NodeConfig, str]":
@@ -192,11 +187,17 @@ def _live_plans(
     )
 
 
-def _write(args: argparse.Namespace, text: str) -> None:
-    if args.output_file:
-        Path(args.output_file).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+def _emit(args: argparse.Namespace, text: str) -> int:
+    """Writes the answer; a file that cannot be written is a run-time failure, 1."""
+    try:
+        if args.output_file:
+            Path(args.output_file).write_text(text, encoding="utf-8")
+        else:
+            sys.stdout.write(text)
+    except OSError as error:
+        print(f"dra-driver plan: --output-file {args.output_file}: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,12 +241,7 @@ def run(args: argparse.Namespace) -> int:
         if args.output == "json"
         else plan_table(node, groups, plans, layout=args.output == "layout")
     )
-    try:
-        _write(args, text)
-    except OSError as error:
-        print(f"dra-driver plan: --output-file {args.output_file}: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return _emit(args, text)
 
 
 def _draw(node: str, plans: "tuple[ModePlan, ...]", path: Path, output: str) -> int:

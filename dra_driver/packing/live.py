@@ -344,8 +344,9 @@ GIB = 2**30
 
 
 @dataclass(frozen=True, slots=True)
-class _AttributeIs:
-    """A selector as a hashable value, so equal requests share the state's candidate cache."""
+class AttributeIs:
+    """A selector as a hashable value, so equal requests share the allocator's candidate cache
+    (the benchmark traces' requests use it too)."""
 
     attribute: str
     value: str
@@ -386,9 +387,9 @@ def agent_groups(inventory: Inventory) -> tuple[tuple[Request, ...], tuple[Reque
         profile = device.attributes.get("profile")
         selector: Selector
         if isinstance(profile, str):
-            selector = _AttributeIs("profile", profile)
+            selector = AttributeIs("profile", profile)
         elif device.type == "gpu":
-            selector = _AttributeIs("type", "gpu")
+            selector = AttributeIs("type", "gpu")
         else:
             selector = _PartitionOf(_memory(device))
         compute = device.capacity.get("multiprocessors")
@@ -400,7 +401,7 @@ def agent_groups(inventory: Inventory) -> tuple[tuple[Request, ...], tuple[Reque
     )
     if shared:
         total = max(_memory(device) for device in shared)
-        vgpu = _AttributeIs("type", shared[0].type)
+        vgpu = AttributeIs("type", shared[0].type)
         shares = [
             Request(
                 f"{gib}Gi", vgpu, capacity={"memory": gib * GIB, "cores": math.ceil(100 * gib * GIB / total)}

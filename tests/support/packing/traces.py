@@ -25,6 +25,7 @@ from functools import cache
 from dra_driver.devices.model import Device
 from dra_driver.hardware.model import Gpu, MigProfile
 from dra_driver.packing.allocator import Claim, Request, Selector
+from dra_driver.packing.live import AttributeIs
 
 GIB = 2**30
 MEAN_LIFETIME_HOURS = 1.0
@@ -55,19 +56,8 @@ class Event:
 
 
 @cache
-def _profile_selector(profile_name: str) -> "_AttributeIs":
-    return _AttributeIs("profile", profile_name)
-
-
-@dataclass(frozen=True, slots=True)
-class _AttributeIs:
-    """A selector as a hashable value, so equal requests share the allocator's candidate cache."""
-
-    attribute: str
-    value: str
-
-    def __call__(self, device: Device) -> bool:
-        return device.attributes.get(self.attribute) == self.value
+def _profile_selector(profile_name: str) -> AttributeIs:
+    return AttributeIs("profile", profile_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +71,7 @@ class _PartitionOf:
 
 def attribute_is(attribute: str, value: str) -> Selector:
     """A hashable selector: the device's attribute equals `value`."""
-    return _AttributeIs(attribute, value)
+    return AttributeIs(attribute, value)
 
 
 def partition_of(memory_bytes: int) -> Selector:
@@ -122,7 +112,7 @@ def mig_mix(gpu: Gpu) -> Mix:
 
 
 def whole_gpu_shape(gpu: Gpu) -> Shape:
-    return _one("gpu", Request("gpu", selector=_AttributeIs("type", "gpu")), gpu.memory_bytes)
+    return _one("gpu", Request("gpu", selector=AttributeIs("type", "gpu")), gpu.memory_bytes)
 
 
 def partition_mix(gpu: Gpu) -> Mix:
@@ -134,7 +124,7 @@ def partition_mix(gpu: Gpu) -> Mix:
 
 
 def capacity_mix(gpu: Gpu) -> Mix:
-    shared = _AttributeIs("type", "vgpu")
+    shared = AttributeIs("type", "vgpu")
     shares = []
     for gib in range(5, 21):
         cores = math.ceil(100 * gib * GIB / gpu.memory_bytes)
