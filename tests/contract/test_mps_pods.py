@@ -37,6 +37,7 @@ from tests.support.claims import allocate_results
 from tests.support.engines import PLAIN, POOL, simulated_engine, simulated_hardware
 from tests.support.memory_claims import MemoryClaims
 from tests.support.nodes import simulated_node
+from tests.support.processes import process_alive
 from tests.support.stand_in_kubelet import StandInKubelet
 from tests.support.waiting import wait_until
 from tests.unit.claims.test_engine_devices import sharing_config
@@ -108,14 +109,6 @@ class Node:
 
 def pods(server: ApiServer) -> dict[str, dict[str, Any]]:
     return {pod["metadata"]["name"]: pod for pod in server.objects("pods")}
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprepare(

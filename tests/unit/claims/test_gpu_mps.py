@@ -37,6 +37,7 @@ from dra_driver.state.shared_locks import ClaimLocks
 from tests.support.engines import simulated_engine
 from tests.support.memory_claims import MemoryClaims
 from tests.support.nodes import simulated_node
+from tests.support.processes import process_alive
 
 PROFILE = "t4x4"
 MPS = NodeConfig(default=GpuSettings(mode="vgpu-capacity", enforcement="mps"))
@@ -106,7 +107,7 @@ def gone(pid: int) -> bool:
     """Whether the process ended (a zombie of ours is reaped)."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    return not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    return not process_alive(pid)
 
 
 def gauge(metrics: ClaimMetrics) -> float | None:

@@ -25,6 +25,7 @@ from dra_driver.claims.sharing.sharing import MIB, MpsDaemonSpec, MpsDirectories
 from dra_driver.hardware.driver_root import discover_driver
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.time_slicing import SYSTEM_PATH
+from tests.support.processes import process_state
 
 CLAIM = "0b7c4d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f"
 OTHER_CLAIM = "6a0e1c2b-3d4f-4a5b-8c6d-7e8f9a0b1c2d"
@@ -39,15 +40,6 @@ def spec_for(daemons: MpsControlDaemons, claim_uid: str = CLAIM) -> MpsDaemonSpe
     spec = plan_sharing(claim_uid, devices, daemons.runtime_dir).mps
     assert spec is not None
     return spec
-
-
-def process_state(pid: int) -> str | None:
-    """The state letter of a live process; None once it is gone (a zombie is gone too)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
-        return None
-    return None if state in ("Z", "X") else state
 
 
 def daemon_pid(spec: MpsDaemonSpec) -> int:

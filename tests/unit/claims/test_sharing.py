@@ -36,6 +36,7 @@ from dra_driver.hardware.time_slicing import (
     listed_time_slice,
     run_command,
 )
+from tests.support.processes import process_alive
 
 CLAIM_UID = "0b7c4d6e-1f2a-4b3c-8d9e-0a1b2c3d4e5f"
 RUNTIME = Path("/run/dra-driver/mps")
@@ -378,10 +379,7 @@ def test_a_hung_nvidia_smi_is_killed_at_the_timeout_with_what_it_started(tmp_pat
 def gone(pid: int) -> bool:
     """Whether the process ends (or is a zombie: killed, not yet reaped) within a few seconds."""
     for _ in range(500):
-        try:
-            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] in ("Z", "X"):
-                return True
-        except FileNotFoundError:
+        if not process_alive(pid):
             return True
         time.sleep(0.01)
     return False
