@@ -22,11 +22,9 @@ $(INSTALLED): pyproject.toml Makefile
 demo: $(INSTALLED)
 	$(BIN)/dra-driver demo
 
-## test: install missing system packages (as root), lint, type-check and run every test tier,
-## one pytest worker per core (the agents the tests start mostly wait: two workers on two cores
-## take half the time of one)
+## test: install missing system packages (as root), lint, type-check and run every test tier
 test: test-deps lint
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest
 
 ## test-deps: the system packages the tests need (podman, shellcheck, gcc, ...), installed as root
 test-deps:
