@@ -5,9 +5,11 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -84,13 +86,23 @@ SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 def run_client(env: dict[str, str], user: int | None = None) -> subprocess.CompletedProcess[str]:
     """A CUDA program of the claim's container, played by the simulated control program (it
-    needs only the standard library)."""
-    python = sys.executable if user is None else str(SYSTEM_PYTHON)
-    command = [python, "-m", simulated_mps_control.MODULE, "--client"]
-    root = str(Path(simulated_mps_control.__file__).parents[2])
-    return subprocess.run(
-        command, env={**env, "PYTHONPATH": root}, user=user, capture_output=True, text=True, check=False
-    )
+    needs only the standard library). Another user gets a copy of the program: the checkout may
+    be where only its owner can read (a clone under `mktemp -d`)."""
+    if user is None:
+        command = [sys.executable, "-m", simulated_mps_control.MODULE, "--client"]
+        return subprocess.run(
+            command,
+            env={**env, "PYTHONPATH": str(Path(simulated_mps_control.__file__).parents[2])},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    with tempfile.TemporaryDirectory() as readable:
+        Path(readable).chmod(0o755)
+        program = Path(shutil.copy(simulated_mps_control.__file__, readable))
+        program.chmod(0o644)
+        command = [str(SYSTEM_PYTHON), str(program), "--client"]
+        return subprocess.run(command, env=env, user=user, capture_output=True, text=True, check=False)
 
 
 def daemon_settings(runtime_dir: Path) -> dict[str, Any]:
