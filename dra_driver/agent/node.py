@@ -299,6 +299,14 @@ class NodeAgent:
         await self.reporter.drain()
 
 
+def claim_record_store(settings: NodeSettings) -> ClaimRecordStore:
+    """Unflushed records unless `--flush-records` (record_store says why that is enough)."""
+    if settings.flush_records:
+        # Concurrent claims' flushed writes share one flush.
+        return ClaimRecordStore(settings.state_dir, GroupCommitter())
+    return ClaimRecordStore(settings.state_dir, flush=False)
+
+
 async def _serve_claims(
     settings: NodeSettings,
     platform: Platform,
@@ -316,8 +324,7 @@ async def _serve_claims(
         inventory=inventory,
         edits=platform.edits,
         claim_source=claim_source,
-        # Durable record writes of concurrent claims share one flush.
-        records=ClaimRecordStore(settings.state_dir, GroupCommitter()),
+        records=claim_record_store(settings),
         cdi_specs=cdi_specs,
         hardware=platform.hardware,
         common_cdi_ids=platform.common_cdi_ids,

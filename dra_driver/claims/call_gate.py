@@ -1,4 +1,5 @@
-"""The records of one kubelet call's claims go to the group commit together.
+"""The records of one kubelet call's claims go to the group commit together (flushed records only:
+`--flush-records`).
 
 Kubelet hears about a call only when every claim in it is prepared, so one claim's record made
 durable before the call's other claims are ready gains nothing. It does cost something: the group

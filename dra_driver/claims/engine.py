@@ -3,13 +3,14 @@
 Every claim of a call is handled concurrently and answered on its own: a bad claim yields an
 error for that claim only, never a failed call. Device ownership is checked and taken without
 yielding to the event loop, so two overlapping calls can never both get the same GPU, and
-kubelet is answered only once the claim's record is on disk.
+kubelet is answered only once the claim's record is written (what "written" guarantees, and why
+it need not mean flushed: record_store).
 
 The record protocol, which makes a crash at any point recoverable:
 - A claim without side effects: its device metadata files and CDI spec are written, then its
   "prepared" record created, then kubelet is answered.
 - A claim with side effects (a MIG instance to create, a time slice to set, an MPS daemon to
-  start) is prepared in two phases: a "preparing" record naming the side effects is durable
+  start) is prepared in two phases: a "preparing" record naming the side effects is written
   before the first of them, and the "prepared" record before kubelet is answered. A crash in
   between leaves the "preparing" record, and the next start (or the next prepare of the claim)
   undoes what it names.
@@ -209,7 +210,8 @@ class ClaimEngine:
     # -- prepare -------------------------------------------------------------------------------
 
     async def prepare(self, claims: Sequence[RawClaim]) -> dict[str, PrepareOutcome]:
-        gate = CallGate(len(claims)) if len(claims) > 1 else None
+        # The gate lets a call's records share one flush: nothing to share where none is made.
+        gate = CallGate(len(claims)) if len(claims) > 1 and self._records.flushes else None
         calls = [self._prepare_one(raw, None if gate is None else gate.ticket()) for raw in claims]
         outcomes = await to_the_end(concurrently(calls))
         return {raw.uid: outcome for raw, outcome in zip(claims, outcomes, strict=True)}

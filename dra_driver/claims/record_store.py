@@ -1,8 +1,16 @@
-"""Durable records of prepared claims: one file per claim under <state-dir>/claims.
+"""Records of prepared claims: one file per claim under <state-dir>/claims.
 
-Everything needed to undo a prepare is written here, durably, before kubelet is told the claim is
-ready (the two phases are on `ClaimRecord`). One file per claim keeps writes small and
-independent.
+Everything needed to undo a prepare is written here before kubelet is told the claim is ready
+(the two phases are on `ClaimRecord`). One file per claim keeps writes small and independent.
+
+Every write is atomic (a temporary file renamed or linked into place), so no process, a peer
+agent or this one after a crash, ever reads half a record. Whether a write is also flushed to
+stable storage before kubelet hears "done" is the store's `flush` setting, off in the agent by
+default: a record only has to outlive the agent process, which the page cache does, because
+after a reboot, the one event that loses unflushed writes, every record is dropped unread
+(`boot_changed`: the MIG instances, MPS daemons and CDI specs it describes are gone too). The
+boot ID the records are compared with is itself written with a flush, at start, before any
+record of this boot.
 """
 
 import asyncio
@@ -47,13 +55,25 @@ def _encoded(record: ClaimRecord) -> bytes:
 class ClaimRecordStore:
     """Record files under <state-dir>/claims, named by claim UID (checked before it gets here)."""
 
-    def __init__(self, state_dir: Path, committer: GroupCommitter | None = None) -> None:
-        """`committer`: where concurrent writes are grouped, so one flush serves many claims;
-        without one each write flushes on its own."""
+    def __init__(
+        self, state_dir: Path, committer: GroupCommitter | None = None, *, flush: bool = True
+    ) -> None:
+        """`flush`: every write is on stable storage when it returns; without it writes are made
+        in place, on the event loop, and left to the page cache (see the module docstring).
+        `committer`: where concurrent flushed writes are grouped, so one flush serves many
+        claims; without one each write flushes on its own."""
+        if committer is not None and not flush:
+            raise ValueError("a group committer only serves flushed writes")
         self.state_dir = state_dir
         self.directory = state_dir / "claims"
         self._committer = committer
+        self._flush = flush
         self._directory_prefix = f"{self.directory}{os.sep}"
+
+    @property
+    def flushes(self) -> bool:
+        """Whether a write waits for stable storage (and so gains from sharing a flush)."""
+        return self._flush
 
     def _path(self, claim_uid: str) -> str:
         # A string, not a Path: built on every prepare and unprepare.
@@ -85,6 +105,21 @@ class ClaimRecordStore:
                 if leftover.stat().st_mtime < cutoff:
                     leftover.unlink()
 
+    def drop_all(self) -> int:
+        """Removes every record and temporary record file, unread (after a reboot); returns how
+        many records there were. Quarantined files stay for the operator."""
+        dropped = 0
+        if not self.directory.is_dir():
+            return dropped
+        for path in self.directory.iterdir():
+            if path.name.endswith(_SUFFIX):
+                dropped += durable_files.unlink_if_present(path)
+            elif path.name.endswith(".tmp"):
+                durable_files.unlink_if_present(path)
+        if self._flush:
+            durable_files.fsync_directory(self.directory)
+        return dropped
+
     def read(self, claim_uid: str) -> ClaimRecord | None:
         """The claim's record as on disk now, which another agent process may have written."""
         try:
@@ -105,13 +140,22 @@ class ClaimRecordStore:
 
     def save(self, record: ClaimRecord) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        durable_files.atomic_write(self._path(record.claim.uid), _encoded(record), durable=True, mode=0o600)
+        durable_files.atomic_write(
+            self._path(record.claim.uid), _encoded(record), durable=self._flush, mode=0o600
+        )
 
     def delete(self, claim_uid: str) -> None:
-        durable_files.remove(self._path(claim_uid), durable=True)
+        durable_files.remove(self._path(claim_uid), durable=self._flush)
 
     async def write(self, record: ClaimRecord) -> None:
-        """`save`, grouped with other claims' writes when a committer is set; durable on return."""
+        """`save`, grouped with other claims' writes when a committer is set; flushed on return
+        where the store flushes."""
+        if not self._flush:
+            # The directory exists: load_all, which every start runs first, made it.
+            durable_files.atomic_write(
+                self._path(record.claim.uid), _encoded(record), durable=False, mode=0o600
+            )
+            return
         if self._committer is None:
             await asyncio.to_thread(self.save, record)
             return
@@ -122,6 +166,9 @@ class ClaimRecordStore:
         """`write` of a claim that has no record yet, which its caller checked under the claim's
         lock: grouped, this costs one journal commit instead of two, and it raises
         FileExistsError rather than replace a record that is there after all."""
+        if not self._flush:
+            durable_files.create_new(self._path(record.claim.uid), _encoded(record), mode=0o600)
+            return
         if self._committer is None:
             await asyncio.to_thread(self.save, record)
             return
@@ -135,7 +182,9 @@ class ClaimRecordStore:
 
     async def erase(self, claim_uid: str) -> None:
         """`delete`, grouped like `write`."""
-        if self._committer is None:
+        if not self._flush:
+            durable_files.unlink_if_present(self._path(claim_uid))
+        elif self._committer is None:
             await asyncio.to_thread(self.delete, claim_uid)
         else:
             await self._committer.remove(self._path(claim_uid))

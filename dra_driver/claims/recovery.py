@@ -53,15 +53,13 @@ class StartupRecovery:
 
     async def run(self, boot_id: str | None) -> list[QuarantinedRecord]:
         """Returns the records set aside as unreadable, for the caller to report."""
-        records, quarantined = await asyncio.to_thread(self._records.load_all)
         if boot_id is not None and await asyncio.to_thread(self._records.boot_changed, boot_id):
             # No peer can be working on these: one started since the reboot would have recorded
-            # the new boot ID already.
-            log.warning(
-                "the node rebooted since the last run; prepared claims are forgotten", claims=len(records)
-            )
-            for uid in records:
-                await self._records.erase(uid)
+            # the new boot ID already. They are dropped unread: a record written without a flush
+            # may have been cut short by the reboot, and is not a corrupt one to report.
+            dropped = await asyncio.to_thread(self._records.drop_all)
+            log.warning("the node rebooted since the last run; prepared claims are forgotten", claims=dropped)
+        records, quarantined = await asyncio.to_thread(self._records.load_all)
         for uid, record in records.items():
             if record.state == "preparing":
                 await self._roll_back_unfinished(uid)

@@ -133,6 +133,15 @@ STATE_DIR = Option(
     "durable state (default <plugins-dir>/<driver-name>)",
     v.optional_absolute_path,
 )
+FLUSH_RECORDS = Option(
+    "--flush-records",
+    "DRA_DRIVER_FLUSH_RECORDS",
+    "false",
+    "flush each claim record to disk before answering kubelet (a disk flush per prepare and "
+    "unprepare; off, records outlive an agent crash but not a reboot, after which they are "
+    "dropped anyway)",
+    v.switch,
+)
 KUBECONFIG = Option(
     "--kubeconfig",
     "KUBECONFIG",
@@ -327,6 +336,7 @@ AGENT_OPTIONS: tuple[Option[Any], ...] = (
     PLUGINS_DIR,
     CDI_DIR,
     STATE_DIR,
+    FLUSH_RECORDS,
     KUBECONFIG,
     LOG_FORMAT,
     DRIVER_ROOT,

@@ -107,6 +107,8 @@ class NodeSettings:
     pod_resources_socket: Path = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     usage_processes: bool = False
     pod_logs_dir: Path = Path("/var/log/pods")
+    # Whether claim records are flushed to disk before kubelet is answered (record_store).
+    flush_records: bool = False
 
     @property
     def inventory(self) -> "InventorySettings":
@@ -272,6 +274,7 @@ def node_settings(args: argparse.Namespace, stderr_is_terminal: bool) -> NodeSet
         pod_resources_socket=o.POD_RESOURCES_SOCKET.value(args),
         usage_processes=o.USAGE_PROCESSES.value(args),
         pod_logs_dir=o.POD_LOGS_DIR.value(args),
+        flush_records=o.FLUSH_RECORDS.value(args),
     )
     if settings.mps_daemons == "pod":
         for option, value in (

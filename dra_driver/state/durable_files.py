@@ -69,6 +69,17 @@ def atomic_write(path: StrPath, data: bytes, *, durable: bool, mode: int = 0o644
         fsync_directory(parent_directory(path))
 
 
+def create_new(path: StrPath, data: bytes, *, mode: int = 0o644) -> None:
+    """Writes a file that must not exist yet, not flushed: a reader sees no file or all of it.
+    Raises FileExistsError, leaving the file that is there as it is."""
+    temporary, fd = write_temporary(path, data, mode)
+    try:
+        os.close(fd)
+        os.link(temporary, path)
+    finally:
+        unlink_if_present(temporary)
+
+
 def remove(path: StrPath, *, durable: bool) -> bool:
     """Removes `path` if it exists; returns whether it did. Durable removal fsyncs the directory."""
     if not unlink_if_present(path):

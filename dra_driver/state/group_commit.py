@@ -1,7 +1,8 @@
 """Group commit: one filesystem flush makes many concurrent file changes durable.
 
-Kubelet prepares and unprepares claims in overlapping calls, and each claim's record must be on
-stable storage before kubelet hears "done". Done per file (durable_files.atomic_write), that is an
+Kubelet prepares and unprepares claims in overlapping calls, and with `--flush-records` each
+claim's record must be on stable storage before kubelet hears "done" (without it records are
+left to the page cache: claims/record_store.py). Done per file (durable_files.atomic_write), that is an
 fsync of the file and another of its directory for every claim: with tens of claims in flight the
 writes queue behind each other's flushes. Here operations submitted while a flush is running wait
 for the next batch, and a batch costs one data flush plus, where it replaces or removes files,

@@ -47,19 +47,22 @@ def simulated_engine(
     sharing: SharingControls | None = None,
     hami_core: HamiCore | None = None,
     committer: GroupCommitter | None = None,
+    flush: bool = True,
     claim_status: ClaimStatusWriter | None = None,
     metrics: ClaimMetrics | None = None,
 ) -> ClaimEngine:
     """An engine whose records are in `root`/state and CDI specs in `root`/cdi, so two engines
     on one root stand for two agents sharing a node's state directory. `inventory`: the devices
-    offered when they do not come from `profile` and `config` (the e2e node's, say)."""
+    offered when they do not come from `profile` and `config` (the e2e node's, say). `flush`:
+    records flushed, each write in a thread (the loop turns the agent's unflushed writes do not
+    take), or written on the loop as the agent does by default."""
     return ClaimEngine(
         driver_name=DEFAULT_DRIVER_NAME,
         pool_name=pool,
         inventory=inventory or node_inventory(simulated_node(profile), config),
         edits=SimulatedEdits(),
         claim_source=claims,
-        records=ClaimRecordStore(root / "state", committer),
+        records=ClaimRecordStore(root / "state", committer, flush=flush),
         cdi_specs=CdiSpecDirectory(root / "cdi", DEFAULT_DRIVER_NAME),
         hardware=hardware,
         sharing=sharing,

@@ -44,20 +44,26 @@ class SlowClaims:
         return self.claims[(namespace, name)]
 
 
+# Flushed records are written in a thread, so the loop turns at every write; unflushed ones (the
+# agent's default) are written on the loop: both orders of events are tried.
+FLUSH = pytest.mark.parametrize("flush", [True, False], ids=["flushed", "unflushed"])
+
+
+@FLUSH
 @settings(max_examples=25, deadline=None)
 @given(
     seed=st.integers(0, 2**32),
     wanted=st.lists(st.sampled_from(["gpu-0", "gpu-1", "gpu-2"]), min_size=2, max_size=24),
 )
 def test_overlapping_calls_never_give_one_gpu_to_two_claims(
-    tmp_path_factory: Any, seed: int, wanted: list[str]
+    tmp_path_factory: Any, flush: bool, seed: int, wanted: list[str]
 ) -> None:
     tmp = tmp_path_factory.mktemp("engine")
     source = SlowClaims(seed)
     claims = [source.add(f"c{i}", device) for i, device in enumerate(wanted)]
 
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        engine = simulated_engine(tmp, source)
+        engine = simulated_engine(tmp, source, flush=flush)
         await engine.load_state()
         # One call per claim, all at once, plus every claim repeated (kubelet retries).
         answers = await asyncio.gather(*(engine.prepare([claim]) for claim in claims + claims))
@@ -78,12 +84,13 @@ def test_overlapping_calls_never_give_one_gpu_to_two_claims(
     assert len(list((tmp / "cdi").iterdir())) == len(winners)
 
 
-def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path: Path) -> None:
+@FLUSH
+def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path: Path, flush: bool) -> None:
     source = SlowClaims(7)
     claim = source.add("shared", "gpu-3")
 
     async def scenario() -> dict[str, Any]:
-        engine = simulated_engine(tmp_path, source)
+        engine = simulated_engine(tmp_path, source, flush=flush)
         await engine.load_state()
         calls = [engine.prepare([claim]) if i % 3 else engine.unprepare([claim]) for i in range(30)]
         await asyncio.gather(*calls)

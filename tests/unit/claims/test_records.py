@@ -233,3 +233,47 @@ def test_the_devices_facts_and_the_claims_generation_round_trip_and_older_record
         record_from_json(data)
     with pytest.raises(CorruptRecord, match="claimGeneration: expected a non-negative integer"):
         record_from_json({**RECORD.to_json(), "claimGeneration": -1})
+
+
+def test_unflushed_records_are_written_whole_and_never_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_flush(fd: int) -> None:
+        raise AssertionError("an unflushed store flushed")
+
+    monkeypatch.setattr(os, "fsync", no_flush)
+    store = ClaimRecordStore(tmp_path, flush=False)
+    store.load_all()
+    asyncio.run(store.create(RECORD))
+    preparing = dataclasses.replace(RECORD, state="preparing")
+    with pytest.raises(FileExistsError):
+        asyncio.run(store.create(preparing))
+    assert ClaimRecordStore(tmp_path).read(UID) == RECORD  # the record there is left as it was
+    asyncio.run(store.write(preparing))
+    assert ClaimRecordStore(tmp_path).read(UID) == preparing
+    assert list(store.directory.glob(".*.tmp")) == []
+    asyncio.run(store.erase(UID))
+    asyncio.run(store.erase(UID))
+    assert store.load_all() == ({}, [])
+
+
+def test_a_group_committer_cannot_serve_an_unflushed_store(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="only serves flushed writes"):
+        ClaimRecordStore(tmp_path, GroupCommitter(), flush=False)
+
+
+@pytest.mark.parametrize("flush", [True, False], ids=["flushed", "unflushed"])
+def test_after_a_reboot_records_are_dropped_unread_and_quarantined_ones_kept(
+    tmp_path: Path, flush: bool
+) -> None:
+    store = ClaimRecordStore(tmp_path, flush=flush)
+    store.load_all()
+    store.save(RECORD)
+    # What a power loss can leave of writes that were never flushed: an empty record, a temporary.
+    (store.directory / "0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b.json").write_bytes(b"")
+    (store.directory / f".{UID}.json.0a1b2c3d.tmp").write_bytes(b"{")
+    (store.directory / "aside.json.corrupt").write_text("kept for the operator")
+
+    assert store.drop_all() == 2
+    assert sorted(p.name for p in store.directory.iterdir()) == ["aside.json.corrupt"]
+    assert store.load_all() == ({}, [])
