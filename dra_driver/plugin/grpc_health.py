@@ -5,6 +5,7 @@ uses whether the plugin serves, instead of only whether the process runs. Per th
 "" stands for the whole server and other names are fully-qualified gRPC service names.
 """
 
+import asyncio
 from collections.abc import AsyncGenerator, Iterable
 from contextlib import aclosing
 from typing import Any
@@ -28,14 +29,19 @@ class GrpcHealthService:
     def __init__(self, services: Iterable[str]) -> None:
         self._known = frozenset(("", *services))
         self._serving = LatestValue(False)
+        # The tasks of open Watch calls, each of which gRPC runs to the call's end.
+        self._watches: set[asyncio.Task[Any]] = set()
 
     def set_serving(self, serving: bool) -> None:
         self._serving.set(serving)
 
-    def close(self) -> None:
-        """Ends every Watch call, after it has sent the current status: they would otherwise hold
-        a graceful server stop for its whole grace period."""
+    async def close(self) -> None:
+        """Ends every Watch call, after it has sent the current status, and waits for them to
+        end: they would otherwise hold a graceful server stop for its whole grace period, and a
+        call still sending its last status when the stop begins could lose it."""
         self._serving.close()
+        if self._watches:
+            await asyncio.wait(set(self._watches))
 
     def status(self, service: str) -> ServingStatus:
         if service not in self._known:
@@ -55,12 +61,19 @@ class GrpcHealthService:
         """The current status, then each change. An unknown service gets SERVICE_UNKNOWN and the
         call stays open, as the protocol asks (a service may be added later)."""
         sent = None
-        async with aclosing(self._serving.follow()) as changes:
-            async for _ in changes:
-                status = self.status(request.service)
-                if status != sent:
-                    yield HealthCheckResponse(status=status)
-                    sent = status
+        call = asyncio.current_task()
+        if call is not None:
+            self._watches.add(call)
+        try:
+            async with aclosing(self._serving.follow()) as changes:
+                async for _ in changes:
+                    status = self.status(request.service)
+                    if status != sent:
+                        yield HealthCheckResponse(status=status)
+                        sent = status
+        finally:
+            if call is not None:
+                self._watches.discard(call)
 
 
 def add_grpc_health_service(server: grpc.aio.Server, service: GrpcHealthService) -> None:

@@ -9,6 +9,8 @@ Besides DRAPlugin, the DRA socket serves the device health stream kubelet watche
 (DRAResourceHealth) and the standard gRPC health service for probes.
 """
 
+import asyncio
+import contextlib
 from pathlib import Path
 
 import grpc
@@ -109,8 +111,10 @@ class KubeletPluginServer:
         # The streaming calls never end on their own and would hold the graceful stop for the
         # whole grace period: they end first, health watchers having been told NOT_SERVING.
         self.grpc_health.set_serving(False)
-        self.grpc_health.close()
         self.health.close()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self.grpc_health.close()
         await self._dra_server.stop(grace)
         await self._registration_server.stop(None)
         self.registration_socket.unlink(missing_ok=True)
