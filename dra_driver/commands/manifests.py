@@ -62,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         extended_mig_profiles=tuple(args.extended_mig_profile or ()),
         usage_interval=args.usage_interval,
         usage_processes=args.usage_processes,
+        flush_records=args.flush_records,
     )
     sys.stdout.write(render_yaml(options))
     return 0
@@ -161,6 +162,11 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="SECONDS",
         help="seconds between GPU usage samples; 0: no usage metrics and no mount of kubelet's "
         "PodResources socket; default: %(default)s",
+    )
+    add(
+        "--flush-records",
+        action="store_true",
+        help="flush each claim record to disk before kubelet's answer (the agent's --flush-records)",
     )
     add(
         "--usage-processes",

@@ -759,6 +759,19 @@ def test_process_attribution_runs_the_agent_in_the_host_pid_namespace(
     assert mounts["/var/lib/kubelet/pod-resources"] is True
 
 
+def test_flushed_records_are_one_value_in_the_chart_and_one_flag_of_the_command(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    options = ManifestOptions(flush_records=True)
+
+    install(server, tmp_path, options.name, options.namespace, chart_values(options))
+
+    assert by_identity(installed(server, options.name)) == rendered_by_the_command(options)
+    (daemon_set,) = server.objects("daemonsets")
+    (container,) = daemon_set["spec"]["template"]["spec"]["containers"]
+    assert {"name": "DRA_DRIVER_FLUSH_RECORDS", "value": "true"} in container["env"]
+
+
 def test_usage_metrics_off_mount_nothing_of_kubelets(server: ApiServer, tmp_path: Path) -> None:
     options = ManifestOptions(usage_interval=0)
 

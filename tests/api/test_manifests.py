@@ -593,6 +593,18 @@ def test_the_command_sets_up_usage_metrics_as_asked(capsys: pytest.CaptureFixtur
     )
 
 
+def test_records_are_flushed_only_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    def agent_env(options: ManifestOptions) -> dict[str, str | None]:
+        container = only(render(options), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+        return {entry["name"]: entry.get("value") for entry in container["env"]}
+
+    assert "DRA_DRIVER_FLUSH_RECORDS" not in agent_env(ManifestOptions())
+    assert main(["manifests", "--flush-records"]) == 0
+    printed = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert printed == render(ManifestOptions(flush_records=True))
+    assert agent_env(ManifestOptions(flush_records=True))["DRA_DRIVER_FLUSH_RECORDS"] == "true"
+
+
 def test_render_refuses_bad_options_itself() -> None:
     """A caller building options in Python gets the same checks as the command."""
     with pytest.raises(ManifestError, match="--node-selector"):

@@ -44,7 +44,8 @@ def config_maps(options: ManifestOptions) -> list[dict[str, Any]]:
 def _optional_parts(
     options: ManifestOptions,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """Environment, mounts and volumes of what is switched on: node files and HAMi-core."""
+    """Environment, mounts and volumes of what is switched on: node files, HAMi-core, flushed
+    claim records."""
     env: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
@@ -65,6 +66,8 @@ def _optional_parts(
         mounts.append({"name": "hami-core-dir", "mountPath": hami_core_dir})
         volumes.append(_host_path("hami-core-library", library, "File"))
         volumes.append(_host_path("hami-core-dir", hami_core_dir, "DirectoryOrCreate"))
+    if options.flush_records:
+        env.append({"name": "DRA_DRIVER_FLUSH_RECORDS", "value": "true"})
     return env, mounts, volumes
 
 

@@ -99,6 +99,8 @@ class ManifestOptions:
     usage_interval: int = DEFAULT_USAGE_INTERVAL
     # Attribute GPU processes to pods by cgroup: the host PID namespace and /var/log/pods.
     usage_processes: bool = False
+    # Flush each claim record to disk before kubelet's answer (--flush-records).
+    flush_records: bool = False
 
 
 def selector_labels(options: ManifestOptions) -> dict[str, str]:

@@ -54,6 +54,10 @@ of names it checks is this one, so it cannot go stale.
 - name: DRA_DRIVER_HAMI_CORE_DIR
   value: {{ (printf "/var/lib/%s/vgpu" $name) | quote }}
 {{- end }}
+{{- if .Values.flushRecords }}
+- name: DRA_DRIVER_FLUSH_RECORDS
+  value: "true"
+{{- end }}
 - name: DRA_DRIVER_USAGE_INTERVAL
   value: {{ .Values.usage.interval | toString | quote }}
 {{- if .Values.usage.interval }}
