@@ -21,6 +21,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.base.compact_json import compact_json
 from dra_driver.claims.records import ClaimRecord, CorruptRecord, record_from_json
 from dra_driver.state import durable_files
 from dra_driver.state.group_commit import GroupCommitter
@@ -49,7 +50,7 @@ def _record_in(path: durable_files.StrPath) -> ClaimRecord:
 
 
 def _encoded(record: ClaimRecord) -> bytes:
-    return json.dumps(record.to_json(), separators=(",", ":")).encode()
+    return compact_json(record.to_json()).encode()
 
 
 class ClaimRecordStore:

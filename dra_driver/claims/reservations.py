@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from dra_driver.base.compact_json import compact_json
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 
 TABLE_VERSION = 1
@@ -40,7 +41,7 @@ def _encoded_entry(reservation: Reservation) -> bytes:
         "devices": list(reservation.devices),
         "owner": reservation.owner,
     }
-    return json.dumps(entry, separators=(",", ":")).encode()
+    return compact_json(entry).encode()
 
 
 _TABLE_START = b'{"version":%d,"reservations":[' % TABLE_VERSION

@@ -4,10 +4,10 @@ Kept apart from the spec model so that the pure planners, which build container 
 file I/O (the import contract in pyproject.toml checks this).
 """
 
-import json
 import os
 from pathlib import Path
 
+from dra_driver.base.compact_json import compact_json
 from dra_driver.claims.edits.cdi import (
     SPEC_SUFFIX,
     CdiSpec,
@@ -56,7 +56,7 @@ class CdiSpecDirectory:
         }
 
     def _write(self, path: durable_files.StrPath, spec: CdiSpec) -> None:
-        data = json.dumps(spec.to_json(), separators=(",", ":")).encode() + b"\n"
+        data = compact_json(spec.to_json()).encode() + b"\n"
         try:
             durable_files.atomic_write(path, data, durable=False)
         except FileNotFoundError:

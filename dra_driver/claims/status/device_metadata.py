@@ -52,12 +52,12 @@ Where this driver differs from upstream's helper, and why:
 This module is data in, data out: `metadata_files` writes and removes the files.
 """
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from dra_driver.base.compact_json import compact_json
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.errors import ClaimRejected
@@ -186,8 +186,7 @@ def _fields_after_the_type(
 
 # Each API version's line up to its first field after apiVersion: '{"kind":...,"apiVersion":...,'.
 _LINE_HEADS = tuple(
-    json.dumps({"kind": KIND, "apiVersion": version}, separators=(",", ":"))[:-1] + ","
-    for version in API_VERSIONS
+    compact_json({"kind": KIND, "apiVersion": version})[:-1] + "," for version in API_VERSIONS
 )
 
 
@@ -198,7 +197,7 @@ def _encoded(
     versions differ in apiVersion alone, so the rest is rendered and encoded once and each line
     is its head followed by those bytes (rendering and encoding twice took half the time a file
     adds to a prepare, issue 31)."""
-    rest = json.dumps(_fields_after_the_type(driver_name, ref, pod_claim, devices), separators=(",", ":"))
+    rest = compact_json(_fields_after_the_type(driver_name, ref, pod_claim, devices))
     return "".join(f"{head}{rest[1:]}\n" for head in _LINE_HEADS).encode()
 
 

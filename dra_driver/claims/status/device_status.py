@@ -13,11 +13,11 @@ not change (the API conventions' rule for conditions), which makes a repeated wr
 facts a no-op rather than a change.
 """
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dra_driver.base.compact_json import compact_json
 from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
@@ -97,7 +97,7 @@ def device_status_entries(driver_name: str, record: ClaimRecord, *, now: str) ->
         if record.generation is not None:
             condition["observedGeneration"] = record.generation
         data = _device_data(prepared.facts, prepared)
-        size = len(json.dumps(data, separators=(",", ":")))
+        size = len(compact_json(data))
         if size > MAX_DATA_BYTES:
             raise StatusTooLarge(
                 f"status.devices data of device {prepared.device}: {size} bytes, more than the "
