@@ -184,7 +184,7 @@ class ClaimRecordStore:
     async def erase(self, claim_uid: str) -> None:
         """`delete`, grouped like `write`."""
         if not self._flush:
-            durable_files.unlink_if_present(self._path(claim_uid))
+            self.delete(claim_uid)
         elif self._committer is None:
             await asyncio.to_thread(self.delete, claim_uid)
         else:
