@@ -1,35 +1,34 @@
 """The agent's Kubernetes client: kubeconfig or in-cluster configuration, one connection pool."""
 
+import dataclasses
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from dra_driver.agent.errors import StartupError
-from dra_driver.kube import kube_api
+from dra_driver.kube.kube_api import KubeClient
 from dra_driver.kube.kubeconfig import load_kubeconfig
+from dra_driver.kube.server_access import ServerConfigError, in_cluster_server
 
 # Concurrent claim GETs share one connection pool; kubelet may prepare many pods at once.
 API_CONNECTION_POOL_SIZE = 32
 
 
-async def kubernetes_api_client(kubeconfig: Path | None) -> kube_api.KubeClient:
-    configuration = kube_api.Configuration()
+async def kubernetes_api_client(kubeconfig: Path | None) -> KubeClient:
     where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig given)"
     try:
-        if kubeconfig is not None:
-            await load_kubeconfig(kubeconfig, configuration)
-        else:
-            kube_api.load_incluster_config(client_configuration=configuration)
-    except (kube_api.ConfigException, OSError, ValueError) as error:
+        server = await load_kubeconfig(kubeconfig) if kubeconfig is not None else in_cluster_server()
+    except ServerConfigError as error:
         raise StartupError(f"{where}: cannot load Kubernetes client configuration: {error}") from error
-    configuration.connection_pool_maxsize = API_CONNECTION_POOL_SIZE
-    # With trust_env, aiohttp reads ~/.netrc and scans the whole environment for proxies on every
-    # request, through two thread hops: a third of each claim GET. The proxy is found once here.
-    configuration.proxy = configuration.proxy or environment_proxy(configuration.host)
-    configuration.client_session_kwargs = {**(configuration.client_session_kwargs or {}), "trust_env": False}
+    # The proxy is found once here, not looked up in the environment per request.
+    server = dataclasses.replace(
+        server,
+        proxy=server.proxy or environment_proxy(server.url),
+        max_connections=API_CONNECTION_POOL_SIZE,
+    )
     try:
-        return kube_api.KubeClient(configuration)  # reads the CA and client certificate files
-    except OSError as error:  # ssl.SSLError included
+        return KubeClient(server)  # reads the CA and client certificate files
+    except (OSError, ValueError) as error:  # ssl.SSLError included
         raise StartupError(f"{where}: cannot set up TLS for the Kubernetes API: {error}") from error
 
 

@@ -37,10 +37,6 @@ from dra_driver.devices.inventory import Inventory, build_inventory, node_invent
 from dra_driver.devices.node_config import NodeConfigError
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.health.monitor import HealthMonitor
-
-# kube_api before anything imports `kubernetes`: it keeps the client's package __init__ files
-# (the whole synchronous client and more, about 11 MiB) from running.
-from dra_driver.kube import kube_api  # noqa: F401
 from dra_driver.kube.claim_api import ClaimApi
 from dra_driver.kube.errors import ApiError
 from dra_driver.kube.kube_api import KubeClient

@@ -11,11 +11,10 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
 
-import aiohttp
-
 from dra_driver.base.json_object import JsonObject
 from dra_driver.kube.errors import TRANSPORT_ERRORS, ApiError
-from dra_driver.kube.kube_api import KubeClient, Query, call, get
+from dra_driver.kube.kube_api import KubeClient, Query, call, open_watch
+from dra_driver.kube.kube_http import HttpAnswer
 from dra_driver.kube.timeouts import TIMEOUTS
 
 
@@ -40,27 +39,26 @@ def decoded_answer(call_name: str, status: int, body: bytes, expected: tuple[int
 
 
 async def json_call(
-    call_name: str, request: Awaitable[aiohttp.ClientResponse], expected: tuple[int, ...] = (200, 201)
+    call_name: str, request: Awaitable[HttpAnswer], expected: tuple[int, ...] = (200, 201)
 ) -> JsonObject:
     """The JSON object `request` (a `kube_api.call` not yet awaited) is answered with."""
     try:
-        response = await request
-        body = await response.read()
+        answer = await request
     except TRANSPORT_ERRORS as error:
         raise ApiError.from_transport(call_name, error) from error
-    decoded = decoded_answer(call_name, response.status, body, expected)
+    decoded = decoded_answer(call_name, answer.status, answer.body, expected)
     if not isinstance(decoded, dict):
-        raise ApiError(call_name, response.status, "", "expected a JSON object")
+        raise ApiError(call_name, answer.status, "", "expected a JSON object")
     return decoded
 
 
 async def json_get(
     client: KubeClient, call_name: str, path: str, path_params: Mapping[str, str], request_timeout: float
 ) -> object:
-    """A GET through the lean keep-alive pool (the pod-startup path's), answered as parsed JSON of
-    any shape: the caller checks the fields itself."""
+    """A GET answered as parsed JSON of any shape: the caller checks the fields itself (the
+    claim of a prepare)."""
     try:
-        answer = await get(client, path, path_params=path_params, request_timeout=request_timeout)
+        answer = await call(client, "GET", path, path_params=path_params, request_timeout=request_timeout)
     except TRANSPORT_ERRORS as error:
         raise ApiError.from_transport(call_name, error) from error
     return decoded_answer(call_name, answer.status, answer.body, (200,))
@@ -84,28 +82,26 @@ async def watch_events(
     """The events of one watch request (`query` says what, from where, and `watch=true`) until the
     server ends it. Raises ApiError, `expired` when the version is too old to watch from."""
     try:
-        response = await call(
-            client, "GET", path, query=query, request_timeout=TIMEOUTS.watch + TIMEOUTS.watch_read_margin
-        )
+        stream = await open_watch(client, path, query, TIMEOUTS.watch + TIMEOUTS.watch_read_margin)
     except TRANSPORT_ERRORS as error:
         raise ApiError.from_transport(call_name, error) from error
     try:
-        if response.status != 200:
+        if stream.status != 200:
             try:
-                body = await response.read()
+                body = await stream.read_all()
             except TRANSPORT_ERRORS as error:
                 raise ApiError.from_transport(call_name, error) from error
-            raise ApiError.from_answer(call_name, response.status, body)
+            raise ApiError.from_answer(call_name, stream.status, body)
         while True:
             try:
-                line = await response.content.readline()
+                line = await stream.readline()
             except TRANSPORT_ERRORS as error:
                 raise ApiError(call_name, 0, "", f"watch dropped: {error or type(error).__name__}") from error
             if not line:
                 return
             yield _watch_event(call_name, line)
     finally:
-        response.release()
+        stream.close()
 
 
 def _watch_event(call_name: str, line: bytes) -> WatchEvent:

@@ -3,7 +3,7 @@
 Every call (`kube.calls`) turns what went wrong into an `ApiError`: a transport failure (no
 connection, a reset, a timeout, an answer that is not HTTP) as status 0, "no answer"; an answer
 with an unexpected status with the reason and message of the Status object the server sent. The
-callers branch on the predicates below and never on aiohttp's exceptions or status numbers, and
+callers branch on the predicates below and never on transport exceptions or status numbers, and
 they word their own messages from the fields (the claim source, for one, says "not found (deleted,
 or never created)").
 """
@@ -12,13 +12,11 @@ import asyncio
 import json
 from collections.abc import Mapping
 
-import aiohttp
-
-# What a call raises when no (readable) answer came. OSError: a connection refused or reset in the
-# lean pool (kube_http), which does not wrap it as aiohttp does; ValueError: its HttpProtocolError
+# What a call raises when no (readable) answer came (kube_http). OSError: a connection refused or
+# reset, TLS trouble (ssl.SSLError), a proxy that refused the tunnel; ValueError: HttpProtocolError
 # (an answer that is not HTTP/1.x), and a header value that cannot be sent; IncompleteReadError: a
-# watch stream cut in the middle of a line.
-TRANSPORT_ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError, asyncio.IncompleteReadError)
+# body cut short, in the middle of a watch's line too.
+TRANSPORT_ERRORS = (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError)
 
 # Answers after which retrying the same request cannot help: it is malformed, RBAC refuses the
 # agent, the server refuses the content. 401 is not among them: a projected token that expired is

@@ -1,35 +1,35 @@
-"""Keep-alive HTTP/1.1 GETs for the one request on the pod-startup path: the claim.
+"""The agent's HTTP/1.1 client for the Kubernetes API: keep-alive requests and watch streams.
 
-Every NodePrepareResources GETs each of its claims, and through aiohttp's `ClientSession` one GET
+Every API call of the agent is a small JSON request or a watch, and through aiohttp a claim GET
 cost the agent about 0.2 ms of CPU (timeout handles, tracing hooks, the cookie jar, URL and
-request/response objects built per call), more than the rest of the HTTP exchange together. This
-client does the one thing that path needs, a GET of a small JSON object over a pooled connection,
-in under half that. Everything else (lists, watches, writes, any request through a proxy) stays
-on the official client's REST layer.
-
-What it takes from the official client rather than deciding itself: the server URL, the TLS
-context (CA, client certificate, verification: `RESTClientObject.ssl_context`), the TLS server
-name, and the headers, bearer token included (kube_api.request_headers). It sends no
-Accept-Encoding, so the answer is never compressed.
+request/response objects built per call), more than the rest of the exchange together; importing
+aiohttp, with the two TLS contexts it builds from the system CA bundle at import, was the largest
+single part of the agent's start (issue 31). This client does what the agent needs and no more:
+requests with a JSON body or none over pooled connections, and a GET whose body is read as it
+comes (a watch) on a connection of its own; directly or through an HTTP proxy (CONNECT for an
+https server). It sends no Accept-Encoding, so an answer is never compressed.
 
 Strict on what comes back, as the rest of the agent is: a status line, header or chunk it cannot
 parse is an `HttpProtocolError` naming it, and that connection is closed. A pooled connection that
-turns out closed by the server (keep-alive timeouts) is dropped and the request sent again on
-another or a new one: a GET is idempotent.
+turns out closed by the server (keep-alive timeouts) is dropped and an idempotent request sent
+again on another or a new one; a POST is not sent twice, its caller hears "no answer".
 """
 
 import asyncio
+import base64
 import ssl
 from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
-# Far above any ResourceClaim (etcd stores at most 1.5 MiB per object).
+# Far above any object the agent reads (etcd stores at most 1.5 MiB per object).
 MAX_BODY_BYTES = 16 * 1024 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 _NO_BODY_STATUSES = frozenset({204, 304})
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
+# Sent again on a fresh connection when a pooled one was found closed (RFC 9110 9.2.2).
+_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 
 
 class HttpProtocolError(ValueError):
@@ -81,6 +81,17 @@ def _parse_head(raw: bytes) -> _Head:
     return _Head(int(code), headers, keep_alive)
 
 
+async def _read_head(reader: asyncio.StreamReader) -> _Head:
+    """The final answer's head: 1xx answers (103 Early Hints) come before it and are skipped."""
+    while True:
+        try:
+            head = _parse_head(await reader.readuntil(b"\r\n\r\n"))
+        except asyncio.LimitOverrunError:
+            raise HttpProtocolError(f"head: longer than {MAX_HEAD_BYTES} bytes") from None
+        if not 100 <= head.status < 200:
+            return head
+
+
 def _content_length(headers: Mapping[str, str]) -> int:
     text = headers["content-length"]
     if not text.isdigit():
@@ -91,10 +102,48 @@ def _content_length(headers: Mapping[str, str]) -> int:
     return length
 
 
-async def _chunked_body(reader: asyncio.StreamReader) -> bytes:
-    parts: list[bytes] = []
-    total = 0
-    while True:
+class _Body:
+    """An answer's body, piece by piece, however HTTP frames it: chunked, of a given length, or
+    up to the end of the connection (RFC 9112 6.3)."""
+
+    def __init__(self, reader: asyncio.StreamReader, head: _Head) -> None:
+        self._reader = reader
+        headers = head.headers
+        coding = headers.get("content-encoding", "identity")
+        if coding.lower() != "identity":
+            raise HttpProtocolError(f"Content-Encoding: not asked for, got {coding[:40]!r}")
+        encoding = headers.get("transfer-encoding", "").lower()
+        if encoding and encoding != "chunked":
+            raise HttpProtocolError(f"Transfer-Encoding: expected chunked, got {encoding[:40]!r}")
+        self._chunked = bool(encoding)
+        self._left: int | None = None  # bytes still to come; None: to the end of the connection
+        if head.status in _NO_BODY_STATUSES:
+            self._left = 0
+        elif not self._chunked and "content-length" in headers:
+            self._left = _content_length(headers)
+        self.delimited = self._chunked or self._left is not None
+        self._done = self._left == 0
+        self._total = 0
+
+    async def piece(self) -> bytes:
+        """The next part of the body; b"" once it is all read."""
+        if self._done:
+            return b""
+        if self._chunked:
+            data = await self._chunk()
+        elif self._left is not None:
+            data = await self._reader.readexactly(min(self._left, 65536))
+            self._left -= len(data)
+        else:
+            data = await self._reader.read(65536)
+        self._done = not data or self._left == 0
+        self._total += len(data)
+        if self._total > MAX_BODY_BYTES:
+            raise HttpProtocolError(f"body: more than the {MAX_BODY_BYTES} bytes allowed")
+        return data
+
+    async def _chunk(self) -> bytes:
+        reader = self._reader
         size_line = (await reader.readuntil(b"\r\n"))[:-2]
         size_text = size_line.split(b";", 1)[0].strip()
         if not size_text or size_text.strip(_HEX_DIGITS):
@@ -103,60 +152,98 @@ async def _chunked_body(reader: asyncio.StreamReader) -> bytes:
         if size == 0:
             while await reader.readuntil(b"\r\n") != b"\r\n":
                 pass  # trailer fields: nothing in them is for us
-            return b"".join(parts)
-        total += size
-        if total > MAX_BODY_BYTES:
+            return b""
+        if self._total + size > MAX_BODY_BYTES:
             raise HttpProtocolError(f"chunked body: more than the {MAX_BODY_BYTES} bytes allowed")
-        parts.append(await reader.readexactly(size))
+        data = await reader.readexactly(size)
         if await reader.readexactly(2) != b"\r\n":
             raise HttpProtocolError("chunk: expected CRLF after its data")
+        return data
+
+    async def whole(self) -> bytes:
+        if self._left is not None and not self._chunked:  # the common case: one read
+            data = await self._reader.readexactly(self._left) if self._left else b""
+            self._left, self._done = 0, True
+            return data
+        parts = []
+        while part := await self.piece():
+            parts.append(part)
+        return b"".join(parts)
 
 
 async def _read_answer(reader: asyncio.StreamReader) -> tuple[HttpAnswer, bool]:
     """The answer, and whether the connection may carry another request."""
-    while True:
-        try:
-            head = _parse_head(await reader.readuntil(b"\r\n\r\n"))
-        except asyncio.LimitOverrunError:
-            raise HttpProtocolError(f"head: longer than {MAX_HEAD_BYTES} bytes") from None
-        if not 100 <= head.status < 200:
-            break  # 1xx answers (103 Early Hints) come before the real one
-    headers = head.headers
-    if head.status in _NO_BODY_STATUSES:
-        return HttpAnswer(head.status, b""), head.keep_alive
-    if "content-encoding" in headers and headers["content-encoding"].lower() != "identity":
-        raise HttpProtocolError(f"Content-Encoding: not asked for, got {headers['content-encoding'][:40]!r}")
-    encoding = headers.get("transfer-encoding", "").lower()
-    if encoding:
-        if encoding != "chunked":
-            raise HttpProtocolError(f"Transfer-Encoding: expected chunked, got {encoding[:40]!r}")
-        return HttpAnswer(head.status, await _chunked_body(reader)), head.keep_alive
-    if "content-length" in headers:
-        body = await reader.readexactly(_content_length(headers))
-        return HttpAnswer(head.status, body), head.keep_alive
-    # No length: the body runs to the end of the connection (RFC 9112 6.3).
-    parts: list[bytes] = []
-    total = 0
-    while chunk := await reader.read(65536):
-        total += len(chunk)
-        if total > MAX_BODY_BYTES:
-            raise HttpProtocolError(f"body: more than the {MAX_BODY_BYTES} bytes allowed")
-        parts.append(chunk)
-    body = b"".join(parts)
-    return HttpAnswer(head.status, body), False
+    head = await _read_head(reader)
+    body = _Body(reader, head)
+    return HttpAnswer(head.status, await body.whole()), head.keep_alive and body.delimited
 
 
-def _request_bytes(target: str, host: str, headers: Mapping[str, str]) -> bytes:
-    lines = [f"GET {target} HTTP/1.1", f"Host: {host}"]
+class HttpStream:
+    """An answer whose body is read as it comes, on a connection of its own: a watch. Every read
+    must end by the deadline the stream was opened with (TimeoutError)."""
+
+    def __init__(self, connection: _Connection, head: _Head, deadline: float) -> None:
+        self.status = head.status
+        self._connection = connection
+        self._body = _Body(connection.reader, head)
+        self._deadline = deadline
+        self._buffer = b""
+
+    async def readline(self) -> bytes:
+        """The next line, its b"\\n" included; the last one may lack it; b"" at the end."""
+        async with asyncio.timeout_at(self._deadline):
+            while (end := self._buffer.find(b"\n")) < 0:
+                piece = await self._body.piece()
+                if not piece:
+                    line, self._buffer = self._buffer, b""
+                    return line
+                self._buffer += piece
+        line, self._buffer = self._buffer[: end + 1], self._buffer[end + 1 :]
+        return line
+
+    async def read_all(self) -> bytes:
+        async with asyncio.timeout_at(self._deadline):
+            return self._buffer + await self._body.whole()
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _request_bytes(
+    method: str, target: str, host: str, headers: Mapping[str, str], body: bytes | None
+) -> bytes:
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
     for name, value in headers.items():
         if "\r" in value or "\n" in value or "\0" in value:
             raise ValueError(f"header {name}: a value with a line break or NUL cannot be sent")
         lines.append(f"{name}: {value}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    if body is not None:
+        lines.append(f"Content-Length: {len(body)}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head if body is None else head + body
+
+
+@dataclass(frozen=True, slots=True)
+class _Proxy:
+    host: str
+    port: int
+    authorization: str | None  # the Proxy-Authorization the URL's user and password make
+
+
+def _proxy(url: str) -> _Proxy:
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"proxy: expected an http:// URL with a host, got {url!r}")
+    authorization = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(pair.encode()).decode()
+    return _Proxy(parts.hostname, parts.port or 80, authorization)
 
 
 class KeepAliveClient:
-    """GETs on at most `max_connections` pooled connections to one server."""
+    """Requests on at most `max_connections` pooled connections to one server, and watch streams
+    on connections of their own."""
 
     def __init__(
         self,
@@ -164,9 +251,11 @@ class KeepAliveClient:
         *,
         ssl_context: ssl.SSLContext | None,
         tls_server_name: str | None = None,
+        proxy: str | None = None,
         max_connections: int = 8,
     ) -> None:
-        """`server`: the API server's URL as configured (it may carry a path prefix)."""
+        """`server`: the API server's URL as configured (it may carry a path prefix); `proxy`:
+        an http:// proxy URL, user and password allowed."""
         parts = urlsplit(server)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"server: expected an http(s) URL with a host, got {server!r}")
@@ -174,18 +263,24 @@ class KeepAliveClient:
         self._hostname = parts.hostname
         self._port = parts.port or (443 if self._https else 80)
         self._host_header = parts.netloc
-        self._prefix = parts.path.rstrip("/")
-        self._ssl_context = ssl_context if self._https else None
+        self._proxy = None if proxy is None else _proxy(proxy)
+        # Through a proxy a plain-http request names the whole URL (RFC 9112 3.2.2).
+        origin = f"http://{parts.netloc}" if self._proxy is not None and not self._https else ""
+        self._prefix = origin + parts.path.rstrip("/")
+        # An https server is never spoken to in the clear: no context given, the system's default.
+        self._ssl_context = (ssl_context or ssl.create_default_context()) if self._https else None
         self._server_hostname = (tls_server_name or self._hostname) if self._https else None
         self._idle: list[_Connection] = []
         self._slots = asyncio.Semaphore(max_connections)
         self.connections_opened = 0  # for tests: how often the pool had to open one
 
-    async def get(self, path: str, headers: Mapping[str, str], time_limit: float) -> HttpAnswer:
-        """GET `path` (under the server's prefix). Raises OSError (connection or TLS trouble),
-        HttpProtocolError (an answer it cannot read), TimeoutError (no whole answer within
-        `time_limit` seconds)."""
-        request = _request_bytes(self._prefix + path, self._host_header, headers)
+    async def request(
+        self, method: str, path: str, headers: Mapping[str, str], time_limit: float, body: bytes | None = None
+    ) -> HttpAnswer:
+        """`method` `path` (under the server's prefix; with its query), answered whole. Raises
+        OSError (connection or TLS trouble), HttpProtocolError (an answer it cannot read),
+        TimeoutError (no whole answer within `time_limit` seconds)."""
+        request = _request_bytes(method, self._prefix + path, self._host_header, self._headers(headers), body)
         async with asyncio.timeout(time_limit), self._slots:
             while self._idle:
                 connection = self._idle.pop()
@@ -195,28 +290,81 @@ class KeepAliveClient:
                 try:
                     return await self._exchange(connection, request)
                 except ConnectionError:
-                    pass  # closed by the server while idle: try again on a new connection
+                    if method not in _IDEMPOTENT:
+                        raise  # it may have been applied: not sent twice
+                    # closed by the server while idle: try again on a new connection
             return await self._exchange(await self._open(), request)
 
+    async def open_stream(self, path: str, headers: Mapping[str, str], time_limit: float) -> HttpStream:
+        """A GET of `path` whose body the caller reads as it comes, within `time_limit` seconds
+        from now, on a new connection that closing the stream closes. Raises as `request`."""
+        request = _request_bytes("GET", self._prefix + path, self._host_header, self._headers(headers), None)
+        deadline = asyncio.get_running_loop().time() + time_limit
+        async with asyncio.timeout_at(deadline):
+            connection = await self._open()
+            try:
+                connection.writer.write(request)
+                head = await _read_head(connection.reader)
+                return HttpStream(connection, head, deadline)
+            except BaseException:
+                connection.close()
+                raise
+
+    def _headers(self, headers: Mapping[str, str]) -> Mapping[str, str]:
+        if self._proxy is None or self._https or self._proxy.authorization is None:
+            return headers
+        return {**headers, "Proxy-Authorization": self._proxy.authorization}
+
     async def open_ahead(self, time_limit: float) -> None:
-        """Opens a connection for the next GET to take: the agent's first claim GET would
+        """Opens a connection for the next request to take: the agent's first claim GET would
         otherwise pay the TCP and TLS handshakes with the API server inside kubelet's first
-        prepare. Best effort: a connection that cannot be opened now is the first GET's to open
-        (and to report), and one the server closes while idle is replaced as any other is."""
-        with suppress(OSError, TimeoutError):
+        prepare. Best effort: a connection that cannot be opened now is the first request's to
+        open (and to report), and one the server closes while idle is replaced as any other is."""
+        with suppress(OSError, TimeoutError, HttpProtocolError):
             async with asyncio.timeout(time_limit), self._slots:
                 self._idle.append(await self._open())
 
     async def _open(self) -> _Connection:
-        reader, writer = await asyncio.open_connection(
-            self._hostname,
-            self._port,
-            ssl=self._ssl_context,
-            server_hostname=self._server_hostname,
-            limit=MAX_HEAD_BYTES,
-        )
+        if self._proxy is None:
+            reader, writer = await asyncio.open_connection(
+                self._hostname,
+                self._port,
+                ssl=self._ssl_context,
+                server_hostname=self._server_hostname,
+                limit=MAX_HEAD_BYTES,
+            )
+        else:
+            reader, writer = await asyncio.open_connection(
+                self._proxy.host, self._proxy.port, limit=MAX_HEAD_BYTES
+            )
+            if self._ssl_context is not None:
+                try:
+                    await self._tunnel(self._proxy, self._ssl_context, reader, writer)
+                except BaseException:
+                    writer.close()
+                    raise
         self.connections_opened += 1
         return _Connection(reader, writer)
+
+    async def _tunnel(
+        self,
+        proxy: _Proxy,
+        ssl_context: ssl.SSLContext,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        """Asks the proxy for a tunnel to the server (CONNECT) and starts TLS inside it."""
+        authority = f"{self._hostname}:{self._port}"
+        if ":" in self._hostname:  # an IPv6 address
+            authority = f"[{self._hostname}]:{self._port}"
+        headers = {} if proxy.authorization is None else {"Proxy-Authorization": proxy.authorization}
+        writer.write(_request_bytes("CONNECT", authority, authority, headers, None))
+        head = await _read_head(reader)
+        if not 200 <= head.status < 300:
+            raise ConnectionRefusedError(
+                f"proxy {proxy.host}:{proxy.port} answered {head.status} to CONNECT {authority}"
+            )
+        await writer.start_tls(ssl_context, server_hostname=self._server_hostname)
 
     async def _exchange(self, connection: _Connection, request: bytes) -> HttpAnswer:
         reusable = False

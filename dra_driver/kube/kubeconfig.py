@@ -1,15 +1,17 @@
 """Kubeconfig files with static credentials, read without the Kubernetes client's own loader.
 
 The client's loader (`kubernetes.aio.config.kube_config`) imports its `ApiClient` at module
-level, and with it pydantic, python-dateutil and the generated models: about 11 MiB the agent
-would keep for its whole life to read a few fields once. What a node agent's kubeconfig holds is
+level, and with it aiohttp, pydantic, python-dateutil and the generated models: about 11 MiB the
+agent would keep for its whole life, and a fifth of a second of its start, to read a few fields
+once. What a node agent's kubeconfig holds is
 static (a server, its CA, a bearer token or a client certificate), and that is read here with the
 loader's rules: inline `*-data` before a file, files relative to the kubeconfig's directory (as
 kubectl has them), TLS files only for an https server, a token before a username and password.
 
 A user section holding anything else (`exec`, `auth-provider`, a field not read here) sends the
-whole file to the client's loader, imported at that moment: it costs the memory, and works as it
-always did.
+whole file to the client's loader, imported at that moment (`kube.official_loader`): it costs the
+memory, and works as it always did. A token file is read again once a minute, as client-go reads
+it, so a rotated token is picked up.
 """
 
 import base64
@@ -21,9 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
-
-# Before anything imports `kubernetes`: it keeps the client's package __init__ files from running.
-from dra_driver.kube import kube_api
+from dra_driver.kube.server_access import (
+    Credentials,
+    RotatedToken,
+    ServerAccess,
+    ServerConfigError,
+    StaticAuthorization,
+)
 
 # The user fields read here; a user with any other goes to the client's loader.
 STATIC_USER_FIELDS = frozenset(
@@ -43,7 +49,7 @@ STATIC_USER_FIELDS = frozenset(
 Pem = Path | bytes
 
 
-class KubeconfigError(ValueError):
+class KubeconfigError(ServerConfigError):
     """The kubeconfig cannot be used; the message names the field, not the file."""
 
 
@@ -198,46 +204,41 @@ def read_kubeconfig(path: Path) -> StaticKubeconfig | None:
     return parse_kubeconfig(document, path.absolute().parent)
 
 
-async def load_kubeconfig(path: Path, configuration: kube_api.Configuration) -> None:
-    """Sets `configuration` from the current context of the kubeconfig at `path`; one whose
-    user needs more than static credentials through the client's own loader. Raises
-    KubeconfigError, or what the client's loader raises (ConfigException, OSError)."""
+async def load_kubeconfig(path: Path) -> ServerAccess:
+    """The API server the current context of the kubeconfig at `path` names; one whose user needs
+    more than static credentials through the client's own loader. Raises KubeconfigError."""
     parsed = read_kubeconfig(path)
     if parsed is None:
-        await _load_with_client_loader(path, configuration)
-    else:
-        configure(parsed, configuration)
+        # Imported only here: it brings the official client, ApiClient and pydantic with it.
+        from dra_driver.kube.official_loader import server_from_client_loader  # noqa: PLC0415
+
+        return await server_from_client_loader(path)
+    return configure(parsed)
 
 
-async def _load_with_client_loader(path: Path, configuration: kube_api.Configuration) -> None:
-    # Imported only here: it brings ApiClient, pydantic and the generated models with it.
-    from kubernetes.aio.config.kube_config import load_kube_config  # noqa: PLC0415
-
-    await load_kube_config(config_file=str(path), client_configuration=configuration)
-
-
-def configure(parsed: StaticKubeconfig, configuration: kube_api.Configuration) -> None:
-    """Sets the fields of `configuration` the client's loader would set. Reads the token file
-    and checks that the named files exist, so a missing one fails here, naming its field."""
-    configuration.host = parsed.server
-    if isinstance(parsed.certificate_authority, bytes):
-        configuration.ca_cert_data = parsed.certificate_authority.decode()
-    elif parsed.certificate_authority is not None:
-        configuration.ssl_ca_cert = _existing(parsed.certificate_authority, "certificate-authority")
-    if parsed.client_certificate is not None:
-        configuration.cert_file = _as_file(parsed.client_certificate, "client-certificate")
-    if parsed.client_key is not None:
-        configuration.key_file = _as_file(parsed.client_key, "client-key")
-    configuration.verify_ssl = not parsed.insecure_skip_tls_verify
-    if parsed.tls_server_name is not None:
-        configuration.tls_server_name = parsed.tls_server_name
-    if parsed.proxy_url is not None:
-        configuration.proxy = parsed.proxy_url
-    authorization = parsed.authorization
+def configure(parsed: StaticKubeconfig) -> ServerAccess:
+    """The settings the client's loader would make of `parsed`. Reads the token file and checks
+    that the named files exist, so a missing one fails here, naming its field."""
+    authority = parsed.certificate_authority
+    credentials: Credentials = StaticAuthorization(parsed.authorization)
     if parsed.token_file is not None:
-        authorization = f"Bearer {_read_token(parsed.token_file)}"
-    if authorization is not None:
-        configuration.api_key["BearerToken"] = authorization
+        try:
+            credentials = RotatedToken(parsed.token_file, "tokenFile")
+        except ServerConfigError as error:
+            raise KubeconfigError(str(error)) from error
+    return ServerAccess(
+        parsed.server,
+        ca_file=None if not isinstance(authority, Path) else _existing(authority, "certificate-authority"),
+        ca_data=authority.decode() if isinstance(authority, bytes) else None,
+        client_certificate=None
+        if parsed.client_certificate is None
+        else _as_file(parsed.client_certificate, "client-certificate"),
+        client_key=None if parsed.client_key is None else _as_file(parsed.client_key, "client-key"),
+        verify=not parsed.insecure_skip_tls_verify,
+        tls_server_name=parsed.tls_server_name,
+        proxy=parsed.proxy_url,
+        credentials=credentials,
+    )
 
 
 def _existing(path: Path, field: str) -> str:
@@ -246,23 +247,12 @@ def _existing(path: Path, field: str) -> str:
     return str(path)
 
 
-def _read_token(path: Path) -> str:
-    """The token, without the line end an editor or `echo` leaves (kubectl trims it too)."""
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as error:
-        raise KubeconfigError(f"tokenFile: {path}: {error.strerror}") from error
-    if not token:
-        raise KubeconfigError(f"tokenFile: {path}: empty")
-    return token
-
-
 def _as_file(pem: Pem, field: str) -> str:
     """A path ssl can load the PEM from: ssl.SSLContext.load_cert_chain takes only paths.
 
     Inline data goes to an anonymous memory file (memfd), named by its /proc/self/fd path, so a
     private key never touches a disk and nothing is left behind however the process ends. Its
-    descriptor is never closed: the Configuration naming it may build a TLS context any time.
+    descriptor is never closed: the settings naming it may build a TLS context any time.
     """
     if isinstance(pem, Path):
         return _existing(pem, field)

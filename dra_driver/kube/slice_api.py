@@ -8,11 +8,10 @@ controller that a write may have happened anyway and it must list again before w
 from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime
 
-import aiohttp
-
 from dra_driver.base.json_object import JsonObject
 from dra_driver.kube.calls import WatchEvent, json_call, watch_events, watch_query
 from dra_driver.kube.kube_api import KubeClient, Query, call
+from dra_driver.kube.kube_http import HttpAnswer
 from dra_driver.kube.timeouts import TIMEOUTS
 
 EVENT_NAMESPACE = "default"
@@ -33,7 +32,7 @@ class SliceApi:
         name: str | None = None,
         query: Query = (),
         body: JsonObject | None = None,
-    ) -> Awaitable[aiohttp.ClientResponse]:
+    ) -> Awaitable[HttpAnswer]:
         path_params = {"name": name} if name is not None else None
         return call(
             self._client,

@@ -1,10 +1,12 @@
-"""Micro-benchmark: one claim GET, through kube_http's keep-alive pool vs the official REST layer.
+"""Micro-benchmark: one claim GET, through the agent's own client (kube_http) vs the official REST layer.
 
-Both ways run ApiServerClaimSource.get against the stand-in API server in its own process (so its
-work is not counted), one GET at a time, alternating `--reps` times so that drift in the shared
-machine's speed hits both alike. Figures per GET: this process's CPU time (user + system) and
-wall time, the median over the repetitions, with their range. The REST-layer way is configured as
-the agent configured it before (no `trust_env`).
+Both ways GET one claim and parse its JSON against the stand-in API server in its own process (so
+its work is not counted), one GET at a time, alternating `--reps` times so that drift in the
+shared machine's speed hits both alike: the agent's `kube.calls.json_get`, and the official
+client's `RESTClientObject` (aiohttp) sending the request its generated method sends, configured
+as the agent configured it when it used that layer (no `trust_env`). Figures per GET: this
+process's CPU time (user + system) and wall time, the median over the repetitions, with their
+range.
 
 Run: `python -m tests.bench.claim_get --reps 6 --calls 1500 --output docs/bench/claim-get.json`.
 """
@@ -16,27 +18,42 @@ import platform
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from kubernetes.aio.client.configuration import Configuration
+from kubernetes.aio.client.rest import RESTClientObject
 
-from dra_driver.claims.source import ApiServerClaimSource
-from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.calls import json_get
+from dra_driver.kube.claim_api import CLAIM_PATH
+from dra_driver.kube.kube_api import KubeClient
+from dra_driver.kube.server_access import ServerAccess
 from tests.bench.standin import standin_apiserver
 from tests.support.claims import allocate
 
 WARMUP_CALLS = 200
 WAYS = ("kube_http pool", "REST layer (aiohttp)")
+CLAIM = {"namespace": "default", "name": "bench"}
 
 
-def claim_source(url: str, way: str) -> tuple[KubeClient, ApiServerClaimSource]:
+def claim_getter(url: str, way: str) -> tuple[Callable[[], Awaitable[object]], Callable[[], Awaitable[None]]]:
+    """A GET of the claim, parsed, and how to close what it uses."""
+    if way == WAYS[0]:
+        kube = KubeClient(ServerAccess(url))
+        return (lambda: json_get(kube, "GET claim", CLAIM_PATH, CLAIM, 10.0)), kube.close
     configuration = Configuration(host=url)
     configuration.client_session_kwargs = {"trust_env": False}
-    kube = KubeClient(configuration)
-    if way != WAYS[0]:
-        kube.keep_alive = None  # never used: nothing to close
-    return kube, ApiServerClaimSource(kube)
+    rest = RESTClientObject(configuration)
+    claim_url = url + CLAIM_PATH.format(**CLAIM)
+    headers = {"Accept": "application/json", "User-Agent": "bench"}
+
+    async def get() -> object:
+        answer = await rest.request("GET", claim_url, headers=headers, _request_timeout=10.0)
+        return json.loads(await answer.response.read())
+
+    return get, rest.close
 
 
 async def measure(url: str, reps: int, calls: int) -> dict[str, Any]:
@@ -44,17 +61,17 @@ async def measure(url: str, reps: int, calls: int) -> dict[str, Any]:
     wall: dict[str, list[float]] = {way: [] for way in WAYS}
     for _ in range(reps):
         for way in WAYS:
-            kube, source = claim_source(url, way)
+            get, close = claim_getter(url, way)
             try:
                 for _ in range(WARMUP_CALLS):
-                    await source.get("default", "bench")
+                    await get()
                 cpu_start, wall_start = time.process_time(), time.perf_counter()
                 for _ in range(calls):
-                    await source.get("default", "bench")
+                    await get()
                 cpu[way].append((time.process_time() - cpu_start) / calls * 1e6)
                 wall[way].append((time.perf_counter() - wall_start) / calls * 1e6)
             finally:
-                await kube.close()
+                await close()
     return {
         way: {
             "cpu_us_median": statistics.median(cpu[way]),

@@ -56,14 +56,11 @@ FLOORS = {
     "pydantic": "import pydantic",
     "kubernetes (the sync package's __init__)": "import kubernetes",
     "kubernetes.aio client + config, plain": "from kubernetes.aio import client, config; client.ApiClient",
-    "kubernetes.aio configuration, REST layer, in-cluster loader (dra_driver.kube.kube_api)": (
-        "import dra_driver.kube.kube_api"
+    "the agent's own client (dra_driver.kube.kube_api, server_access, kubeconfig)": (
+        "import dra_driver.kube.kube_api, dra_driver.kube.server_access, dra_driver.kube.kubeconfig"
     ),
-    "... + the client's kubeconfig loader and ApiClient (exec and auth-provider users only)": (
-        "import dra_driver.kube.kube_api; import kubernetes.aio.config.kube_config"
-    ),
-    "... + ResourceV1Api (unused since)": (
-        "import dra_driver.kube.kube_api; import kubernetes.aio.client as c; c.ApiClient; c.ResourceV1Api"
+    "the official kubeconfig loader, loaded lean (exec and auth-provider users only)": (
+        "import dra_driver.kube.official_loader"
     ),
     "what `dra-driver node` imports": (
         "import dra_driver.cli; dra_driver.cli.build_parser(); "

@@ -40,16 +40,10 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("logging (structlog)", ("structlog/", "logging/", "dra_driver/observability/server.py")),
     ("metrics", ("prometheus_client/", "dra_driver/observability/metrics.py")),
     (
-        "claim GET (kube_http, its asyncio streams, JSON; aiohttp behind a proxy)",
+        "claim GET (kube_http, its asyncio streams, JSON)",
         (
             "asyncio/streams.py",
-            "aiohttp/",
-            "aiohttp_retry/",
-            "kubernetes/",
-            "multidict/",
-            "yarl/",
-            "urllib/",
-            "netrc.py",
+            "dra_driver/kube/calls.py",
             "dra_driver/kube/kube_api.py",
             "dra_driver/kube/kube_http.py",
             "dra_driver/claims/source.py",

@@ -24,7 +24,8 @@ from dra_driver.devices.extended_resources import ExtendedResources
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import device_to_api
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
-from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.kube_api import KubeClient
+from dra_driver.kube.server_access import ServerAccess
 from tests.support.apiserver import ApiServer
 from tests.support.cel import selects
 from tests.support.engines import PLAIN, POOL, simulated_engine, simulated_hardware
@@ -163,7 +164,7 @@ def prepare_through_api(
     server: ApiServer, tmp_path: Path, profile: str, config: NodeConfig, uid: str, name: str
 ) -> PrepareOutcome:
     async def run() -> PrepareOutcome:
-        kube = KubeClient(Configuration(host=server.url))
+        kube = KubeClient(ServerAccess(server.url))
         try:
             engine = simulated_engine(
                 tmp_path,

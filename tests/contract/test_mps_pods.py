@@ -27,8 +27,9 @@ from dra_driver.claims.sharing.sharing import MpsDaemonSpec, MpsDirectories, gpu
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
-from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.kube_api import KubeClient
 from dra_driver.kube.pod_api import PodApi
+from dra_driver.kube.server_access import ServerAccess
 from dra_driver.tools import kubelet_client
 from dra_driver.tools.kubelet_client import ClaimArg
 from tests.support.agent import AgentDirs, start_agent
@@ -78,7 +79,7 @@ class Node:
         config: NodeConfig = PLAIN,
     ) -> None:
         """`gpus`: the node's GPUs, whose compute modes outlive an agent (one object for all)."""
-        self.client = KubeClient(Configuration(host=server.url))
+        self.client = KubeClient(ServerAccess(server.url))
         local = SimulatedMps(root / "mps")
         command, environment = local.foreground_command()
         settings = MpsPodSettings(

@@ -10,8 +10,9 @@ import pytest
 
 from dra_driver.agent.node_watch import NodeFacts, follow_node
 from dra_driver.base.backoff import Backoff
-from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.kube_api import KubeClient
 from dra_driver.kube.node_api import NodeApi
+from dra_driver.kube.server_access import ServerAccess
 from tests.support.agent import NODE_NAME
 from tests.support.apiserver import ApiServer
 from tests.support.publishing import add_node, json_request
@@ -36,7 +37,7 @@ def set_label(server: ApiServer, node: str, value: str | None) -> None:
 @asynccontextmanager
 async def following(server: ApiServer) -> AsyncIterator[list[NodeFacts]]:
     seen: list[NodeFacts] = []
-    client = KubeClient(Configuration(host=server.url))
+    client = KubeClient(ServerAccess(server.url))
     task = asyncio.create_task(
         follow_node(NodeApi(client, NODE_NAME), seen.append, Backoff(first=0.01, cap=30.0))
     )

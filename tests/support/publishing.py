@@ -1,5 +1,5 @@
 """Runs the ResourceSlice controller in-process against the stand-in API server, through the
-agent's client (the official asyncio client's REST layer), and reads back what the server stores."""
+agent's client (kube_http), and reads back what the server stores."""
 
 import asyncio
 import copy
@@ -14,7 +14,8 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.devices.inventory import Inventory, build_inventory
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
-from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.kube_api import KubeClient
+from dra_driver.kube.server_access import ServerAccess
 from dra_driver.kube.slice_api import SliceApi
 from dra_driver.observability.metrics import PublishMetrics
 from dra_driver.publish.capabilities import ApiFeature, fall_back
@@ -156,7 +157,7 @@ async def publishing(
     dry_run: bool = False,
     with_fall_back: bool = True,
 ) -> AsyncIterator[Published]:
-    kube_client = KubeClient(Configuration(host=server.url))
+    kube_client = KubeClient(ServerAccess(server.url))
     metrics = PublishMetrics()
     dry_runs: list[tuple[Write, ...]] = []
     controller: ResourceSliceController | None = None

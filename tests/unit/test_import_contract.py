@@ -58,6 +58,7 @@ def test_the_tree_keeps_every_contract() -> None:
         "hardware-at-the-bottom",
         "kube-edge-below-publish",
         "metrics-vocabulary",
+        "lean-api-client",
     }
     assert done.returncode == 0, done.stdout + done.stderr
     assert verdicts(done.stdout) == dict.fromkeys(names.values(), "KEPT")
@@ -133,6 +134,21 @@ def test_the_tree_keeps_every_contract() -> None:
             ("layers",),
             "dra_driver.kube.kubeconfig_choice -> dra_driver.config.option_values",
             id="kube imports the option layer",
+        ),
+        pytest.param(
+            # What kube/kube_api.py did before issue 31's own HTTP client.
+            "kube/kube_api.py",
+            "from kubernetes.aio.client.rest import RESTClientObject",
+            ("lean-api-client",),
+            "dra_driver.kube.kube_api -> kubernetes",
+            id="the agent's client imports the official one",
+        ),
+        pytest.param(
+            "agent/node_watch.py",
+            "import aiohttp",
+            ("lean-api-client",),
+            "dra_driver.agent.node_watch -> aiohttp",
+            id="the agent imports aiohttp",
         ),
         pytest.param(
             "claims/edits/gpu_edits.py",

@@ -12,7 +12,8 @@ import pytest
 
 from dra_driver.kube.calls import json_call, json_get
 from dra_driver.kube.errors import ApiError
-from dra_driver.kube.kube_api import Configuration, KubeClient, call
+from dra_driver.kube.kube_api import KubeClient, call
+from dra_driver.kube.server_access import ServerAccess
 
 PREDICATES = ("no_answer", "expired", "not_found", "conflict", "final")
 
@@ -56,7 +57,7 @@ def status_object(code: int, reason: str) -> dict[str, object]:
 
 
 async def failed_call(url: str, seconds: float = 5.0) -> ApiError:
-    client = KubeClient(Configuration(host=url))
+    client = KubeClient(ServerAccess(url))
     try:
         with pytest.raises(ApiError) as raised:
             await json_call("GET thing", call(client, "GET", "/thing", request_timeout=seconds))
@@ -66,7 +67,7 @@ async def failed_call(url: str, seconds: float = 5.0) -> ApiError:
 
 
 async def failed_lean_get(url: str, seconds: float = 5.0) -> ApiError:
-    client = KubeClient(Configuration(host=url))
+    client = KubeClient(ServerAccess(url))
     try:
         with pytest.raises(ApiError) as raised:
             await json_get(client, "GET thing", "/thing", {}, seconds)

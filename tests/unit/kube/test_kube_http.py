@@ -1,9 +1,10 @@
-"""dra_driver.kube.kube_http: the keep-alive GET of the pod-startup path, against the stand-in API
-server (the real REST protocol, served by aiohttp) and against a raw socket server that answers
-exactly the bytes a test scripts, well-formed or not."""
+"""dra_driver.kube.kube_http: the agent's keep-alive requests and watch streams, against the
+stand-in API server (the real REST protocol, served by aiohttp) and against a raw socket server
+that answers exactly the bytes a test scripts, well-formed or not, or plays a proxy."""
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -13,8 +14,9 @@ from kubernetes import client
 
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.source import ApiServerClaimSource
-from dra_driver.kube.kube_api import Configuration, KubeClient
-from dra_driver.kube.kube_http import MAX_BODY_BYTES, HttpProtocolError, KeepAliveClient
+from dra_driver.kube.kube_api import KubeClient
+from dra_driver.kube.kube_http import MAX_BODY_BYTES, HttpProtocolError, HttpStream, KeepAliveClient
+from dra_driver.kube.server_access import ServerAccess
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate
 
@@ -44,6 +46,9 @@ async def raw_server(script: Script, hold_seconds: float = 0.0) -> AsyncIterator
             while True:
                 try:
                     request = await reader.readuntil(b"\r\n\r\n")
+                    length = re.search(rb"\r\nContent-Length: (\d+)\r\n", request)
+                    if length:
+                        request += await reader.readexactly(int(length[1]))
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 state.requests.append(request)
@@ -74,53 +79,51 @@ def always(data: bytes, close: bool = False) -> Script:
 async def get_from(server: RawServer, path: str = "/x") -> tuple[int, bytes]:
     pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
     try:
-        got = await pool.get(path, {"Accept": "application/json"}, 5)
+        got = await pool.request("GET", path, {"Accept": "application/json"}, 5)
         return got.status, got.body
     finally:
         await pool.close()
 
 
 def test_the_claim_comes_back_as_the_official_client_reads_it() -> None:
-    """Same status and same object as the REST layer's answer, for a claim that is there and one
+    """The same object the official client reads, for a claim that is there; "not found" for one
     that is not, from the stand-in API server."""
     server = ApiServer().start()
     try:
         api_client = client.ApiClient(client.Configuration(host=server.url))
-        allocate(client.ResourceV1Api(api_client), "c1", {"gpu": "gpu-0"}, pool="node-a")
+        resources = client.ResourceV1Api(api_client)
+        allocate(resources, "c1", {"gpu": "gpu-0"}, pool="node-a")
+        official = json.loads(
+            resources.read_namespaced_resource_claim("c1", "default", _preload_content=False).data
+        )
         api_client.close()
 
-        async def both_ways() -> list[object]:
-            found = []
-            for lean in (True, False):
-                kube = KubeClient(Configuration(host=server.url))
-                if not lean:
-                    await kube.keep_alive.close()  # type: ignore[union-attr]
-                    kube.keep_alive = None
-                source = ApiServerClaimSource(kube)
-                try:
-                    found.append(await source.get("default", "c1"))
-                    try:
-                        await source.get("default", "gone")
-                    except ClaimRejected as error:
-                        found.append(str(error))
-                finally:
-                    await kube.close()
-            return found
+        async def ours() -> tuple[object, str]:
+            kube = KubeClient(ServerAccess(server.url))
+            source = ApiServerClaimSource(kube)
+            try:
+                found = await source.get("default", "c1")
+                with pytest.raises(ClaimRejected) as missing:
+                    await source.get("default", "gone")
+            finally:
+                await kube.close()
+            return found, str(missing.value)
 
-        lean_claim, lean_missing, official_claim, official_missing = asyncio.run(both_ways())
+        claim, missing = asyncio.run(ours())
     finally:
         server.stop()
-    assert lean_claim == official_claim
-    assert json.dumps(lean_claim)  # a whole object
-    assert lean_claim["metadata"]["name"] == "c1"  # type: ignore[index]
-    assert lean_missing == official_missing and "not found" in lean_missing  # type: ignore[operator]
+    assert claim == official
+    assert official["metadata"]["name"] == "c1"
+    assert "not found" in missing
 
 
 def test_the_request_carries_the_headers_host_and_server_path_prefix() -> None:
     async def scenario() -> bytes:
         async with raw_server(always(answer())) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}/k8s/clusters/c-1/", ssl_context=None)
-            await pool.get("/api/v1/x%2Fy", {"Accept": "application/json", "Authorization": "Bearer t"}, 5)
+            await pool.request(
+                "GET", "/api/v1/x%2Fy", {"Accept": "application/json", "Authorization": "Bearer t"}, 5
+            )
             await pool.close()
             return server.requests[0]
 
@@ -135,7 +138,7 @@ def test_one_connection_serves_call_after_call() -> None:
     async def scenario() -> tuple[int, int, list[int]]:
         async with raw_server(always(answer())) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
-            statuses = [(await pool.get("/x", {}, 5)).status for _ in range(5)]
+            statuses = [(await pool.request("GET", "/x", {}, 5)).status for _ in range(5)]
             await pool.close()
             return server.connections, pool.connections_opened, statuses
 
@@ -146,7 +149,7 @@ def test_concurrent_calls_open_no_more_connections_than_allowed() -> None:
     async def scenario() -> tuple[int, list[int]]:
         async with raw_server(always(answer()), hold_seconds=0.05) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None, max_connections=2)
-            answers = await asyncio.gather(*(pool.get("/x", {}, 5) for _ in range(6)))
+            answers = await asyncio.gather(*(pool.request("GET", "/x", {}, 5) for _ in range(6)))
             await pool.close()
             return server.most_open, [got.status for got in answers]
 
@@ -165,7 +168,7 @@ def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
             statuses = []
             for _ in range(3):
-                statuses.append((await pool.get("/x", {}, 5)).status)
+                statuses.append((await pool.request("GET", "/x", {}, 5)).status)
                 await asyncio.sleep(0.05)  # the FIN arrives while the connection is idle
             await pool.close()
             return statuses, server.connections
@@ -183,7 +186,7 @@ def test_a_reused_connection_that_fails_mid_request_is_retried_on_a_new_one() ->
     async def scenario() -> tuple[list[int], int]:
         async with raw_server(drop_second) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
-            statuses = [(await pool.get("/x", {}, 5)).status for _ in range(2)]
+            statuses = [(await pool.request("GET", "/x", {}, 5)).status for _ in range(2)]
             await pool.close()
             return statuses, server.connections
 
@@ -195,7 +198,7 @@ def test_connection_close_is_honoured() -> None:
         async with raw_server(always(answer(extra="Connection: close\r\n"))) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
             for _ in range(3):
-                await pool.get("/x", {}, 5)
+                await pool.request("GET", "/x", {}, 5)
             await pool.close()
             return pool.connections_opened
 
@@ -282,8 +285,8 @@ def test_a_broken_answer_closes_its_connection_and_the_next_call_gets_a_new_one(
         async with raw_server(broken_first) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
             with pytest.raises(HttpProtocolError):
-                await pool.get("/x", {}, 5)
-            status = (await pool.get("/x", {}, 5)).status
+                await pool.request("GET", "/x", {}, 5)
+            status = (await pool.request("GET", "/x", {}, 5)).status
             await pool.close()
             return status, server.connections
 
@@ -304,7 +307,7 @@ def test_no_answer_in_time_is_a_timeout_and_the_connection_is_not_kept() -> None
         async with raw_server(always(answer()), hold_seconds=1.0) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
             with pytest.raises(TimeoutError):
-                await pool.get("/x", {}, 0.1)
+                await pool.request("GET", "/x", {}, 0.1)
             idle = len(pool._idle)
             await pool.close()
             return idle
@@ -317,7 +320,7 @@ def test_a_header_value_with_a_line_break_is_refused_before_sending() -> None:
         async with raw_server(always(answer())) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
             with pytest.raises(ValueError, match="Authorization"):
-                await pool.get("/x", {"Authorization": "Bearer a\r\nX-Evil: 1"}, 5)
+                await pool.request("GET", "/x", {"Authorization": "Bearer a\r\nX-Evil: 1"}, 5)
             await pool.close()
             return len(server.requests)
 
@@ -330,14 +333,6 @@ def test_a_server_url_that_is_not_http_is_refused(server: str) -> None:
         KeepAliveClient(server, ssl_context=None)
 
 
-def test_a_configured_proxy_keeps_claim_gets_on_the_official_client() -> None:
-    """The lean pool connects directly; through a proxy the REST layer's aiohttp path is used."""
-    assert KubeClient(Configuration(host="https://10.0.0.1:6443")).keep_alive is not None
-    proxied = Configuration(host="https://10.0.0.1:6443")
-    proxied.proxy = "http://proxy.example:3128"
-    assert KubeClient(proxied).keep_alive is None
-
-
 def test_a_connection_opened_ahead_serves_the_first_get() -> None:
     """Opened while the agent starts, so kubelet's first prepare does not wait for the handshakes."""
 
@@ -346,7 +341,7 @@ def test_a_connection_opened_ahead_serves_the_first_get() -> None:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
             await pool.open_ahead(5)
             opened_ahead = pool.connections_opened
-            status = (await pool.get("/x", {}, 5)).status
+            status = (await pool.request("GET", "/x", {}, 5)).status
             await pool.close()
             return opened_ahead, pool.connections_opened, server.connections, status
 
@@ -365,3 +360,135 @@ def test_a_connection_that_cannot_be_opened_ahead_is_left_to_the_first_get() -> 
         return pool.connections_opened
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_a_request_body_is_sent_with_its_length() -> None:
+    async def scenario() -> bytes:
+        async with raw_server(always(answer(status="201 Created"))) as server:
+            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
+            got = await pool.request(
+                "POST", "/x?dryRun=All", {"Content-Type": "application/json"}, 5, b'{"a":1}'
+            )
+            await pool.close()
+            assert got.status == 201
+            return server.requests[0]
+
+    head, _, body = asyncio.run(scenario()).partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "POST /x?dryRun=All HTTP/1.1"
+    assert lines[2:] == ["Content-Type: application/json", "Content-Length: 7"]
+    assert body == b'{"a":1}'
+
+
+def test_a_post_on_a_reused_connection_that_fails_is_not_sent_twice() -> None:
+    """The server may have applied it before the connection broke: the caller hears of the
+    failure (and says "no answer") rather than the pool creating the object twice."""
+
+    def drop_second(n: int, _request: bytes) -> tuple[bytes, bool]:
+        return (b"", True) if n == 1 else (answer(), False)
+
+    async def scenario() -> tuple[int, int]:
+        async with raw_server(drop_second) as server:
+            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
+            await pool.request("POST", "/x", {}, 5, b"{}")
+            with pytest.raises(ConnectionError):
+                await pool.request("POST", "/x", {}, 5, b"{}")
+            await pool.close()
+            return len(server.requests), server.connections
+
+    assert asyncio.run(scenario()) == (2, 1)
+
+
+def chunked(*pieces: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Transfer-Encoding: chunked\r\n\r\n" + chunked(b'{"a":1}\n{"b"', b":2}\n", b'{"c":3}'),
+        b"Content-Length: 23\r\n\r\n" + b'{"a":1}\n{"b":2}\n{"c":3}',
+        b"Connection: close\r\n\r\n" + b'{"a":1}\n{"b":2}\n{"c":3}',
+    ],
+    ids=["chunked", "length", "to-the-end"],
+)
+def test_a_stream_comes_line_by_line_however_it_is_framed(framing: bytes) -> None:
+    """A watch: events split across chunks are joined, the last line may lack its newline."""
+
+    async def scenario() -> tuple[int, list[bytes], bytes]:
+        async with raw_server(always(b"HTTP/1.1 200 OK\r\n" + framing, close=True)) as server:
+            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
+            stream = await pool.open_stream("/w?watch=true", {}, 5)
+            lines = [line async for line in _lines(stream)]
+            stream.close()
+            await pool.close()
+            return stream.status, lines, server.requests[0].split(b"\r\n")[0]
+
+    status, lines, request_line = asyncio.run(scenario())
+    assert (status, request_line) == (200, b"GET /w?watch=true HTTP/1.1")
+    assert lines == [b'{"a":1}\n', b'{"b":2}\n', b'{"c":3}']
+
+
+async def _lines(stream: HttpStream) -> AsyncIterator[bytes]:
+    while line := await stream.readline():
+        yield line
+
+
+def test_a_stream_that_goes_quiet_past_its_deadline_times_out() -> None:
+    async def scenario() -> None:
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b'8\r\n{"a":1}\n\r\n'
+        async with raw_server(always(head)) as server:
+            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
+            stream = await pool.open_stream("/w", {}, 0.3)
+            try:
+                assert await stream.readline() == b'{"a":1}\n'
+                with pytest.raises(TimeoutError):
+                    await stream.readline()
+            finally:
+                stream.close()
+                await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_stream_gives_its_whole_answer() -> None:
+    """410 Gone and the like: the Status object the caller words its error from."""
+
+    async def scenario() -> tuple[int, bytes]:
+        async with raw_server(always(answer(b'{"code":410}', "410 Gone"))) as server:
+            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
+            stream = await pool.open_stream("/w", {}, 5)
+            try:
+                return stream.status, await stream.read_all()
+            finally:
+                stream.close()
+                await pool.close()
+
+    assert asyncio.run(scenario()) == (410, b'{"code":410}')
+
+
+def test_through_a_proxy_a_plain_http_request_names_the_whole_url() -> None:
+    """RFC 9112 3.2.2: the proxy is sent the absolute URL, and the credentials the proxy URL
+    carries as Proxy-Authorization."""
+
+    async def scenario() -> bytes:
+        async with raw_server(always(answer())) as proxy:
+            pool = KeepAliveClient(
+                "http://apiserver.test:8080/prefix",
+                ssl_context=None,
+                proxy=f"http://user:pa%20ss@127.0.0.1:{proxy.port}",
+            )
+            await pool.request("GET", "/version", {"Accept": "application/json"}, 5)
+            await pool.close()
+            return proxy.requests[0]
+
+    lines = asyncio.run(scenario()).decode().split("\r\n")
+    assert lines[0] == "GET http://apiserver.test:8080/prefix/version HTTP/1.1"
+    assert "Host: apiserver.test:8080" in lines
+    assert "Proxy-Authorization: Basic dXNlcjpwYSBzcw==" in lines  # user:pa ss
+
+
+@pytest.mark.parametrize("proxy", ["https://proxy.test:3128", "socks5://proxy.test:1080", "http://"])
+def test_a_proxy_that_is_not_an_http_url_is_refused(proxy: str) -> None:
+    with pytest.raises(ValueError, match="proxy: expected an http:// URL"):
+        KeepAliveClient("https://apiserver.test:6443", ssl_context=None, proxy=proxy)

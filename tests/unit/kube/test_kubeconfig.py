@@ -8,22 +8,24 @@ import json
 import shutil
 import ssl
 import subprocess
-import sys
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 import yaml
 from aiohttp import web
+from kubernetes.aio.client.configuration import Configuration
 from kubernetes.aio.config.kube_config import load_kube_config as client_load_kube_config
 
 from dra_driver.agent.errors import StartupError
 from dra_driver.agent.kube_client import kubernetes_api_client
-from dra_driver.kube.kube_api import Configuration, KubeClient, call, get
+from dra_driver.kube.calls import json_call
+from dra_driver.kube.errors import ApiError
+from dra_driver.kube.kube_api import KubeClient, call
 from dra_driver.kube.kubeconfig import (
     KubeconfigError,
     StaticKubeconfig,
@@ -32,6 +34,7 @@ from dra_driver.kube.kubeconfig import (
     parse_kubeconfig,
     read_kubeconfig,
 )
+from dra_driver.kube.server_access import RotatedToken, ServerAccess, ServerConfigError
 
 SERVER = "https://apiserver.example:6443"
 HERE = Path("/etc/kube")
@@ -244,24 +247,48 @@ def test_an_unreadable_file_is_an_error(tmp_path: Path, content: str | None, mes
 
 
 def test_inline_client_credentials_become_files_only_this_process_can_read() -> None:
-    """ssl loads a client certificate only from a file; the data goes to memory files, never a disk."""
-    configuration = Configuration()
-    configure(
-        StaticKubeconfig(SERVER, certificate_authority=PEM, client_certificate=PEM, client_key=b"key\n"),
-        configuration,
+    """ssl loads a client certificate only from a file; the data goes to memory files, never a disk.
+    The CA is handed to ssl as text."""
+    access = configure(
+        StaticKubeconfig(SERVER, certificate_authority=PEM, client_certificate=PEM, client_key=b"key\n")
     )
-    assert configuration.ca_cert_data == PEM.decode()
-    assert configuration.ssl_ca_cert is None
-    assert Path(configuration.cert_file).read_bytes() == PEM
-    assert Path(configuration.key_file).read_bytes() == b"key\n"
-    assert Path(configuration.key_file).resolve().name.startswith("memfd:kubeconfig-client-key")
+    assert access.ca_data == PEM.decode()
+    assert access.ca_file is None
+    assert access.client_certificate is not None and access.client_key is not None
+    assert Path(access.client_certificate).read_bytes() == PEM
+    assert Path(access.client_key).read_bytes() == b"key\n"
+    assert Path(access.client_key).resolve().name.startswith("memfd:kubeconfig-client-key")
 
 
-def test_the_token_file_is_read_once_and_trimmed(tmp_path: Path) -> None:
+def test_the_token_file_is_read_at_once_and_trimmed(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("abc\n")
-    configuration = Configuration()
-    configure(StaticKubeconfig(SERVER, token_file=tmp_path / "token"), configuration)
-    assert configuration.api_key == {"BearerToken": "Bearer abc"}
+    access = configure(StaticKubeconfig(SERVER, token_file=tmp_path / "token"))
+    (tmp_path / "token").unlink()  # read already: within the minute it is not read again
+    assert asyncio.run(access.credentials.authorization()) == "Bearer abc"
+
+
+def test_a_token_file_rewritten_on_disk_is_read_again_after_a_minute(tmp_path: Path) -> None:
+    """As client-go does, so that a rotated token is picked up; the file is the one named relative
+    to the kubeconfig's directory, not to the working directory."""
+    (tmp_path / "conf" / "secrets").mkdir(parents=True)
+    token_file = tmp_path / "conf" / "secrets" / "token"
+    token_file.write_text("first\n")
+    path = tmp_path / "conf" / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig({"server": SERVER}, {"tokenFile": "secrets/token"})))
+    token = asyncio.run(load_kubeconfig(path)).credentials
+    assert isinstance(token, RotatedToken)
+    later = [0.0]
+    token._clock = lambda: time.monotonic() + later[0]
+
+    async def headers() -> list[str | None]:
+        seen = [await token.authorization()]
+        token_file.write_text("second\n")
+        seen.append(await token.authorization())  # within the minute: the token read at start
+        later[0] = 61.0
+        seen.append(await token.authorization())
+        return seen
+
+    assert asyncio.run(headers()) == ["Bearer first", "Bearer first", "Bearer second"]
 
 
 @pytest.mark.parametrize(
@@ -278,33 +305,92 @@ def test_the_token_file_is_read_once_and_trimmed(tmp_path: Path) -> None:
 )
 def test_a_missing_file_is_an_error_naming_its_field(parsed: StaticKubeconfig, field: str) -> None:
     with pytest.raises(KubeconfigError, match=f"^{field}: /nonexistent/"):
-        configure(parsed, Configuration())
+        configure(parsed)
 
 
 def test_an_empty_token_file_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("\n")
     with pytest.raises(KubeconfigError, match=r"tokenFile: .*: empty"):
-        configure(StaticKubeconfig(SERVER, token_file=tmp_path / "token"), Configuration())
+        configure(StaticKubeconfig(SERVER, token_file=tmp_path / "token"))
 
 
-def test_an_exec_user_is_loaded_by_the_clients_own_loader(tmp_path: Path) -> None:
-    """The loader here runs no plugins: a token from one proves the client's loader ran."""
+def exec_plugin(token: str) -> dict[str, Any]:
+    """A kubeconfig user's `exec` section whose plugin prints an ExecCredential with `token`."""
     answer = {
         "apiVersion": "client.authentication.k8s.io/v1",
         "kind": "ExecCredential",
-        "status": {"token": "from-the-plugin"},
+        "status": {"token": token},
     }
-    plugin = {
+    return {
         "apiVersion": "client.authentication.k8s.io/v1",
-        "command": sys.executable,
-        "args": ["-c", f"print({json.dumps(json.dumps(answer))})"],
+        "command": "sh",
+        "args": ["-c", f"printf '%s' '{json.dumps(answer)}'"],
+        "interactiveMode": "Never",
     }
+
+
+def test_an_exec_user_is_loaded_by_the_clients_own_loader(tmp_path: Path) -> None:
+    """The code here runs no plugins: a token from one proves the client's loader ran, and that the
+    credentials it leaves behind hand that token on."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig({"server": SERVER + "/"}, {"exec": exec_plugin("from-exec")})))
+
+    async def loaded() -> tuple[ServerAccess, str | None]:
+        access = await load_kubeconfig(path)
+        return access, await access.credentials.authorization()
+
+    access, authorization = asyncio.run(loaded())
+    assert access.url == SERVER
+    assert authorization == "Bearer from-exec"
+
+
+def counting_exec_plugin(directory: Path, expires: str) -> dict[str, Any]:
+    """An exec plugin that counts its runs in `directory`/runs and gives token t<run> that
+    expires at `expires`."""
+    script = directory / "plugin.sh"
+    script.write_text(
+        'n=$(( $(cat "$0.runs" 2>/dev/null || echo 0) + 1 )); echo $n > "$0.runs"\n'
+        'printf \'{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",'
+        f'"status":{{"token":"t%s","expirationTimestamp":"{expires}"}}}}\' "$n"\n'
+    )
+    return {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": "sh",
+        "args": [str(script)],
+        "interactiveMode": "Never",
+    }
+
+
+@pytest.mark.parametrize(
+    ("expires", "tokens", "runs"),
+    [("2000-01-01T00:00:00Z", ["Bearer t2", "Bearer t3"], 3), ("2999-01-01T00:00:00Z", ["Bearer t1"] * 2, 1)],
+    ids=["expired", "valid"],
+)
+def test_an_exec_plugin_runs_again_once_its_credential_has_expired(
+    tmp_path: Path, expires: str, tokens: list[str], runs: int
+) -> None:
+    """The official loader runs the plugin when it loads and sets no refresh hook: a long-running
+    agent would send an expired token for ever."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(kubeconfig({"server": SERVER}, {"exec": counting_exec_plugin(tmp_path, expires)}))
+    )
+
+    async def headers() -> list[str | None]:
+        access = await load_kubeconfig(path)
+        return [await access.credentials.authorization() for _ in range(2)]
+
+    assert asyncio.run(headers()) == tokens  # the load ran it once already
+    assert (tmp_path / "plugin.sh.runs").read_text().strip() == str(runs)
+
+
+def test_an_exec_plugin_that_fails_stops_the_start(tmp_path: Path) -> None:
+    """The official loader only logs a failing plugin; the agent would run without credentials."""
+    plugin = {**exec_plugin("unused"), "args": ["-c", "echo broken >&2; exit 3"]}
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(kubeconfig({"server": SERVER}, {"exec": plugin})))
-    configuration = Configuration()
-    asyncio.run(load_kubeconfig(path, configuration))
-    assert configuration.host == SERVER
-    assert configuration.api_key == {"BearerToken": "Bearer from-the-plugin"}
+    with pytest.raises(ServerConfigError, match="exec: the credential plugin gave no token"):
+        asyncio.run(load_kubeconfig(path))
 
 
 def test_a_certificate_ssl_cannot_load_stops_the_start(tmp_path: Path) -> None:
@@ -378,34 +464,63 @@ def _static_kubeconfigs(pki: Pki, directory: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def _as_used(configuration: Any) -> dict[str, object]:
-    """What a Configuration makes the REST layer do: CA, client pair and token by content."""
+def _content(path: str | None) -> bytes | None:
+    return None if path is None else Path(path).read_bytes()
 
-    def content(path: str | None) -> bytes | None:
-        return None if path is None else Path(path).read_bytes()
 
+async def _as_ours_is_used(access: ServerAccess) -> dict[str, object]:
+    """What our settings make the client do: CA, client pair by content, the Authorization sent."""
+    return {
+        "host": access.url,
+        "ca": access.ca_data.encode() if access.ca_data is not None else _content(access.ca_file),
+        "certificate": _content(access.client_certificate),
+        "key": _content(access.client_key),
+        "verify_ssl": access.verify,
+        "tls_server_name": access.tls_server_name,
+        "proxy": access.proxy,
+        "authorization": await access.credentials.authorization(),
+    }
+
+
+async def _as_theirs_is_used(configuration: Any) -> dict[str, object]:
+    """The same of the official client's Configuration (its REST layer's view of it)."""
     ca_data = configuration.ca_cert_data
+    bearer = (await configuration.auth_settings()).get("BearerToken")
     return {
         "host": configuration.host,
-        "ca": ca_data.encode() if ca_data is not None else content(configuration.ssl_ca_cert),
-        "certificate": content(configuration.cert_file),
-        "key": content(configuration.key_file),
+        "ca": ca_data.encode() if ca_data is not None else _content(configuration.ssl_ca_cert),
+        "certificate": _content(configuration.cert_file),
+        "key": _content(configuration.key_file),
         "verify_ssl": configuration.verify_ssl,
         "tls_server_name": configuration.tls_server_name,
         "proxy": configuration.proxy,
-        "api_key": configuration.api_key,
+        "authorization": None if bearer is None else bearer["value"],
     }
 
 
 def test_static_kubeconfigs_configure_the_client_as_its_own_loader_does(pki: Pki, tmp_path: Path) -> None:
+    async def both(path: Path) -> tuple[dict[str, object], dict[str, object]]:
+        ours, theirs = await load_kubeconfig(path), Configuration()
+        await client_load_kube_config(config_file=str(path), client_configuration=theirs)
+        KubeClient(ours)  # our client takes it: CA and client pair load
+        return await _as_ours_is_used(ours), await _as_theirs_is_used(theirs)
+
+    authorizations = {}
     for name, document in _static_kubeconfigs(pki, tmp_path).items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(document))
-        ours, theirs = Configuration(), Configuration()
-        asyncio.run(load_kubeconfig(path, ours))
-        asyncio.run(client_load_kube_config(config_file=str(path), client_configuration=theirs))
-        assert _as_used(ours) == _as_used(theirs), name
-        KubeClient(ours)  # the REST layer takes it: CA and client pair load
+        ours, theirs = asyncio.run(both(path))
+        assert ours == theirs, name
+        authorizations[name] = ours["authorization"]
+    # The headers agree because both send one, not because neither does.
+    assert authorizations == {
+        "token-ca-file": "Bearer abc",
+        "token-file-ca-data": "Bearer file-token",
+        "client-files": None,
+        "client-data": None,
+        "insecure-basic": "Basic " + b64(b"u:p"),
+        "plain-http": None,
+    }
 
 
 @asynccontextmanager
@@ -441,7 +556,11 @@ def no_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _tls_kubeconfig(pki: Pki, port: int, **cluster: str) -> dict[str, Any]:
+def _tls_kubeconfig(
+    pki: Pki, port: int, cluster: Mapping[str, object], user: Mapping[str, object] | None = None
+) -> dict[str, Any]:
+    """A kubeconfig for the test server: its CA, the client pair, a token (unless `user` says
+    otherwise); `cluster` adds to or replaces the cluster's fields ("" drops one)."""
     return kubeconfig(
         {
             "server": f"https://127.0.0.1:{port}",
@@ -451,87 +570,114 @@ def _tls_kubeconfig(pki: Pki, port: int, **cluster: str) -> dict[str, Any]:
         {
             "client-certificate-data": b64(pki.certificate.read_bytes()),
             "client-key-data": b64(pki.key.read_bytes()),
-            "token": "abc",
+            **(user if user is not None else {"token": "abc"}),
         },
     )
+
+
+VERSION = "/version/"
+NAMED: dict[str, object] = {"tls-server-name": "apiserver.test"}  # the name the server's certificate carries
 
 
 @pytest.mark.usefixtures("no_proxy")
 def test_the_agent_talks_tls_with_a_client_certificate_from_inline_data(pki: Pki, tmp_path: Path) -> None:
     path = tmp_path / "kubeconfig"
 
-    async def version_call() -> tuple[int, list[dict[str, object]]]:
+    async def version_call() -> tuple[dict[str, Any], int, list[dict[str, object]]]:
         async with tls_server(pki) as (port, seen):
-            path.write_text(
-                yaml.safe_dump(_tls_kubeconfig(pki, port, **{"tls-server-name": "apiserver.test"}))
-            )
+            path.write_text(yaml.safe_dump(_tls_kubeconfig(pki, port, NAMED)))
             client = await kubernetes_api_client(path)
             try:
-                response = await call(client, "GET", "/version/", request_timeout=10)
-                response.release()
-                return response.status, seen
+                version = await json_call("version", call(client, "GET", VERSION, request_timeout=10))
+                return version, client.http.connections_opened, seen
             finally:
                 await client.close()
 
-    status, seen = asyncio.run(version_call())
-    assert status == 200
+    version, opened, seen = asyncio.run(version_call())
+    assert version == {"major": "1", "minor": "35"}
+    assert opened == 1  # over our own pool
     assert seen[0]["authorization"] == "Bearer abc"
+    assert seen[0]["peer"] and "apiserver.test" in str(seen[0]["peer"])
+
+
+@pytest.mark.usefixtures("no_proxy")
+def test_an_exec_user_talks_tls_with_the_token_of_its_plugin(pki: Pki, tmp_path: Path) -> None:
+    """The client's loader reads the file (its CA and client pair to temporary files); our client
+    takes them from it, and the plugin's token."""
+    path = tmp_path / "kubeconfig"
+
+    async def version_call() -> tuple[dict[str, Any], list[dict[str, object]]]:
+        async with tls_server(pki) as (port, seen):
+            user = {"exec": exec_plugin("from-exec")}
+            path.write_text(yaml.safe_dump(_tls_kubeconfig(pki, port, NAMED, user)))
+            client = await kubernetes_api_client(path)
+            try:
+                return await json_call("version", call(client, "GET", VERSION, request_timeout=10)), seen
+            finally:
+                await client.close()
+
+    version, seen = asyncio.run(version_call())
+    assert version == {"major": "1", "minor": "35"}
+    assert seen[0]["authorization"] == "Bearer from-exec"
     assert seen[0]["peer"] and "apiserver.test" in str(seen[0]["peer"])
 
 
 @pytest.mark.usefixtures("no_proxy")
 def test_the_server_certificate_is_checked_against_the_ca_and_the_name(pki: Pki, tmp_path: Path) -> None:
     """Without tls-server-name the name is 127.0.0.1, which the certificate does not carry; with
-    another CA, the certificate is unknown."""
+    another CA, the certificate is unknown: either way a call has no answer, and says why."""
     path = tmp_path / "kubeconfig"
-    other_ca = {"certificate-authority-data": b64(pki.other_certificate.read_bytes())}
+    other_ca: dict[str, object] = {"certificate-authority-data": b64(pki.other_certificate.read_bytes())}
 
-    async def failures() -> list[type[BaseException]]:
-        raised: list[type[BaseException]] = []
-        async with tls_server(pki) as (port, _):
-            for cluster in ({}, {"tls-server-name": "apiserver.test", **other_ca}):
-                path.write_text(yaml.safe_dump(_tls_kubeconfig(pki, port, **cluster)))
+    async def failures() -> list[ApiError]:
+        raised: list[ApiError] = []
+        async with tls_server(pki) as (port, seen):
+            for cluster in ({}, {**NAMED, **other_ca}):
+                path.write_text(yaml.safe_dump(_tls_kubeconfig(pki, port, cluster)))
                 client = await kubernetes_api_client(path)
                 try:
-                    await call(client, "GET", "/version/", request_timeout=10)
-                except aiohttp.ClientConnectorCertificateError as error:
-                    raised.append(type(error))
+                    await json_call("version", call(client, "GET", VERSION, request_timeout=10))
+                except ApiError as error:
+                    raised.append(error)
                 finally:
                     await client.close()
+            assert seen == []  # no request got through
         return raised
 
-    assert asyncio.run(failures()) == [aiohttp.ClientConnectorCertificateError] * 2
+    raised = asyncio.run(failures())
+    assert [(error.status, type(error.__cause__)) for error in raised] == [
+        (0, ssl.SSLCertVerificationError)
+    ] * 2
+    assert all(error.no_answer and "certificate verify failed" in error.message for error in raised)
 
 
 @pytest.mark.usefixtures("no_proxy")
-def test_the_lean_claim_get_talks_the_same_tls(pki: Pki, tmp_path: Path) -> None:
-    """kube_http's pool takes the REST layer's TLS context (client certificate, CA) and the
-    server name, and so checks the server's certificate as the REST layer does."""
+def test_the_pool_checks_the_certificate_as_configured(pki: Pki, tmp_path: Path) -> None:
+    """What OpenSSL says, request by request on the pool itself: the name, then the CA; and
+    insecure-skip-tls-verify (with no CA) checks neither, the client certificate still sent."""
     path = tmp_path / "kubeconfig"
-    other_ca = {"certificate-authority-data": b64(pki.other_certificate.read_bytes())}
-    clusters: list[dict[str, str]] = [{"tls-server-name": "apiserver.test"}, {}]
-    clusters.append({"tls-server-name": "apiserver.test", **other_ca})
+    other_ca: dict[str, object] = {"certificate-authority-data": b64(pki.other_certificate.read_bytes())}
+    insecure: dict[str, object] = {"insecure-skip-tls-verify": True, "certificate-authority-data": ""}
+    clusters: list[dict[str, object]] = [NAMED, {}, {**NAMED, **other_ca}, insecure]
 
     async def attempts() -> tuple[list[object], list[dict[str, object]]]:
         outcomes: list[object] = []
         async with tls_server(pki) as (port, seen):
             for cluster in clusters:
-                path.write_text(yaml.safe_dump(_tls_kubeconfig(pki, port, **cluster)))
+                path.write_text(yaml.safe_dump(_tls_kubeconfig(pki, port, cluster)))
                 client = await kubernetes_api_client(path)
-                assert client.keep_alive is not None
                 try:
-                    answer = await get(client, "/version/", path_params={}, request_timeout=10)
+                    answer = await client.http.request("GET", VERSION, {}, 5)
                     outcomes.append((answer.status, json.loads(answer.body)["minor"]))
                 except ssl.SSLCertVerificationError as error:
-                    outcomes.append(error.verify_code)  # what the REST layer raises as its cause
+                    outcomes.append(error.verify_code)
                 finally:
                     await client.close()
         return outcomes, seen
 
     outcomes, seen = asyncio.run(attempts())
-    assert outcomes[0] == (200, "35")
     # Without tls-server-name the name checked is 127.0.0.1 (OpenSSL's X509_V_ERR_IP_ADDRESS_MISMATCH);
     # with the other CA the server's self-signed certificate is unknown (DEPTH_ZERO_SELF_SIGNED_CERT).
-    assert outcomes[1:] == [64, 18]
-    assert seen[0]["authorization"] == "Bearer abc"
-    assert seen[0]["peer"] and "apiserver.test" in str(seen[0]["peer"])
+    assert outcomes == [(200, "35"), 64, 18, (200, "35")]
+    assert [entry["authorization"] for entry in seen] == [None, None]  # none was given to send
+    assert all(entry["peer"] and "apiserver.test" in str(entry["peer"]) for entry in seen)

@@ -11,8 +11,9 @@ import structlog
 from dra_driver.base.backoff import Backoff
 from dra_driver.kube.calls import WatchEvent
 from dra_driver.kube.errors import ApiError
-from dra_driver.kube.kube_api import Configuration, KubeClient
+from dra_driver.kube.kube_api import KubeClient
 from dra_driver.kube.node_api import NodeApi
+from dra_driver.kube.server_access import ServerAccess
 from dra_driver.kube.watching import WatchPosition, list_and_watch
 from tests.support.agent import NODE_NAME
 from tests.support.apiserver import ApiServer
@@ -145,7 +146,7 @@ def test_against_the_api_server_an_expired_watch_lists_again(apiserver: ApiServe
 
 
 async def _expired_against_the_server(apiserver: ApiServer) -> None:
-    client = KubeClient(Configuration(host=apiserver.url))
+    client = KubeClient(ServerAccess(apiserver.url))
     api = NodeApi(client, NODE_NAME)
     slept: list[float] = []
     lists: list[str] = []
