@@ -28,8 +28,10 @@ async def kubernetes_api_client(kubeconfig: Path | None) -> KubeClient:
     )
     try:
         return KubeClient(server)  # reads the CA and client certificate files
-    except (OSError, ValueError) as error:  # ssl.SSLError included
+    except OSError as error:  # ssl.SSLError included
         raise StartupError(f"{where}: cannot set up TLS for the Kubernetes API: {error}") from error
+    except ValueError as error:  # a server or proxy URL that is not http(s)
+        raise StartupError(f"{where}: cannot reach the Kubernetes API: {error}") from error
 
 
 def environment_proxy(url: str) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dra_driver.agent.errors import StartupError
 from dra_driver.agent.kube_client import environment_proxy, kubernetes_api_client
 from dra_driver.kube.calls import json_call
 from dra_driver.kube.kube_api import call
@@ -215,3 +216,15 @@ def test_an_https_server_is_reached_through_a_tunnel_the_environments_proxy_open
     assert head[0] == "CONNECT apiserver.invalid:6443 HTTP/1.1"
     assert header(head, "proxy-authorization") == "Basic " + base64.b64encode(b"user:secret").decode()
     assert header(head, "authorization") is None
+
+
+def test_a_proxy_that_is_no_http_url_stops_the_start_naming_it(
+    tmp_path: Path, environment: pytest.MonkeyPatch
+) -> None:
+    """HTTPS_PROXY=proxy:3128, a common slip: said at start, not found at the first call."""
+    environment.setenv("HTTPS_PROXY", "proxy.example:3128")
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "https://10.96.0.1:443")
+    with pytest.raises(
+        StartupError, match=r"cannot reach the Kubernetes API: proxy: expected an http:// URL"
+    ):
+        asyncio.run(kubernetes_api_client(kubeconfig))

@@ -600,6 +600,60 @@ def test_the_agent_talks_tls_with_a_client_certificate_from_inline_data(pki: Pki
     assert seen[0]["peer"] and "apiserver.test" in str(seen[0]["peer"])
 
 
+@asynccontextmanager
+async def tunnelling_proxy() -> AsyncIterator[tuple[int, list[str]]]:
+    """An HTTP proxy that opens the tunnel a CONNECT asks for and pipes bytes both ways; yields its
+    port and the CONNECT lines it was sent."""
+    asked: list[str] = []
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        request_line = head.split("\r\n")[0]
+        asked.append(request_line)
+        host, _, port = request_line.split(" ")[1].rpartition(":")
+        upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        await writer.drain()
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    async with server:
+        yield server.sockets[0].getsockname()[1], asked
+
+
+def test_the_agent_talks_tls_to_the_server_through_a_proxys_tunnel(pki: Pki, tmp_path: Path) -> None:
+    """proxy-url with an https server: the TLS handshake (server name, CA, client certificate)
+    runs inside the tunnel the proxy opened, end to end with the server."""
+    path = tmp_path / "kubeconfig"
+
+    async def version_call() -> tuple[dict[str, Any], list[str], list[dict[str, object]]]:
+        async with tls_server(pki) as (port, seen), tunnelling_proxy() as (proxy_port, asked):
+            proxied = {**NAMED, "proxy-url": f"http://127.0.0.1:{proxy_port}"}
+            path.write_text(yaml.safe_dump(_tls_kubeconfig(pki, port, proxied)))
+            client = await kubernetes_api_client(path)
+            try:
+                version = await json_call("version", call(client, "GET", VERSION, request_timeout=10))
+                return version, asked, seen
+            finally:
+                await client.close()
+
+    version, asked, seen = asyncio.run(version_call())
+    assert version == {"major": "1", "minor": "35"}
+    assert len(asked) == 1 and asked[0].startswith("CONNECT 127.0.0.1:") and asked[0].endswith(" HTTP/1.1")
+    assert seen[0]["authorization"] == "Bearer abc"
+    assert seen[0]["peer"] and "apiserver.test" in str(seen[0]["peer"])
+
+
 @pytest.mark.usefixtures("no_proxy")
 def test_an_exec_user_talks_tls_with_the_token_of_its_plugin(pki: Pki, tmp_path: Path) -> None:
     """The client's loader reads the file (its CA and client pair to temporary files); our client
