@@ -23,8 +23,12 @@ from contextlib import suppress
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-# Far above any object the agent reads (etcd stores at most 1.5 MiB per object).
-MAX_BODY_BYTES = 16 * 1024 * 1024
+# A whole answer: lists included, the largest being every ResourceClaim of a large cluster (read
+# by `dra-driver plan`). A guard against a broken server, not a size any real answer nears.
+MAX_BODY_BYTES = 256 * 1024 * 1024
+# One line of a watch, one event: far above any object (etcd stores at most 1.5 MiB per object).
+# A watch's stream as a whole has no limit: it runs for minutes.
+MAX_LINE_BYTES = 16 * 1024 * 1024
 MAX_HEAD_BYTES = 64 * 1024
 _NO_BODY_STATUSES = frozenset({204, 304})
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
@@ -92,22 +96,24 @@ async def _read_head(reader: asyncio.StreamReader) -> _Head:
             return head
 
 
-def _content_length(headers: Mapping[str, str]) -> int:
+def _content_length(headers: Mapping[str, str], limit: int | None) -> int:
     text = headers["content-length"]
     if not text.isdigit():
         raise HttpProtocolError(f"Content-Length: expected a number of bytes, got {text[:40]!r}")
     length = int(text)
-    if length > MAX_BODY_BYTES:
-        raise HttpProtocolError(f"Content-Length: {length} bytes is more than the {MAX_BODY_BYTES} allowed")
+    if limit is not None and length > limit:
+        raise HttpProtocolError(f"Content-Length: {length} bytes is more than the {limit} allowed")
     return length
 
 
 class _Body:
     """An answer's body, piece by piece, however HTTP frames it: chunked, of a given length, or
-    up to the end of the connection (RFC 9112 6.3)."""
+    up to the end of the connection (RFC 9112 6.3). `limit`: the most bytes it may have, None
+    for none (a watch)."""
 
-    def __init__(self, reader: asyncio.StreamReader, head: _Head) -> None:
+    def __init__(self, reader: asyncio.StreamReader, head: _Head, limit: int | None) -> None:
         self._reader = reader
+        self._limit = limit
         headers = head.headers
         coding = headers.get("content-encoding", "identity")
         if coding.lower() != "identity":
@@ -120,7 +126,7 @@ class _Body:
         if head.status in _NO_BODY_STATUSES:
             self._left = 0
         elif not self._chunked and "content-length" in headers:
-            self._left = _content_length(headers)
+            self._left = _content_length(headers, limit)
         self.delimited = self._chunked or self._left is not None
         self._done = self._left == 0
         self._total = 0
@@ -138,8 +144,8 @@ class _Body:
             data = await self._reader.read(65536)
         self._done = not data or self._left == 0
         self._total += len(data)
-        if self._total > MAX_BODY_BYTES:
-            raise HttpProtocolError(f"body: more than the {MAX_BODY_BYTES} bytes allowed")
+        if self._limit is not None and self._total > self._limit:
+            raise HttpProtocolError(f"body: more than the {self._limit} bytes allowed")
         return data
 
     async def _chunk(self) -> bytes:
@@ -153,8 +159,10 @@ class _Body:
             while await reader.readuntil(b"\r\n") != b"\r\n":
                 pass  # trailer fields: nothing in them is for us
             return b""
-        if self._total + size > MAX_BODY_BYTES:
-            raise HttpProtocolError(f"chunked body: more than the {MAX_BODY_BYTES} bytes allowed")
+        if self._limit is not None and self._total + size > self._limit:
+            raise HttpProtocolError(f"chunked body: more than the {self._limit} bytes allowed")
+        if self._limit is None and size > MAX_LINE_BYTES:  # a watch: the server writes an event a chunk
+            raise HttpProtocolError(f"chunk size: {size} bytes, more than a watch's {MAX_LINE_BYTES}")
         data = await reader.readexactly(size)
         if await reader.readexactly(2) != b"\r\n":
             raise HttpProtocolError("chunk: expected CRLF after its data")
@@ -174,7 +182,7 @@ class _Body:
 async def _read_answer(reader: asyncio.StreamReader) -> tuple[HttpAnswer, bool]:
     """The answer, and whether the connection may carry another request."""
     head = await _read_head(reader)
-    body = _Body(reader, head)
+    body = _Body(reader, head, MAX_BODY_BYTES)
     return HttpAnswer(head.status, await body.whole()), head.keep_alive and body.delimited
 
 
@@ -185,7 +193,7 @@ class HttpStream:
     def __init__(self, connection: _Connection, head: _Head, deadline: float) -> None:
         self.status = head.status
         self._connection = connection
-        self._body = _Body(connection.reader, head)
+        self._body = _Body(connection.reader, head, None)
         self._deadline = deadline
         self._buffer = b""
 
@@ -198,12 +206,17 @@ class HttpStream:
                     line, self._buffer = self._buffer, b""
                     return line
                 self._buffer += piece
+                if len(self._buffer) > MAX_LINE_BYTES:
+                    raise HttpProtocolError(f"line: more than the {MAX_LINE_BYTES} bytes allowed")
         line, self._buffer = self._buffer[: end + 1], self._buffer[end + 1 :]
         return line
 
     async def read_all(self) -> bytes:
+        """The rest of the body (an error's Status), at most MAX_LINE_BYTES of it."""
         async with asyncio.timeout_at(self._deadline):
-            return self._buffer + await self._body.whole()
+            while len(self._buffer) <= MAX_LINE_BYTES and (piece := await self._body.piece()):
+                self._buffer += piece
+        return self._buffer[:MAX_LINE_BYTES]
 
     def close(self) -> None:
         self._connection.close()

@@ -15,7 +15,13 @@ from kubernetes import client
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.source import ApiServerClaimSource
 from dra_driver.kube.kube_api import KubeClient
-from dra_driver.kube.kube_http import MAX_BODY_BYTES, HttpProtocolError, HttpStream, KeepAliveClient
+from dra_driver.kube.kube_http import (
+    MAX_BODY_BYTES,
+    MAX_LINE_BYTES,
+    HttpProtocolError,
+    HttpStream,
+    KeepAliveClient,
+)
 from dra_driver.kube.server_access import ServerAccess
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate
@@ -492,3 +498,58 @@ def test_through_a_proxy_a_plain_http_request_names_the_whole_url() -> None:
 def test_a_proxy_that_is_not_an_http_url_is_refused(proxy: str) -> None:
     with pytest.raises(ValueError, match="proxy: expected an http:// URL"):
         KeepAliveClient("https://apiserver.test:6443", ssl_context=None, proxy=proxy)
+
+
+def test_a_stream_may_run_past_the_body_limit_but_no_line_past_the_line_limit() -> None:
+    """A watch runs for minutes: its total is not capped, each event is. A line the server never
+    ends is an error naming the line limit, not memory spent without end."""
+    piece = b"x" * (1024 * 1024)
+
+    async def scenario() -> str:
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        endless = head + b"".join(
+            b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(MAX_LINE_BYTES // len(piece) + 2)
+        )
+        async with raw_server(always(endless, close=True)) as server:
+            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
+            stream = await pool.open_stream("/w", {}, 30)
+            try:
+                with pytest.raises(HttpProtocolError) as raised:
+                    await stream.readline()
+                return str(raised.value)
+            finally:
+                stream.close()
+                await pool.close()
+
+    assert asyncio.run(scenario()) == f"line: more than the {MAX_LINE_BYTES} bytes allowed"
+
+
+def test_a_watch_chunk_larger_than_an_event_can_be_is_refused_before_it_is_read() -> None:
+    async def scenario() -> str:
+        wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % (MAX_LINE_BYTES + 1)
+        async with raw_server(always(wire)) as server:
+            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
+            stream = await pool.open_stream("/w", {}, 5)
+            try:
+                with pytest.raises(HttpProtocolError) as raised:
+                    await stream.readline()
+                return str(raised.value)
+            finally:
+                stream.close()
+                await pool.close()
+
+    assert "chunk size" in asyncio.run(scenario())
+
+
+def test_a_list_far_larger_than_any_object_is_read_whole() -> None:
+    """Lists (every ResourceClaim of a cluster, for `dra-driver plan`) may be far above the 1.5 MiB
+    of one object, and above a watch event's limit."""
+    body = b"[" + b"0," * (MAX_LINE_BYTES // 2 + 1024) + b"0]"
+
+    async def scenario() -> tuple[int, int]:
+        async with raw_server(always(answer(body))) as server:
+            got = await get_from(server)
+            return got[0], len(got[1])
+
+    assert asyncio.run(scenario()) == (200, len(body))
+    assert MAX_BODY_BYTES > len(body) > MAX_LINE_BYTES
