@@ -409,6 +409,32 @@ def chunked(*pieces: bytes) -> bytes:
     return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
 
 
+@asynccontextmanager
+async def stream_from(
+    server: RawServer, time_limit: float = 5, path: str = "/w"
+) -> AsyncIterator[HttpStream]:
+    """A stream opened from the scripted server; it and its pool are closed on leaving."""
+    pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
+    stream = await pool.open_stream(path, {}, time_limit)
+    try:
+        yield stream
+    finally:
+        stream.close()
+        await pool.close()
+
+
+def stream_refusal(wire: bytes, time_limit: float = 5) -> str:
+    """The HttpProtocolError the first readline of a stream answered with `wire` raises."""
+
+    async def scenario() -> str:
+        async with raw_server(always(wire, close=True)) as server, stream_from(server, time_limit) as stream:
+            with pytest.raises(HttpProtocolError) as raised:
+                await stream.readline()
+            return str(raised.value)
+
+    return asyncio.run(scenario())
+
+
 @pytest.mark.parametrize(
     "framing",
     [
@@ -423,11 +449,8 @@ def test_a_stream_comes_line_by_line_however_it_is_framed(framing: bytes) -> Non
 
     async def scenario() -> tuple[int, list[bytes], bytes]:
         async with raw_server(always(b"HTTP/1.1 200 OK\r\n" + framing, close=True)) as server:
-            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
-            stream = await pool.open_stream("/w?watch=true", {}, 5)
-            lines = [line async for line in _lines(stream)]
-            stream.close()
-            await pool.close()
+            async with stream_from(server, path="/w?watch=true") as stream:
+                lines = [line async for line in _lines(stream)]
             return stream.status, lines, server.requests[0].split(b"\r\n")[0]
 
     status, lines, request_line = asyncio.run(scenario())
@@ -443,16 +466,10 @@ async def _lines(stream: HttpStream) -> AsyncIterator[bytes]:
 def test_a_stream_that_goes_quiet_past_its_deadline_times_out() -> None:
     async def scenario() -> None:
         head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b'8\r\n{"a":1}\n\r\n'
-        async with raw_server(always(head)) as server:
-            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
-            stream = await pool.open_stream("/w", {}, 0.3)
-            try:
-                assert await stream.readline() == b'{"a":1}\n'
-                with pytest.raises(TimeoutError):
-                    await stream.readline()
-            finally:
-                stream.close()
-                await pool.close()
+        async with raw_server(always(head)) as server, stream_from(server, 0.3) as stream:
+            assert await stream.readline() == b'{"a":1}\n'
+            with pytest.raises(TimeoutError):
+                await stream.readline()
 
     asyncio.run(scenario())
 
@@ -461,14 +478,9 @@ def test_a_refused_stream_gives_its_whole_answer() -> None:
     """410 Gone and the like: the Status object the caller words its error from."""
 
     async def scenario() -> tuple[int, bytes]:
-        async with raw_server(always(answer(b'{"code":410}', "410 Gone"))) as server:
-            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
-            stream = await pool.open_stream("/w", {}, 5)
-            try:
-                return stream.status, await stream.read_all()
-            finally:
-                stream.close()
-                await pool.close()
+        refusal = always(answer(b'{"code":410}', "410 Gone"))
+        async with raw_server(refusal) as server, stream_from(server) as stream:
+            return stream.status, await stream.read_all()
 
     assert asyncio.run(scenario()) == (410, b'{"code":410}')
 
@@ -504,41 +516,16 @@ def test_a_stream_may_run_past_the_body_limit_but_no_line_past_the_line_limit() 
     """A watch runs for minutes: its total is not capped, each event is. A line the server never
     ends is an error naming the line limit, not memory spent without end."""
     piece = b"x" * (1024 * 1024)
-
-    async def scenario() -> str:
-        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-        endless = head + b"".join(
-            b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(MAX_LINE_BYTES // len(piece) + 2)
-        )
-        async with raw_server(always(endless, close=True)) as server:
-            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
-            stream = await pool.open_stream("/w", {}, 30)
-            try:
-                with pytest.raises(HttpProtocolError) as raised:
-                    await stream.readline()
-                return str(raised.value)
-            finally:
-                stream.close()
-                await pool.close()
-
-    assert asyncio.run(scenario()) == f"line: more than the {MAX_LINE_BYTES} bytes allowed"
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    endless = head + b"".join(
+        b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(MAX_LINE_BYTES // len(piece) + 2)
+    )
+    assert stream_refusal(endless, 30) == f"line: more than the {MAX_LINE_BYTES} bytes allowed"
 
 
 def test_a_watch_chunk_larger_than_an_event_can_be_is_refused_before_it_is_read() -> None:
-    async def scenario() -> str:
-        wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % (MAX_LINE_BYTES + 1)
-        async with raw_server(always(wire)) as server:
-            pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
-            stream = await pool.open_stream("/w", {}, 5)
-            try:
-                with pytest.raises(HttpProtocolError) as raised:
-                    await stream.readline()
-                return str(raised.value)
-            finally:
-                stream.close()
-                await pool.close()
-
-    assert "chunk size" in asyncio.run(scenario())
+    wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % (MAX_LINE_BYTES + 1)
+    assert "chunk size" in stream_refusal(wire)
 
 
 def test_a_list_far_larger_than_any_object_is_read_whole() -> None:
