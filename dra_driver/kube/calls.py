@@ -10,12 +10,15 @@ itself with precise messages, and the models would join the agent's resident mem
 import json
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from dra_driver.base.json_object import JsonObject
 from dra_driver.kube.errors import TRANSPORT_ERRORS, ApiError
 from dra_driver.kube.kube_api import KubeClient, Query, call, open_watch
-from dra_driver.kube.kube_http import HttpAnswer
+from dra_driver.kube.kube_http import HttpAnswer, HttpStream
 from dra_driver.kube.timeouts import TIMEOUTS
+
+_Answer = TypeVar("_Answer", HttpAnswer, HttpStream, bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,14 +41,19 @@ def decoded_answer(call_name: str, status: int, body: bytes, expected: tuple[int
         raise ApiError(call_name, status, "", f"invalid JSON: {error}") from error
 
 
+async def _answered(call_name: str, request: Awaitable[_Answer]) -> _Answer:
+    """What `request` gives, or the ApiError of no answer."""
+    try:
+        return await request
+    except TRANSPORT_ERRORS as error:
+        raise ApiError.from_transport(call_name, error) from error
+
+
 async def json_call(
     call_name: str, request: Awaitable[HttpAnswer], expected: tuple[int, ...] = (200, 201)
 ) -> JsonObject:
     """The JSON object `request` (a `kube_api.call` not yet awaited) is answered with."""
-    try:
-        answer = await request
-    except TRANSPORT_ERRORS as error:
-        raise ApiError.from_transport(call_name, error) from error
+    answer = await _answered(call_name, request)
     decoded = decoded_answer(call_name, answer.status, answer.body, expected)
     if not isinstance(decoded, dict):
         raise ApiError(call_name, answer.status, "", "expected a JSON object")
@@ -57,10 +65,8 @@ async def json_get(
 ) -> object:
     """A GET answered as parsed JSON of any shape: the caller checks the fields itself (the
     claim of a prepare)."""
-    try:
-        answer = await call(client, "GET", path, path_params=path_params, request_timeout=request_timeout)
-    except TRANSPORT_ERRORS as error:
-        raise ApiError.from_transport(call_name, error) from error
+    request = call(client, "GET", path, path_params=path_params, request_timeout=request_timeout)
+    answer = await _answered(call_name, request)
     return decoded_answer(call_name, answer.status, answer.body, (200,))
 
 
@@ -81,16 +87,11 @@ async def watch_events(
 ) -> AsyncIterator[WatchEvent]:
     """The events of one watch request (`query` says what, from where, and `watch=true`) until the
     server ends it. Raises ApiError, `expired` when the version is too old to watch from."""
-    try:
-        stream = await open_watch(client, path, query, TIMEOUTS.watch + TIMEOUTS.watch_read_margin)
-    except TRANSPORT_ERRORS as error:
-        raise ApiError.from_transport(call_name, error) from error
+    watch_time = TIMEOUTS.watch + TIMEOUTS.watch_read_margin
+    stream = await _answered(call_name, open_watch(client, path, query, watch_time))
     try:
         if stream.status != 200:
-            try:
-                body = await stream.read_all()
-            except TRANSPORT_ERRORS as error:
-                raise ApiError.from_transport(call_name, error) from error
+            body = await _answered(call_name, stream.read_all())
             raise ApiError.from_answer(call_name, stream.status, body)
         while True:
             try:

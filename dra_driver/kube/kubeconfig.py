@@ -206,7 +206,8 @@ def read_kubeconfig(path: Path) -> StaticKubeconfig | None:
 
 async def load_kubeconfig(path: Path) -> ServerAccess:
     """The API server the current context of the kubeconfig at `path` names; one whose user needs
-    more than static credentials through the client's own loader. Raises KubeconfigError."""
+    more than static credentials through the client's own loader. Raises KubeconfigError (the
+    file's own fields), or ServerConfigError with the client's loader's message."""
     parsed = read_kubeconfig(path)
     if parsed is None:
         # Imported only here: it brings the official client, ApiClient and pydantic with it.
@@ -228,7 +229,7 @@ def configure(parsed: StaticKubeconfig) -> ServerAccess:
             raise KubeconfigError(str(error)) from error
     return ServerAccess(
         parsed.server,
-        ca_file=None if not isinstance(authority, Path) else _existing(authority, "certificate-authority"),
+        ca_file=_existing(authority, "certificate-authority") if isinstance(authority, Path) else None,
         ca_data=authority.decode() if isinstance(authority, bytes) else None,
         client_certificate=None
         if parsed.client_certificate is None
