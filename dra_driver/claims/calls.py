@@ -5,7 +5,8 @@ asyncio tools would add: gather's extra future for a call of one claim, shield's
 """
 
 import asyncio
-from collections.abc import Awaitable, Coroutine
+import contextvars
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractContextManager
 from typing import NamedTuple, TypeVar
 
@@ -60,14 +61,39 @@ def concurrently(calls: list[Coroutine[object, object, _T]]) -> Awaitable[list[_
     return _alone(calls[0]) if len(calls) == 1 else asyncio.gather(*calls)
 
 
+class AfterAnswer:
+    """What a call's claims leave for after kubelet has its answer: work kubelet does not wait
+    for (the "claim prepared" log line, queueing the claim's status write) kept off the
+    pod-startup path. Each piece runs in the logging context it was left in, so its lines still
+    name their claim."""
+
+    def __init__(self) -> None:
+        self._work: list[tuple[contextvars.Context, Callable[[], None]]] = []
+
+    def leave(self, work: Callable[[], None]) -> None:
+        self._work.append((contextvars.copy_context(), work))
+
+    def __bool__(self) -> bool:
+        return bool(self._work)
+
+    def run(self) -> None:
+        work, self._work = self._work, []
+        for context, piece in work:
+            try:
+                context.run(piece)
+            except Exception as error:  # one piece's fault must not cost the others theirs
+                log.error("work left for after an answer failed", error=repr(error))
+
+
 _unfinished: set["asyncio.Task[None]"] = set()  # asyncio keeps only weak references to tasks
 
 
-def to_the_end(work: Awaitable[_T]) -> "asyncio.Future[_T]":
+def to_the_end(work: Awaitable[_T], after: AfterAnswer | None = None) -> "asyncio.Future[_T]":
     """Runs `work` to its end even if whoever awaits the answer stops waiting (kubelet's deadline,
     a dropped connection), so memory and disk agree and kubelet's retry finds the claims done.
     What asyncio.shield does, one loop turn sooner: the work sets the answer itself, where
-    shield's callback would take a turn to pass it on."""
+    shield's callback would take a turn to pass it on. `after`: run once the answer is set and
+    its waiter has had the loop turn in which it hands gRPC the answer."""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[_T] = loop.create_future()
 
@@ -85,6 +111,10 @@ def to_the_end(work: Awaitable[_T]) -> "asyncio.Future[_T]":
         else:
             if not answer.done():
                 answer.set_result(value)
+        if after:
+            # Queued behind the waiter's wake-up, which set_result queued: the waiter hands gRPC
+            # the answer first.
+            loop.call_soon(after.run)
 
     task = loop.create_task(run())
     _unfinished.add(task)

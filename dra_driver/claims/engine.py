@@ -44,7 +44,14 @@ import structlog
 from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.allocation import allocated_devices
 from dra_driver.claims.call_gate import CallGate, GateTicket
-from dra_driver.claims.calls import RawClaim, claim_context, concurrently, failure_answer, to_the_end
+from dra_driver.claims.calls import (
+    AfterAnswer,
+    RawClaim,
+    claim_context,
+    concurrently,
+    failure_answer,
+    to_the_end,
+)
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.edits import cdi
@@ -213,19 +220,24 @@ class ClaimEngine:
     async def prepare(self, claims: Sequence[RawClaim]) -> dict[str, PrepareOutcome]:
         # The gate lets a call's records share one flush: nothing to share where none is made.
         gate = CallGate(len(claims)) if len(claims) > 1 and self._records.flushes else None
-        calls = [self._prepare_one(raw, None if gate is None else gate.ticket()) for raw in claims]
-        outcomes = await to_the_end(concurrently(calls))
+        after = AfterAnswer()
+        calls = [self._prepare_one(raw, None if gate is None else gate.ticket(), after) for raw in claims]
+        outcomes = await to_the_end(concurrently(calls), after)
         return {raw.uid: outcome for raw, outcome in zip(claims, outcomes, strict=True)}
 
-    async def _prepare_one(self, raw: RawClaim, ticket: GateTicket | None) -> PrepareOutcome:
+    async def _prepare_one(
+        self, raw: RawClaim, ticket: GateTicket | None, after: AfterAnswer
+    ) -> PrepareOutcome:
         with claim_context(raw), self._metrics.prepare_duration.time():
             try:
-                return await self._prepare_checked(raw, ticket)
+                return await self._prepare_checked(raw, ticket, after)
             finally:
                 if ticket is not None:
                     ticket.leave()  # nothing if the claim arrived with its record
 
-    async def _prepare_checked(self, raw: RawClaim, ticket: GateTicket | None) -> PrepareOutcome:
+    async def _prepare_checked(
+        self, raw: RawClaim, ticket: GateTicket | None, after: AfterAnswer
+    ) -> PrepareOutcome:
         try:
             ref = claim_ref(*raw)
             # The claim's lock is held from the GET on: an unprepare that arrives meanwhile waits,
@@ -239,12 +251,13 @@ class ClaimEngine:
                 if record is not None:
                     # Prepared already (kubelet restarted, or a peer agent prepared it): its status
                     # may have been lost with a restart of ours, or removed since.
-                    self._report_status(ref, claim, record, unless_pending=True)
+                    prepared = record
+                    after.leave(lambda: self._report_status(ref, claim, prepared, unless_pending=True))
                 else:
                     planned = plan_claim(
                         ref, allocated, claim.config, self._inventory, self._driver_name, self._pool_name
                     )
-                    record = await self._prepare_new(ref, planned, ticket, claim)
+                    record = await self._prepare_new(ref, planned, ticket, claim, after)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:
             self._metrics.prepare_failed(error)
@@ -266,9 +279,12 @@ class ClaimEngine:
         planned: tuple[PlannedDevice, ...],
         ticket: GateTicket | None,
         claim: ResourceClaimView,
+        after: AfterAnswer,
     ) -> ClaimRecord:
         """`claim`: as read from the API server; it names the pod's claim of a template
-        (device_metadata) and the generation the status observes."""
+        (device_metadata) and the generation the status observes. `after`: where the log line
+        and the status write's queueing go, done once kubelet has its answer (so before any
+        unprepare of the claim, which kubelet sends only after it)."""
         pod_claim = pod_claim_name(claim, ref)  # refused before anything is done
         if not planned:
             return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
@@ -321,13 +337,17 @@ class ClaimEngine:
             await self._roll_back(preparing)
             raise
         self._ownership.fulfilled(record)
-        log.info(
-            "claim prepared",
-            pool=self._pool_name,
-            devices=[d.device for d in record.devices],
-            mig_instances_created=len(to_create),
-        )
-        self._report_status(ref, claim, record)
+
+        def report() -> None:
+            log.info(
+                "claim prepared",
+                pool=self._pool_name,
+                devices=[d.device for d in record.devices],
+                mig_instances_created=len(to_create),
+            )
+            self._report_status(ref, claim, record)
+
+        after.leave(report)
         return record
 
     def _report_status(
@@ -400,14 +420,15 @@ class ClaimEngine:
 
     async def unprepare(self, claims: Sequence[RawClaim]) -> dict[str, str]:
         """Undoes prepare from local records alone; a claim we never prepared succeeds."""
-        errors = await to_the_end(concurrently([self._unprepare_one(raw) for raw in claims]))
+        after = AfterAnswer()
+        errors = await to_the_end(concurrently([self._unprepare_one(raw, after) for raw in claims]), after)
         return {raw.uid: error for raw, error in zip(claims, errors, strict=True)}
 
-    async def _unprepare_one(self, raw: RawClaim) -> str:
+    async def _unprepare_one(self, raw: RawClaim, after: AfterAnswer) -> str:
         with claim_context(raw), self._metrics.unprepare_duration.time():
-            return await self._unprepare_checked(raw)
+            return await self._unprepare_checked(raw, after)
 
-    async def _unprepare_checked(self, raw: RawClaim) -> str:
+    async def _unprepare_checked(self, raw: RawClaim, after: AfterAnswer) -> str:
         try:
             ref = claim_ref(*raw)
             if self._claim_status is not None:
@@ -426,7 +447,7 @@ class ClaimEngine:
                 await self._effects.undo(record)
                 await self._remove_prepared(record)
                 await self._ownership.release(record.claim)
-            log.info("claim unprepared")
+            after.leave(lambda: log.info("claim unprepared"))
             return ""
         except Exception as error:
             self._metrics.unprepare_failed(error)

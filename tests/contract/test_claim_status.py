@@ -16,6 +16,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import structlog.testing
 from kubernetes import client, config
 
 from dra_driver import DEFAULT_DRIVER_NAME
@@ -176,6 +177,28 @@ def test_status_appears_after_prepare_with_the_mig_devices_facts(version: str, s
         }
         assert condition["message"] == "prepared by the node agent on node-a"
         kubernetes_validate.validate(stored(cluster, "mig"), version, strict=True)
+
+
+def test_the_write_is_queued_and_the_prepare_logged_only_after_kubelet_has_its_answer(
+    cluster: Cluster, short_dir: Path
+) -> None:
+    """Both are off the pod-startup path: when the engine's caller (the gRPC handler, which hands
+    kubelet the answer) resumes, neither has happened; one loop turn later both have, the log
+    line still naming its claim."""
+    claim = allocated(cluster, "later", {"device": "gpu-0"})
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        async with node(cluster, short_dir, "t4x4", NodeConfig(), settle_seconds=30.0) as n:
+            with structlog.testing.capture_logs([structlog.contextvars.merge_contextvars]) as logged:
+                assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+                at_answer = [*n.writer.pending, *(line["event"] for line in logged)]
+                await asyncio.sleep(0)
+                after = [*n.writer.pending, *(f"{line['event']} {line['claim_name']}" for line in logged)]
+            return at_answer, after
+
+    at_answer, after = asyncio.run(scenario())
+    assert at_answer == []
+    assert after == [claim[2], "claim prepared later"]
 
 
 def test_a_vgpu_share_reports_its_limits(cluster: Cluster, short_dir: Path) -> None:

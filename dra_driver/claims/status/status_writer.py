@@ -113,7 +113,10 @@ class ClaimStatusWriter:
             self._pending_changed()
 
     async def wait_idle(self) -> None:
-        """Until no write is pending (tests, and a graceful stop that may wait)."""
+        """Until no write is pending (tests, and a graceful stop that may wait), those of a
+        prepare answered just now included: the engine queues them one loop turn after its
+        answer (calls.AfterAnswer), which this lets pass first."""
+        await asyncio.sleep(0)
         await self._idle.wait()
 
     async def close(self) -> None:

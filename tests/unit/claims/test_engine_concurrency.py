@@ -2,6 +2,7 @@
 and in random order, so every interleaving of GET, ownership check and durable write is tried."""
 
 import asyncio
+import contextvars
 import random
 import uuid
 from pathlib import Path
@@ -13,7 +14,7 @@ import structlog.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dra_driver.claims.calls import RawClaim, to_the_end
+from dra_driver.claims.calls import AfterAnswer, RawClaim, to_the_end
 from dra_driver.state.group_commit import GroupCommitter
 from tests.support.engines import simulated_engine
 
@@ -202,6 +203,51 @@ def test_work_run_to_the_end_passes_its_failure_to_a_caller_still_waiting() -> N
             await to_the_end(failing())
 
     asyncio.run(scenario())
+
+
+def test_work_left_for_after_the_answer_runs_once_the_waiter_has_resumed_in_its_own_context() -> None:
+    events: list[str] = []
+    claim = contextvars.ContextVar("claim", default="none")
+
+    async def work(after: AfterAnswer) -> int:
+        await asyncio.sleep(0)
+        claim.set("a")
+        after.leave(lambda: events.append(f"left by {claim.get()}"))
+        claim.set("b")
+        return 7
+
+    async def scenario() -> None:
+        after = AfterAnswer()
+        events.append(f"answered {await to_the_end(work(after), after)}")
+        await asyncio.sleep(0)
+        events.append("next turn")
+
+    asyncio.run(scenario())
+    assert events == ["answered 7", "left by a", "next turn"]
+
+
+def test_a_failing_piece_left_for_after_the_answer_is_logged_and_costs_the_others_nothing() -> None:
+    events: list[str] = []
+
+    def failing() -> None:
+        raise RuntimeError("a bug in a log line")
+
+    async def work(after: AfterAnswer) -> None:
+        after.leave(failing)
+        after.leave(lambda: events.append("second piece"))
+
+    async def scenario() -> None:
+        after = AfterAnswer()
+        await to_the_end(work(after), after)
+        await asyncio.sleep(0)
+
+    with structlog.testing.capture_logs() as logged:
+        asyncio.run(scenario())
+    assert events == ["second piece"]
+    assert [(line["event"], line["log_level"]) for line in logged] == [
+        ("work left for after an answer failed", "error")
+    ]
+    assert "a bug in a log line" in logged[0]["error"]
 
 
 def test_work_run_to_the_end_logs_a_failure_nobody_waits_for() -> None:
