@@ -134,7 +134,8 @@ def metadata_devices(planned: tuple[PlannedDevice, ...], created: CreatedMig) ->
             request=device.result.request,
             pool=device.result.pool,
             name=device.result.device,
-            attributes={**device.device.attributes, **_prepared_attributes(device, created)},
+            attributes=device.device.attributes,
+            facts=_prepared_attributes(device, created),
         )
         for device in planned
     ]

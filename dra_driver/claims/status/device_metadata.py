@@ -48,13 +48,15 @@ Where this driver differs from upstream's helper, and why:
 - Attributes are the device's published ones plus what only prepare knows: the UUID of a MIG
   device created at prepare (`uuid`), and for a vGPU share its limits (`memoryLimit` in bytes,
   `coresLimit` in percent) and `shareID`.
+- A device's entry is encoded once for the attributes the inventory gives it, not at every
+  prepare: the JSON encoding of a GPU's 14 attributes was most of what rendering a file cost
+  (issue 31). Only an entry with facts of its own prepare is encoded every time.
 
 This module is data in, data out: `metadata_files` writes and removes the files.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import PurePosixPath
+from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.base.compact_json import compact_json
@@ -64,7 +66,7 @@ from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.devices.model import AttributeValue, attribute_to_api
 
-CONTAINER_DIR = PurePosixPath("/var/run/kubernetes.io/dra-device-attributes")
+CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 RESOURCE_CLAIMS_SUBDIR = "resourceclaims"
 RESOURCE_CLAIM_TEMPLATES_SUBDIR = "resourceclaimtemplates"
 FILE_SUFFIX = "-metadata.json"
@@ -89,13 +91,16 @@ READ_ONLY = ("ro", "nosuid", "nodev", "noexec", "bind")
 
 @dataclass(frozen=True, slots=True)
 class MetadataDevice:
-    """One allocated device as its request's file lists it."""
+    """One allocated device as its request's file lists it: `attributes` as published (the
+    inventory's own mapping, never changed, which is what lets its entry be encoded once) and
+    `facts` only this prepare knows, which win over a published attribute of the same name."""
 
     # The allocation result's request, "<request>" or "<request>/<subrequest>".
     request: str
     pool: str
     name: str
     attributes: Mapping[str, AttributeValue]
+    facts: Mapping[str, AttributeValue] = field(default_factory=dict)
 
     @property
     def main_request(self) -> str:
@@ -108,7 +113,7 @@ class RequestMetadata:
 
     request: str
     content: bytes
-    container_path: PurePosixPath
+    container_path: str
 
     @property
     def cdi_device(self) -> str:
@@ -124,14 +129,15 @@ def pod_claim_name(claim: ResourceClaimView, ref: ClaimRef) -> str | None:
     return claim.pod_claim_name
 
 
-def container_path(driver_name: str, ref: ClaimRef, pod_claim: str | None, request: str) -> PurePosixPath:
-    # One path parsed from a string, not four joins: built on every prepare (issue 31).
+def container_path(driver_name: str, ref: ClaimRef, pod_claim: str | None, request: str) -> str:
+    # A string, not a path object: built on every prepare, where parsing one cost more than the
+    # rest of the path's work (issue 31). Every part is a checked name, so nothing to normalise.
     claim_dir = (
         f"{RESOURCE_CLAIM_TEMPLATES_SUBDIR}/{pod_claim}"
         if pod_claim
         else f"{RESOURCE_CLAIMS_SUBDIR}/{ref.name}"
     )
-    return PurePosixPath(f"{CONTAINER_DIR}/{claim_dir}/{request}/{driver_name}{FILE_SUFFIX}")
+    return f"{CONTAINER_DIR}/{claim_dir}/{request}/{driver_name}{FILE_SUFFIX}"
 
 
 def host_file_prefix(claim_uid: str) -> str:
@@ -153,35 +159,62 @@ def cdi_device_name(request: str) -> str:
 
 
 def _device(driver_name: str, device: MetadataDevice) -> dict[str, Any]:
-    if len(device.attributes) > MAX_ATTRIBUTES:
+    attributes = {**device.attributes, **device.facts} if device.facts else device.attributes
+    if len(attributes) > MAX_ATTRIBUTES:
         raise ValueError(
-            f"device {device.name} has {len(device.attributes)} metadata attributes; "
+            f"device {device.name} has {len(attributes)} metadata attributes; "
             f"the DeviceMetadata API allows {MAX_ATTRIBUTES}"
         )
     return {
         "driver": driver_name,
         "pool": device.pool,
         "name": device.name,
-        "attributes": {name: attribute_to_api(value) for name, value in sorted(device.attributes.items())},
+        "attributes": {name: attribute_to_api(value) for name, value in sorted(attributes.items())},
     }
+
+
+# Encoded entries of devices without facts, by driver, pool, device and the identity of the
+# attributes mapping, which each entry holds so that the identity is not reused while it is
+# kept. A new inventory brings new mappings: the entries of the old one are dropped together
+# once there are more than a node's devices could need.
+_ENTRIES: dict[tuple[str, str, str, int], tuple[Mapping[str, AttributeValue], str]] = {}
+_MAX_ENTRIES = 4096
+
+
+def _encoded_device(driver_name: str, device: MetadataDevice) -> str:
+    if device.facts:
+        return compact_json(_device(driver_name, device))
+    key = (driver_name, device.pool, device.name, id(device.attributes))
+    kept = _ENTRIES.get(key)
+    if kept is not None and kept[0] is device.attributes:
+        return kept[1]
+    encoded = compact_json(_device(driver_name, device))
+    if len(_ENTRIES) >= _MAX_ENTRIES:
+        _ENTRIES.clear()
+    _ENTRIES[key] = (device.attributes, encoded)
+    return encoded
 
 
 def _fields_after_the_type(
     driver_name: str, ref: ClaimRef, pod_claim: str | None, devices: Sequence[MetadataDevice]
-) -> dict[str, Any]:
-    """A DeviceMetadata object for the devices of one main request, less its kind and
-    apiVersion, in the field order upstream's encoder writes."""
-    rendered: dict[str, Any] = {
+) -> str:
+    """A DeviceMetadata object for the devices of one main request, encoded, less its kind and
+    apiVersion, in the field order upstream's encoder writes. Put together from encoded parts,
+    the devices' entries among them, as compact_json would write the whole object."""
+    head: dict[str, Any] = {
         "metadata": {"name": ref.name, "namespace": ref.namespace, "uid": ref.uid, "generation": GENERATION},
     }
     if pod_claim:
-        rendered["podClaimName"] = pod_claim
+        head["podClaimName"] = pod_claim
     # One entry per full request name: all devices of a firstAvailable request share one.
-    requests: dict[str, list[dict[str, Any]]] = {}
+    requests: dict[str, list[str]] = {}
     for device in devices:
-        requests.setdefault(device.request, []).append(_device(driver_name, device))
-    rendered["requests"] = [{"name": name, "devices": listed} for name, listed in requests.items()]
-    return rendered
+        requests.setdefault(device.request, []).append(_encoded_device(driver_name, device))
+    listed = ",".join(
+        f'{{"name":{compact_json(name)},"devices":[{",".join(entries)}]}}'
+        for name, entries in requests.items()
+    )
+    return f'{compact_json(head)[:-1]},"requests":[{listed}]}}'
 
 
 # Each API version's line up to its first field after apiVersion: '{"kind":...,"apiVersion":...,'.
@@ -197,7 +230,7 @@ def _encoded(
     versions differ in apiVersion alone, so the rest is rendered and encoded once and each line
     is its head followed by those bytes (rendering and encoding twice took half the time a file
     adds to a prepare, issue 31)."""
-    rest = compact_json(_fields_after_the_type(driver_name, ref, pod_claim, devices))
+    rest = _fields_after_the_type(driver_name, ref, pod_claim, devices)
     return "".join(f"{head}{rest[1:]}\n" for head in _LINE_HEADS).encode()
 
 
@@ -228,7 +261,7 @@ def mount_edits(root: str, claim_uid: str, metadata: RequestMetadata) -> Contain
         mounts=(
             Mount(
                 host_path=host_path(root, claim_uid, metadata.request),
-                container_path=str(metadata.container_path),
+                container_path=metadata.container_path,
                 options=READ_ONLY,
             ),
         )

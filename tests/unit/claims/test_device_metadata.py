@@ -5,13 +5,16 @@ from pathlib import PurePosixPath
 
 import jsonschema
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from dra_driver.base.compact_json import compact_json
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.status import device_metadata
 from dra_driver.claims.status.device_metadata import MetadataDevice, request_metadata
-from dra_driver.devices.model import AttributeValue, Version
+from dra_driver.devices.model import AttributeValue, Version, attribute_to_api
 from tests.support.device_metadata_schema import metadata_stream, validate_metadata
 from tests.support.nodes import inventory_for
 
@@ -74,10 +77,10 @@ def test_a_claim_the_pod_names_is_under_resourceclaims_and_a_template_claim_unde
     (direct,) = request_metadata(DRIVER, REF, None, [GPU])
     (templated,) = request_metadata(DRIVER, REF, "gpus", [GPU])
 
-    assert direct.container_path == PurePosixPath(
+    assert direct.container_path == (
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/training/gpu/gpu.dra-driver.dev-metadata.json"
     )
-    assert templated.container_path == PurePosixPath(
+    assert templated.container_path == (
         "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpus/gpu/gpu.dra-driver.dev-metadata.json"
     )
     assert "podClaimName" not in metadata_stream(direct.content)[0]
@@ -100,7 +103,7 @@ def test_each_main_request_gets_one_file_with_all_its_devices_and_a_subrequest_k
             "devices": [{"driver": DRIVER, "pool": "node-a", "name": "gpu-2-mig-1g10gb-0", "attributes": {}}],
         }
     ]
-    assert small.container_path.parent.name == "small"
+    assert PurePosixPath(small.container_path).parent.name == "small"
     assert small.cdi_device == "small.metadata"
 
 
@@ -122,7 +125,7 @@ def test_the_mount_is_read_only_from_the_claims_host_file_to_the_standard_path()
         "mounts": [
             {
                 "hostPath": f"/var/lib/kubelet/plugins/x/dra-device-metadata/{REF.uid}_gpu.json",
-                "containerPath": str(metadata.container_path),
+                "containerPath": metadata.container_path,
                 "options": ["ro", "nosuid", "nodev", "noexec", "bind"],
             }
         ]
@@ -159,6 +162,88 @@ def view(metadata: dict[str, object]) -> ResourceClaimView:
     return ResourceClaimView.decode({"metadata": metadata}, "gpu.example.com")
 
 
+def rendered_whole(pod_claim: str | None, devices: list[MetadataDevice]) -> list[dict[str, object]]:
+    """The file's objects as the plain reading of the protocol builds them: one dictionary per API
+    version, each device's attributes its published ones overridden by its facts."""
+    requests: dict[str, list[dict[str, object]]] = {}
+    for device in devices:
+        attributes = {**device.attributes, **device.facts}
+        requests.setdefault(device.request, []).append(
+            {
+                "driver": DRIVER,
+                "pool": device.pool,
+                "name": device.name,
+                "attributes": {k: attribute_to_api(v) for k, v in sorted(attributes.items())},
+            }
+        )
+    body: dict[str, object] = {
+        "metadata": {"name": REF.name, "namespace": REF.namespace, "uid": REF.uid, "generation": 1}
+    }
+    if pod_claim:
+        body["podClaimName"] = pod_claim
+    body["requests"] = [{"name": name, "devices": listed} for name, listed in requests.items()]
+    return [
+        {"kind": "DeviceMetadata", "apiVersion": version, **body} for version in device_metadata.API_VERSIONS
+    ]
+
+
+ATTRIBUTE_VALUES = st.one_of(
+    st.text(max_size=12),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.booleans(),
+    st.builds(Version, st.from_regex(r"[1-9][0-9]?\.[0-9]\.[0-9]", fullmatch=True)),
+)
+ATTRIBUTES = st.dictionaries(
+    st.sampled_from(["index", "uuid", "type", "memoryLimit", "a/b"]), ATTRIBUTE_VALUES
+)
+
+
+@given(
+    pod_claim=st.sampled_from([None, "gpus"]),
+    devices=st.lists(
+        st.builds(
+            MetadataDevice,
+            request=st.sampled_from(["gpu", "gpu/small", "other"]),
+            pool=st.just("node-a"),
+            name=st.sampled_from(["gpu-0", "gpu-1", "gpu-2"]),
+            attributes=ATTRIBUTES,
+            facts=ATTRIBUTES,
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+)
+def test_a_file_put_together_from_encoded_entries_is_the_whole_object_encoded(
+    pod_claim: str | None, devices: list[MetadataDevice]
+) -> None:
+    files = request_metadata(DRIVER, REF, pod_claim, devices)
+    by_main_request: dict[str, list[MetadataDevice]] = {}
+    for device in devices:
+        by_main_request.setdefault(device.request.split("/")[0], []).append(device)
+    assert [f.request for f in files] == list(by_main_request)
+    for file, listed in zip(files, by_main_request.values(), strict=True):
+        expected = "".join(f"{compact_json(o)}\n" for o in rendered_whole(pod_claim, listed)).encode()
+        assert file.content == expected
+
+
+def test_an_entry_encoded_once_is_not_given_to_other_attributes_or_to_a_device_with_facts() -> None:
+    published: dict[str, AttributeValue] = {"index": 0, "type": "gpu"}
+    (first,) = request_metadata(DRIVER, REF, None, [MetadataDevice("gpu", "node-a", "gpu-0", published)])
+    (again,) = request_metadata(DRIVER, REF, None, [MetadataDevice("gpu", "node-a", "gpu-0", published)])
+    (other,) = request_metadata(DRIVER, REF, None, [MetadataDevice("gpu", "node-a", "gpu-0", {"index": 1})])
+    (with_facts,) = request_metadata(
+        DRIVER, REF, None, [MetadataDevice("gpu", "node-a", "gpu-0", published, facts={"index": 7})]
+    )
+
+    def attributes(metadata: device_metadata.RequestMetadata) -> object:
+        return metadata_stream(metadata.content)[0]["requests"][0]["devices"][0]["attributes"]
+
+    assert again.content == first.content
+    assert attributes(first) == {"index": {"int": 0}, "type": {"string": "gpu"}}
+    assert attributes(other) == {"index": {"int": 1}}
+    assert attributes(with_facts) == {"index": {"int": 7}, "type": {"string": "gpu"}}
+
+
 def test_more_attributes_than_the_api_allows_are_refused() -> None:
     crowded = MetadataDevice(
         request="gpu", pool="node-a", name="gpu-0", attributes={f"a{i}": i for i in range(33)}
@@ -189,7 +274,7 @@ def test_every_published_device_with_the_facts_prepare_adds_is_a_valid_metadata_
     }
     devices = [
         MetadataDevice(
-            request="gpu", pool="node-a", name=device.name, attributes={**device.attributes, **prepared}
+            request="gpu", pool="node-a", name=device.name, attributes=device.attributes, facts=prepared
         )
         for device in inventory_for(profile, config).devices
     ]
