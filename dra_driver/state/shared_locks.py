@@ -22,13 +22,13 @@ import hashlib
 import os
 import struct
 import zlib
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 
 from dra_driver.base.backoff import Backoff
-from dra_driver.state.keyed_locks import KeyedLocks
+from dra_driver.state.keyed_locks import KeyedLocks, KeyHold
 
 _FIRST_POLL_SECONDS = 0.001
 _LONGEST_POLL_SECONDS = 0.02
@@ -117,24 +117,37 @@ class SharedStateLock:
     def _counter(self) -> int:
         return int.from_bytes(os.pread(self._fd, _COUNTER_BYTES, 0).ljust(_COUNTER_BYTES, b"\0"), "little")
 
-    @asynccontextmanager
-    async def hold(self) -> AsyncIterator[StateTurn]:
-        async with self._turns:
+    def hold(self) -> "StateHold":
+        """`async with` a turn (see StateHold)."""
+        return StateHold(self)
+
+    async def _begin(self) -> tuple[StateTurn, int]:
+        await self._turns.acquire()
+        try:
             await exclusive(self._fd)
             try:
                 counter = self._counter()
-                turn = StateTurn(stale=counter != self._seen, _read_table=lambda: self._table(counter))
-                self._seen = None  # unless the turn ends well: a half-refreshed view is looked at again
-                try:
-                    yield turn
-                finally:
-                    if turn._new_table is not None:
-                        counter += 1
-                        self._write_table(counter, turn._new_table)
-                        os.pwrite(self._fd, counter.to_bytes(_COUNTER_BYTES, "little"), 0)
-                self._seen = counter
-            finally:
+            except BaseException:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
+                raise
+        except BaseException:
+            self._turns.release()
+            raise
+        turn = StateTurn(stale=counter != self._seen, _read_table=lambda: self._table(counter))
+        self._seen = None  # unless the turn ends well: a half-refreshed view is looked at again
+        return turn, counter
+
+    def _end(self, turn: StateTurn, counter: int, ended_well: bool) -> None:
+        try:
+            if turn._new_table is not None:
+                counter += 1
+                self._write_table(counter, turn._new_table)
+                os.pwrite(self._fd, counter.to_bytes(_COUNTER_BYTES, "little"), 0)
+            if ended_well:
+                self._seen = counter
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            self._turns.release()
 
     def _table(self, counter: int) -> bytes:
         offset = _TABLE_SLOTS[counter % 2]
@@ -173,15 +186,8 @@ class ClaimLocks:
         # Locks of one open file description never exclude each other: coroutines queue here.
         self._local = KeyedLocks()
 
-    @asynccontextmanager
-    async def hold(self, claim_uid: str) -> AsyncIterator[None]:
-        offset = _offset_of(claim_uid)
-        async with self._local.hold(offset):
-            await _wait_for(lambda: _try_lock_byte(self._fd, offset))
-            try:
-                yield
-            finally:
-                _unlock_byte(self._fd, offset)
+    def hold(self, claim_uid: str) -> "ClaimHold":
+        return ClaimHold(self._fd, self._local.hold(offset := _offset_of(claim_uid)), offset)
 
     def held_elsewhere(self, claim_uid: str) -> bool:
         """Whether another process holds the claim's lock now (this process's own never count:
@@ -195,6 +201,59 @@ class ClaimLocks:
 
     def __len__(self) -> int:
         return len(self._local)
+
+
+class StateHold:
+    """One turn of the node-wide lock: this process's coroutines queue on an asyncio lock, then
+    the file is locked against other processes; a turn that changed the table writes it, and
+    its new counter, before letting go. A class rather than an async generator, as KeyHold is
+    (twice per prepare and unprepare)."""
+
+    __slots__ = ("_counter", "_lock", "_turn")
+
+    def __init__(self, lock: SharedStateLock) -> None:
+        self._lock = lock
+        self._turn: StateTurn | None = None
+        self._counter = 0
+
+    async def __aenter__(self) -> StateTurn:
+        self._turn, self._counter = await self._lock._begin()
+        return self._turn
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        assert self._turn is not None
+        self._lock._end(self._turn, self._counter, ended_well=kind is None)
+
+
+class ClaimHold:
+    """`async with` a claim's lock: this process's coroutines queue on the key's asyncio lock,
+    then the byte is locked against other processes. A class rather than an async generator, as
+    KeyHold is (twice per prepare and unprepare)."""
+
+    __slots__ = ("_fd", "_local", "_offset")
+
+    def __init__(self, fd: int, local: KeyHold, offset: int) -> None:
+        self._fd = fd
+        self._local = local
+        self._offset = offset
+
+    async def __aenter__(self) -> None:
+        await self._local.__aenter__()
+        try:
+            await _wait_for(lambda: _try_lock_byte(self._fd, self._offset))
+        except BaseException:
+            await self._local.__aexit__(None, None, None)
+            raise
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        try:
+            _unlock_byte(self._fd, self._offset)
+        finally:
+            await self._local.__aexit__(kind, error, trace)
 
 
 # struct flock as Linux lays it out on 64-bit machines: l_type, l_whence, l_start, l_len, l_pid.

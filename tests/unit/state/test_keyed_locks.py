@@ -36,3 +36,32 @@ def test_a_failing_holder_releases_the_key() -> None:
         return len(locks)
 
     assert asyncio.run(scenario()) == 0
+
+
+def test_a_waiter_cancelled_before_its_turn_leaves_no_key_behind() -> None:
+    async def scenario() -> list[int]:
+        locks = KeyedLocks()
+        held = asyncio.Event()
+        release = asyncio.Event()
+
+        async def holder() -> None:
+            async with locks.hold("a"):
+                held.set()
+                await release.wait()
+
+        async def waiter() -> None:
+            async with locks.hold("a"):
+                raise AssertionError("a cancelled waiter never holds the key")
+
+        first = asyncio.create_task(holder())
+        await held.wait()
+        second = asyncio.create_task(waiter())
+        await asyncio.sleep(0)
+        sizes = [len(locks)]
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
+        release.set()
+        await first
+        return [*sizes, len(locks)]
+
+    assert asyncio.run(scenario()) == [1, 0]
