@@ -43,7 +43,11 @@ def _record_in(path: durable_files.StrPath) -> ClaimRecord:
     """The record in `path`; raises ValueError (CorruptRecord among them) or UnicodeDecodeError
     for a file that is not one this code writes, or not under its claim's name."""
     with open(path, "rb") as file:
-        record = record_from_json(json.loads(file.read()))
+        return _decoded(path, file.read())
+
+
+def _decoded(path: durable_files.StrPath, data: bytes) -> ClaimRecord:
+    record = record_from_json(json.loads(data))
     if os.path.basename(path) != f"{record.claim.uid}{_SUFFIX}":
         raise CorruptRecord(f"file name does not match claim UID {record.claim.uid}")
     return record
@@ -70,6 +74,11 @@ class ClaimRecordStore:
         self._committer = committer
         self._flush = flush
         self._directory_prefix = f"{self.directory}{os.sep}"
+        # Per claim UID, the bytes of its record as this process last wrote or read them, and
+        # the record they decode to: a read that finds the same bytes on disk skips decoding
+        # them again (every unprepare reads the record prepare wrote; issue 31). A peer's
+        # change shows as other bytes, so the disk stays the truth.
+        self._known: dict[str, tuple[bytes, ClaimRecord]] = {}
 
     @property
     def flushes(self) -> bool:
@@ -123,12 +132,22 @@ class ClaimRecordStore:
 
     def read(self, claim_uid: str) -> ClaimRecord | None:
         """The claim's record as on disk now, which another agent process may have written."""
+        path = self._path(claim_uid)
         try:
-            return _record_in(self._path(claim_uid))
+            with open(path, "rb") as file:
+                data = file.read()
         except FileNotFoundError:
+            self._known.pop(claim_uid, None)
             return None
+        known = self._known.get(claim_uid)
+        if known is not None and known[0] == data:
+            return known[1]
+        try:
+            record = _decoded(path, data)
         except (ValueError, UnicodeDecodeError) as error:
             raise CorruptRecord(f"record of claim {claim_uid}: {error}") from error
+        self._known[claim_uid] = (data, record)
+        return record
 
     def read_all(self) -> dict[str, ClaimRecord]:
         """Every readable record, touching nothing: unreadable ones are set aside at start only."""
@@ -141,11 +160,12 @@ class ClaimRecordStore:
 
     def save(self, record: ClaimRecord) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        durable_files.atomic_write(
-            self._path(record.claim.uid), _encoded(record), durable=self._flush, mode=0o600
-        )
+        data = _encoded(record)
+        durable_files.atomic_write(self._path(record.claim.uid), data, durable=self._flush, mode=0o600)
+        self._known[record.claim.uid] = (data, record)
 
     def delete(self, claim_uid: str) -> None:
+        self._known.pop(claim_uid, None)
         durable_files.remove(self._path(claim_uid), durable=self._flush)
 
     async def write(self, record: ClaimRecord) -> None:
@@ -153,27 +173,31 @@ class ClaimRecordStore:
         where the store flushes."""
         if not self._flush:
             # The directory exists: load_all, which every start runs first, made it.
-            durable_files.atomic_write(
-                self._path(record.claim.uid), _encoded(record), durable=False, mode=0o600
-            )
+            data = _encoded(record)
+            durable_files.atomic_write(self._path(record.claim.uid), data, durable=False, mode=0o600)
+            self._known[record.claim.uid] = (data, record)
             return
         if self._committer is None:
             await asyncio.to_thread(self.save, record)
             return
         # The directory exists: load_all, which every start runs first, made it.
-        await self._committer.replace(self._path(record.claim.uid), _encoded(record), mode=0o600)
+        data = _encoded(record)
+        await self._committer.replace(self._path(record.claim.uid), data, mode=0o600)
+        self._known[record.claim.uid] = (data, record)
 
     async def create(self, record: ClaimRecord) -> None:
         """`write` of a claim that has no record yet, which its caller checked under the claim's
         lock: grouped, this costs one journal commit instead of two, and it raises
         FileExistsError rather than replace a record that is there after all."""
-        if not self._flush:
-            durable_files.create_new(self._path(record.claim.uid), _encoded(record), mode=0o600)
-            return
-        if self._committer is None:
+        if self._flush and self._committer is None:
             await asyncio.to_thread(self.save, record)
             return
-        await self._committer.create(self._path(record.claim.uid), _encoded(record), mode=0o600)
+        data = _encoded(record)
+        if self._committer is None:
+            durable_files.create_new(self._path(record.claim.uid), data, mode=0o600)
+        else:
+            await self._committer.create(self._path(record.claim.uid), data, mode=0o600)
+        self._known[record.claim.uid] = (data, record)
 
     def flush_ahead(self) -> None:
         """Has what is dirty on the records' filesystem flushed now, in the background, rather
@@ -183,6 +207,7 @@ class ClaimRecordStore:
 
     async def erase(self, claim_uid: str) -> None:
         """`delete`, grouped like `write`."""
+        self._known.pop(claim_uid, None)
         if not self._flush:
             self.delete(claim_uid)
         elif self._committer is None:

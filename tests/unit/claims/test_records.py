@@ -110,6 +110,29 @@ def test_read_sees_what_another_store_on_the_directory_wrote(tmp_path: Path) -> 
     assert mine.read(UID) is None and mine.read_all() == {}
 
 
+@pytest.mark.parametrize("flush", [True, False])
+def test_a_record_this_store_wrote_is_read_back_as_on_disk_after_a_peer_replaced_or_damaged_it(
+    tmp_path: Path, flush: bool
+) -> None:
+    """The store keeps what it wrote, to skip decoding the same bytes again: a change by another
+    process is still read, and a record damaged on disk is still reported."""
+    mine, peer = ClaimRecordStore(tmp_path, flush=flush), ClaimRecordStore(tmp_path, flush=flush)
+    mine.load_all()
+    asyncio.run(mine.create(RECORD))
+    assert mine.read(UID) == RECORD
+    preparing = dataclasses.replace(RECORD, state="preparing")
+    peer.save(preparing)
+    assert mine.read(UID) == preparing
+    asyncio.run(mine.write(RECORD))
+    assert mine.read(UID) == RECORD
+    path = mine.directory / f"{UID}.json"
+    path.write_bytes(path.read_bytes()[:-2])
+    with pytest.raises(CorruptRecord, match=UID):
+        mine.read(UID)
+    peer.delete(UID)
+    assert mine.read(UID) is None
+
+
 def test_a_preparing_record_round_trips_with_its_reserved_devices(tmp_path: Path) -> None:
     store = ClaimRecordStore(tmp_path)
     store.load_all()
