@@ -13,6 +13,7 @@ The official client is still used, loaded at that moment, for a kubeconfig whose
 from an exec plugin or an auth provider (`kube.kubeconfig`).
 """
 
+import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote
 
@@ -24,6 +25,9 @@ from dra_driver.kube.server_access import ServerAccess
 Query = Iterable[tuple[str, str | int | bool]]
 
 USER_AGENT = f"dra-driver/{__version__}"
+
+# What quote(..., safe="") leaves as it is (RFC 3986 unreserved characters).
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
 
 
 class KubeClient:
@@ -60,7 +64,10 @@ def target(path: str, path_params: Mapping[str, str] | None, query: Query) -> st
     client escapes them (every character but letters, digits and `_.-~`), and the query, booleans
     as `true`/`false`."""
     for key, value in (path_params or {}).items():
-        path = path.replace(f"{{{key}}}", quote(value, safe=""))
+        # Names the API server allows need no escaping: only the others pay for quote (every
+        # claim GET's namespace and name, on the pod-startup path, are such names).
+        escaped = value if _UNRESERVED.fullmatch(value) else quote(value, safe="")
+        path = path.replace(f"{{{key}}}", escaped)
     encoded = "&".join(f"{key}={quote(_query_text(value))}" for key, value in query)
     return f"{path}?{encoded}" if encoded else path
 

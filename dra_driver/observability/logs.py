@@ -4,6 +4,7 @@ Libraries that log through the standard `logging` module (the Kubernetes client,
 routed through the same renderer, so a JSON log stays valid JSON line by line.
 """
 
+import json
 import logging
 import os
 import sys
@@ -32,10 +33,25 @@ class _LineWriter:
     debug = info = warning = error = critical = exception = msg
 
 
+def _unencodable(value: object) -> object:
+    """What structlog's JSON renderer makes of a value JSON has no form for: its __structlog__()
+    where it has one, else its repr."""
+    method = getattr(value, "__structlog__", None)
+    return method() if callable(method) else repr(value)
+
+
+# json.dumps given `default` builds a new encoder for every line; this one is built once.
+_LINE_ENCODER = json.JSONEncoder(default=_unencodable)
+
+
+def _json_line(event: object, **_: object) -> str:
+    return _LINE_ENCODER.encode(event)
+
+
 def configure_logging(log_format: LogFormat, verbosity: int, stream: TextIO = sys.stderr) -> None:
     level = logging.DEBUG if verbosity > 0 else logging.INFO
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer()
+        structlog.processors.JSONRenderer(serializer=_json_line)
         if log_format == "json"
         else structlog.dev.ConsoleRenderer(colors=stream.isatty())
     )

@@ -55,3 +55,23 @@ def test_a_partly_taken_line_is_finished(log_file: Path, monkeypatch: pytest.Mon
     monkeypatch.undo()
     (line,) = logged(log_file)
     assert (line["event"], line["device"], line["level"]) == ("device unhealthy", "gpu-3", "warning")
+
+
+def test_a_line_renders_what_structlogs_own_json_renderer_renders(log_file: Path) -> None:
+    """The encoder built once writes each line as structlog's renderer would: values JSON has no
+    form for by their __structlog__() or else their repr."""
+
+    class Described:
+        def __structlog__(self) -> str:
+            return "described"
+
+    class Plain:
+        def __repr__(self) -> str:
+            return "<plain>"
+
+    fields: dict[str, object] = {"described": Described(), "plain": Plain(), "text": "ü", "n": [1, 2.5]}
+    structlog.get_logger("t").info("values", **fields)
+    (line,) = logged(log_file)
+    stock = json.loads(structlog.processors.JSONRenderer()(None, "info", {"event": "values", **fields}))
+    assert {key: line[key] for key in stock} == stock
+    assert line["described"] == "described" and line["plain"] == "<plain>"
