@@ -15,6 +15,7 @@ import structlog
 from dra_driver.claims.edits.cdi import InvalidCdiName
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import InvalidClaimIdentity
+from dra_driver.observability.logs import LogContext
 
 log = structlog.get_logger("dra_driver.claims")
 
@@ -37,9 +38,7 @@ _T = TypeVar("_T")
 def claim_context(raw: RawClaim) -> AbstractContextManager[None]:
     """Every log line written while a claim is handled names it (cut short: the values are
     untrusted until checked, and may be huge)."""
-    return structlog.contextvars.bound_contextvars(
-        claim_namespace=raw.namespace[:80], claim_name=raw.name[:80], claim_uid=raw.uid[:80]
-    )
+    return LogContext(claim_namespace=raw.namespace[:80], claim_name=raw.name[:80], claim_uid=raw.uid[:80])
 
 
 def failure_answer(action: str, error: Exception) -> str:

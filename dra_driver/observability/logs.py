@@ -8,6 +8,9 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Mapping
+from contextvars import ContextVar, Token
+from types import MappingProxyType, TracebackType
 from typing import Literal, TextIO
 
 import structlog
@@ -48,6 +51,46 @@ def _json_line(event: object, **_: object) -> str:
     return _LINE_ENCODER.encode(event)
 
 
+# The fields of the log context in force: one variable holding them all, so entering a context is
+# one set and one reset, and a line merges them in one lookup. structlog's own context variables
+# cost a scan of the whole `contextvars` context for each of both, twice per claim and once per
+# line on the pod-startup path (about 15 % of a prepare-and-unprepare round's instructions).
+_CONTEXT: ContextVar[Mapping[str, object]] = ContextVar(
+    "dra_driver_log_context", default=MappingProxyType({})
+)
+
+
+class LogContext:
+    """Fields every log line written inside it carries (a line's own fields win), nested
+    contexts adding theirs. Each asyncio task runs in a copy of its creator's context, so fields
+    bound in one task never show up in another's lines."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, **fields: object) -> None:
+        self._fields = fields
+        self._token: Token[Mapping[str, object]] | None = None
+
+    def __enter__(self) -> None:
+        outer = _CONTEXT.get()
+        self._token = _CONTEXT.set({**outer, **self._fields} if outer else self._fields)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        assert self._token is not None
+        _CONTEXT.reset(self._token)
+
+
+def merge_log_context(
+    logger: object, method_name: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """The processor that puts the log context's fields into each line."""
+    for key, value in _CONTEXT.get().items():
+        event.setdefault(key, value)
+    return event
+
+
 def configure_logging(log_format: LogFormat, verbosity: int, stream: TextIO = sys.stderr) -> None:
     level = logging.DEBUG if verbosity > 0 else logging.INFO
     renderer: structlog.typing.Processor = (
@@ -56,7 +99,7 @@ def configure_logging(log_format: LogFormat, verbosity: int, stream: TextIO = sy
         else structlog.dev.ConsoleRenderer(colors=stream.isatty())
     )
     shared: list[structlog.typing.Processor] = [
-        structlog.contextvars.merge_contextvars,
+        merge_log_context,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

@@ -29,6 +29,7 @@ from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.kube.claim_api import ClaimApi
 from dra_driver.kube.timeouts import TIMEOUTS
+from dra_driver.observability.logs import merge_log_context
 from dra_driver.observability.metrics import ClaimStatusMetrics
 from dra_driver.tools import kubelet_client
 from dra_driver.tools.kubelet_client import ClaimArg
@@ -189,7 +190,7 @@ def test_the_write_is_queued_and_the_prepare_logged_only_after_kubelet_has_its_a
 
     async def scenario() -> tuple[list[str], list[str]]:
         async with node(cluster, short_dir, "t4x4", NodeConfig(), settle_seconds=30.0) as n:
-            with structlog.testing.capture_logs([structlog.contextvars.merge_contextvars]) as logged:
+            with structlog.testing.capture_logs([merge_log_context]) as logged:
                 assert (await n.engine.prepare([claim]))[claim[2]].error == ""
                 at_answer = [*n.writer.pending, *(line["event"] for line in logged)]
                 await asyncio.sleep(0)

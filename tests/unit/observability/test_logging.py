@@ -1,6 +1,9 @@
-"""configure_logging's output: JSON lines that stay whole, whatever writes them."""
+"""configure_logging's output: JSON lines that stay whole, whatever writes them, and carry the
+fields of the log context they were written in."""
 
+import asyncio
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -9,7 +12,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from dra_driver.observability.logs import configure_logging
+from dra_driver.observability.logs import LogContext, configure_logging
 
 
 @pytest.fixture
@@ -75,3 +78,53 @@ def test_a_line_renders_what_structlogs_own_json_renderer_renders(log_file: Path
     stock = json.loads(structlog.processors.JSONRenderer()(None, "info", {"event": "values", **fields}))
     assert {key: line[key] for key in stock} == stock
     assert line["described"] == "described" and line["plain"] == "<plain>"
+
+
+def test_lines_carry_the_fields_of_their_log_context_and_only_while_it_lasts(log_file: Path) -> None:
+    log = structlog.get_logger("t")
+    with LogContext(claim_uid="u1", claim_name="a"):
+        log.info("outer")
+        with LogContext(claim_name="b", pool="p"):
+            log.info("inner")
+            log.info("own field wins", pool="mine")
+        log.info("outer again")
+    log.info("outside")
+    lines = {line["event"]: line for line in logged(log_file)}
+    context_keys = ("claim_uid", "claim_name", "pool")
+
+    def fields(event: str) -> dict[str, object]:
+        return {key: lines[event][key] for key in context_keys if key in lines[event]}
+
+    assert fields("outer") == fields("outer again") == {"claim_uid": "u1", "claim_name": "a"}
+    assert fields("inner") == {"claim_uid": "u1", "claim_name": "b", "pool": "p"}
+    assert fields("own field wins") == {"claim_uid": "u1", "claim_name": "b", "pool": "mine"}
+    assert fields("outside") == {}
+
+
+def test_concurrent_tasks_keep_their_own_log_context(log_file: Path) -> None:
+    """Each task's lines name its own claim, though the tasks interleave on one event loop."""
+    log = structlog.get_logger("t")
+
+    async def handle(uid: str) -> None:
+        with LogContext(claim_uid=uid):
+            for step in range(3):
+                log.info("step", step=step)
+                await asyncio.sleep(0)
+
+    async def both() -> None:
+        await asyncio.gather(handle("first"), handle("second"))
+        log.info("after")
+
+    asyncio.run(both())
+    lines = logged(log_file)
+    steps = [(line["claim_uid"], line["step"]) for line in lines if line["event"] == "step"]
+    assert sorted(steps) == [(uid, step) for uid in ("first", "second") for step in range(3)]
+    assert steps[:2] == [("first", 0), ("second", 0)]  # interleaved, not one after the other
+    assert "claim_uid" not in lines[-1]
+
+
+def test_library_lines_through_the_standard_logging_module_carry_the_context(log_file: Path) -> None:
+    with LogContext(claim_uid="u9"):
+        logging.getLogger("some.library").warning("retrying")
+    (line,) = logged(log_file)
+    assert (line["event"], line["claim_uid"], line["level"]) == ("retrying", "u9", "warning")
