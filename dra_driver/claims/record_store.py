@@ -42,8 +42,7 @@ class QuarantinedRecord:
 def _record_in(path: durable_files.StrPath) -> ClaimRecord:
     """The record in `path`; raises ValueError (CorruptRecord among them) or UnicodeDecodeError
     for a file that is not one this code writes, or not under its claim's name."""
-    with open(path, "rb") as file:
-        return _decoded(path, file.read())
+    return _decoded(path, durable_files.read_whole(path))
 
 
 def _decoded(path: durable_files.StrPath, data: bytes) -> ClaimRecord:
@@ -134,8 +133,7 @@ class ClaimRecordStore:
         """The claim's record as on disk now, which another agent process may have written."""
         path = self._path(claim_uid)
         try:
-            with open(path, "rb") as file:
-                data = file.read()
+            data = durable_files.read_whole(path)
         except FileNotFoundError:
             self._known.pop(claim_uid, None)
             return None
