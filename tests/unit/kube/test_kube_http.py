@@ -5,6 +5,8 @@ that answers exactly the bytes a test scripts, well-formed or not, or plays a pr
 import asyncio
 import json
 import re
+import socket
+import struct
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -180,6 +182,34 @@ def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
             return statuses, server.connections
 
     assert asyncio.run(scenario()) == ([200] * 3, 3)
+
+
+def test_a_connection_the_server_reset_while_idle_is_replaced() -> None:
+    """A reset (RST) rather than a hang-up, as an API server that crashed or lost the connection
+    leaves it: the next request goes out on a new connection."""
+
+    async def answer_then_reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer())
+        await writer.drain()
+        writer.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+        )
+        writer.close()  # with a zero linger time: RST, not FIN
+
+    async def scenario() -> list[int]:
+        server = await asyncio.start_server(answer_then_reset, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            pool = KeepAliveClient(f"http://127.0.0.1:{port}", ssl_context=None)
+            statuses = []
+            for _ in range(3):
+                statuses.append((await pool.request("GET", "/x", {}, 5)).status)
+                await asyncio.sleep(0.05)  # the reset arrives while the connection is idle
+            await pool.close()
+            return statuses
+
+    assert asyncio.run(scenario()) == [200] * 3
 
 
 def test_a_reused_connection_that_fails_mid_request_is_retried_on_a_new_one() -> None:
