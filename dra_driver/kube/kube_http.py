@@ -297,7 +297,9 @@ class KeepAliveClient:
         async with asyncio.timeout(time_limit), self._slots:
             while self._idle:
                 connection = self._idle.pop()
-                if connection.reader.at_eof():
+                # Hung up (EOF read) or reset while idle: uvloop closes a reset connection's
+                # transport, and a write to a closed transport raises RuntimeError there.
+                if connection.reader.at_eof() or connection.writer.is_closing():
                     connection.close()
                     continue
                 try:
