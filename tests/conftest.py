@@ -1,5 +1,6 @@
 """Fixtures shared by the test tiers: the stand-in API server and short temporary directories."""
 
+import asyncio
 import functools
 import shutil
 import tempfile
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import kubernetes_validate.utils
 import pytest
+import uvloop
 from hypothesis import HealthCheck, settings
 from kubernetes import client, config
 
@@ -19,6 +21,10 @@ from tests.support.publishing import add_node
 # CI machines have two busy cores: wall-clock limits per example would only make tests flaky.
 settings.register_profile("project", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("project")
+
+# In-process tests run their coroutines on the loop every command runs on
+# (dra_driver/commands/event_loop.py), so what they prove holds for the agent's loop.
+asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 # kubernetes-validate reads and parses the schema files (the definitions file is megabytes of JSON)
 # on every call, and the stand-in API server validates every write: about 50 ms each, most of the

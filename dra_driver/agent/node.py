@@ -464,7 +464,13 @@ async def run_node(settings: NodeSettings) -> None:
         # What start-up built (modules, catalog, inventory) lives as long as the agent: out of the
         # collector's way, each collection walks only what calls allocate.
         gc.freeze()
-        log.info("node agent running", node=settings.node_name, driver=settings.driver_name, pid=os.getpid())
+        log.info(
+            "node agent running",
+            node=settings.node_name,
+            driver=settings.driver_name,
+            pid=os.getpid(),
+            event_loop=type(asyncio.get_running_loop()).__module__,
+        )
         received = await termination
         log.info("stopping after signal; in-flight calls finish first", signal=received.name)
         await agent.stop()

@@ -1,9 +1,9 @@
 """`dra-driver cleanup`: delete the driver's ResourceSlices when it is uninstalled."""
 
 import argparse
-import asyncio
 import sys
 
+from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.config.option_table import DRIVER_NAME, NODE_NAME, add_options
 from dra_driver.config.settings import SettingsError, cleanup_settings
 
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     try:
-        return asyncio.run(cleanup())
+        return run_coroutine(cleanup())
     except (StartupError, ApiError) as error:
         print(f"dra-driver cleanup: {error}", file=sys.stderr)
         return 1

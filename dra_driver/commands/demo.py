@@ -1,9 +1,9 @@
 """`dra-driver demo`: prepare a sample claim on a simulated node, with no cluster."""
 
 import argparse
-import asyncio
 import sys
 
+from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.config.option_table import HARDWARE, add_options
 from dra_driver.config.option_values import OptionProblem, optional_absolute_path
 from dra_driver.config.settings import parse_hardware
@@ -22,9 +22,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         # Before anything is logged: a claim the node cannot take is the one line printed.
-        claims = asyncio.run(demo_claims(claim_choice(args.claim), hardware))
+        claims = run_coroutine(demo_claims(claim_choice(args.claim), hardware))
         configure_logging("console", 0)
-        failed = asyncio.run(run_demo(claims, hardware, run_container=not args.no_container, cdi_dir=cdi_dir))
+        failed = run_coroutine(
+            run_demo(claims, hardware, run_container=not args.no_container, cdi_dir=cdi_dir)
+        )
     except StartupError as error:
         print(f"dra-driver demo: {error}", file=sys.stderr)
         return 2 if isinstance(error, SetupError) else 1

@@ -1,12 +1,12 @@
 """`dra-driver inspect`: the devices and ResourceSlices a node would publish, with no cluster."""
 
 import argparse
-import asyncio
 import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.config.option_table import INVENTORY_OPTIONS, NODE_NAME, add_options
 from dra_driver.config.settings import SettingsError, inventory_settings
 
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         return hardware.description, inventory
 
     try:
-        description, inventory = asyncio.run(discover())
+        description, inventory = run_coroutine(discover())
         if args.output == "layout":
             text = _layout(inventory, args.kubeconfig, settings.driver_name, settings.node_name, description)
             sys.stdout.write(text)
@@ -72,7 +72,7 @@ def _layout(inventory: "Inventory", kubeconfig: str | None, driver: str, node: s
     pool = Pool.from_inventory(inventory, driver)
     held: Held = []
     if kubeconfig:
-        _, held = asyncio.run(read_node(Path(kubeconfig), driver, node, slices=False))
+        _, held = run_coroutine(read_node(Path(kubeconfig), driver, node, slices=False))
     plan = plan_pool(pool, (), "published", allocated=held)
     return f"hardware: {description}\n" + layout_text([gpu.layout for gpu in plan.gpus])
 

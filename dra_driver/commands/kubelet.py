@@ -1,13 +1,13 @@
 """`dra-driver kubelet-client`: talk to a running plugin's sockets the way kubelet does."""
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.config.option_table import DRIVER_NAME, PLUGINS_DIR, REGISTRAR_DIR, add_options
 from dra_driver.config.settings import SettingsError
 
@@ -30,10 +30,10 @@ def run(args: argparse.Namespace) -> int:
                     Path(args.registrar_dir), args.driver_name
                 )
             if args.notify or args.reject:
-                result = asyncio.run(kubelet_client.register(socket_path, args.reject))
+                result = run_coroutine(kubelet_client.register(socket_path, args.reject))
                 _print_yaml(result)
                 return 0 if result["registered"] else 1
-            info = asyncio.run(kubelet_client.plugin_info(socket_path))
+            info = run_coroutine(kubelet_client.plugin_info(socket_path))
             _print_yaml(info)
             print(
                 "dra-driver kubelet-client: NotifyRegistrationStatus not sent, so the plugin's "
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             Path(args.plugins_dir), args.driver_name
         )
         call = kubelet_client.prepare if args.action == "prepare" else kubelet_client.unprepare
-        answer = asyncio.run(call(socket_path, args.api, claims))
+        answer = run_coroutine(call(socket_path, args.api, claims))
     except (kubelet_client.KubeletClientError, kubelet_sockets.NoLiveSocketError) as error:
         print(f"dra-driver kubelet-client: {error}", file=sys.stderr)
         return 1

@@ -1,9 +1,9 @@
 """`dra-driver node`: the node agent (kubelet plugin)."""
 
 import argparse
-import asyncio
 import sys
 
+from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.commands.imports import imports_frozen
 from dra_driver.config.option_table import AGENT_OPTIONS, add_agent_switches, add_options
 from dra_driver.config.settings import node_settings
@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     settings = node_settings(args, stderr_is_terminal=sys.stderr.isatty())
     configure_logging(settings.log_format, settings.verbosity)
     try:
-        asyncio.run(run_node(settings))
+        run_coroutine(run_node(settings))
     except StartupError as error:
         print(f"dra-driver node: {error}", file=sys.stderr)
         return 2 if isinstance(error, SetupError) else 1

@@ -12,13 +12,13 @@ drawing cannot be written.
 """
 
 import argparse
-import asyncio
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
 
 if TYPE_CHECKING:
@@ -174,8 +174,8 @@ def _live_plans(
         label_key(args.node_config_label)
     except OptionProblem as error:
         raise _Invalid(f"--node-config-label: {error}") from error
-    chosen = asyncio.run(read_config_choice(choice.path, args.node_name, args.node_config_label))
-    pool, allocated = asyncio.run(read_node(choice.path, args.driver_name, args.node_name))
+    chosen = run_coroutine(read_config_choice(choice.path, args.node_name, args.node_config_label))
+    pool, allocated = run_coroutine(read_node(choice.path, args.driver_name, args.node_name))
     if not pool.devices:
         raise LookupError(f"node {args.node_name} publishes no devices of {args.driver_name}")
     products = {str(d.attributes.get(PRODUCT_NAME, "")) for d in pool.devices}

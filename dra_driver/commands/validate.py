@@ -1,12 +1,12 @@
 """`dra-driver validate-config`: check node configs as the agent would, before they ship."""
 
 import argparse
-import asyncio
 import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.config.option_table import DRIVER_ROOT, HARDWARE, NODE_NAME, add_options
 from dra_driver.config.settings import parse_hardware
 
@@ -60,7 +60,7 @@ def _validation_gpus(hardware: "HardwareSpec", args: argparse.Namespace) -> "tup
         finally:
             await backend.close()
 
-    return asyncio.run(discover())
+    return run_coroutine(discover())
 
 
 def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

@@ -12,6 +12,7 @@ import asyncio
 import os
 import re
 import signal
+import subprocess
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -123,27 +124,32 @@ async def run_command(
     The program gets a session of its own, so a timeout kills it together with anything it
     started (a hung shell script's children too), and a signal meant for the agent's terminal
     never reaches it. Raises HardwareError when it cannot start or outlives `timeout_s` seconds.
+    Started from a worker thread, not by the event loop: see commands/event_loop.py.
     """
+    return await asyncio.to_thread(_run_to_completion, list(argv), dict(env), timeout_s, stdin.encode())
+
+
+def _run_to_completion(argv: list[str], env: dict[str, str], timeout_s: float, stdin: bytes) -> CommandResult:
     try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=dict(env),
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
             start_new_session=True,
         )
     except OSError as error:
         raise HardwareError(f"cannot run {argv[0]}: {error}") from error
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(stdin.encode()), timeout_s)
-    except TimeoutError:
-        os.killpg(process.pid, signal.SIGKILL)
-        await process.wait()
-        raise HardwareError(
-            f"{' '.join(argv)} did not finish within {timeout_s:g} s and was killed"
-        ) from None
-    assert process.returncode is not None  # communicate() returns once the process has exited
+    with process:
+        try:
+            stdout, stderr = process.communicate(stdin, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise HardwareError(
+                f"{' '.join(argv)} did not finish within {timeout_s:g} s and was killed"
+            ) from None
     return CommandResult(process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
 
 

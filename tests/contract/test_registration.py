@@ -338,6 +338,7 @@ def test_options_come_from_environment_variables(agent_dirs: AgentDirs, kubeconf
         for line in process.stdout:
             if "node agent running" in line:
                 assert '"node": "node-env"' in line
+                assert '"event_loop": "uvloop"' in line  # commands/event_loop.py
                 break
         assert asyncio.run(kubelet_client.register(agent_dirs.registration_socket))["registered"]
     finally:

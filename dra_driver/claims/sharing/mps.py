@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -161,22 +162,7 @@ class MpsControlDaemons:
         if self._private_shm:
             argv = private_shm_argv(directories.shm, argv)
         startup_log = directories.log / STARTUP_LOG
-        # Not through pipes: the daemon it forks may keep them open, and a reader would wait for it.
-        with startup_log.open("wb") as output:
-            process = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=output,
-                stderr=output,
-                env=dict(env),
-                start_new_session=True,
-            )
-        try:
-            returncode: int | None = await asyncio.wait_for(process.wait(), self._timeout)
-        except TimeoutError:
-            os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-            returncode = None
+        returncode = await asyncio.to_thread(_launch_daemon, argv, dict(env), startup_log, self._timeout)
         if returncode == 0 and await wait_until(
             lambda: daemon_pid(directories) is not None, self._timeout, _POLL_S
         ):
@@ -347,3 +333,20 @@ class SimulatedMps(MpsControlDaemons):
             {"PYTHONPATH": str(_PACKAGE_ROOT)},
             timeout_s=timeout_s,
         )
+
+
+def _launch_daemon(argv: list[str], env: dict[str, str], startup_log: Path, timeout_s: float) -> int | None:
+    """Runs the control program's `-d` launcher to its exit (None: killed after `timeout_s`),
+    from a worker thread rather than the event loop (commands/event_loop.py). Its output goes
+    to `startup_log`, not through pipes: the daemon it forks may keep them open, and a reader
+    would wait for it."""
+    with startup_log.open("wb") as output:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=output, stderr=output, env=env, start_new_session=True
+        )
+    try:
+        return process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return None

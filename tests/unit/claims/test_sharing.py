@@ -449,6 +449,16 @@ def test_run_command_feeds_stdin_and_returns_both_streams() -> None:
     assert result.output() == "oops"
 
 
+def test_a_program_that_exits_without_reading_its_input_is_answered() -> None:
+    """The MPS control program exits at once when no daemon serves its pipe directory, its command
+    unread: its exit status and output come back, not the failed write of its input."""
+    result = asyncio.run(
+        run_command(["/bin/sh", "-c", "echo gone; exit 3"], env={}, timeout_s=10, stdin="quit\n" * 50000)
+    )
+
+    assert result == CommandResult(3, "gone\n", "")
+
+
 def test_a_program_that_cannot_start_is_a_hardware_error(tmp_path: Path) -> None:
     with pytest.raises(HardwareError, match=f"cannot run {tmp_path}/missing"):
         asyncio.run(run_command([str(tmp_path / "missing")], env={}, timeout_s=10))
