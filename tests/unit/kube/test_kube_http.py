@@ -42,8 +42,11 @@ class RawServer:
 
 
 @asynccontextmanager
-async def raw_server(script: Script, hold_seconds: float = 0.0) -> AsyncIterator[RawServer]:
-    """Answers request number n (counted over all connections) with script(n, request)."""
+async def raw_server(
+    script: Script, hold_seconds: float = 0.0, *, reset: bool = False
+) -> AsyncIterator[RawServer]:
+    """Answers request number n (counted over all connections) with script(n, request). `reset`:
+    a connection the server ends is reset (RST, as a crashed server's is) rather than hung up."""
     state = RawServer(port=0)
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -65,6 +68,11 @@ async def raw_server(script: Script, hold_seconds: float = 0.0) -> AsyncIterator
                 writer.write(answer)
                 await writer.drain()
                 if close:
+                    if reset:  # a zero linger time makes the close an RST, not a FIN
+                        linger = struct.pack("ii", 1, 0)
+                        writer.get_extra_info("socket").setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, linger
+                        )
                     return
         finally:
             state.open_now -= 1
@@ -165,51 +173,25 @@ def test_concurrent_calls_open_no_more_connections_than_allowed() -> None:
     assert most_open == 2 and statuses == [200] * 6
 
 
-def test_a_connection_the_server_closed_while_idle_is_replaced() -> None:
-    """Keep-alive timeouts: the server hangs up after each answer without saying so."""
+@pytest.mark.parametrize("reset", [False, True], ids=["hung-up", "reset"])
+def test_a_connection_the_server_ended_while_idle_is_replaced(reset: bool) -> None:
+    """Keep-alive timeouts: the server hangs up after each answer without saying so; or it resets
+    the connection (RST), as an API server that crashed or lost the connection leaves it."""
 
-    def hang_up(_n: int, _request: bytes) -> tuple[bytes, bool]:
+    def end_after_answer(_n: int, _request: bytes) -> tuple[bytes, bool]:
         return answer(), True
 
     async def scenario() -> tuple[list[int], int]:
-        async with raw_server(hang_up) as server:
+        async with raw_server(end_after_answer, reset=reset) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
             statuses = []
             for _ in range(3):
                 statuses.append((await pool.request("GET", "/x", {}, 5)).status)
-                await asyncio.sleep(0.05)  # the FIN arrives while the connection is idle
+                await asyncio.sleep(0.05)  # the FIN or RST arrives while the connection is idle
             await pool.close()
             return statuses, server.connections
 
     assert asyncio.run(scenario()) == ([200] * 3, 3)
-
-
-def test_a_connection_the_server_reset_while_idle_is_replaced() -> None:
-    """A reset (RST) rather than a hang-up, as an API server that crashed or lost the connection
-    leaves it: the next request goes out on a new connection."""
-
-    async def answer_then_reset(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(answer())
-        await writer.drain()
-        writer.get_extra_info("socket").setsockopt(
-            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-        )
-        writer.close()  # with a zero linger time: RST, not FIN
-
-    async def scenario() -> list[int]:
-        server = await asyncio.start_server(answer_then_reset, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        async with server:
-            pool = KeepAliveClient(f"http://127.0.0.1:{port}", ssl_context=None)
-            statuses = []
-            for _ in range(3):
-                statuses.append((await pool.request("GET", "/x", {}, 5)).status)
-                await asyncio.sleep(0.05)  # the reset arrives while the connection is idle
-            await pool.close()
-            return statuses
-
-    assert asyncio.run(scenario()) == [200] * 3
 
 
 def test_a_reused_connection_that_fails_mid_request_is_retried_on_a_new_one() -> None:
