@@ -1,9 +1,10 @@
 """The agent's Kubernetes client: kubeconfig or in-cluster configuration, one connection pool."""
 
-import dataclasses
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+import msgspec
 
 from dra_driver.agent.errors import StartupError
 from dra_driver.kube.kube_api import KubeClient
@@ -21,7 +22,7 @@ async def kubernetes_api_client(kubeconfig: Path | None) -> KubeClient:
     except ServerConfigError as error:
         raise StartupError(f"{where}: cannot load Kubernetes client configuration: {error}") from error
     # The proxy is found once here, not looked up in the environment per request.
-    server = dataclasses.replace(
+    server = msgspec.structs.replace(
         server,
         proxy=server.proxy or environment_proxy(server.url),
         max_connections=API_CONNECTION_POOL_SIZE,

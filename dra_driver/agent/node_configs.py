@@ -13,9 +13,9 @@ its predecessor published, so a config changed while the agent was down applies 
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import structlog
 
 from dra_driver.agent.node_watch import NodeFacts
@@ -55,8 +55,7 @@ def gpus_in_use(records: Iterable[ClaimRecord], gpus: Sequence[Gpu]) -> frozense
     return frozenset(used)
 
 
-@dataclass(frozen=True, slots=True)
-class Replan:
+class Replan(msgspec.Struct, frozen=True):
     plans: tuple[GpuPlan, ...]
     problems: tuple[ConfigProblem, ...]
     # GPUs left out until the claims that use them are unprepared.

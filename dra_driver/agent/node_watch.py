@@ -6,8 +6,8 @@ reports the Node as it is, so nothing a lost watch missed stays missed.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+import msgspec
 import structlog
 
 from dra_driver.base.backoff import Backoff
@@ -21,13 +21,12 @@ log = structlog.get_logger("dra_driver.node_watch")
 RETRY = Backoff(first=0.1, cap=30.0)
 
 
-@dataclass(frozen=True, slots=True)
-class NodeFacts:
+class NodeFacts(msgspec.Struct, frozen=True):
     """What the agent takes from its Node object; `exists` False while there is none."""
 
     exists: bool
     uid: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 def node_facts(obj: JsonObject | None) -> NodeFacts:

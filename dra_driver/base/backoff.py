@@ -7,15 +7,15 @@ the bottom package because hardware/ and state/ retry too and must not import ku
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 # 2**64 times any sensible `first` is far beyond any cap; bounding the exponent keeps a very long
 # outage's failure count from overflowing the float.
 _LONGEST_DOUBLING = 64
 
 
-@dataclass(frozen=True, slots=True)
-class Backoff:
+class Backoff(msgspec.Struct, frozen=True):
     """`first`: the wait after the first failure; `cap`: the longest wait; `jitter`: the share by
     which a wait may differ either way (0.2: within +-20 %); `uniform`: where the spread comes from,
     a number in [0, 1)."""

@@ -9,7 +9,8 @@ exponent e/E<n>), and each reader states what it allows of a parsed `Quantity`.
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 DECIMAL_SUFFIXES = ("k", "M", "G", "T", "P", "E")
@@ -30,8 +31,7 @@ _GRAMMAR = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Quantity:
+class Quantity(msgspec.Struct, frozen=True):
     """A quantity as written: its parts, not yet a number (a reader decides which it takes)."""
 
     sign: str  # "", "+" or "-"

@@ -14,8 +14,9 @@ The view is built on every prepare, so it holds no more than its readers take.
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from dra_driver.base.strict_decode import (
     DecodeError,
@@ -44,8 +45,7 @@ _SHARE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
 
 
-@dataclass(frozen=True, slots=True)
-class Consumed:
+class Consumed(msgspec.Struct, frozen=True):
     """One consumed capacity: in the unit the driver counts it in, and as the result wrote it
     (messages quote what the user or the scheduler wrote, not our conversion of it)."""
 
@@ -53,8 +53,7 @@ class Consumed:
     written: str
 
 
-@dataclass(frozen=True, slots=True)
-class AllocatedDevice:
+class AllocatedDevice(msgspec.Struct, frozen=True):
     """One allocation result that names this driver."""
 
     request: str
@@ -87,8 +86,7 @@ class AllocatedDevice:
         return (*(name for name, value in named if value is not None), *self.other_capacities)
 
 
-@dataclass(frozen=True, slots=True)
-class ResourceClaimView:
+class ResourceClaimView(msgspec.Struct, frozen=True):
     """What this driver reads of one ResourceClaim; `decode` is the one place that reads the JSON."""
 
     uid: str

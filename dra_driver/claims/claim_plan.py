@@ -8,7 +8,8 @@ for claims that can be prepared. Nothing here reads the published attributes: th
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.claims.claim_object import AllocatedDevice
 from dra_driver.claims.errors import ClaimRejected
@@ -23,8 +24,7 @@ from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig
 from dra_driver.hardware.model import Gpu, MigInstance
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedDevice:
+class PlannedDevice(msgspec.Struct, frozen=True):
     result: AllocatedDevice
     device: Device
     origin: DeviceOrigin

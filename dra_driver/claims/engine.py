@@ -36,10 +36,11 @@ background after the answer).
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 
+import msgspec
 import structlog
+from msgspec.structs import replace
 
 from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.allocation import allocated_devices
@@ -92,8 +93,7 @@ log = structlog.get_logger("dra_driver.claims")
 GPU_MPS_CHANGES = "gpu-mps-changes"
 
 
-@dataclass(frozen=True, slots=True)
-class PrepareOutcome:
+class PrepareOutcome(msgspec.Struct, frozen=True):
     """One claim's answer: its prepared devices, or why it was not prepared."""
 
     devices: tuple[PreparedDevice, ...] = ()

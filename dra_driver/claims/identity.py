@@ -1,7 +1,8 @@
 """Claim identities as kubelet sends them, checked before they name anything on disk."""
 
-from dataclasses import dataclass
 from typing import ClassVar
+
+import msgspec
 
 from dra_driver.kube.k8s_names import dns_label_problem, dns_subdomain_problem, uid_problem
 from dra_driver.observability.error_reasons import ErrorReason
@@ -13,8 +14,7 @@ class InvalidClaimIdentity(ValueError):
     metric_reason: ClassVar[ErrorReason] = "invalid_identity"
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
+class ClaimRef(msgspec.Struct, frozen=True):
     namespace: str
     name: str
     uid: str

@@ -8,8 +8,9 @@ turns that into the claim's error.
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Literal
+
+import msgspec
 
 from dra_driver.base.strict_decode import (
     DecodeError,
@@ -28,25 +29,22 @@ from dra_driver.hardware.model import TimeSliceInterval
 SharingStrategy = Literal["TimeSlicing", "MPS"]
 
 
-@dataclass(frozen=True, slots=True)
-class TimeSlicingSettings:
+class TimeSlicingSettings(msgspec.Struct, frozen=True):
     """`Default` leaves the GPU's time-slice setting alone; the others pick a fixed length."""
 
     interval: TimeSliceInterval = "Default"
 
 
-@dataclass(frozen=True, slots=True)
-class MpsSettings:
+class MpsSettings(msgspec.Struct, frozen=True):
     """Limits for the claim's MPS control daemon; None and an empty mapping mean "no limit"."""
 
     default_active_thread_percentage: int | None = None
     # Bytes. Keys of the per-device mapping are a device index within the claim or a GPU/MIG UUID.
     default_pinned_device_memory_limit: int | None = None
-    default_per_device_pinned_memory_limit: Mapping[str, int] = field(default_factory=dict)
+    default_per_device_pinned_memory_limit: Mapping[str, int] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Sharing:
+class Sharing(msgspec.Struct, frozen=True):
     """How the processes using one allocated device share it.
 
     Exactly one of `time_slicing` and `mps` is set, the one that matches `strategy`, so a
@@ -54,7 +52,7 @@ class Sharing:
     """
 
     strategy: SharingStrategy = "TimeSlicing"
-    time_slicing: TimeSlicingSettings | None = field(default_factory=TimeSlicingSettings)
+    time_slicing: TimeSlicingSettings | None = msgspec.field(default_factory=TimeSlicingSettings)
     mps: MpsSettings | None = None
 
 

@@ -18,8 +18,9 @@ import json
 import os
 import time
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from dra_driver.base.compact_json import compact_json
 from dra_driver.claims.records import ClaimRecord, CorruptRecord, record_from_json
@@ -33,8 +34,7 @@ ABANDONED_WRITE_SECONDS = 60.0
 _SUFFIX = ".json"
 
 
-@dataclass(frozen=True, slots=True)
-class QuarantinedRecord:
+class QuarantinedRecord(msgspec.Struct, frozen=True):
     path: Path
     problem: str
 

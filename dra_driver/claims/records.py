@@ -7,8 +7,9 @@ importing the disk layer; `record_store` keeps the records on disk.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 from dra_driver.hardware.model import ComputeMode
@@ -25,8 +26,7 @@ class CorruptRecord(ValueError):
     """A record file that is not what this code writes."""
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceFacts:
+class DeviceFacts(msgspec.Struct, frozen=True):
     """What a prepared device is, as the claim's status.devices reports it (device_status).
 
     Kept in the record so that a status write lost to an agent restart is made again from the
@@ -53,8 +53,7 @@ class DeviceFacts:
         return data
 
 
-@dataclass(frozen=True, slots=True)
-class PreparedDevice:
+class PreparedDevice(msgspec.Struct, frozen=True):
     request_names: tuple[str, ...]
     pool: str
     device: str
@@ -70,8 +69,7 @@ class PreparedDevice:
     facts: DeviceFacts | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class MigInstanceRecord:
+class MigInstanceRecord(msgspec.Struct, frozen=True):
     """A MIG instance a claim creates: written before it is created, so a crash at any point
     leaves enough to find and destroy it (GPU, profile and placement identify it on the GPU)."""
 
@@ -89,8 +87,7 @@ class MigInstanceRecord:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class ComputeModeRecord:
+class ComputeModeRecord(msgspec.Struct, frozen=True):
     """A GPU whose compute mode an MPS claim set, and the mode it had before: written before the
     change, so that unprepare, and the rollback after a crash, put back what was there."""
 
@@ -104,8 +101,7 @@ class ComputeModeRecord:
 _COMPUTE_MODES: tuple[ComputeMode, ...] = ("Default", "ExclusiveThread", "Prohibited", "ExclusiveProcess")
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimRecord:
+class ClaimRecord(msgspec.Struct, frozen=True):
     """Two-phase: "preparing" is on disk before any side effect, "prepared" before kubelet hears
     of it, and "preparing" again before unprepare undoes side effects. A "preparing" record found
     at start is a prepare or unprepare cut short; its side effects are rolled back."""

@@ -13,7 +13,8 @@ is the leftover of a finished or crashed prepare and is dropped by whoever reads
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.base.compact_json import compact_json
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
@@ -25,8 +26,7 @@ class InvalidReservationTable(ValueError):
     """A reservation table that is not what this code writes."""
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
+class Reservation(msgspec.Struct, frozen=True):
     claim: ClaimRef
     devices: tuple[str, ...]
     # The agent process that took them: a random token per process, so that a process can tell

@@ -13,8 +13,8 @@ without sharing controls or HAMi-core, what would need them is left out.
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
+import msgspec
 import structlog
 
 from dra_driver.claims.claim_plan import PlannedDevice
@@ -42,8 +42,7 @@ from dra_driver.state import failpoints
 log = structlog.get_logger("dra_driver.claims")
 
 
-@dataclass(frozen=True, slots=True)
-class SharingControls:
+class SharingControls(msgspec.Struct, frozen=True):
     """Where time slices are set and MPS daemons run (per backend: nvidia-smi and the driver's
     MPS control program, or their simulated stand-ins)."""
 
@@ -53,8 +52,7 @@ class SharingControls:
     compute_modes: ComputeModes | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Leftovers:
+class Leftovers(msgspec.Struct, frozen=True):
     """One kind of per-claim runtime state, found by claim UID, that start-up removes where no
     record owns it (a crash between creating it and recording it, or between the two undos)."""
 

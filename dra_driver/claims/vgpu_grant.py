@@ -7,7 +7,8 @@ and the metadata files all take the grant as computed.
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.claims.claim_object import AllocatedDevice, Consumed
 from dra_driver.claims.errors import ClaimRejected
@@ -19,8 +20,7 @@ from dra_driver.hardware.model import Gpu
 from dra_driver.kube.k8s_names import shown
 
 
-@dataclass(frozen=True, slots=True)
-class VgpuGrant:
+class VgpuGrant(msgspec.Struct, frozen=True):
     """What one allocation result grants of one GPU."""
 
     device: str

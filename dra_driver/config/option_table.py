@@ -12,8 +12,10 @@ Flags that exist in one subcommand only are declared with it, in `dra_driver/com
 import argparse
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
+
+import msgspec
+from msgspec.structs import replace
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.config import option_values as v
@@ -32,8 +34,7 @@ DEFAULT_REGISTRAR_DIR = "/var/lib/kubelet/plugins_registry"
 DEFAULT_PLUGINS_DIR = "/var/lib/kubelet/plugins"
 
 
-@dataclass(frozen=True, slots=True)
-class Option(Generic[T]):
+class Option(msgspec.Struct, Generic[T], frozen=True):
     flag: str
     # None: the flag alone sets it.
     env: str | None

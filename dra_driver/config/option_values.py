@@ -8,9 +8,10 @@ from and no parser repeats them. Checks that need two options together stay in `
 import os
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.claims.edits.hami_core_hooks import hami_core_library_problem
@@ -35,8 +36,7 @@ class OptionProblem(ValueError):
     """What is wrong with one value, one argument per line; the option table prefixes its flag."""
 
 
-@dataclass(frozen=True, slots=True)
-class HardwareSpec:
+class HardwareSpec(msgspec.Struct, frozen=True):
     kind: HardwareKind
     # Profile name or YAML path for the simulated backend; empty for NVML.
     source: str = ""
@@ -176,8 +176,7 @@ def label_key(value: str | None) -> str:
     return value or ""
 
 
-@dataclass(frozen=True, slots=True)
-class SecondsParser:
+class SecondsParser(msgspec.Struct, frozen=True):
     """A number of seconds from 0 to a bound that keeps a typo (ms for s) from a silent stall."""
 
     maximum: float

@@ -7,8 +7,9 @@ flag, its variable and what was expected, instead of failing later in the middle
 
 import argparse
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from dra_driver.config import option_table as o
 from dra_driver.config.option_table import DEFAULT_METRICS_ADDRESS
@@ -43,8 +44,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class NodeSettings:
+class NodeSettings(msgspec.Struct, frozen=True):
     node_name: str
     driver_name: str
     hardware: HardwareSpec
@@ -138,8 +138,7 @@ class NodeSettings:
         return self.plugin_dir / dra_socket_name(self.pod_uid)
 
 
-@dataclass(frozen=True, slots=True)
-class InventorySettings:
+class InventorySettings(msgspec.Struct, frozen=True):
     node_name: str
     driver_name: str
     hardware: HardwareSpec
@@ -149,8 +148,7 @@ class InventorySettings:
     sysfs_root: Path = Path("/sys")
 
 
-@dataclass(frozen=True, slots=True)
-class CleanupSettings:
+class CleanupSettings(msgspec.Struct, frozen=True):
     # None: every node (--all-nodes).
     node_name: str | None
     driver_name: str

@@ -8,8 +8,9 @@ modes, and any other mode would hand out GPUs nobody meant to share (or to hand 
 """
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from dra_driver.base.bounded_yaml import YamlProblem, load_bounded_yaml
 from dra_driver.base.strict_decode import quoted
@@ -22,8 +23,7 @@ CONFIG_SUFFIX = ".yaml"
 DEFAULT_NODE_CONFIG_LABEL = "dra-driver.dev/config"
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigChoice:
+class ConfigChoice(msgspec.Struct, frozen=True):
     """The node config in force, and where it came from. `config` None: nothing is offered (the
     named config is missing or malformed; `problems` say why)."""
 

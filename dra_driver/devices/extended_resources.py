@@ -33,7 +33,8 @@ beta (on) in 1.36 and GA in 1.37: an older cluster would silently drop it and po
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.devices.naming import vgpu_size_token
 from dra_driver.hardware.catalog import catalog_mig_profile_names
@@ -52,8 +53,7 @@ GATE = "DRAExtendedResource"
 _MIG_PROFILE = re.compile(r"[1-9][0-9]*g\.[1-9][0-9]*gb(\+me|\+gfx|-me|\+me\.all)?")
 
 
-@dataclass(frozen=True, slots=True)
-class ExtendedResources:
+class ExtendedResources(msgspec.Struct, frozen=True):
     """Which classes name an extended resource: the whole-GPU class always; one class per MIG
     profile and one per vGPU partition size (bytes)."""
 

@@ -7,8 +7,9 @@ node is fine (it is for other nodes); an index/uuid entry that matches nothing i
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import Gpu
@@ -36,8 +37,7 @@ def entry_matches(entry: "GpuEntry", gpu: Gpu) -> bool:
     return entry.product_name == gpu.product_name
 
 
-@dataclass(frozen=True, slots=True)
-class Selection:
+class Selection(msgspec.Struct, frozen=True):
     # GPU UUID -> the entries of the highest rank that match it (more than one: a conflict).
     entries_of_gpu: Mapping[str, tuple["GpuEntry", ...]]
     # index/uuid entries that name no GPU of this node.

@@ -3,7 +3,8 @@ device stands for. A pure function of the hardware snapshot and the node configu
 
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.devices.gpus import whole_gpu_device
 from dra_driver.devices.mig import (
@@ -31,8 +32,7 @@ from dra_driver.hardware.model import Gpu
 Offer = tuple[Device, DeviceOrigin]
 
 
-@dataclass(frozen=True, slots=True)
-class Inventory:
+class Inventory(msgspec.Struct, frozen=True):
     """What this node offers: devices in publishing order (`devices.order`), counter sets, and
     what each device stands for."""
 

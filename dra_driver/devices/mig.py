@@ -7,7 +7,8 @@ is exactly what NVML would refuse when the instance is created at prepare.
 """
 
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+
+from msgspec.structs import asdict, replace
 
 from dra_driver.devices import attributes as names
 from dra_driver.devices.gpus import parent_attributes, shared_gpu_attributes

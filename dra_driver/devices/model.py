@@ -6,12 +6,12 @@ them into objects with quantity strings.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
 
-@dataclass(frozen=True, slots=True)
-class Version:
+
+class Version(msgspec.Struct, frozen=True):
     """A semantic-version attribute (rendered as `version:`, compared as a version by CEL)."""
 
     text: str
@@ -23,60 +23,53 @@ DeviceType = Literal["gpu", "mig", "vgpu"]
 TaintEffect = Literal["None", "NoSchedule", "NoExecute"]
 
 
-@dataclass(frozen=True, slots=True)
-class ValidRange:
+class ValidRange(msgspec.Struct, frozen=True):
     minimum: int
     maximum: int
     step: int
 
 
-@dataclass(frozen=True, slots=True)
-class RequestPolicy:
+class RequestPolicy(msgspec.Struct, frozen=True):
     """How much of a shareable capacity one allocation takes (KEP-5075 consumable capacity)."""
 
     default: int
     valid_range: ValidRange
 
 
-@dataclass(frozen=True, slots=True)
-class Capacity:
+class Capacity(msgspec.Struct, frozen=True):
     value: int
     request_policy: RequestPolicy | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CounterSet:
+class CounterSet(msgspec.Struct, frozen=True):
     """Counters that devices of one GPU draw from, so the scheduler never over-commits it."""
 
     name: str
     counters: Mapping[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class CounterConsumption:
+class CounterConsumption(msgspec.Struct, frozen=True):
     counter_set: str
     counters: Mapping[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class Taint:
+class Taint(msgspec.Struct, frozen=True):
     key: str
     value: str
     effect: TaintEffect
 
 
-@dataclass(frozen=True, slots=True)
-class Device:
+class Device(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     attributes: Mapping[str, AttributeValue]
     capacity: Mapping[str, Capacity]
     consumes_counters: tuple[CounterConsumption, ...] = ()
     allow_multiple_allocations: bool = False
-    taints: tuple[Taint, ...] = field(default=())
+    taints: tuple[Taint, ...] = ()
     # Which kind of device this is, for the driver's own decisions (opaque config kinds, what
     # prepare does). Set by the builder next to the published `type` attribute, never read back
     # from it: attributes are for users and may be renamed.
-    type: DeviceType = field(kw_only=True)
+    type: DeviceType
 
 
 def semantic_version(dotted: str) -> Version:

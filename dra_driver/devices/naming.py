@@ -7,26 +7,24 @@ slot. Names are DNS labels, as the API requires.
 """
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.devices.model import quantity
 from dra_driver.hardware.model import Gpu, MigProfile
 
 
-@dataclass(frozen=True, slots=True)
-class WholeGpuName:
+class WholeGpuName(msgspec.Struct, frozen=True):
     minor: int
 
 
-@dataclass(frozen=True, slots=True)
-class MigName:
+class MigName(msgspec.Struct, frozen=True):
     minor: int
     profile_token: str
     start: int
 
 
-@dataclass(frozen=True, slots=True)
-class VgpuPartitionName:
+class VgpuPartitionName(msgspec.Struct, frozen=True):
     minor: int
     size_token: str
     slot: int

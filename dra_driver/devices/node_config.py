@@ -6,8 +6,9 @@ nobody asked for, or publishing devices that can never be prepared; the other GP
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
+
+import msgspec
 
 from dra_driver.base.quantity import UP_TO_TERA, parse_quantity
 from dra_driver.base.strict_decode import (
@@ -52,15 +53,13 @@ class _Misfit(Exception):
         self.setting = setting
 
 
-@dataclass(frozen=True, slots=True)
-class VgpuPartitionSize:
+class VgpuPartitionSize(msgspec.Struct, frozen=True):
     memory_bytes: int
     # Percent of the GPU's SMs; None = the partition's share of memory.
     cores: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSettings:
+class GpuSettings(msgspec.Struct, frozen=True):
     mode: Mode = "auto"
     # Capacity mode: the granularity of memory requests.
     memory_step: int = MIB
@@ -73,8 +72,7 @@ class GpuSettings:
     enforcement: Enforcement = "mps"
 
 
-@dataclass(frozen=True, slots=True)
-class GpuEntry:
+class GpuEntry(msgspec.Struct, frozen=True):
     """One `gpus[]` entry; exactly one of index, uuid, model and product_name is set."""
 
     where: str
@@ -103,14 +101,12 @@ class GpuEntry:
         return f"productName {quoted(self.product_name or '')}"
 
 
-@dataclass(frozen=True, slots=True)
-class NodeConfig:
-    default: GpuSettings = field(default_factory=GpuSettings)
+class NodeConfig(msgspec.Struct, frozen=True):
+    default: GpuSettings = msgspec.field(default_factory=GpuSettings)
     gpus: tuple[GpuEntry, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class GpuPlan:
+class GpuPlan(msgspec.Struct, frozen=True):
     """What the device model does with one GPU, decided and checked."""
 
     gpu: Gpu
@@ -118,8 +114,7 @@ class GpuPlan:
     settings: GpuSettings
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigProblem:
+class ConfigProblem(msgspec.Struct, frozen=True):
     """A part of the node config that cannot be applied. `gpu`: the GPU left out because of it
     (None: a problem of the file as a whole, or an entry that names no GPU of this node)."""
 
@@ -128,8 +123,7 @@ class ConfigProblem:
     gpu: Gpu | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class NodePlan:
+class NodePlan(msgspec.Struct, frozen=True):
     """The GPUs offered (in GPU order) and why any others are not."""
 
     plans: tuple[GpuPlan, ...]

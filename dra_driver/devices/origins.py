@@ -6,15 +6,15 @@ origin the inventory recorded when it built the device, which carries everything
 (the GPU, the MIG profile and placement, the partition size) in the types the hardware speaks.
 """
 
-from dataclasses import dataclass
 from typing import ClassVar
+
+import msgspec
 
 from dra_driver.devices.model import DeviceType
 from dra_driver.hardware.model import Gpu, MigInstance, MigProfile, Placement
 
 
-@dataclass(frozen=True, slots=True)
-class WholeGpu:
+class WholeGpu(msgspec.Struct, frozen=True):
     """A GPU offered whole (mode gpu, or the whole-GPU device next to vGPU partitions)."""
 
     gpu: Gpu
@@ -22,8 +22,7 @@ class WholeGpu:
     device_type: ClassVar[DeviceType] = "gpu"
 
 
-@dataclass(frozen=True, slots=True)
-class StaticMig:
+class StaticMig(msgspec.Struct, frozen=True):
     """A MIG instance that already exists (mode mig-static): prepare uses it, never creates it."""
 
     gpu: Gpu
@@ -33,8 +32,7 @@ class StaticMig:
     device_type: ClassVar[DeviceType] = "mig"
 
 
-@dataclass(frozen=True, slots=True)
-class DynamicMig:
+class DynamicMig(msgspec.Struct, frozen=True):
     """A placement where prepare creates an instance of the profile (mode mig-dynamic)."""
 
     gpu: Gpu
@@ -44,8 +42,7 @@ class DynamicMig:
     device_type: ClassVar[DeviceType] = "mig"
 
 
-@dataclass(frozen=True, slots=True)
-class VgpuShare:
+class VgpuShare(msgspec.Struct, frozen=True):
     """The GPU shared by consumable capacity (mode vgpu-capacity): each claim takes its amount."""
 
     gpu: Gpu
@@ -54,8 +51,7 @@ class VgpuShare:
     device_type: ClassVar[DeviceType] = "vgpu"
 
 
-@dataclass(frozen=True, slots=True)
-class VgpuPartition:
+class VgpuPartition(msgspec.Struct, frozen=True):
     """One fixed-size slot of a GPU's memory and cores (mode vgpu-partitions)."""
 
     gpu: Gpu

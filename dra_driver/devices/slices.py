@@ -13,8 +13,10 @@ re-splits what it is given, so the plan has to be right for the cluster's versio
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, Literal
+
+import msgspec
+from msgspec.structs import replace
 
 from dra_driver.devices.attributes import PARTITION_TYPE
 from dra_driver.devices.inventory import Inventory
@@ -38,8 +40,7 @@ class SlicePlanError(ValueError):
     """The inventory cannot be published within the API's limits for this layout."""
 
 
-@dataclass(frozen=True, slots=True)
-class PlannedSlice:
+class PlannedSlice(msgspec.Struct, frozen=True):
     devices: tuple[Device, ...] = ()
     counter_sets: tuple[CounterSet, ...] = ()
 

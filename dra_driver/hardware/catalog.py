@@ -7,11 +7,11 @@ catalog/gpus.yaml, which hack/build-catalog.py generates from the hand-researche
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
+import msgspec
 import yaml
 
 from dra_driver.hardware.model import HardwareError, MigProfile, MigResources, Placement, mig_capacity
@@ -24,8 +24,7 @@ _MIB = 2**20
 _SAFE_LOADER = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
 
 
-@dataclass(frozen=True, slots=True)
-class MigGeometry:
+class MigGeometry(msgspec.Struct, frozen=True):
     memory_slices: int
     max_gpu_instances: int
     profiles: tuple[MigProfile, ...]
@@ -40,8 +39,7 @@ class MigGeometry:
         return next((profile for profile in self.profiles if profile.name == name), None)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuModel:
+class GpuModel(msgspec.Struct, frozen=True):
     key: str
     product_name: str
     brand: str

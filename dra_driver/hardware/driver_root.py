@@ -19,8 +19,10 @@ over the 32-bit copy an installer puts beside it in /usr/lib, is made by the fil
 
 import re
 import stat
-from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+
+import msgspec
+from msgspec.structs import replace
 
 from dra_driver.hardware.loader_cache import LOADER_CACHE, USUAL_LIBRARY_DIRS, cached_directories
 
@@ -46,8 +48,7 @@ _MAX_SYMLINKS = 40  # what Linux allows in one path lookup before ELOOP
 _ELF_32_BIT = b"\x7fELF\x01"
 
 
-@dataclass(frozen=True, slots=True)
-class DriverLibrary:
+class DriverLibrary(msgspec.Struct, frozen=True):
     """One library of the driver, shipped as lib<name>.so.<driver version>.
 
     `soname_suffix` is what follows `.so.` in its SONAME (libcuda.so.1), or None where the
@@ -82,8 +83,7 @@ _VERSIONED_LIBRARY = re.compile(rf"lib(?:{_NAMES})\.so\.(?P<version>{_VERSION})"
 _CACHED_LIBRARY = re.compile(rf"lib(?:{_NAMES})\.so\.\d+(?:\.\d+)*")
 
 
-@dataclass(frozen=True, slots=True)
-class DriverFile:
+class DriverFile(msgspec.Struct, frozen=True):
     """A file of the driver. `path` is where it was found in the driver root; `resolved` is where
     it really lies in the root, every symlink followed. `soname` (libraries whose SONAME is not
     their file name) is the second name containers see it by. Where containers see it is
@@ -94,16 +94,14 @@ class DriverFile:
     soname: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class UnusablePath:
+class UnusablePath(msgspec.Struct, frozen=True):
     """A path in the driver root that was not followed, and why (for the node's log)."""
 
     path: str
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class DriverDiscovery:
+class DriverDiscovery(msgspec.Struct, frozen=True):
     root: Path
     version: str  # as asked for, or the version found when asked for "unknown"
     libraries: tuple[DriverFile, ...]
@@ -320,8 +318,7 @@ def discover_driver(root: Path, version: str) -> DriverDiscovery:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceRoot:
+class DeviceRoot(msgspec.Struct, frozen=True):
     """The directory whose dev/ holds the NVIDIA device nodes: `seen` as the agent sees it,
     `host` as the host (and so the container runtime, which resolves CDI host paths) sees it."""
 

@@ -19,7 +19,8 @@ longest of them per symbol.
 
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 MAGIC = b"\x7fELF"
 # e_ident: EI_CLASS at 4 (1: 32-bit, 2: 64-bit), EI_DATA at 5 (1: little, 2: big endian).
@@ -39,8 +40,7 @@ class ElfError(ValueError):
     """What is wrong with the file, as words that follow its path (`<path>: <message>`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Layout:
+class _Layout(msgspec.Struct, frozen=True):
     """The struct formats of one ELF class; the byte order is prefixed at use."""
 
     header: str
@@ -59,8 +59,7 @@ _LAYOUTS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _Section:
+class _Section(msgspec.Struct, frozen=True):
     type: int
     offset: int
     size: int

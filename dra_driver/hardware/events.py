@@ -4,11 +4,10 @@ They live here, with the hardware that raises them, so that the hardware layer i
 above it; the health tracker above turns them into each GPU's condition.
 """
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class XidEvent:
+class XidEvent(msgspec.Struct, frozen=True):
     """The driver reported `xid` for the GPU at `at` (Unix seconds)."""
 
     gpu_uuid: str
@@ -16,8 +15,7 @@ class XidEvent:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
-class GpuLost:
+class GpuLost(msgspec.Struct, frozen=True):
     """The GPU stopped answering (XID 79, or NVML's GPU_IS_LOST) at `at`."""
 
     gpu_uuid: str

@@ -6,8 +6,10 @@ whichever backend (NVML or simulated) produced them.
 
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields, replace
 from typing import ClassVar, Literal
+
+import msgspec
+from msgspec.structs import fields, replace
 
 from dra_driver.observability.error_reasons import ErrorReason
 
@@ -19,8 +21,7 @@ TimeSliceInterval = Literal["Default", "Short", "Medium", "Long"]
 ComputeMode = Literal["Default", "ExclusiveThread", "Prohibited", "ExclusiveProcess"]
 
 
-@dataclass(frozen=True, slots=True)
-class TimeSliceSetting:
+class TimeSliceSetting(msgspec.Struct, frozen=True):
     """A GPU's time slice to set: what a claim's sharing plan asks of the hardware."""
 
     gpu_uuid: str
@@ -56,8 +57,7 @@ class MigMode(enum.Enum):
     ENABLED = "enabled"
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True, order=True):
     """Where a GPU instance sits, in memory slices: it occupies [start, start + size)."""
 
     start: int
@@ -68,8 +68,7 @@ class Placement:
         return range(self.start, self.start + self.size)
 
 
-@dataclass(frozen=True, slots=True)
-class MigProfile:
+class MigProfile(msgspec.Struct, frozen=True):
     """A GPU instance profile as NVML describes it (nvmlGpuInstanceProfileInfo_t)."""
 
     # info.id: what `nvidia-smi mig -lgip` shows and -cgi takes; not the NVML_GPU_INSTANCE_PROFILE_* enum.
@@ -89,8 +88,7 @@ class MigProfile:
     placements: tuple[Placement, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class MigResources:
+class MigResources(msgspec.Struct, frozen=True):
     """What GPU instances draw from their GPU besides memory slices.
 
     NVML refuses an instance when the engines or SMs it needs are already taken, which is how a
@@ -146,8 +144,7 @@ def mig_capacity(profiles: Sequence[MigProfile], gpu_memory_bytes: int) -> MigRe
     return replace(MigResources.of(full_gpu), memory_bytes=gpu_memory_bytes)
 
 
-@dataclass(frozen=True, slots=True)
-class MigInstance:
+class MigInstance(msgspec.Struct, frozen=True):
     """An existing GPU instance together with the compute instance that makes it usable."""
 
     uuid: str
@@ -160,8 +157,7 @@ class MigInstance:
     multiprocessors: int
 
 
-@dataclass(frozen=True, slots=True)
-class Gpu:
+class Gpu(msgspec.Struct, frozen=True):
     uuid: str
     index: int
     minor: int

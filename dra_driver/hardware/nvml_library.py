@@ -10,8 +10,9 @@ default search path (LD_LIBRARY_PATH, the container's ld.so.cache) still gets it
 """
 
 import ctypes
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+import msgspec
 
 from dra_driver.hardware.driver_root import UnusablePathError, resolve_in_root
 from dra_driver.hardware.loader_cache import LOADER_CACHE, USUAL_LIBRARY_DIRS, cached_paths
@@ -21,8 +22,7 @@ LIBRARY = "libnvidia-ml.so.1"
 DEFAULT_SEARCH = f"the default library search path ({LIBRARY} by name)"
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(msgspec.Struct, frozen=True):
     """One place the library was looked for, and what was there."""
 
     where: str

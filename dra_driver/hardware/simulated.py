@@ -13,8 +13,10 @@ import os
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from pathlib import Path
+
+import msgspec
+from msgspec.structs import replace
 
 from dra_driver.hardware.catalog import MigGeometry
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
@@ -43,8 +45,7 @@ XID_GPU_LOST = 79
 FAULT_OPERATIONS = ("discover", "create_mig_instance", "destroy_mig_instance")
 
 
-@dataclass(frozen=True, slots=True)
-class SimulatedEvent:
+class SimulatedEvent(msgspec.Struct, frozen=True):
     """An XID the simulated driver reported for a GPU, as NVML's event set would deliver it."""
 
     gpu_uuid: str

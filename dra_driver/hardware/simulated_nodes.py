@@ -7,10 +7,11 @@ same GPUs on every run and on every machine.
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from dra_driver.base.strict_decode import DecodeError, choice, integer, items, mapping, quoted
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
@@ -37,14 +38,12 @@ _UUID_NAMESPACE = uuid.UUID("6b1f0c3e-5d4a-4c2b-9e8f-7a6d5c4b3a29")
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class MigInstanceSpec:
+class MigInstanceSpec(msgspec.Struct, frozen=True):
     profile: MigProfile
     placement: Placement
 
 
-@dataclass(frozen=True, slots=True)
-class GpuGroupSpec:
+class GpuGroupSpec(msgspec.Struct, frozen=True):
     model: GpuModel
     count: int
     mig_mode: MigMode
@@ -52,8 +51,7 @@ class GpuGroupSpec:
     mig_instances: tuple[MigInstanceSpec, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class SimulatedNodeSpec:
+class SimulatedNodeSpec(msgspec.Struct, frozen=True):
     origin: str
     groups: tuple[GpuGroupSpec, ...]
     driver_version: str = DEFAULT_DRIVER_VERSION

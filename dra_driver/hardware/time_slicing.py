@@ -15,9 +15,10 @@ import signal
 import subprocess
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
+
+import msgspec
 
 from dra_driver.hardware.driver_root import DriverDiscovery
 from dra_driver.hardware.model import HardwareError, HardwareErrorReason, TimeSliceInterval, TimeSliceSetting
@@ -98,8 +99,7 @@ class SimulatedTimeSlicer:
 # --- Running the driver's programs ----------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class CommandResult:
+class CommandResult(msgspec.Struct, frozen=True):
     returncode: int
     stdout: str
     stderr: str
@@ -153,8 +153,7 @@ def _run_to_completion(argv: list[str], env: dict[str, str], timeout_s: float, s
     return CommandResult(process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace"))
 
 
-@dataclass(frozen=True, slots=True)
-class DriverProgram:
+class DriverProgram(msgspec.Struct, frozen=True):
     """A program of the NVIDIA driver as the agent runs it: its path on this machine, and the
     environment that makes it load the driver's own libraries rather than whatever the agent's
     image has. Preloading just those libraries, as NVIDIA's DRA driver does for nvidia-smi, is

@@ -6,12 +6,12 @@ shape; a value the hardware cannot tell (utilisation of a MIG device, per-proces
 older driver) is None rather than a guess.
 """
 
-from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 
-@dataclass(frozen=True, slots=True)
-class ProcessUsage:
+
+class ProcessUsage(msgspec.Struct, frozen=True):
     pid: int
     # None: the driver does not account memory per process (NVML_VALUE_NOT_AVAILABLE).
     memory_bytes: int | None
@@ -19,8 +19,7 @@ class ProcessUsage:
     sm_percent: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceUsage:
+class DeviceUsage(msgspec.Struct, frozen=True):
     """One whole GPU (`mig_uuid` None) or one MIG device of it."""
 
     gpu_uuid: str

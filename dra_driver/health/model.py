@@ -2,7 +2,8 @@
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 
 class HealthStatus(enum.Enum):
@@ -12,8 +13,7 @@ class HealthStatus(enum.Enum):
     UNKNOWN = "unknown"
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceHealth:
+class DeviceHealth(msgspec.Struct, frozen=True):
     status: HealthStatus
     # Unix seconds of the last change of `status`.
     since: float
@@ -21,9 +21,8 @@ class DeviceHealth:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeHealth:
+class NodeHealth(msgspec.Struct, frozen=True):
     """The health of every device the node publishes, by device name, in pool `pool`."""
 
     pool: str
-    devices: Mapping[str, DeviceHealth] = field(default_factory=dict)
+    devices: Mapping[str, DeviceHealth] = msgspec.field(default_factory=dict)

@@ -19,12 +19,13 @@ pods' status, which is where the one remedy, restarting them, applies.
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+import msgspec
+from msgspec.structs import replace
 
-@dataclass(frozen=True, slots=True)
-class DaemonState:
+
+class DaemonState(msgspec.Struct, frozen=True):
     """Whether a GPU's daemon answers, as last reported, and since when."""
 
     down: bool
@@ -33,15 +34,14 @@ class DaemonState:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class GpuDaemons:
+class GpuDaemons(msgspec.Struct, frozen=True):
     """The daemons of the node's GPUs as device health needs them: a GPU is absent until its
     daemon is first reported down, and stays (answering again) afterwards, so that its devices
     say when they became healthy again."""
 
-    states: Mapping[str, DaemonState] = field(default_factory=dict)
+    states: Mapping[str, DaemonState] = msgspec.field(default_factory=dict)
     # By GPU: the devices its prepared vGPU shares were allocated from, as of the last report.
-    share_devices: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    share_devices: Mapping[str, frozenset[str]] = msgspec.field(default_factory=dict)
 
     def reported(self, gpu_uuid: str, up: bool | None, name: str, at: float) -> "GpuDaemons":
         """After a report at `at`: `up` None means stopped with the GPU's last share, which leaves

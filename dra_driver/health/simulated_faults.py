@@ -13,10 +13,10 @@ instead of queueing a fault nobody will ever apply.
 import json
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import msgspec
 import structlog
 
 from dra_driver.hardware.model import HardwareError
@@ -33,8 +33,7 @@ AGENT_STATE_ENTRIES = ("publisher.lock", "claims", "simulated-hardware.json")
 FaultKind = Literal["xid", "lost"]
 
 
-@dataclass(frozen=True, slots=True)
-class SimulatedFault:
+class SimulatedFault(msgspec.Struct, frozen=True):
     # A GPU UUID, or its index on the node as a string.
     gpu: str
     kind: FaultKind

@@ -13,7 +13,7 @@ lesser XIDs it does not tolerate: a GPU with that many faults is rare, and its w
 taint decides anyway).
 """
 
-from dataclasses import replace
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device, Taint

@@ -18,8 +18,10 @@ when it builds what the kubelet stream reports, and the taints never see it.
 """
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+
+import msgspec
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.events import GpuLost, HealthEvent, XidEvent
@@ -31,16 +33,14 @@ from dra_driver.health.xid import XID_DESCRIPTIONS, XidClass, XidPolicy
 MESSAGE_LIMIT = 1024
 
 
-@dataclass(frozen=True, slots=True)
-class SeenXid:
+class SeenXid(msgspec.Struct, frozen=True):
     xid: int
     xid_class: XidClass
     # The last time the GPU reported it.
     last_at: float
 
 
-@dataclass(frozen=True, slots=True)
-class GpuCondition:
+class GpuCondition(msgspec.Struct, frozen=True):
     """One GPU as the tracker sees it; without faults and not lost, it is healthy."""
 
     # When `status` last changed (or tracking started).
@@ -66,12 +66,11 @@ class GpuCondition:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class HealthState:
+class HealthState(msgspec.Struct, frozen=True):
     # When tracking started: GPUs that never had a fault have been healthy since then.
     started_at: float
     # Every GPU that had a fault since tracking started, by UUID.
-    gpus: Mapping[str, GpuCondition] = field(default_factory=dict)
+    gpus: Mapping[str, GpuCondition] = msgspec.field(default_factory=dict)
 
     def condition(self, gpu_uuid: str) -> GpuCondition:
         return self.gpus.get(gpu_uuid) or GpuCondition(since=self.started_at)

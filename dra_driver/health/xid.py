@@ -18,8 +18,9 @@ between classes in their configuration (`parse_xid_policy`).
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
 from itertools import combinations
+
+import msgspec
 
 from dra_driver.base.strict_decode import DecodeError, items, mapping
 from dra_driver.devices.model import TaintEffect
@@ -81,8 +82,7 @@ class XidPolicyError(ValueError):
     """The operator's XID policy is malformed."""
 
 
-@dataclass(frozen=True, slots=True)
-class XidPolicy:
+class XidPolicy(msgspec.Struct, frozen=True):
     """Which XIDs fall into which class; an XID in none of the sets is degraded.
 
     Unknown XIDs are degraded because the catalogue grows with every driver and GPU generation:

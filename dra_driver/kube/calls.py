@@ -9,8 +9,9 @@ itself with precise messages, and the models would join the agent's resident mem
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from dataclasses import dataclass
 from typing import TypeVar
+
+import msgspec
 
 from dra_driver.base.json_object import JsonObject
 from dra_driver.kube.errors import TRANSPORT_ERRORS, ApiError
@@ -21,8 +22,7 @@ from dra_driver.kube.timeouts import TIMEOUTS
 _Answer = TypeVar("_Answer", HttpAnswer, HttpStream, bytes)
 
 
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
+class WatchEvent(msgspec.Struct, frozen=True):
     kind: str  # ADDED, MODIFIED, DELETED or BOOKMARK
     object: JsonObject
 

@@ -20,8 +20,9 @@ import base64
 import ssl
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
+
+import msgspec
 
 # A whole answer: lists included, the largest being every ResourceClaim of a large cluster (read
 # by `dra-driver plan`). A guard against a broken server, not a size any real answer nears.
@@ -40,14 +41,12 @@ class HttpProtocolError(ValueError):
     """The server's answer is not HTTP/1.x as this client reads it."""
 
 
-@dataclass(frozen=True, slots=True)
-class HttpAnswer:
+class HttpAnswer(msgspec.Struct, frozen=True):
     status: int
     body: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class _Head:
+class _Head(msgspec.Struct, frozen=True):
     status: int
     headers: dict[str, str]
     keep_alive: bool
@@ -236,8 +235,7 @@ def _request_bytes(
     return head if body is None else head + body
 
 
-@dataclass(frozen=True, slots=True)
-class _Proxy:
+class _Proxy(msgspec.Struct, frozen=True):
     host: str
     port: int
     authorization: str | None  # the Proxy-Authorization the URL's user and password make

@@ -19,8 +19,9 @@ import binascii
 import os
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.kube.server_access import (
@@ -53,8 +54,7 @@ class KubeconfigError(ServerConfigError):
     """The kubeconfig cannot be used; the message names the field, not the file."""
 
 
-@dataclass(frozen=True, slots=True)
-class StaticKubeconfig:
+class StaticKubeconfig(msgspec.Struct, frozen=True):
     """The current context's settings, apart from applying them (reading files, making memory
     files) so that parsing stays a pure function of the document. Paths are resolved already;
     TLS files are left out for an http server, as the client's loader leaves them out."""

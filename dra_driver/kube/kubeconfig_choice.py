@@ -7,8 +7,9 @@ first that exists and says so when the list held more than one.
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 
 class KubeconfigUnusable(ValueError):
@@ -16,8 +17,7 @@ class KubeconfigUnusable(ValueError):
     layer passes it on as its own invalid-option line (exit 2)."""
 
 
-@dataclass(frozen=True, slots=True)
-class KubeconfigChoice:
+class KubeconfigChoice(msgspec.Struct, frozen=True):
     # None: the in-cluster service account.
     path: Path | None
     # One line for the operator when the choice is not the obvious one; empty otherwise.

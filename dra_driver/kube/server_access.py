@@ -13,9 +13,10 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
 
 
 class Credentials(Protocol):
@@ -24,8 +25,7 @@ class Credentials(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
-class StaticAuthorization:
+class StaticAuthorization(msgspec.Struct, frozen=True):
     header: str | None = None
 
     async def authorization(self) -> str | None:
@@ -79,8 +79,7 @@ class RotatedToken:
         return self._header
 
 
-@dataclass(frozen=True, slots=True)
-class ServerAccess:
+class ServerAccess(msgspec.Struct, frozen=True):
     """`ca_file`, `client_certificate`, `client_key`: paths ssl can load (an inline PEM is put in
     a memory file first, `kube.kubeconfig`); `ca_data`: PEM text; `proxy`: an http:// URL."""
 

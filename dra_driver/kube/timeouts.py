@@ -1,10 +1,9 @@
 """How long each kind of API call may take: one place, one reason per value."""
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class Timeouts:
+class Timeouts(msgspec.Struct, frozen=True):
     """Seconds (the watch's `watch` in whole seconds, as the server takes it)."""
 
     # A write or a list (slices, pods, the Node, claims for `plan`) that takes longer is treated

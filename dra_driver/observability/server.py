@@ -15,12 +15,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -43,8 +43,7 @@ class MetricsAddressError(ValueError):
     """A bad --metrics-address; the message names the flag and what was expected."""
 
 
-@dataclass(frozen=True, slots=True)
-class ListenAddress:
+class ListenAddress(msgspec.Struct, frozen=True):
     # An IP address; "" for every interface (IPv6 and IPv4 where the node has both).
     host: str
     port: int
@@ -136,8 +135,7 @@ async def keep_heartbeat(readiness: Readiness, interval: float = HEARTBEAT_INTER
         await asyncio.sleep(interval)
 
 
-@dataclass(frozen=True, slots=True)
-class Response:
+class Response(msgspec.Struct, frozen=True):
     status: HTTPStatus
     body: bytes
     content_type: str = TEXT

@@ -36,7 +36,9 @@ conditions, and the per-claim limit of 32 results.
 """
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import AttributeValue, Device
@@ -51,39 +53,34 @@ def any_device(device: Device) -> bool:
     return True
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(msgspec.Struct, frozen=True):
     name: str
     selector: Selector = any_device
     count: int = 1
     # capacity.requests: capacity name -> amount (bytes for memory, plain numbers otherwise).
-    capacity: Mapping[str, int] = field(default_factory=dict)
+    capacity: Mapping[str, int] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class MatchAttribute:
+class MatchAttribute(msgspec.Struct, frozen=True):
     """All devices of the named requests (all requests when empty) share this attribute's value."""
 
     attribute: str
     requests: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(msgspec.Struct, frozen=True):
     requests: tuple[Request, ...]
     constraints: tuple[MatchAttribute, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceResult:
+class DeviceResult(msgspec.Struct, frozen=True):
     request: str
     device: str
     # What a share of a shared device consumed; empty for a device allocated whole.
-    consumed: Mapping[str, int] = field(default_factory=dict)
+    consumed: Mapping[str, int] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Allocation:
+class Allocation(msgspec.Struct, frozen=True):
     results: tuple[DeviceResult, ...]
 
     @property
@@ -91,15 +88,13 @@ class Allocation:
         return tuple(result.device for result in self.results)
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
+class Refusal(msgspec.Struct, frozen=True):
     """Why the claim does not fit now, in one line."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
+class _Entry(msgspec.Struct, frozen=True):
     """A device with what the search needs precomputed."""
 
     device: Device
@@ -124,8 +119,7 @@ def _entry(device: Device) -> _Entry:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Pool:
+class Pool(msgspec.Struct, frozen=True):
     """One driver's pool on one node, with its devices in the order the allocator tries them."""
 
     driver: str

@@ -15,13 +15,13 @@ capacity), written down so the allocator model charges exactly what the schedule
 """
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.devices.model import Capacity
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
+class Policy(msgspec.Struct, frozen=True):
     """A request policy in the API's full form; our devices only publish `validRange`."""
 
     default: int | None = None
@@ -31,8 +31,7 @@ class Policy:
     valid_values: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ModelCapacity:
+class ModelCapacity(msgspec.Struct, frozen=True):
     value: int
     policy: Policy | None = None
 

@@ -8,8 +8,9 @@ memory slices when no counter set lists them) come from the GPU catalog by produ
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from dra_driver.devices import attributes as names
 from dra_driver.devices.model import Device
@@ -21,8 +22,7 @@ MEMORY_SLICE = re.compile(r"memory-slice-([0-9]+)")
 _COMPUTE = re.compile(r"([0-9]+)g\.")
 
 
-@dataclass(frozen=True, slots=True)
-class Occupant:
+class Occupant(msgspec.Struct, frozen=True):
     """One allocation on one device: `label` says whose (a pod shape, or a claim)."""
 
     device: str
@@ -32,8 +32,7 @@ class Occupant:
     cores: int
 
 
-@dataclass(frozen=True, slots=True)
-class MigBlock:
+class MigBlock(msgspec.Struct, frozen=True):
     """A MIG placement: memory slices [start, start + size) and `compute` compute slices."""
 
     device: str
@@ -45,8 +44,7 @@ class MigBlock:
     occupant: Occupant | None
 
 
-@dataclass(frozen=True, slots=True)
-class GpuLayout:
+class GpuLayout(msgspec.Struct, frozen=True):
     index: int
     uuid: str
     product: str

@@ -42,6 +42,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import msgspec
+
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device
 from dra_driver.devices.naming import gpu_device_name
@@ -182,8 +184,7 @@ class OnlineBestFit:
         return Allocation((min(options, key=lambda r: (self.scorer.loss(r), state.index_of(r.device))),))
 
 
-@dataclass(frozen=True, slots=True)
-class Layout:
+class Layout(msgspec.Struct, frozen=True):
     """Which devices sit in which device slice (in slice-name order), and how many slices carry
     only counter sets (rewritten too when the pool gets a new generation)."""
 
@@ -343,8 +344,7 @@ class LiveOrder:
 GIB = 2**30
 
 
-@dataclass(frozen=True, slots=True)
-class AttributeIs:
+class AttributeIs(msgspec.Struct, frozen=True):
     """A selector as a hashable value, so equal requests share the allocator's candidate cache
     (the benchmark traces' requests use it too)."""
 
@@ -355,8 +355,7 @@ class AttributeIs:
         return device.attributes.get(self.attribute) == self.value
 
 
-@dataclass(frozen=True, slots=True)
-class _PartitionOf:
+class _PartitionOf(msgspec.Struct, frozen=True):
     memory_bytes: int
 
     def __call__(self, device: Device) -> bool:

@@ -13,8 +13,10 @@ asked for, or the rest of a GPU whose cores a vGPU share has taken).
 """
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import Literal
+
+import msgspec
+from msgspec.structs import replace
 
 from dra_driver.devices import attributes as names
 from dra_driver.devices.inventory import Inventory
@@ -43,8 +45,7 @@ MODES: tuple[PlanMode, ...] = ("gpu", "mig-static", "mig-dynamic", "vgpu-capacit
 MIB = 2**20
 
 
-@dataclass(frozen=True, slots=True)
-class PlacedPod:
+class PlacedPod(msgspec.Struct, frozen=True):
     number: int
     shape: str
     device: str
@@ -53,8 +54,7 @@ class PlacedPod:
     cores: int
 
 
-@dataclass(frozen=True, slots=True)
-class GroupOutcome:
+class GroupOutcome(msgspec.Struct, frozen=True):
     group: PodGroup
     placed: tuple[PlacedPod, ...]
     # Why the first pod that did not fit was refused ("" when all fit).
@@ -65,14 +65,12 @@ class GroupOutcome:
         return self.group.count - len(self.placed)
 
 
-@dataclass(frozen=True, slots=True)
-class GpuOutcome:
+class GpuOutcome(msgspec.Struct, frozen=True):
     layout: GpuLayout
     stranded_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class ModePlan:
+class ModePlan(msgspec.Struct, frozen=True):
     mode: PlanMode
     groups: tuple[GroupOutcome, ...]
     gpus: tuple[GpuOutcome, ...]

@@ -13,8 +13,9 @@ exists is the node's question (`packing.planner`).
 """
 
 import re
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from dra_driver.base.quantity import UP_TO_TERA, parse_quantity
 
@@ -36,8 +37,7 @@ class ShapeError(ValueError):
     """One bad `--pods` item: the message names the item, the field and what was expected."""
 
 
-@dataclass(frozen=True, slots=True)
-class PodShape:
+class PodShape(msgspec.Struct, frozen=True):
     """What one pod asks for. `text` is the kind as written (`1g.10gb`, `vgpu:10Gi/30%`)."""
 
     kind: ShapeKind
@@ -50,8 +50,7 @@ class PodShape:
     cores: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PodGroup:
+class PodGroup(msgspec.Struct, frozen=True):
     """`count` pods of one shape; `position` is the item's place in --pods, for messages."""
 
     count: int

@@ -19,7 +19,8 @@ its device for a pod arriving at t. Every problem names its field (`arrivals[3].
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.packing.shapes import PodShape, ShapeError, parse_shape
 
@@ -31,8 +32,7 @@ class TraceError(ValueError):
     """The trace cannot be replayed: the message names the file and the field."""
 
 
-@dataclass(frozen=True, slots=True)
-class TraceEvent:
+class TraceEvent(msgspec.Struct, frozen=True):
     """An arrival of pod `pod` (its shape in `shape`) or its departure (`shape` None)."""
 
     seconds: float
@@ -40,8 +40,7 @@ class TraceEvent:
     shape: PodShape | None
 
 
-@dataclass(frozen=True, slots=True)
-class Trace:
+class Trace(msgspec.Struct, frozen=True):
     events: tuple[TraceEvent, ...]
     arrivals: int
 

@@ -9,7 +9,8 @@ none.
 """
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Refusal
@@ -31,8 +32,7 @@ from dra_driver.packing.trace_file import Trace, TraceError
 Chooser = Callable[[NodeState, Claim], Allocation | Refusal]
 
 
-@dataclass(frozen=True, slots=True)
-class OrderReplay:
+class OrderReplay(msgspec.Struct, frozen=True):
     """One order's replay: `plan` counts every arrival (placed = admitted at some point) and draws
     the GPUs at the chosen moment."""
 

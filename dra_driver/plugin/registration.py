@@ -1,10 +1,10 @@
 """The kubelet plugin-registration service (pluginregistration.Registration)."""
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import msgspec
 import structlog
 
 from dra_driver._proto.pluginregistration.v1 import api_pb2 as registration_pb2
@@ -23,8 +23,7 @@ SUPPORTED_VERSIONS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RegistrationStatus:
+class RegistrationStatus(msgspec.Struct, frozen=True):
     registered: bool
     error: str
 

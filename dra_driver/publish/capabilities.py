@@ -13,8 +13,9 @@ Pure functions: the controller does the requests, logging and events.
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Literal
+
+from msgspec.structs import replace
 
 from dra_driver.devices.node_config import GpuPlan, ResolvedMode, VgpuPartitionSize
 from dra_driver.hardware.model import Gpu

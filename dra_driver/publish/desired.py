@@ -8,7 +8,8 @@ Kubernetes' per-version limits are the slice plan's (`devices.slices`); this add
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.devices.inventory import Inventory, build_inventory
 from dra_driver.devices.node_config import GpuPlan
@@ -22,8 +23,7 @@ from dra_driver.publish.capabilities import ApiFeature, fall_back
 ASSUMED_LAYOUT: SliceLayout = "1.35"
 
 
-@dataclass(frozen=True, slots=True)
-class ApiCapabilities:
+class ApiCapabilities(msgspec.Struct, frozen=True):
     """What the API server stores: its slice layout (None until its version is read) and the
     features whose fields it drops."""
 
@@ -31,8 +31,7 @@ class ApiCapabilities:
     unsupported: frozenset[ApiFeature] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
-class DesiredPool:
+class DesiredPool(msgspec.Struct, frozen=True):
     # What claims are prepared against: every GPU in a mode the server stores whole.
     offered: Inventory
     # `offered` with the taints of the GPUs' faults: what the slices should say.

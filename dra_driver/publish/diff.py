@@ -14,14 +14,14 @@ by the Go helper:
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from dra_driver.base.json_object import JsonObject
 
 
-@dataclass(frozen=True, slots=True)
-class NodeOwner:
+class NodeOwner(msgspec.Struct, frozen=True):
     """The Node the slices belong to: garbage collection removes them with the Node."""
 
     name: str
@@ -31,16 +31,14 @@ class NodeOwner:
         return {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": self.uid, "controller": True}
 
 
-@dataclass(frozen=True, slots=True)
-class Create:
+class Create(msgspec.Struct, frozen=True):
     body: JsonObject
 
     def describe(self) -> str:
         return f"create {self.body['metadata']['generateName']}*"
 
 
-@dataclass(frozen=True, slots=True)
-class Update:
+class Update(msgspec.Struct, frozen=True):
     name: str
     body: JsonObject
 
@@ -48,8 +46,7 @@ class Update:
         return f"update {self.name}"
 
 
-@dataclass(frozen=True, slots=True)
-class Delete:
+class Delete(msgspec.Struct, frozen=True):
     name: str
     uid: str
     resource_version: str
@@ -62,8 +59,7 @@ class Delete:
 Write = Create | Update | Delete
 
 
-@dataclass(frozen=True, slots=True)
-class SyncPlan:
+class SyncPlan(msgspec.Struct, frozen=True):
     generation: int
     deletes: tuple[Delete, ...] = ()
     updates: tuple[Update, ...] = ()
@@ -74,8 +70,7 @@ class SyncPlan:
         return (*self.deletes, *self.updates, *self.creates)
 
 
-@dataclass(frozen=True, slots=True)
-class Adopted:
+class Adopted(msgspec.Struct, frozen=True):
     """A spec we sent and the spec the server stored instead (it dropped fields it does not know).
 
     While both still hold, the slice counts as up to date: rewriting it would only be dropped again.
@@ -85,12 +80,11 @@ class Adopted:
     stored: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class PoolState:
+class PoolState(msgspec.Struct, frozen=True):
     """Everything the diff reads: the stored slices of our driver and node, and what was adopted."""
 
     slices: Sequence[Mapping[str, Any]]
-    adopted: Mapping[str, Adopted] = field(default_factory=dict)
+    adopted: Mapping[str, Adopted] = msgspec.field(default_factory=dict)
 
 
 def _generation(stored: Mapping[str, Any]) -> int:

@@ -5,11 +5,11 @@ checks, NotifyRegistrationStatus) and NodePrepareResources / NodeUnprepareResour
 against any DRA plugin socket. Tests drive the agent through it, so it is held to the contract.
 """
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import grpc
+import msgspec
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
@@ -34,8 +34,7 @@ class KubeletClientError(RuntimeError):
     """A call failed at the gRPC level, or the plugin broke the contract."""
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimArg:
+class ClaimArg(msgspec.Struct, frozen=True):
     namespace: str
     name: str
     uid: str

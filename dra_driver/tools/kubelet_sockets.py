@@ -9,8 +9,9 @@ when no socket is live.
 
 import re
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from dra_driver.plugin.sockets import DRA_SOCKETS_PATTERN, connect_problem, registration_sockets_pattern
 
@@ -19,8 +20,7 @@ class NoLiveSocketError(RuntimeError):
     """No socket of the driver accepts connections; the message lists what was found."""
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
+class Candidate(msgspec.Struct, frozen=True):
     path: Path
     mtime: float
     # Why it is not used; empty for a live socket.

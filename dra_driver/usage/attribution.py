@@ -12,7 +12,8 @@ The join, device by device:
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.hardware.usage import DeviceUsage, ProcessUsage
@@ -23,8 +24,7 @@ UsageKey = tuple[str, int | None]
 NO_POD = ("", "")
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceUser:
+class DeviceUser(msgspec.Struct, frozen=True):
     """One container using one of our devices through a claim."""
 
     namespace: str
@@ -36,8 +36,7 @@ class DeviceUser:
     share_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceFacts:
+class DeviceFacts(msgspec.Struct, frozen=True):
     """What a published device stands for, for usage: which GPU, and what a claim may use of it."""
 
     gpu_index: int
@@ -49,8 +48,7 @@ class DeviceFacts:
     compute_limit: float
 
 
-@dataclass(frozen=True, slots=True)
-class GpuRow:
+class GpuRow(msgspec.Struct, frozen=True):
     gpu: str
     uuid: str
     model: str
@@ -60,8 +58,7 @@ class GpuRow:
     processes: int
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimRow:
+class ClaimRow(msgspec.Struct, frozen=True):
     gpu: str
     uuid: str
     model: str
@@ -76,8 +73,7 @@ class ClaimRow:
     utilization: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class UsageReport:
+class UsageReport(msgspec.Struct, frozen=True):
     gpus: tuple[GpuRow, ...]
     claims: tuple[ClaimRow, ...]
 

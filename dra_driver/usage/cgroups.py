@@ -8,15 +8,15 @@ needs that process to be visible: the host PID namespace, or the host's /proc mo
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 _POD = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 _CONTAINER = re.compile(r"^(?:cri-containerd-|crio-|docker-|containerd-)?([0-9a-f]{64})(?:\.scope)?$")
 
 
-@dataclass(frozen=True, slots=True)
-class PodCgroup:
+class PodCgroup(msgspec.Struct, frozen=True):
     pod_uid: str
     # The runtime's container ID; empty where the path does not end in one (a pod-level process).
     container_id: str

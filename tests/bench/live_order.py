@@ -22,9 +22,10 @@ import platform
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.packing.allocator import Pool

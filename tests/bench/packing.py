@@ -21,7 +21,6 @@ docs/bench/packing-*.svg.
 """
 
 import argparse
-import dataclasses
 import json
 import platform
 import statistics
@@ -29,6 +28,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.naming import counter_set_name
@@ -72,16 +73,17 @@ def node_gpus(profile: str, mode: str, count: int | None = None) -> tuple[Gpu, .
     """The profile's GPUs, with MIG mode as the offering mode needs it."""
     gpus = simulated_gpus("node-a", resolve_node_spec(profile))
     mig_mode = MigMode.ENABLED if mode.startswith("mig-") else MigMode.DISABLED
-    return tuple(dataclasses.replace(gpu, mig_mode=mig_mode) for gpu in gpus[:count])
+    return tuple(replace(gpu, mig_mode=mig_mode) for gpu in gpus[:count])
 
 
 def inventories(gpus: Sequence[Gpu], settings: GpuSettings) -> dict[str, Inventory]:
     binpack = node_inventory(gpus, NodeConfig(default=settings))
-    found = {"name": dataclasses.replace(binpack, devices=name_ordered(binpack.devices)), "binpack": binpack}
+    found = {
+        "name": replace(binpack, devices=name_ordered(binpack.devices)),
+        "binpack": binpack,
+    }
     if settings.mode != "vgpu-capacity":
-        found["spread"] = node_inventory(
-            gpus, NodeConfig(default=dataclasses.replace(settings, packing="spread"))
-        )
+        found["spread"] = node_inventory(gpus, NodeConfig(default=replace(settings, packing="spread")))
     return found
 
 

@@ -16,11 +16,12 @@ results in docs/bench/packing-search-<node>.json.
 """
 
 import argparse
-import dataclasses
 import itertools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.origins import DynamicMig
@@ -69,7 +70,7 @@ def with_starts(inventory: Inventory, order: Mapping[SizeClass, tuple[int, ...]]
 
         for position, device in zip(positions, sorted(members, key=lambda d: rank(d.name)), strict=True):
             devices[position] = device
-    return dataclasses.replace(inventory, devices=tuple(devices))
+    return replace(inventory, devices=tuple(devices))
 
 
 def refusals(

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout, plan_slices, slices_to_api
@@ -118,9 +119,9 @@ class TimedApiServer(ApiServer):
 def renamed(inventory: Inventory, device_index: int, name: str) -> Inventory:
     """The inventory with one device's productName changed: a change confined to that device's slice."""
     device = inventory.devices[device_index]
-    changed = dataclasses.replace(device, attributes={**device.attributes, "productName": name})
+    changed = replace(device, attributes={**device.attributes, "productName": name})
     devices = tuple(changed if d is device else d for d in inventory.devices)
-    return dataclasses.replace(inventory, devices=devices, device_by_name={d.name: d for d in devices})
+    return replace(inventory, devices=devices, device_by_name={d.name: d for d in devices})
 
 
 def slices_changed(before: Inventory, after: Inventory) -> int:

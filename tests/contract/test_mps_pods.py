@@ -9,12 +9,12 @@ import os
 import shutil
 import signal
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from msgspec.structs import replace
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls

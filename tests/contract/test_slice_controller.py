@@ -3,7 +3,6 @@ asyncio client: convergence, exact write counts, quiet periods, faults, versions
 
 import asyncio
 import copy
-import dataclasses
 import urllib.error
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout, plan_slices
@@ -49,9 +49,9 @@ def slice_count(inventory: Inventory, layout: SliceLayout = "1.35") -> int:
 
 def with_product_name(inventory: Inventory, device_index: int, name: str) -> Inventory:
     device = inventory.devices[device_index]
-    changed = dataclasses.replace(device, attributes={**device.attributes, "productName": name})
+    changed = replace(device, attributes={**device.attributes, "productName": name})
     devices = tuple(changed if d is device else d for d in inventory.devices)
-    return dataclasses.replace(inventory, devices=devices, device_by_name={d.name: d for d in devices})
+    return replace(inventory, devices=devices, device_by_name={d.name: d for d in devices})
 
 
 async def quiet(server: ApiServer, seconds: float) -> int:

@@ -14,9 +14,10 @@ with it, and they must not import the disk layer. `cdi_files` writes the specs.
 """
 
 import re
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
+
+import msgspec
 
 from dra_driver.observability.error_reasons import ErrorReason
 
@@ -41,8 +42,7 @@ class InvalidCdiName(ValueError):
     metric_reason: ClassVar[ErrorReason] = "invalid_identity"
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceNode:
+class DeviceNode(msgspec.Struct, frozen=True):
     """A device node at `path` in the container; `host_path` only when the host's node lives
     elsewhere (a driver container's /dev), because that field needs CDI 0.5.0."""
 
@@ -62,8 +62,7 @@ class DeviceNode:
         return rendered
 
 
-@dataclass(frozen=True, slots=True)
-class Mount:
+class Mount(msgspec.Struct, frozen=True):
     """A mount of `host_path` at `container_path`. The mount `type` field is left out on purpose:
     it needs CDI 0.4.0, and runc already makes a bind mount of anything whose options say "bind"."""
 
@@ -78,8 +77,7 @@ class Mount:
         return rendered
 
 
-@dataclass(frozen=True, slots=True)
-class Hook:
+class Hook(msgspec.Struct, frozen=True):
     """An OCI hook; like execv, `args` starts with the program's own name."""
 
     hook_name: HookName
@@ -96,8 +94,7 @@ class Hook:
         return rendered
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerEdits:
+class ContainerEdits(msgspec.Struct, frozen=True):
     """What a runtime changes in a container for one CDI device.
 
     A device node given as a plain string is at the same path on the host and in the container.
@@ -133,14 +130,12 @@ class ContainerEdits:
         return rendered
 
 
-@dataclass(frozen=True, slots=True)
-class CdiDevice:
+class CdiDevice(msgspec.Struct, frozen=True):
     name: str
     edits: ContainerEdits
 
 
-@dataclass(frozen=True, slots=True)
-class CdiSpec:
+class CdiSpec(msgspec.Struct, frozen=True):
     kind: str
     devices: tuple[CdiDevice, ...]
 

@@ -8,9 +8,10 @@ describe exactly what was allocated, which is what tests and the demo check from
 container.
 """
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
 
 from dra_driver.claims.edits.cdi import ContainerEdits, DeviceNode
 from dra_driver.claims.edits.mig_caps import (
@@ -67,8 +68,7 @@ class SimulatedEdits:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class NvmlEdits:
+class NvmlEdits(msgspec.Struct, frozen=True):
     proc_root: Path = Path("/proc")
     dev_root: Path = Path("/")
 

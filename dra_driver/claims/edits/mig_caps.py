@@ -13,8 +13,9 @@ never guessed. `config` and `monitor` are the node-wide capabilities to create M
 to watch all of them.
 """
 
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from dra_driver.claims.edits.cdi import ContainerEdits, DeviceNode
 
@@ -30,8 +31,7 @@ class CapabilityFileError(ValueError):
     """A capability file that is missing or says something other than what the driver writes."""
 
 
-@dataclass(frozen=True, slots=True)
-class Capability:
+class Capability(msgspec.Struct, frozen=True):
     source: Path  # the proc file it was read from
     minor: int
     mode: int  # of the device node, as the driver makes it (292 is 0o444)

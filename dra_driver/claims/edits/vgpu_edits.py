@@ -35,8 +35,9 @@ Host side, below the operator's `HamiCore.state_dir`:
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import PurePosixPath
+
+import msgspec
 
 from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.errors import ClaimRejected
@@ -65,8 +66,7 @@ PRELOAD_FILE_MODE = 0o644
 _PCI_BUS_ID = re.compile(r"([0-9a-fA-F]+):([0-9a-fA-F]+):([0-9a-fA-F]+)\.([0-7])")
 
 
-@dataclass(frozen=True, slots=True)
-class HamiCore:
+class HamiCore(msgspec.Struct, frozen=True):
     """Where the node operator installed HAMi-core; without it, limits are advisory only."""
 
     # Host path of libvgpu.so.
@@ -88,16 +88,14 @@ class HamiCore:
         return self.state_dir / "claims" / claim_uid
 
 
-@dataclass(frozen=True, slots=True)
-class HostDirectory:
+class HostDirectory(msgspec.Struct, frozen=True):
     """A directory the engine creates (parents as needed) and gives exactly `mode`."""
 
     path: PurePosixPath
     mode: int
 
 
-@dataclass(frozen=True, slots=True)
-class HostFile:
+class HostFile(msgspec.Struct, frozen=True):
     """A file the engine writes with `content` and gives exactly `mode`."""
 
     path: PurePosixPath
@@ -108,8 +106,7 @@ class HostFile:
 HostEntry = HostDirectory | HostFile
 
 
-@dataclass(frozen=True, slots=True)
-class VgpuClaimEdits:
+class VgpuClaimEdits(msgspec.Struct, frozen=True):
     """The claim's vGPU edits, and what must exist on the host before a container starts.
 
     `host_entries` are in creation order and safe to create again. Unprepare removes

@@ -29,9 +29,9 @@ by the GPU (sharing.gpu_daemon_key) instead of a claim UID.
 
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import replace
 
 import structlog
+from msgspec.structs import replace
 
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef

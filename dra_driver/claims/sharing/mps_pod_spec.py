@@ -24,9 +24,10 @@ nothing else:
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from dra_driver.claims.sharing.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec
 from dra_driver.kube.k8s_names import uid_problem
@@ -43,8 +44,7 @@ class InvalidDaemonPod(ValueError):
     """Something a daemon pod cannot be made from (a claim UID that is no UID)."""
 
 
-@dataclass(frozen=True, slots=True)
-class MpsPodSettings:
+class MpsPodSettings(msgspec.Struct, frozen=True):
     """Where the agent runs, which its daemon pods share.
 
     `driver_root`: where the agent sees the driver root (the control program's path is under it);

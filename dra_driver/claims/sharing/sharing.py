@@ -14,8 +14,9 @@ numbered in that order.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from dra_driver.claims.edits.cdi import ContainerEdits, Mount
 from dra_driver.claims.identity import InvalidClaimIdentity
@@ -35,8 +36,7 @@ _READ_WRITE_BIND = ("rw", "nosuid", "nodev", "bind")
 MIB = 1024**2
 
 
-@dataclass(frozen=True, slots=True)
-class SharedDevice:
+class SharedDevice(msgspec.Struct, frozen=True):
     """One allocated device of a claim as sharing sees it: which hardware, and the sharing its
     effective config asks for. `mig_uuid` is set exactly for MIG devices."""
 
@@ -56,8 +56,7 @@ class SharedDevice:
         return self.mig_uuid or self.gpu_uuid
 
 
-@dataclass(frozen=True, slots=True)
-class MpsDirectories:
+class MpsDirectories(msgspec.Struct, frozen=True):
     """Where the MPS daemon of one claim keeps its pipes, logs and shared memory.
 
     The claim UID comes from kubelet and is checked on construction, so no value of this type
@@ -89,8 +88,7 @@ class MpsDirectories:
         return self.root / "shm"
 
 
-@dataclass(frozen=True, slots=True)
-class PinnedMemoryLimit:
+class PinnedMemoryLimit(msgspec.Struct, frozen=True):
     """The most device memory one MPS client may allocate on one device, in whole MiB: MPS takes
     "<n>M" (MPS documentation), and NVIDIA's DRA driver also rounds bytes down to MiB for it."""
 
@@ -99,8 +97,7 @@ class PinnedMemoryLimit:
     mebibytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class MpsDaemonSpec:
+class MpsDaemonSpec(msgspec.Struct, frozen=True):
     """The MPS control daemon of one claim: it serves `device_uuids`, and clients see those
     devices as 0, 1, ... in that order, which is also what a device index in the config means."""
 
@@ -196,8 +193,7 @@ def vgpu_share_mps_edits(runtime_dir: Path, gpu_uuid: str, cores: int, memory_by
     return spec.container_edits()
 
 
-@dataclass(frozen=True, slots=True)
-class RestorePlan:
+class RestorePlan(msgspec.Struct, frozen=True):
     """What unprepare (or the rollback of a half-prepared claim) undoes. Every step is idempotent.
 
     A changed time slice goes back to Default, not to what the GPU had before: that may have been
@@ -209,8 +205,7 @@ class RestorePlan:
     stop_mps: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class SharingPlan:
+class SharingPlan(msgspec.Struct, frozen=True):
     time_slices: tuple[TimeSliceSetting, ...] = ()
     mps: MpsDaemonSpec | None = None
     # Whole GPUs the MPS daemon serves, set to ExclusiveProcess while the claim is prepared

@@ -56,8 +56,9 @@ This module is data in, data out: `metadata_files` writes and removes the files.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from dra_driver.base.compact_json import compact_json
 from dra_driver.claims.claim_object import ResourceClaimView
@@ -89,8 +90,7 @@ CDI_DEVICE_SUFFIX = ".metadata"
 READ_ONLY = ("ro", "nosuid", "nodev", "noexec", "bind")
 
 
-@dataclass(frozen=True, slots=True)
-class MetadataDevice:
+class MetadataDevice(msgspec.Struct, frozen=True):
     """One allocated device as its request's file lists it: `attributes` as published (the
     inventory's own mapping, never changed, which is what lets its entry be encoded once) and
     `facts` only this prepare knows, which win over a published attribute of the same name."""
@@ -100,15 +100,14 @@ class MetadataDevice:
     pool: str
     name: str
     attributes: Mapping[str, AttributeValue]
-    facts: Mapping[str, AttributeValue] = field(default_factory=dict)
+    facts: Mapping[str, AttributeValue] = msgspec.field(default_factory=dict)
 
     @property
     def main_request(self) -> str:
         return self.request.split("/", 1)[0]
 
 
-@dataclass(frozen=True, slots=True)
-class RequestMetadata:
+class RequestMetadata(msgspec.Struct, frozen=True):
     """The file of one request: its content, and where containers of the request see it."""
 
     request: str

@@ -14,8 +14,9 @@ facts a no-op rather than a change.
 """
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from dra_driver.base.compact_json import compact_json
 from dra_driver.base.json_object import JsonObject
@@ -29,8 +30,7 @@ PREPARED_REASON = "Prepared"
 _MIB = 2**20
 
 
-@dataclass(frozen=True, slots=True)
-class EntryKey:
+class EntryKey(msgspec.Struct, frozen=True):
     """The list-map key of `status.devices`: no two entries may share it."""
 
     driver: str
@@ -152,8 +152,7 @@ def allocated_keys(claim: ResourceClaimView, driver_name: str) -> frozenset[Entr
     return frozenset(EntryKey(driver_name, r.pool, r.device, r.share_id) for r in claim.results)
 
 
-@dataclass(frozen=True, slots=True)
-class StatusUpdate:
+class StatusUpdate(msgspec.Struct, frozen=True):
     """What to do with a claim as read: `body` to PUT to its status subresource, or nothing, and
     why (`outcome`): "write", "unchanged" (already stored), "gone" (another claim now, or our
     devices no longer allocated to it)."""

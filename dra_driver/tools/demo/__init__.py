@@ -11,10 +11,10 @@ The spec goes to a private directory unless `--cdi-dir` names one: podman reads 
 import json
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import msgspec
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME
@@ -31,8 +31,7 @@ DEFAULT_HARDWARE = "simulated:dgx-h100"
 DEFAULT_CLAIM = "gpu"
 
 
-@dataclass(frozen=True, slots=True)
-class DemoClaims:
+class DemoClaims(msgspec.Struct, frozen=True):
     """What the demo prepares: claims from a file, or the sample claim of one kind."""
 
     source: OfflineClaimSource

@@ -8,8 +8,9 @@ function of the node's GPUs, so a kind the node cannot offer is refused before a
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
 
 from dra_driver.devices.classes import class_name
 from dra_driver.devices.inventory import Inventory, node_inventory
@@ -38,8 +39,7 @@ class SampleClaimError(ValueError):
     """The node cannot offer the kind of device asked for; the message says why and what would."""
 
 
-@dataclass(frozen=True, slots=True)
-class SampleClaim:
+class SampleClaim(msgspec.Struct, frozen=True):
     claim: dict[str, Any]
     # The node configuration that makes the node offer the device; None: the default one.
     node_config: dict[str, Any] | None

@@ -2,8 +2,9 @@
 and the labels and metadata every object carries."""
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from dra_driver import DEFAULT_DRIVER_NAME, __version__
 from dra_driver.config.option_table import (
@@ -59,8 +60,7 @@ class ManifestError(SettingsError):
     """A bad option; the message names the `dra-driver manifests` flag it came from."""
 
 
-@dataclass(frozen=True, slots=True)
-class ManifestOptions:
+class ManifestOptions(msgspec.Struct, frozen=True):
     # The installation's name (a Helm release's name): names the namespaced objects and pods.
     name: str = DEFAULT_NAME
     driver_name: str = DEFAULT_DRIVER_NAME
@@ -69,11 +69,11 @@ class ManifestOptions:
     # "nvml", or "simulated:<profile>" for a test cluster without GPUs.
     hardware: str = DEFAULT_HARDWARE
     # Empty: the agent runs on GPU nodes (GPU_NODE_LABELS, as node affinity); else only there.
-    node_selector: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = msgspec.field(default_factory=dict)
     # 1: the new agent pod overlaps the old one (kubelet >= 1.33); 0: old goes, then new starts.
     max_surge: int = 1
     # Named node configs (how GPUs are offered: whole, MIG, vGPU) as YAML text, by config name.
-    node_configs: Mapping[str, str] = field(default_factory=dict)
+    node_configs: Mapping[str, str] = msgspec.field(default_factory=dict)
     # A simulated node description (YAML text) for `--hardware simulated:<file>`.
     simulated_node: str | None = None
     # HAMi-core's libvgpu.so on the hosts, which enforces vGPU limits; None: advisory limits.
@@ -88,7 +88,7 @@ class ManifestOptions:
     log_format: str = "json"
     metrics_port: int = DEFAULT_METRICS_PORT
     # More environment for the agent's container, after its own (e.g. a test library's settings).
-    extra_env: Mapping[str, str] = field(default_factory=dict)
+    extra_env: Mapping[str, str] = msgspec.field(default_factory=dict)
     # The oldest Kubernetes ("1.N") the objects must work on; gates options that need newer ones.
     kubernetes_version: str = OLDEST_KUBERNETES
     # Serve the NVIDIA device plugin's resource names from the DeviceClasses (needs 1.36+).

@@ -14,7 +14,8 @@
 
 import random
 from collections.abc import Mapping
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.mig import memory_slice_counter

@@ -1,11 +1,11 @@
 import asyncio
-import dataclasses
 import json
 import os
 import time
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.record_store import ABANDONED_WRITE_SECONDS, ClaimRecordStore
@@ -120,7 +120,7 @@ def test_a_record_this_store_wrote_is_read_back_as_on_disk_after_a_peer_replaced
     mine.load_all()
     asyncio.run(mine.create(RECORD))
     assert mine.read(UID) == RECORD
-    preparing = dataclasses.replace(RECORD, state="preparing")
+    preparing = replace(RECORD, state="preparing")
     peer.save(preparing)
     assert mine.read(UID) == preparing
     asyncio.run(mine.write(RECORD))
@@ -165,7 +165,7 @@ def test_two_phase_records_round_trip_with_their_mig_instances_and_version_1_sti
     tmp_path: Path,
 ) -> None:
     store = ClaimRecordStore(tmp_path)
-    preparing = dataclasses.replace(
+    preparing = replace(
         RECORD,
         state="preparing",
         mig_instances=(MigInstanceRecord("GPU-1", profile_id=19, placement_start=3, placement_size=1),),
@@ -202,7 +202,7 @@ def test_a_first_record_is_created_and_never_replaces_one_there(tmp_path: Path, 
     asyncio.run(store.create(RECORD))
     assert store.read(UID) == RECORD
     if grouped:
-        other = dataclasses.replace(RECORD, state="preparing")
+        other = replace(RECORD, state="preparing")
         with pytest.raises(FileExistsError):
             asyncio.run(store.create(other))
         assert store.read(UID) == RECORD
@@ -221,7 +221,7 @@ def test_the_compute_modes_to_restore_round_trip_and_a_bad_one_is_named(tmp_path
     )
     store.save(record)
     assert store.read(UID) == record
-    assert dataclasses.replace(record, mps=False).has_side_effects
+    assert replace(record, mps=False).has_side_effects
     data = record.to_json()
     data["computeModes"][1]["restore"] = "Exclusive"
     with pytest.raises(CorruptRecord, match=r"computeModes\[1\]\.restore: expected one of Default, "):
@@ -234,8 +234,8 @@ def test_the_devices_facts_and_the_claims_generation_round_trip_and_older_record
     store = ClaimRecordStore(tmp_path)
     store.load_all()
     facts = DeviceFacts("mig", "GPU-a", 3, mig_profile="1g.10gb", mig_device_uuid="MIG-b")
-    device = dataclasses.replace(RECORD.devices[0], facts=facts)
-    record = dataclasses.replace(RECORD, devices=(device,), generation=2)
+    device = replace(RECORD.devices[0], facts=facts)
+    record = replace(RECORD, devices=(device,), generation=2)
     store.save(record)
     assert store.read(UID) == record
     data = record.to_json()
@@ -268,7 +268,7 @@ def test_unflushed_records_are_written_whole_and_never_flushed(
     store = ClaimRecordStore(tmp_path, flush=False)
     store.load_all()
     asyncio.run(store.create(RECORD))
-    preparing = dataclasses.replace(RECORD, state="preparing")
+    preparing = replace(RECORD, state="preparing")
     with pytest.raises(FileExistsError):
         asyncio.run(store.create(preparing))
     assert ClaimRecordStore(tmp_path).read(UID) == RECORD  # the record there is left as it was

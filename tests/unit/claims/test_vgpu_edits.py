@@ -5,7 +5,6 @@ is checked on an example whose bus order differs from both minor and input order
 property over random shares of random simulated GPUs with their bus ids shuffled.
 """
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
@@ -13,6 +12,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from dra_driver.claims.claim_object import AllocatedDevice, ResourceClaimView
 from dra_driver.claims.edits.cdi import ContainerEdits, Mount
@@ -49,7 +49,7 @@ DRIVER = "gpu.example.com"
 
 def l4(minor: int, bus_id: str | None = None) -> Gpu:
     gpu = simulated_node("l4x8")[minor]
-    return gpu if bus_id is None else dataclasses.replace(gpu, pci_bus_id=bus_id)
+    return gpu if bus_id is None else replace(gpu, pci_bus_id=bus_id)
 
 
 def shareable(gpu: Gpu) -> Device:
@@ -91,7 +91,7 @@ def capacity_share(gpu: Gpu, consumed: Mapping[str, object] | None, position: in
 def hami_edits(uid: str, shares: list[VgpuGrant], hami: HamiCore | None) -> VgpuClaimEdits:
     """The claim's edits with its GPUs under vgpu.enforcement hami-core (with a library) or none."""
     enforcement: Enforcement = "hami-core" if hami else "none"
-    shares = [dataclasses.replace(share, enforcement=enforcement) for share in shares]
+    shares = [replace(share, enforcement=enforcement) for share in shares]
     return vgpu_claim_edits(uid, shares, hami, None)
 
 
@@ -299,7 +299,7 @@ def test_the_vgpu_config_settings_are_merged_in() -> None:
     config = VgpuConfig(
         memory_oversubscription=True, core_limit_policy="Force", task_priority=0, oom_killer=True
     )
-    shares = [dataclasses.replace(capacity_share(l4(minor), {}), config=config) for minor in (0, 1)]
+    shares = [replace(capacity_share(l4(minor), {}), config=config) for minor in (0, 1)]
 
     assert env_of(shares)[5:] == (
         "CUDA_OVERSUBSCRIBE=true",
@@ -311,7 +311,7 @@ def test_the_vgpu_config_settings_are_merged_in() -> None:
 
 def test_vgpus_of_one_claim_need_the_same_settings() -> None:
     first = capacity_share(l4(0), {})
-    second = dataclasses.replace(capacity_share(l4(1), {}), config=VgpuConfig(task_priority=0))
+    second = replace(capacity_share(l4(1), {}), config=VgpuConfig(task_priority=0))
 
     with pytest.raises(ClaimRejected) as refused:
         check_claim_grants([first, second])
@@ -471,7 +471,7 @@ def claim_shares(draw: st.DrawFn) -> list[VgpuGrant]:
     )
     shares = []
     for position in chosen:
-        gpu = dataclasses.replace(gpus[position], pci_bus_id=bus_ids[position])
+        gpu = replace(gpus[position], pci_bus_id=bus_ids[position])
         memory = draw(st.integers(MIB, gpu.memory_bytes))
         shares.append(VgpuGrant(f"gpu-{gpu.minor}", gpu, memory, draw(st.integers(1, 100)), None, config))
     return shares
@@ -509,7 +509,7 @@ def mps_share_edits(granted: VgpuGrant) -> ContainerEdits:
 
 def test_under_mps_a_share_reaches_its_gpus_daemon_with_its_own_limits_as_client_settings() -> None:
     gpu = l4(0)
-    share = dataclasses.replace(capacity_share(gpu, {"memory": "8Gi", "cores": "25"}), enforcement="mps")
+    share = replace(capacity_share(gpu, {"memory": "8Gi", "cores": "25"}), enforcement="mps")
     daemon = MPS_DIR / gpu.uuid.removeprefix("GPU-")
 
     edits = vgpu_claim_edits(UID, [share], HAMI, mps_share_edits)
@@ -527,7 +527,7 @@ def test_under_mps_a_share_reaches_its_gpus_daemon_with_its_own_limits_as_client
 
 
 def test_under_mps_the_memory_limit_is_rounded_down_to_whole_mib() -> None:
-    share = dataclasses.replace(capacity_share(l4(0), {}), memory_bytes=3 * GIB + MIB - 1, enforcement="mps")
+    share = replace(capacity_share(l4(0), {}), memory_bytes=3 * GIB + MIB - 1, enforcement="mps")
 
     env = vgpu_claim_edits(UID, [share], None, mps_share_edits).edits.env
 
@@ -535,7 +535,7 @@ def test_under_mps_the_memory_limit_is_rounded_down_to_whole_mib() -> None:
 
 
 def test_a_share_under_mps_must_be_its_claims_only_device() -> None:
-    share = dataclasses.replace(capacity_share(l4(3), {}), enforcement="mps")
+    share = replace(capacity_share(l4(3), {}), enforcement="mps")
 
     with pytest.raises(ClaimRejected) as refused:
         check_claim_grants([share], ["gpu-5"])
@@ -547,7 +547,7 @@ def test_a_share_under_mps_must_be_its_claims_only_device() -> None:
 
 
 def test_shares_of_gpus_with_different_enforcement_are_refused_together() -> None:
-    first = dataclasses.replace(capacity_share(l4(0), {}), enforcement="none")
+    first = replace(capacity_share(l4(0), {}), enforcement="none")
     second = capacity_share(l4(1), {})
 
     with pytest.raises(ClaimRejected, match=r"different vgpu.enforcement \(none on GPU 0"):

@@ -1,9 +1,8 @@
 """Prepare reads what a device stands for from its typed origin, never from its published
 attributes: those are a contract with users and may be renamed or dropped for their sake."""
 
-import dataclasses
-
 import pytest
+from msgspec.structs import replace
 
 from dra_driver.claims.claim_object import AllocatedDevice
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
@@ -28,10 +27,9 @@ def _inventory(profile: str, mode: str) -> Inventory:
     under mps must be its claim's only device)."""
     gpus = simulated_node(profile)
     config = mode_configs(gpus)[mode]
-    hami = dataclasses.replace(config.default, enforcement="hami-core")
+    hami = replace(config.default, enforcement="hami-core")
     entries = tuple(
-        dataclasses.replace(entry, settings=dataclasses.replace(entry.settings, enforcement="hami-core"))
-        for entry in config.gpus
+        replace(entry, settings=replace(entry.settings, enforcement="hami-core")) for entry in config.gpus
     )
     return node_inventory(gpus, NodeConfig(default=hami, gpus=entries))
 
@@ -65,12 +63,8 @@ def _renamed(inventory: Inventory, rename: dict[str, str | None]) -> Inventory:
         kept = {rename.get(name, name): value for name, value in device.attributes.items()}
         return {name: value for name, value in kept.items() if name is not None}
 
-    devices = tuple(
-        dataclasses.replace(device, attributes=attributes(device)) for device in inventory.devices
-    )
-    return dataclasses.replace(
-        inventory, devices=devices, device_by_name={device.name: device for device in devices}
-    )
+    devices = tuple(replace(device, attributes=attributes(device)) for device in inventory.devices)
+    return replace(inventory, devices=devices, device_by_name={device.name: device for device in devices})
 
 
 def _what_prepare_does(planned: tuple[PlannedDevice, ...]) -> list[tuple[object, ...]]:

@@ -1,10 +1,9 @@
 """The device model: what each kind of device looks like, and that names parse back."""
 
-import dataclasses
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import Version, device_to_api, quantity, semantic_version
@@ -218,14 +217,14 @@ def test_counts_become_exact_quantities(value: int, text: str) -> None:
 
 
 def test_a_gpu_without_numa_affinity_has_no_numa_attribute() -> None:
-    gpu = dataclasses.replace(simulated_node("t4x4")[0], numa_node=None)
+    gpu = replace(simulated_node("t4x4")[0], numa_node=None)
     (device,) = node_inventory((gpu,), NodeConfig()).devices
     assert "numaNode" not in device.attributes
     assert "resource.kubernetes.io/numaNode" not in device.attributes
 
 
 def test_an_unknown_sm_count_is_left_out_rather_than_published_as_zero() -> None:
-    gpu = dataclasses.replace(simulated_node("t4x4")[0], multiprocessors=0)
+    gpu = replace(simulated_node("t4x4")[0], multiprocessors=0)
     for mode in ("gpu", "vgpu-capacity"):
         (device,) = node_inventory((gpu,), NodeConfig(default=GpuSettings(mode=mode))).devices
         assert "multiprocessors" not in device.capacity and "multiprocessors" not in device.attributes
@@ -234,13 +233,13 @@ def test_an_unknown_sm_count_is_left_out_rather_than_published_as_zero() -> None
 def test_static_instances_nothing_can_run_on_are_left_out_with_a_note() -> None:
     gpu = next(gpu for gpu in simulated_node("mixed") if gpu.mig_instances)
     first, second, *_ = gpu.mig_instances
-    bare = dataclasses.replace(first, uuid="", compute_instance_id=-1, compute_slices=0, multiprocessors=0)
+    bare = replace(first, uuid="", compute_instance_id=-1, compute_slices=0, multiprocessors=0)
     split = (
-        dataclasses.replace(second, compute_slices=1),
-        dataclasses.replace(second, compute_instance_id=1, uuid="MIG-other", compute_slices=1),
+        replace(second, compute_slices=1),
+        replace(second, compute_instance_id=1, uuid="MIG-other", compute_slices=1),
     )
-    foreign = dataclasses.replace(second, gpu_instance_id=99, profile_id=12345, uuid="MIG-foreign")
-    odd = dataclasses.replace(gpu, mig_instances=(bare, *split, foreign))
+    foreign = replace(second, gpu_instance_id=99, profile_id=12345, uuid="MIG-foreign")
+    odd = replace(gpu, mig_instances=(bare, *split, foreign))
 
     inventory = node_inventory((odd,), NodeConfig())
 

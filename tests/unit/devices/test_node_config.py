@@ -1,10 +1,10 @@
 """The node configuration: strict decoding, and errors that name the GPU and the setting."""
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
+from msgspec.structs import replace
 
 from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.gpu_selection import catalog_model

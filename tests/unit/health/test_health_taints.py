@@ -2,13 +2,13 @@
 slices for Kubernetes 1.34 to 1.37, and gone without a trace once the GPU recovers."""
 
 import re
-from dataclasses import replace
 from typing import Any
 
 import kubernetes_validate
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Taint

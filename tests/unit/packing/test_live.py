@@ -2,9 +2,9 @@
 allow, and what republishing costs."""
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import GpuSettings, NodeConfig, VgpuPartitionSize

@@ -1,9 +1,8 @@
 """The published order: first fit packs GPU after GPU (binpack) or round-robin (spread), and
 names stay what they were."""
 
-import dataclasses
-
 import yaml
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.naming import parse_device_name
@@ -51,7 +50,7 @@ def test_binpack_puts_small_mig_instances_where_they_block_the_big_profiles_leas
     origin = inventory.origin_of_device[first]
     assert isinstance(origin, DynamicMig)
     assert (origin.gpu.minor, origin.placement.start) == (0, 5)
-    (by_name,) = first_fits(dataclasses.replace(inventory, devices=name_ordered(inventory.devices)), [one_g])
+    (by_name,) = first_fits(replace(inventory, devices=name_ordered(inventory.devices)), [one_g])
     assert by_name == "gpu-0-mig-1g10gb-0"
     four_g = mig_shapes(simulated_node("dgx-h100-mig")[0])["4g"].claim
     assert first_fits(inventory, [one_g, four_g])[1] == "gpu-0-mig-4g40gb-0"

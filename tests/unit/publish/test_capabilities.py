@@ -3,12 +3,12 @@ whose slices it stores whole."""
 
 import copy
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any, get_args
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from msgspec.structs import replace
 
 from dra_driver.devices.inventory import build_inventory
 from dra_driver.devices.node_config import (
