@@ -53,7 +53,7 @@ def _decoded(path: durable_files.StrPath, data: bytes) -> ClaimRecord:
 
 
 def _encoded(record: ClaimRecord) -> bytes:
-    return compact_json(record.to_json()).encode()
+    return compact_json(record.to_json())
 
 
 class ClaimRecordStore:

@@ -41,7 +41,7 @@ def _encoded_entry(reservation: Reservation) -> bytes:
         "devices": list(reservation.devices),
         "owner": reservation.owner,
     }
-    return compact_json(entry).encode()
+    return compact_json(entry)
 
 
 _TABLE_START = b'{"version":%d,"reservations":[' % TABLE_VERSION

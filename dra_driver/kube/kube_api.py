@@ -94,7 +94,7 @@ async def call(
 ) -> HttpAnswer:
     """One request, `body` sent as JSON, answered whole. Raises what `KeepAliveClient.request`
     raises when no (readable) answer came: OSError, TimeoutError, ValueError."""
-    data = None if body is None else compact_json(body).encode()
+    data = None if body is None else compact_json(body)
     headers = await request_headers(client, data is not None)
     return await client.http.request(method, target(path, path_params, query), headers, request_timeout, data)
 

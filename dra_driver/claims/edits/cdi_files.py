@@ -56,7 +56,7 @@ class CdiSpecDirectory:
         }
 
     def _write(self, path: durable_files.StrPath, spec: CdiSpec) -> None:
-        data = compact_json(spec.to_json()).encode() + b"\n"
+        data = compact_json(spec.to_json()) + b"\n"
         try:
             durable_files.atomic_write(path, data, durable=False)
         except FileNotFoundError:

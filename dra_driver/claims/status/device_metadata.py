@@ -176,11 +176,11 @@ def _device(driver_name: str, device: MetadataDevice) -> dict[str, Any]:
 # attributes mapping, which each entry holds so that the identity is not reused while it is
 # kept. A new inventory brings new mappings: the entries of the old one are dropped together
 # once there are more than a node's devices could need.
-_ENTRIES: dict[tuple[str, str, str, int], tuple[Mapping[str, AttributeValue], str]] = {}
+_ENTRIES: dict[tuple[str, str, str, int], tuple[Mapping[str, AttributeValue], bytes]] = {}
 _MAX_ENTRIES = 4096
 
 
-def _encoded_device(driver_name: str, device: MetadataDevice) -> str:
+def _encoded_device(driver_name: str, device: MetadataDevice) -> bytes:
     if device.facts:
         return compact_json(_device(driver_name, device))
     key = (driver_name, device.pool, device.name, id(device.attributes))
@@ -196,7 +196,7 @@ def _encoded_device(driver_name: str, device: MetadataDevice) -> str:
 
 def _fields_after_the_type(
     driver_name: str, ref: ClaimRef, pod_claim: str | None, devices: Sequence[MetadataDevice]
-) -> str:
+) -> bytes:
     """A DeviceMetadata object for the devices of one main request, encoded, less its kind and
     apiVersion, in the field order upstream's encoder writes. Put together from encoded parts,
     the devices' entries among them, as compact_json would write the whole object."""
@@ -206,19 +206,19 @@ def _fields_after_the_type(
     if pod_claim:
         head["podClaimName"] = pod_claim
     # One entry per full request name: all devices of a firstAvailable request share one.
-    requests: dict[str, list[str]] = {}
+    requests: dict[str, list[bytes]] = {}
     for device in devices:
         requests.setdefault(device.request, []).append(_encoded_device(driver_name, device))
-    listed = ",".join(
-        f'{{"name":{compact_json(name)},"devices":[{",".join(entries)}]}}'
+    listed = b",".join(
+        b'{"name":%b,"devices":[%b]}' % (compact_json(name), b",".join(entries))
         for name, entries in requests.items()
     )
-    return f'{compact_json(head)[:-1]},"requests":[{listed}]}}'
+    return b'%b,"requests":[%b]}' % (compact_json(head)[:-1], listed)
 
 
 # Each API version's line up to its first field after apiVersion: '{"kind":...,"apiVersion":...,'.
 _LINE_HEADS = tuple(
-    compact_json({"kind": KIND, "apiVersion": version})[:-1] + "," for version in API_VERSIONS
+    compact_json({"kind": KIND, "apiVersion": version})[:-1] + b"," for version in API_VERSIONS
 )
 
 
@@ -230,7 +230,7 @@ def _encoded(
     is its head followed by those bytes (rendering and encoding twice took half the time a file
     adds to a prepare, issue 31)."""
     rest = _fields_after_the_type(driver_name, ref, pod_claim, devices)
-    return "".join(f"{head}{rest[1:]}\n" for head in _LINE_HEADS).encode()
+    return b"".join(head + rest[1:] + b"\n" for head in _LINE_HEADS)
 
 
 def request_metadata(

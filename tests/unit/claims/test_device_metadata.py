@@ -222,7 +222,7 @@ def test_a_file_put_together_from_encoded_entries_is_the_whole_object_encoded(
         by_main_request.setdefault(device.request.split("/")[0], []).append(device)
     assert [f.request for f in files] == list(by_main_request)
     for file, listed in zip(files, by_main_request.values(), strict=True):
-        expected = "".join(f"{compact_json(o)}\n" for o in rendered_whole(pod_claim, listed)).encode()
+        expected = b"".join(compact_json(o) + b"\n" for o in rendered_whole(pod_claim, listed))
         assert file.content == expected
 
 
