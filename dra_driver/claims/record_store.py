@@ -14,7 +14,6 @@ record of this boot.
 """
 
 import asyncio
-import json
 import os
 import time
 from contextlib import suppress
@@ -46,7 +45,7 @@ def _record_in(path: durable_files.StrPath) -> ClaimRecord:
 
 
 def _decoded(path: durable_files.StrPath, data: bytes) -> ClaimRecord:
-    record = record_from_json(json.loads(data))
+    record = record_from_json(msgspec.json.decode(data))
     if os.path.basename(path) != f"{record.claim.uid}{_SUFFIX}":
         raise CorruptRecord(f"file name does not match claim UID {record.claim.uid}")
     return record

@@ -11,7 +11,6 @@ throughout, and that lock dies with the process, so an entry whose claim lock no
 is the leftover of a finished or crashed prepare and is dropped by whoever reads it next.
 """
 
-import json
 from collections.abc import Iterable, Iterator
 
 import msgspec
@@ -105,7 +104,7 @@ def decode_table(data: bytes) -> ReservationTable:
     if not data:
         return ReservationTable()
     try:
-        document = json.loads(data)
+        document = msgspec.json.decode(data)
     except (ValueError, UnicodeDecodeError) as error:
         raise InvalidReservationTable(f"not JSON: {error}") from error
     if not isinstance(document, dict):

@@ -7,7 +7,6 @@ itself with precise messages, and the models would join the agent's resident mem
 `pod_api`, `node_api`, `claim_api`) carry no error handling of their own.
 """
 
-import json
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import TypeVar
 
@@ -36,7 +35,7 @@ def decoded_answer(call_name: str, status: int, body: bytes, expected: tuple[int
     if status not in expected:
         raise ApiError.from_answer(call_name, status, body)
     try:
-        return json.loads(body)
+        return msgspec.json.decode(body)
     except ValueError as error:
         raise ApiError(call_name, status, "", f"invalid JSON: {error}") from error
 
@@ -107,7 +106,7 @@ async def watch_events(
 
 def _watch_event(call_name: str, line: bytes) -> WatchEvent:
     try:
-        decoded = json.loads(line)
+        decoded = msgspec.json.decode(line)
         kind, obj = decoded["type"], decoded["object"]
     except (ValueError, KeyError, TypeError) as error:
         raise ApiError(call_name, 0, "", f"malformed watch event: {line[:200]!r}") from error
