@@ -12,10 +12,10 @@ state dir) and whether MPS daemon pods must be privileged (only to open real dev
 import asyncio
 import platform
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
 import structlog
 
 from dra_driver.agent.errors import SetupError, StartupError
@@ -55,8 +55,7 @@ DriverWait = Callable[[bool], object]
 _Backend = TypeVar("_Backend", bound=HardwareBackend)
 
 
-@dataclass(frozen=True)
-class Platform:
+class Platform(msgspec.Struct, frozen=True):
     hardware: HardwareBackend
     # Every GPU found at start, offered or not: what node configs are planned against.
     gpus: tuple[Gpu, ...]

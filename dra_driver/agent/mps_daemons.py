@@ -5,7 +5,7 @@ driver root's nvidia-cuda-mps-control, or the simulated one); here the same prog
 command of each claim's daemon pod, and the agent keeps using it to talk to the daemons.
 """
 
-from dataclasses import replace
+from msgspec.structs import replace
 
 from dra_driver.agent.errors import StartupError
 from dra_driver.agent.gpu_platform import Platform

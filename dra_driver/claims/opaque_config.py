@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
 from dra_driver.base.strict_decode import (
     DecodeError,
     boolean,
@@ -88,8 +90,7 @@ class OpaqueConfigError(ClaimRejected):
 # --- The kinds, each field declared once ----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ApiField:
+class ApiField(msgspec.Struct, frozen=True):
     """One top-level field of a config kind: its name in the API, how it decodes (value, path),
     and what configs.schema.json says of it (type, enum, range; empty where the schema uses a
     shared definition), which the schema test compares."""
@@ -243,8 +244,7 @@ def decode_parameters(parameters: object) -> DeviceConfig:
 # --- Which config applies to an allocated device ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
+class ConfigEntry(msgspec.Struct, frozen=True):
     """One `status.allocation.devices.config[]` entry, structure checked, parameters still raw.
 
     Parameters stay undecoded here because entries for other drivers are none of our business,

@@ -8,8 +8,9 @@ out is an error. Pure apart from reading the files: the caller brings the GPUs.
 """
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from dra_driver.config.node_config_files import config_file_names, config_names
 from dra_driver.devices.config_files import CONFIG_SUFFIX, config_file_problems, parse_config_text
@@ -22,10 +23,9 @@ from dra_driver.hardware.model import Gpu, MigMode
 from dra_driver.hardware.simulated_nodes import GpuGroupSpec, SimulatedNodeSpec, simulated_gpus
 
 
-@dataclass
-class Verdict:
-    errors: list[str] = field(default_factory=list)
-    summary: list[str] = field(default_factory=list)
+class Verdict(msgspec.Struct):
+    errors: list[str] = msgspec.field(default_factory=list)
+    summary: list[str] = msgspec.field(default_factory=list)
 
 
 def config_files(target: Path) -> list[Path]:

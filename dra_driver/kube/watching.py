@@ -10,8 +10,8 @@ from the start again once an event arrives.
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
 
+import msgspec
 from structlog.typing import FilteringBoundLogger
 
 from dra_driver.base.backoff import Backoff
@@ -19,8 +19,7 @@ from dra_driver.kube.calls import WatchEvent
 from dra_driver.kube.errors import ApiError
 
 
-@dataclass(slots=True)
-class WatchPosition:
+class WatchPosition(msgspec.Struct):
     """The resourceVersion the next watch starts from; None: list first. Its own object because a
     caller may list on its own (the slice controller, when a write's outcome is unknown) and move
     it, or find that someone listed meanwhile."""

@@ -14,7 +14,6 @@ import contextlib
 import platform
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -24,14 +23,14 @@ from dra_driver import __version__
 from dra_driver.observability.error_reasons import ERROR_REASONS, ErrorReason
 
 
-@dataclass
 class PublishMetrics:
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-    slice_writes: Counter = field(init=False)
-    slice_api_errors: Counter = field(init=False)
-    api_features_missing: Gauge = field(init=False)
+    registry: CollectorRegistry
+    slice_writes: Counter
+    slice_api_errors: Counter
+    api_features_missing: Gauge
 
-    def __post_init__(self) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = CollectorRegistry() if registry is None else registry
         self.slice_writes = Counter(
             "dra_driver_resourceslice_writes",
             "ResourceSlice writes that the API server accepted, by verb",
@@ -95,19 +94,19 @@ def error_reason(error: BaseException) -> ErrorReason:
     return named or "internal"
 
 
-@dataclass
 class ClaimMetrics:
     """What the claim engine records: one observation per claim, not per kubelet call, since
     the claims of one call are prepared concurrently and fail independently."""
 
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-    prepare_duration: Histogram = field(init=False)
-    unprepare_duration: Histogram = field(init=False)
-    prepare_errors: Counter = field(init=False)
-    unprepare_errors: Counter = field(init=False)
-    gpu_mps_daemon_up: Gauge = field(init=False)
+    registry: CollectorRegistry
+    prepare_duration: Histogram
+    unprepare_duration: Histogram
+    prepare_errors: Counter
+    unprepare_errors: Counter
+    gpu_mps_daemon_up: Gauge
 
-    def __post_init__(self) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = CollectorRegistry() if registry is None else registry
         self.gpu_mps_daemon_up = Gauge(
             "dra_driver_gpu_mps_daemon_up",
             "Per GPU with vGPU shares under vgpu.enforcement mps: 1 while its MPS control daemon "
@@ -166,15 +165,15 @@ class ClaimMetrics:
 CLAIM_STATUS_RESULTS = ("written", "unchanged", "dropped", "rejected", "conflict", "failed")
 
 
-@dataclass
 class ClaimStatusMetrics:
     """The background writes of ResourceClaim status.devices after prepare."""
 
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-    writes: Counter = field(init=False)
-    pending: Gauge = field(init=False)
+    registry: CollectorRegistry
+    writes: Counter
+    pending: Gauge
 
-    def __post_init__(self) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = CollectorRegistry() if registry is None else registry
         self.writes = Counter(
             "dra_driver_claim_status_writes",
             "ResourceClaim status.devices writes, by result: per claim written, unchanged, dropped "
@@ -370,22 +369,22 @@ class UsageMetrics:
         yield from (claim_used, claim_limit, claim_utilization, claim_compute)
 
 
-@dataclass
 class AgentMetrics:
     """Every metric of the node agent, on one registry."""
 
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-    publish: PublishMetrics = field(init=False)
-    claims: ClaimMetrics = field(init=False)
-    claim_status: ClaimStatusMetrics = field(init=False)
-    devices: Gauge = field(init=False)
-    kubelet_registered: Gauge = field(init=False)
-    build_info: Gauge = field(init=False)
-    node_config_problems: Gauge = field(init=False)
-    node_config_info: Gauge = field(init=False)
-    usage: UsageMetrics = field(init=False)
+    registry: CollectorRegistry
+    publish: PublishMetrics
+    claims: ClaimMetrics
+    claim_status: ClaimStatusMetrics
+    devices: Gauge
+    kubelet_registered: Gauge
+    build_info: Gauge
+    node_config_problems: Gauge
+    node_config_info: Gauge
+    usage: UsageMetrics
 
-    def __post_init__(self) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = CollectorRegistry() if registry is None else registry
         self.publish = PublishMetrics(self.registry)
         self.claims = ClaimMetrics(self.registry)
         self.claim_status = ClaimStatusMetrics(self.registry)

@@ -36,7 +36,6 @@ conditions, and the per-claim limit of 32 results.
 """
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 import msgspec
 
@@ -156,8 +155,7 @@ def _same(first: AttributeValue, other: AttributeValue) -> bool:
     return type(first) is type(other) and first == other
 
 
-@dataclass(slots=True)
-class _Candidates:
+class _Candidates(msgspec.Struct):
     """The pool's devices a request may get, in pool order, and what each share would be charged."""
 
     indices: tuple[int, ...]

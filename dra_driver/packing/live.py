@@ -39,7 +39,6 @@ What the API imposes, and how the model follows it (`LiveOrder`):
 import math
 from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
@@ -236,8 +235,7 @@ def grouped_layout(inventory: Inventory, groups: Sequence[Request]) -> Layout:
     )
 
 
-@dataclass(slots=True)
-class PublishCount:
+class PublishCount(msgspec.Struct):
     """What publishing the live order cost."""
 
     publishes: int = 0  # recomputes that wrote something

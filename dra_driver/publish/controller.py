@@ -19,8 +19,8 @@ with `set_inventory`.
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
+import msgspec
 import structlog
 
 from dra_driver.base.backoff import Backoff
@@ -80,8 +80,7 @@ def _resource_version(obj: JsonObject) -> int:
     return _version_number(str(obj.get("metadata", {}).get("resourceVersion", "")))
 
 
-@dataclass
-class PublishStatus:
+class PublishStatus(msgspec.Struct):
     """What the rest of the agent (readiness, metrics, tests) may ask the controller."""
 
     layout: SliceLayout | None = None
@@ -89,7 +88,7 @@ class PublishStatus:
     # (major, minor) of the API server, once read.
     kubernetes_version: tuple[int, int] | None = None
     # Set once the stored slices equal the plan; cleared while a change is being written.
-    converged: asyncio.Event = field(default_factory=asyncio.Event)
+    converged: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
 
 
 class ResourceSliceController:

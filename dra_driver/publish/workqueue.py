@@ -8,7 +8,6 @@ retries together stay under a token bucket, so a broken API server is not hammer
 import asyncio
 import time
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from dra_driver.base.backoff import Backoff
@@ -23,19 +22,21 @@ RETRIES_PER_SECOND = 10.0
 RETRY_BURST = 100
 
 
-@dataclass
 class RateLimiter(Generic[Key]):
-    backoff: Backoff = RETRY
-    per_second: float = RETRIES_PER_SECOND
-    burst: int = RETRY_BURST
-    clock: Callable[[], float] = time.monotonic
-    _failures: dict[Key, int] = field(default_factory=dict)
-    _tokens: float = field(init=False)
-    _refilled_at: float = field(init=False)
-
-    def __post_init__(self) -> None:
-        self._tokens = float(self.burst)
-        self._refilled_at = self.clock()
+    def __init__(
+        self,
+        backoff: Backoff = RETRY,
+        per_second: float = RETRIES_PER_SECOND,
+        burst: int = RETRY_BURST,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.backoff = backoff
+        self.per_second = per_second
+        self.burst = burst
+        self.clock = clock
+        self._failures: dict[Key, int] = {}
+        self._tokens = float(burst)
+        self._refilled_at = clock()
 
     def when(self, key: Key) -> float:
         """Seconds to wait before retrying `key`, counting this as one more failure."""

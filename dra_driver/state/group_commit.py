@@ -41,9 +41,10 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
-from dataclasses import dataclass
 from functools import cache
 from typing import Literal
+
+import msgspec
 
 from dra_driver.state.durable_files import (
     StrPath,
@@ -96,8 +97,7 @@ def _flush_filesystem(directory: StrPath, syncfs: SyncFs) -> None:
 Kind = Literal["create", "replace", "remove"]
 
 
-@dataclass(slots=True)
-class _Change:
+class _Change(msgspec.Struct):
     """One operation as the worker thread sees it."""
 
     kind: Kind
@@ -198,8 +198,7 @@ def _commit(changes: Sequence[_Change], syncfs: SyncFs | None) -> bool:
     return bool(fds)
 
 
-@dataclass(slots=True)
-class _Operation:
+class _Operation(msgspec.Struct):
     change: _Change
     done: asyncio.Future[None]
 

@@ -23,9 +23,10 @@ import os
 import struct
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+import msgspec
 
 from dra_driver.base.backoff import Backoff
 from dra_driver.state.keyed_locks import KeyedLocks, KeyHold
@@ -79,8 +80,7 @@ async def _wait_for(take: Callable[[], bool], longest_poll: float = _LONGEST_POL
         failures += 1
 
 
-@dataclass(slots=True)
-class StateTurn:
+class StateTurn(msgspec.Struct):
     """One holder's turn: `stale` says a peer changed the records since this process last looked;
     `changed(table)` tells peers that this turn did, and leaves them `table` (which every change
     writes whole, so a turn that changed only records passes the table it read or kept)."""

@@ -10,9 +10,9 @@ still report.
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import structlog
 
 from dra_driver.claims.records import ClaimRecord
@@ -26,8 +26,7 @@ from dra_driver.usage.pod_resources import PodResourcesClient, PodResourcesUnava
 log = structlog.get_logger("dra_driver.usage")
 
 
-@dataclass(frozen=True)
-class UsageSources:
+class UsageSources(msgspec.Struct, frozen=True):
     """Where a sample reads from; the callables return the agent's state as of now."""
 
     reader: UsageReader
