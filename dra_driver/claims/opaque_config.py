@@ -12,7 +12,7 @@ name, how it decodes, what the schema says of it); the decoder and the test that
 `api/resource.dra-driver.dev/v1alpha1/configs.schema.json` in step both read that declaration,
 so a new field is one line here plus the schema.
 
-Everything here is pure: raw JSON-like values in, frozen dataclasses or OpaqueConfigError out.
+Everything here is pure: raw JSON-like values in, frozen values or OpaqueConfigError out.
 
 How the claim engine uses it, per claim: the entries come decoded with the claim
 (`ResourceClaimView.config`, claim_object.py), then per allocated device

@@ -1,7 +1,7 @@
 """Importing a command's code without full collections, and frozen after.
 
-`dra-driver node` imports about 700 modules before it can answer kubelet. Their objects (classes,
-functions, dataclasses' generated methods) live as long as the process, yet the cyclic garbage
+`dra-driver node` imports about 540 modules before it can answer kubelet. Their objects (classes,
+functions, constants) live as long as the process, yet the cyclic garbage
 collector walks them while they are created: on the agent's start, about 120 young collections,
 a dozen of the middle generation and one full one, 60-95 ms of CPU, a tenth of the imports'
 (issue 31). The full collection, a third to a half of that, walks everything imported so far and
