@@ -25,8 +25,11 @@ def write_document(write: Write) -> dict[str, Any]:
 
 
 def print_writes(writes: Sequence[Write], out: TextIO | None = None) -> None:
+    """The header and its documents in one write: the agent's log lines (stderr, from other
+    threads too) may share the file or terminal, and one landing between the two would make the
+    YAML unreadable (it did once, in a clean-clone run of the contract tests)."""
     stream = out or sys.stdout
-    stream.write(f"# dry run: {len(writes)} ResourceSlice write(s) would be made\n")
-    if writes:
-        stream.write(yaml.safe_dump_all([write_document(write) for write in writes], sort_keys=False))
+    documents = [write_document(write) for write in writes]
+    text = yaml.safe_dump_all(documents, sort_keys=False) if documents else ""
+    stream.write(f"# dry run: {len(writes)} ResourceSlice write(s) would be made\n{text}")
     stream.flush()
