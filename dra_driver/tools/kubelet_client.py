@@ -5,6 +5,8 @@ checks, NotifyRegistrationStatus) and NodePrepareResources / NodeUnprepareResour
 against any DRA plugin socket. Tests drive the agent through it, so it is held to the contract.
 """
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -129,15 +131,21 @@ async def register(registration_socket: Path, reject_reason: str = "") -> dict[s
 
 
 async def _dra_call(dra_socket: Path, api: DraApi, method: str, claims: list[ClaimArg]) -> dict[str, Any]:
+    async with grpc.aio.insecure_channel(f"unix://{dra_socket}") as channel:
+        return await _dra_call_on(channel, str(dra_socket), api, method, claims)
+
+
+async def _dra_call_on(
+    channel: grpc.aio.Channel, where: str, api: DraApi, method: str, claims: list[ClaimArg]
+) -> dict[str, Any]:
     pb2, grpc_module = _DRA_MODULES[api]
     request_type = getattr(pb2, f"{method}Request")
     request = request_type(claims=[pb2.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims])
-    async with grpc.aio.insecure_channel(f"unix://{dra_socket}") as channel:
-        stub = grpc_module.DRAPluginStub(channel)
-        try:
-            response = await getattr(stub, method)(request, timeout=DRA_CALL_TIMEOUT_SECONDS)
-        except grpc.aio.AioRpcError as error:
-            raise KubeletClientError(f"{api} {method} on {dra_socket}: {_describe(error)}") from error
+    stub = grpc_module.DRAPluginStub(channel)
+    try:
+        response = await getattr(stub, method)(request, timeout=DRA_CALL_TIMEOUT_SECONDS)
+    except grpc.aio.AioRpcError as error:
+        raise KubeletClientError(f"{api} {method} on {where}: {_describe(error)}") from error
     answer = _as_dict(response)
     asked = {claim.uid for claim in claims}
     answered = set(answer.get("claims", {}))
@@ -154,3 +162,15 @@ async def prepare(dra_socket: Path, api: DraApi, claims: list[ClaimArg]) -> dict
 
 async def unprepare(dra_socket: Path, api: DraApi, claims: list[ClaimArg]) -> dict[str, Any]:
     return await _dra_call(dra_socket, api, "NodeUnprepareResources", claims)
+
+
+async def timed_prepare(
+    dra_socket: Path, api: DraApi, claims: list[ClaimArg]
+) -> tuple[dict[str, Any], float]:
+    """`prepare`, and its seconds on a channel connected before the clock starts, as kubelet's
+    long-lived connection would be: what the plugin took, not this process's first connection."""
+    async with grpc.aio.insecure_channel(f"unix://{dra_socket}") as channel:
+        await asyncio.wait_for(channel.channel_ready(), DRA_CALL_TIMEOUT_SECONDS)
+        started = time.perf_counter()
+        answer = await _dra_call_on(channel, str(dra_socket), api, "NodePrepareResources", claims)
+        return answer, time.perf_counter() - started

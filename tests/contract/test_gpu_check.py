@@ -23,13 +23,22 @@ NEEDS_ROOT = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="unshare -m needs root"
 )
 # What a workload under the edits reports: its environment and what it finds at a path.
+# With LOAD_NVML=1 it loads libnvidia-ml.so.1 by its SONAME, as nvidia-ml-py does, and reports
+# where its loader found it, as the CUDA workload reports its driver libraries.
 STANDIN = """\
-import hashlib, json, os, sys, time
+import ctypes, hashlib, json, os, sys, time
 from pathlib import Path
 seen = Path(os.environ.get("LOOK_AT", "/nonexistent"))
 env = {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "NVIDIA_", "MARK"))}
 digest = hashlib.sha256(seen.read_bytes()).hexdigest() if seen.is_file() else None
 out = {"pid": os.getpid(), "visible": 1, "env": env, "sha256": digest, "writable": os.access(seen, os.W_OK)}
+if os.environ.get("LOAD_NVML") == "1":
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as error:
+        out["error"] = str(error)
+    maps = {line.split(maxsplit=5)[-1] for line in Path("/proc/self/maps").read_text().splitlines()}
+    out["driver_libraries"] = sorted(p for p in maps if "libnvidia-ml.so" in p)
 hold = os.environ.get("GPU_CHECK_HOLD")
 if hold:
     Path(hold + ".ready").write_text(str(os.getpid()))
@@ -105,7 +114,8 @@ def test_the_whole_check_on_the_mock_up_to_the_cuda_workload(tmp_path: Path) -> 
     (tmp_path / "standin.py").write_text(STANDIN)
     library = f"/{LIBRARY_DIR}/libnvidia-ml.so.1"
     out = tmp_path / "out"
-    args = ["--out", str(out), "--workload", f"env LOOK_AT={library} {sys.executable} {tmp_path}/standin.py"]
+    workload = f"env LOOK_AT={library} LOAD_NVML=1 {sys.executable} {tmp_path}/standin.py"
+    args = ["--out", str(out), "--workload", workload]
     # The steps that need a real GPU: its settings, the real-NVML suite, usage of a real process,
     # and the MPS phase (its daemon is the driver's nvidia-cuda-mps-control, which needs the GPU).
     real_gpu = ("settings_before", "contract_suite", "whole.usage", "settings_after")
@@ -133,6 +143,11 @@ def test_the_whole_check_on_the_mock_up_to_the_cuda_workload(tmp_path: Path) -> 
     assert whole["sha256"] == vgpu["sha256"] == sha256(mock_library)
     assert vgpu["env"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8192m"
     assert vgpu["env"]["CUDA_DEVICE_SM_LIMIT_0"] == "25"
+    # With the host's loader cache hidden, the loader found the mock's NVML only through the
+    # claim's mount into its built-in directory (the host has none there).
+    loader = checks["the driver's libraries load from the claim's mounts, the host's loader cache hidden"]
+    assert loader["status"] == "pass", loader
+    assert loader["numbers"]["driver_libraries"] == [library]
     assert checks["vGPU memory limit"]["status"] == "skip"
     assert "no HAMi-core library" in checks["vGPU memory limit"]["detail"]
     for name in ("prepare (whole)", "prepare (vgpu)", "unprepare (whole)", "unprepare (vgpu)"):

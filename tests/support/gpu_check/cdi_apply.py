@@ -7,6 +7,12 @@ Short of a new root, the workload sees the host's file system with the spec's mo
 mount whose target already is its source is left alone, and a target that does not exist is
 created as an empty mount point (listed in `created`, for the caller to remove afterwards).
 Hooks are not run: they are listed so the report can say so.
+
+The host's loader cache names where the host keeps the driver (`/usr/local/nvidia/lib64` on the
+first GPU machine), so a workload that uses it finds the driver whatever the spec mounts. A
+container image's cache knows nothing of that directory: with `empty_loader_cache` the plan binds
+an empty file over `/etc/ld.so.cache`, and the loader searches only its built-in directories, where
+the spec must have put the driver's libraries.
 """
 
 import shlex
@@ -182,7 +188,13 @@ def _bind(host: str, target: str, options: Sequence[str], facts: PathFacts, crea
     return steps
 
 
-def plan_namespace(edits: Edits, command: Sequence[str], facts: PathFacts) -> NamespacePlan:
+LOADER_CACHE = "/etc/ld.so.cache"
+
+
+def plan_namespace(
+    edits: Edits, command: Sequence[str], facts: PathFacts, empty_loader_cache: str | None = None
+) -> NamespacePlan:
+    """`empty_loader_cache`: an empty file to bind over the host's loader cache (module docstring)."""
     if not command:
         raise CdiEditError("the workload command is empty")
     steps: list[str] = []
@@ -198,6 +210,8 @@ def plan_namespace(edits: Edits, command: Sequence[str], facts: PathFacts) -> Na
             skipped.append(f"device node {node.host_path}")
             continue
         steps += _bind(node.host_path, node.path, (), facts, created)
+    if empty_loader_cache is not None and facts(LOADER_CACHE).kind == "file":
+        steps.append(f"mount --bind {shlex.quote(empty_loader_cache)} {LOADER_CACHE}")
     script = "\n".join([*steps, 'exec "$@"'])
     argv = ("unshare", "--mount", "--propagation", "private", "sh", "-ec", script, "sh", *command)
     return NamespacePlan(argv, dict(edits.env), tuple(steps), tuple(dict.fromkeys(created)), tuple(skipped))

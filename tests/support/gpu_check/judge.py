@@ -1,7 +1,7 @@
 """The pass/fail rules of the GPU check, apart from the steps that gather the numbers. Pure."""
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from dra_driver.hardware.usage import DeviceUsage
@@ -39,6 +39,22 @@ def workload(result: Mapping[str, Any], claim: str) -> Check:
     if "error" in result or result.get("visible", 0) < 1:
         return Check(name, "fail", str(result.get("error") or "no GPU visible"), result)
     return Check(name, "pass", numbers=result)
+
+
+def container_loader(result: Mapping[str, Any], mounted: Collection[str]) -> Check:
+    """With the host's loader cache hidden, the workload's loader found the driver only where the
+    claim's CDI mounts put it (the first GPU run's finding: a driver outside the usual directories
+    reached no container)."""
+    name = "the driver's libraries load from the claim's mounts, the host's loader cache hidden"
+    loaded = [str(path) for path in result.get("driver_libraries") or []]
+    numbers = {"driver_libraries": loaded, "visible": result.get("visible", 0)}
+    if "error" in result or result.get("visible", 0) < 1:
+        return Check(name, "fail", str(result.get("error") or "no GPU visible"), numbers)
+    if not loaded:
+        return Check(name, "fail", "no driver library loaded", numbers)
+    if elsewhere := [path for path in loaded if path not in mounted]:
+        return Check(name, "fail", "loaded from outside the claim's mounts: " + ", ".join(elsewhere), numbers)
+    return Check(name, "pass", numbers=numbers)
 
 
 def _gib(count: int | None) -> float | None:

@@ -45,11 +45,16 @@ def remove_created(paths: Sequence[str]) -> None:
 
 
 def start_under_edits(
-    edits: Edits, command: Sequence[str], base_env: Mapping[str, str], extra_env: Mapping[str, str]
+    edits: Edits,
+    command: Sequence[str],
+    base_env: Mapping[str, str],
+    extra_env: Mapping[str, str],
+    empty_loader_cache: str | None = None,
 ) -> NamespaceRun:
     """`command` in a private mount namespace with `edits` applied; its environment is `base_env`,
-    then the edits' variables, then `extra_env` (the workload's own parameters)."""
-    plan = plan_namespace(edits, command, host_fact)
+    then the edits' variables, then `extra_env` (the workload's own parameters).
+    `empty_loader_cache`: see cdi_apply."""
+    plan = plan_namespace(edits, command, host_fact, empty_loader_cache)
     try:
         process = subprocess.Popen(
             plan.argv,

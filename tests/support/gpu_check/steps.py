@@ -277,14 +277,13 @@ def _prepare(phase: Phase, name: str, share: Mapping[str, Any] | None, ctx: Cont
         "device": _first_device(phase),
     }
     uid = allocate_results(phase.api, name, [{**result, **(share or {})}])
-    started = time.perf_counter()
-    answer = asyncio.run(
+    answer, seconds = asyncio.run(
         asyncio.wait_for(
-            kubelet_client.prepare(phase.dirs.dra_socket, "v1", [ClaimArg("default", name, uid)]),
+            kubelet_client.timed_prepare(phase.dirs.dra_socket, "v1", [ClaimArg("default", name, uid)]),
             timeout,
         )
     )
-    elapsed_ms = round((time.perf_counter() - started) * 1000, 1)
+    elapsed_ms = round(seconds * 1000, 1)
     claim = answer["claims"][uid]
     ids = [i for device in claim.get("devices", []) for i in device.get("cdi_device_ids", [])]
     numbers = {"prepare_ms": elapsed_ms, "cdi_device_ids": ids, "share": dict(share or {})}
@@ -378,6 +377,20 @@ def finish_workload(name: str, ctx: Context, timeout: float) -> list[Check]:
     output = _workload_output(*running.finish(timeout))
     output["not_applied"] = list(running.plan.skipped)
     return [judge.workload(output, name)]
+
+
+def container_loader(ctx: Context, timeout: float) -> list[Check]:
+    """The workload under the whole claim's edits as a container image would load it: the host's
+    loader cache hidden and no LD_LIBRARY_PATH, so the driver is found only where the spec mounted it."""
+    edits = ctx.phase("whole").edits
+    if edits is None:
+        return _skip("the driver's libraries load from the claim's mounts", "nothing prepared")
+    empty = ctx.options.scratch / "empty-ld.so.cache"
+    empty.write_bytes(b"")
+    env = {k: v for k, v in ctx.options.workload_env.items() if k != "LD_LIBRARY_PATH"}
+    running = start_under_edits(edits, ctx.options.workload, env, {}, empty_loader_cache=str(empty))
+    output = _workload_output(*running.finish(timeout))
+    return [judge.container_loader(output, {mount.container_path for mount in edits.mounts})]
 
 
 def run_once(name: str, under_edits: bool, ctx: Context, timeout: float) -> dict[str, Any]:
@@ -579,6 +592,7 @@ def gpu_steps() -> list[Step]:
         Step("whole.start_workload", 60, partial(start_holding_workload, "whole")),
         Step("whole.usage", 15, partial(usage_while_held, "whole")),
         Step("whole.finish_workload", 30, partial(finish_workload, "whole")),
+        Step("whole.container_loader", 60, container_loader),
         Step("whole.unprepare", 20, partial(unprepare_claim, "whole")),
         Step("whole.stop_agent", 20, partial(stop_phase_agent, "whole")),
         Step("hami_core_ready", 90, hami_core_ready),

@@ -6,6 +6,9 @@ nothing of this project). Parameters come from the environment; it prints one JS
 - GPU_CHECK_MATMUL_SECONDS=s: bf16 8192x8192 matmuls for s seconds, report TFLOP/s.
 - GPU_CHECK_HOLD_GIB=n with GPU_CHECK_HOLD=prefix: hold n GiB, write <prefix>.ready, wait for
   <prefix>.go (at most GPU_CHECK_HOLD_SECONDS, default 60).
+
+It always reports the driver libraries it has loaded (`driver_libraries`, from /proc/self/maps):
+where its loader found them.
 """
 
 import json
@@ -18,6 +21,13 @@ import torch
 
 GIB = 2**30
 SIZE = 8192
+DRIVER_LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
+
+
+def driver_libraries() -> list[str]:
+    """Paths of the driver's libraries mapped into this process, as its mount namespace names them."""
+    paths = {line.split(maxsplit=5)[-1].strip() for line in Path("/proc/self/maps").read_text().splitlines()}
+    return sorted(p for p in paths if p.rsplit("/", 1)[-1].startswith(DRIVER_LIBRARIES))
 
 
 def allocate_until_failure(result: dict[str, Any]) -> None:
@@ -67,6 +77,7 @@ def main() -> None:
         result["name"] = torch.cuda.get_device_name(0)
         free, total = torch.cuda.mem_get_info()
         result["mem_get_info_gib"] = [round(free / GIB, 2), round(total / GIB, 2)]
+        result["driver_libraries"] = driver_libraries()
         if os.environ.get("GPU_CHECK_ALLOCATE") == "1":
             allocate_until_failure(result)
         if seconds := float(os.environ.get("GPU_CHECK_MATMUL_SECONDS", "0")):

@@ -180,3 +180,22 @@ def test_paths_with_spaces_are_quoted() -> None:
 def test_an_empty_command_is_refused() -> None:
     with pytest.raises(CdiEditError, match="the workload command is empty"):
         plan_namespace(Edits(), [], facts_of({}))
+
+
+def test_the_hosts_loader_cache_is_hidden_last_so_only_the_spec_places_the_driver() -> None:
+    edits = Edits(mounts=(MountEdit("/host/libcuda.so.580", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),))
+    present = {
+        "/host/libcuda.so.580": PathFact("file", "/host/libcuda.so.580"),
+        "/usr/lib/x86_64-linux-gnu/libcuda.so.1": PathFact("file", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"),
+    }
+    with_cache = facts_of({**present, "/etc/ld.so.cache": PathFact("file", "/etc/ld.so.cache")})
+
+    hidden = plan_namespace(edits, ["x"], with_cache, empty_loader_cache="/tmp/gc/empty cache")
+
+    assert hidden.steps[-1] == "mount --bind '/tmp/gc/empty cache' /etc/ld.so.cache"
+    assert hidden.steps[:-1] == plan_namespace(edits, ["x"], with_cache).steps
+    assert hidden.created == ()  # the cache is bound over, never made or removed
+    # A host without a cache has nothing to hide.
+    assert plan_namespace(edits, ["x"], facts_of(present), empty_loader_cache="/e").steps == (
+        "mount --bind /host/libcuda.so.580 /usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    )

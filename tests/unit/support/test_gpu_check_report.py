@@ -119,6 +119,25 @@ def test_a_documented_gap_is_known_while_it_lasts_and_a_failure_once_the_docs_ar
     assert judge.documented_gap(skipped, documented) is skipped
 
 
+def test_the_container_loader_check_wants_every_driver_library_from_a_claim_mount() -> None:
+    mounted = {"/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1"}
+    found = {"visible": 1, "driver_libraries": ["/usr/lib/x86_64-linux-gnu/libcuda.so.1"]}
+    host = {"visible": 1, "driver_libraries": ["/usr/local/nvidia/lib64/libcuda.so.580.159.04"]}
+
+    passed = judge.container_loader(found, mounted)
+    assert (passed.status, passed.numbers["driver_libraries"]) == ("pass", found["driver_libraries"])
+    outside = judge.container_loader(host, mounted)
+    assert (outside.status, outside.detail) == (
+        "fail",
+        "loaded from outside the claim's mounts: /usr/local/nvidia/lib64/libcuda.so.580.159.04",
+    )
+    assert judge.container_loader({"visible": 1, "driver_libraries": []}, mounted).detail == (
+        "no driver library loaded"
+    )
+    no_driver = {"visible": 0, "error": "RuntimeError: Found no NVIDIA driver on your system"}
+    assert judge.container_loader(no_driver, mounted).detail == no_driver["error"]
+
+
 def test_mps_limits_are_judged_by_the_same_bars_under_their_own_name() -> None:
     # The H200 run of the issue: 25 % threads gave 230.7 of 655 TFLOP/s (35 %); pinned 8G stopped at 7 GiB.
     core = judge.core_limit(230.7, 655.0, 25, "MPS")
