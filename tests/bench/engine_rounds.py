@@ -36,10 +36,10 @@ from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.observability.logs import configure_logging
 from tests.bench.report import host, publish
+from tests.support.claims import claim_body
 from tests.support.engines import POOL, simulated_engine
 
 CONDITIONS = ("warm", "pause", "evicted")
-DEVICE_CLASS = "gpu.dra-driver.dev"  # as tests.support.claims names it
 WARMUP_ROUNDS = 50
 
 
@@ -53,18 +53,13 @@ class MemoryClaims:
     def _add(self, name: str, device: str) -> RawClaim:
         uid = str(uuid.uuid4())
         result = {"request": "gpu", "driver": DEFAULT_DRIVER_NAME, "pool": POOL, "device": device}
-        self.claims[("default", name)] = {
-            "metadata": {"namespace": "default", "name": name, "uid": uid, "generation": 1},
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "gpu", "exactly": {"deviceClassName": DEFAULT_DRIVER_NAME}}]
-                }
-            },
-            "status": {
-                "allocation": {"devices": {"results": [result]}},
-                "reservedFor": [{"resource": "pods", "name": f"pod-{name}", "uid": str(uuid.uuid4())}],
-            },
+        claim = claim_body(name, ["gpu"])
+        claim["metadata"] |= {"uid": uid, "generation": 1}
+        claim["status"] = {
+            "allocation": {"devices": {"results": [result]}},
+            "reservedFor": [{"resource": "pods", "name": f"pod-{name}", "uid": str(uuid.uuid4())}],
         }
+        self.claims[("default", name)] = claim
         return RawClaim("default", name, uid)
 
     async def get(self, namespace: str, name: str) -> object:
@@ -84,24 +79,24 @@ async def measure(batch: int, rounds: int, pause_s: float, evict_bytes: int) -> 
     """CPU seconds of each round, by condition, in one fresh engine on a fresh state directory.
     The conditions take turns round by round, so the machine's drift touches all three alike."""
     source = MemoryClaims(batch)
-    state = Path(tempfile.mkdtemp(prefix="engine-rounds-"))
-    engine = simulated_engine(state, source, "dgx-h100", flush=False)
-    await engine.load_state()
-    for _ in range(WARMUP_ROUNDS):
-        await one_round(engine, source.raw)
     buffer = bytearray(evict_bytes)
     line_count = len(range(0, evict_bytes, 64))
     samples: dict[str, list[float]] = {condition: [] for condition in CONDITIONS}
-    for n in range(rounds * len(CONDITIONS)):
-        condition = CONDITIONS[n % len(CONDITIONS)]
-        if condition == "evicted":
-            buffer[::64] = bytes([n % 256]) * line_count
-        elif condition == "pause":
-            await asyncio.sleep(pause_s)  # the loop waits in epoll, as the agent's does
-        started = time.process_time()
-        await one_round(engine, source.raw)
-        samples[condition].append(time.process_time() - started)
-    engine.close()
+    with tempfile.TemporaryDirectory(prefix="engine-rounds-") as state:
+        engine = simulated_engine(Path(state), source, "dgx-h100", flush=False)
+        await engine.load_state()
+        for _ in range(WARMUP_ROUNDS):
+            await one_round(engine, source.raw)
+        for n in range(rounds * len(CONDITIONS)):
+            condition = CONDITIONS[n % len(CONDITIONS)]
+            if condition == "evicted":
+                buffer[::64] = bytes([n % 256]) * line_count
+            elif condition == "pause":
+                await asyncio.sleep(pause_s)  # the loop waits in epoll, as the agent's does
+            started = time.process_time()
+            await one_round(engine, source.raw)
+            samples[condition].append(time.process_time() - started)
+        engine.close()
     return samples
 
 
