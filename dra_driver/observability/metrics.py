@@ -100,6 +100,7 @@ class ClaimMetrics:
 
     registry: CollectorRegistry
     prepare_duration: Histogram
+    claim_get_duration: Histogram
     unprepare_duration: Histogram
     prepare_errors: Counter
     unprepare_errors: Counter
@@ -118,6 +119,14 @@ class ClaimMetrics:
         self.prepare_duration = Histogram(
             "dra_driver_prepare_duration_seconds",
             "Time to prepare one claim, failures included",
+            registry=self.registry,
+            buckets=CLAIM_DURATION_BUCKETS,
+        )
+        self.claim_get_duration = Histogram(
+            "dra_driver_claim_get_duration_seconds",
+            "Time from asking the API server for a claim to having its answer as JSON, failures "
+            "included: the API server's share of the claim's prepare duration (with, when a "
+            "call carries many claims, the wait for the agent's event loop to read the answer)",
             registry=self.registry,
             buckets=CLAIM_DURATION_BUCKETS,
         )

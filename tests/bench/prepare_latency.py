@@ -45,6 +45,7 @@ docs/bench/prepare-latency.json`); quicker: `--only concurrent --runs 1 --first-
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -54,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -62,6 +64,7 @@ from typing import Any
 
 import grpc
 from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
@@ -125,9 +128,19 @@ class Plan:
     first_starts: int = 0
     dirty_mib: int = 0
     callers: tuple[int, ...] = CALLERS
+    engine_times: bool = False
+    state_on_tmpfs: bool = False
 
 
 Sampler = Callable[[str], AbstractContextManager[object]]
+# What the agent's /metrics says its engine spent per claim: sum and count of each histogram.
+EngineTotals = dict[str, tuple[float, float]]
+
+ENGINE_HISTOGRAMS = {
+    "prepare": "dra_driver_prepare_duration_seconds",
+    "claim_get": "dra_driver_claim_get_duration_seconds",
+    "unprepare": "dra_driver_unprepare_duration_seconds",
+}
 
 
 def concurrent_key(callers: int) -> str:
@@ -158,28 +171,64 @@ def _figure(figure: str, socket: Path, claims: Sequence[Any], plan: Plan) -> tup
     return concurrent, concurrent["pairs_total"]
 
 
-def run_figures(socket: Path, claims: Sequence[Any], plan: Plan, pid: int, sample: Sampler) -> dict[str, Any]:
+def run_figures(
+    socket: Path,
+    claims: Sequence[Any],
+    plan: Plan,
+    pid: int,
+    sample: Sampler,
+    engine_totals: Callable[[], EngineTotals] | None = None,
+) -> dict[str, Any]:
     """Every figure of `plan` against the plugin at `socket` (process `pid`), each inside
     `sample(figure)`. The one-claim figure keeps the top-level keys it always had.
 
     Besides latencies, each figure records the CPU time the plugin process and this client spent
     per round: on a shared 2-core machine the latencies move with other work, CPU per round less
-    so, and it says how far from a saturated core a figure is."""
+    so, and it says how far from a saturated core a figure is. `engine_totals`: where the
+    agent's engine histograms are read before and after each figure (its means go in `engine`)."""
     figures: dict[str, Any] = {}
     rss_after: dict[str, float] = {}
     for figure in _measured(plan):
+        totals_before = None if engine_totals is None else engine_totals()
         with sample(figure):
             server_before, client_before = cpu_seconds(pid), time.process_time()
             result, rounds = _figure(figure, socket, claims, plan)
             server_s, client_s = cpu_seconds(pid) - server_before, time.process_time() - client_before
         result["cpu_ms_per_round"] = {"server": server_s * 1e3 / rounds, "client": client_s * 1e3 / rounds}
         rss_after[figure] = rss_mib(pid)
+        if engine_totals is not None and totals_before is not None:
+            result["engine"] = engine_means(totals_before, engine_totals())
         if figure == "single":
             figures.update(result)
         else:
             figures[figure] = result
     figures["rss_mib_after_each"] = rss_after
     return figures
+
+
+def scrape_engine_totals(port: int) -> EngineTotals:
+    """Sum and count of each of ENGINE_HISTOGRAMS, from the agent's /metrics on `port`."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if not sample.labels
+    }
+    return {
+        part: (values[f"{name}_sum"], values[f"{name}_count"]) for part, name in ENGINE_HISTOGRAMS.items()
+    }
+
+
+def engine_means(before: EngineTotals, after: EngineTotals) -> dict[str, float | None]:
+    """Mean milliseconds per claim of each histogram between two readings (None: no claim)."""
+    means: dict[str, float | None] = {}
+    for part, (total_after, count_after) in after.items():
+        total_before, count_before = before[part]
+        count = count_after - count_before
+        means[f"{part}_mean_ms"] = round((total_after - total_before) / count * 1e3, 3) if count else None
+    return means
 
 
 def cpu_seconds(pid: int) -> float:
@@ -268,15 +317,18 @@ def benchmark_agent(
     env: Mapping[str, str] | None = None,
     wrapper: Sequence[str] = (),
     stop_timeout: float = 30.0,
+    state_dir: Path | None = None,
 ) -> Iterator[AgentProcess]:
     """The agent on `hardware` as its image runs it (plus `env`), its CDI specs on tmpfs as
-    /var/run/cdi is, just spawned; stopped and its specs removed on leaving."""
+    /var/run/cdi is, just spawned; stopped and its specs removed on leaving. `state_dir`: its
+    `--state-dir` (default: under `work`, on the disk, as the chart keeps it)."""
     cdi_dir = Path(tempfile.mkdtemp(prefix="dra-bench-cdi-", dir="/dev/shm"))
+    state = () if state_dir is None else ("--state-dir", str(state_dir))
     agent = start_agent(
         AgentDirs(root=work / "node"),
         kubeconfig,
         hardware=hardware,
-        extra=("--cdi-dir", str(cdi_dir)),
+        extra=("--cdi-dir", str(cdi_dir), *state),
         wait=False,
         env={**IMAGE_ENVIRONMENT, **(env or {})},
         wrapper=wrapper,
@@ -289,10 +341,16 @@ def benchmark_agent(
 
 
 def run_agent_benchmark(
-    work: Path, kubeconfig: Path, node_file: Path, claims: Sequence[Any], plan: Plan, run: int
+    work: Path,
+    kubeconfig: Path,
+    node_file: Path,
+    claims: Sequence[Any],
+    plan: Plan,
+    run: int,
+    state_dir: Path | None = None,
 ) -> dict[str, Any]:
     spawned = time.monotonic()
-    with benchmark_agent(work, kubeconfig, f"simulated:{node_file}") as agent:
+    with benchmark_agent(work, kubeconfig, f"simulated:{node_file}", state_dir=state_dir) as agent:
         dirs, pid = agent.dirs, agent.process.pid
 
         def sample(figure: str) -> AbstractContextManager[object]:
@@ -303,7 +361,11 @@ def run_agent_benchmark(
         wait_until(dirs.registration_socket.exists, timeout=30, interval=0.002)
         asyncio.run(register(dirs.registration_socket))
         registered_s = time.monotonic() - spawned
-        figures = run_figures(dirs.dra_socket, claims, plan, pid, sample)
+        engine_totals = None
+        if plan.engine_times:
+            port = agent.wait_for_log("observability endpoint listening")["port"]
+            engine_totals = functools.partial(scrape_engine_totals, port)
+        figures = run_figures(dirs.dra_socket, claims, plan, pid, sample, engine_totals)
         figures["agent_rss_mib_after"] = rss_mib(pid)
         figures["start_to_registered_s"] = registered_s
     return figures
@@ -338,7 +400,12 @@ def write_unflushed(path: Path, mib: int) -> None:
 
 
 def run_first_prepare_benchmark(
-    work: Path, kubeconfig: Path, node_file: Path, claims: Sequence[Any], plan: Plan
+    work: Path,
+    kubeconfig: Path,
+    node_file: Path,
+    claims: Sequence[Any],
+    plan: Plan,
+    state_dir: Path | None = None,
 ) -> dict[str, Any]:
     """`plan.first_starts` fresh agents, one after the other on one state directory (as restarts
     on a node are), each asked to prepare as soon as it has registered."""
@@ -350,7 +417,7 @@ def run_first_prepare_benchmark(
         if plan.dirty_mib:
             write_unflushed(dirty, plan.dirty_mib)
         spawned = time.monotonic()
-        with benchmark_agent(work, kubeconfig, f"simulated:{node_file}") as agent:
+        with benchmark_agent(work, kubeconfig, f"simulated:{node_file}", state_dir=state_dir) as agent:
             wait_until(agent.dirs.registration_socket.exists, timeout=30, interval=0.002)
             asyncio.run(register(agent.dirs.registration_socket))
             registered.append(time.monotonic() - spawned)
@@ -384,11 +451,21 @@ def run_floor_benchmark(work: Path, claims: Sequence[Any], plan: Plan) -> dict[s
 
 def _latency(figure: dict[str, Any]) -> str:
     prepare, unprepare = figure["prepare"], figure["unprepare"]
+    engine = figure.get("engine")
     return (
         f"prepare p50 {prepare['p50_ms']:.2f} p99 {prepare['p99_ms']:.2f} ms, "
         f"unprepare p50 {unprepare['p50_ms']:.2f} p99 {unprepare['p99_ms']:.2f} ms, "
         f"CPU {figure['cpu_ms_per_round']['server']:.2f} ms/round"
+        + ("" if engine is None else f", engine per claim: {_engine_means(engine)}")
     )
+
+
+def _engine_means(engine: dict[str, float | None]) -> str:
+    def ms(part: str) -> str:
+        mean = engine[f"{part}_mean_ms"]
+        return "-" if mean is None else f"{mean:.2f}"
+
+    return f"prepare {ms('prepare')} (claim GET {ms('claim_get')}), unprepare {ms('unprepare')} ms"
 
 
 def summary(agent: dict[str, Any], floor: dict[str, Any]) -> str:
@@ -472,6 +549,16 @@ def parse_plan() -> tuple[Plan, int, Path | None]:
         default=0,
         help="MiB written, not flushed, beside the agent's state before each of those starts",
     )
+    parser.add_argument(
+        "--engine-times",
+        action="store_true",
+        help="read the agent's engine histograms from its /metrics around each figure",
+    )
+    parser.add_argument(
+        "--state-on-tmpfs",
+        action="store_true",
+        help="the agent's --state-dir on /dev/shm instead of under the work directory on the disk",
+    )
     parser.add_argument("--output", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
     if args.profile is not None:
@@ -488,8 +575,24 @@ def parse_plan() -> tuple[Plan, int, Path | None]:
         first_starts=args.first_starts,
         dirty_mib=args.dirty_mib,
         callers=tuple(args.callers),
+        engine_times=args.engine_times,
+        state_on_tmpfs=args.state_on_tmpfs,
     )
     return plan, args.runs, args.output
+
+
+@contextmanager
+def agent_state(plan: Plan) -> Iterator[Path | None]:
+    """The agent's state directory: None (its default, on the disk) unless the plan puts it on
+    tmpfs, where a new one is made for each use and removed after it."""
+    if not plan.state_on_tmpfs:
+        yield None
+        return
+    state_dir = Path(tempfile.mkdtemp(prefix="dra-bench-state-", dir="/dev/shm"))
+    try:
+        yield state_dir
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def main() -> None:
@@ -507,6 +610,9 @@ def main() -> None:
         "warmup_rounds": WARMUP_ROUNDS,
         "first_starts": plan.first_starts,
         "dirty_mib": plan.dirty_mib,
+        "agent_state": "tmpfs" if plan.state_on_tmpfs else "disk",
+        # Reading /metrics loads the exposition code into the agent: its RSS figures then differ.
+        "engine_times": plan.engine_times,
         "concurrent": {
             "callers": list(plan.callers),
             "duration_s": plan.duration_s,
@@ -527,9 +633,13 @@ def main() -> None:
             load_before = os.getloadavg()
             claims = allocate_claims(kubeconfig)
             floor = run_floor_benchmark(run_dir, claims, plan)
-            agent = run_agent_benchmark(run_dir, kubeconfig, node_file, claims, plan, run)
+            with agent_state(plan) as state_dir:
+                agent = run_agent_benchmark(run_dir, kubeconfig, node_file, claims, plan, run, state_dir)
             if plan.first_starts:
-                first = run_first_prepare_benchmark(run_dir / "first", kubeconfig, node_file, claims, plan)
+                with agent_state(plan) as state_dir:
+                    first = run_first_prepare_benchmark(
+                        run_dir / "first", kubeconfig, node_file, claims, plan, state_dir
+                    )
                 if "prepare" in agent:
                     first["vs_steady_p50"] = first["prepare"]["p50_ms"] / agent["prepare"]["p50_ms"]
                 agent["first"] = first

@@ -51,6 +51,14 @@ def test_metrics_and_probes_follow_registration_and_claims(
     metrics = samples(agent)
     assert metrics[("dra_driver_kubelet_registered", ())] == 1
     assert metrics[("dra_driver_prepare_duration_seconds_count", ())] == 2
+    # Both claims were asked for, the missing one too (a 404 is timed as well), and the GETs are
+    # a part of the prepares they belong to.
+    assert metrics[("dra_driver_claim_get_duration_seconds_count", ())] == 2
+    assert (
+        0
+        < metrics[("dra_driver_claim_get_duration_seconds_sum", ())]
+        < metrics[("dra_driver_prepare_duration_seconds_sum", ())]
+    )
     assert metrics[("dra_driver_prepare_errors_total", (("reason", "claim_rejected"),))] == 1
     assert metrics[("dra_driver_resourceslice_writes_total", (("verb", "create"),))] == 1
     assert metrics[("dra_driver_devices", (("health", "healthy"), ("type", "gpu")))] == 8
