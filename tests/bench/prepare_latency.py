@@ -33,6 +33,12 @@ client spent per round, a round being one prepare call and one unprepare call, w
 The floor of every figure is the same client against tests/bench/null_plugin.py, a server that
 does no work: what the client, gRPC and the socket cost by themselves on this machine.
 
+`--engine-times` reads the agent's prepare, claim GET and unprepare histograms from its /metrics
+before and after each figure, and records their means per claim (`engine`): where a prepare's
+time goes, the API server's part included. Reading /metrics loads the exposition code into the
+agent, so such a run's RSS is not `make bench`'s. `--state-on-tmpfs` gives the agent a
+`--state-dir` on /dev/shm instead of the disk.
+
 `--profile DIR` samples the agent with py-spy (installed next to this interpreter, not a project
 dependency) during each figure, one raw collapsed-stack file per figure and run (`--profile-mode`:
 the GIL holder, every thread, or the GIL holder with C frames); summarise them with
