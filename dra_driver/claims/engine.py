@@ -35,7 +35,6 @@ calls.py (running a call's claims), status_writer.py (the claim's status.devices
 background after the answer).
 """
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -244,11 +243,8 @@ class ClaimEngine:
             # The claim's lock is held from the GET on: an unprepare that arrives meanwhile waits,
             # and so can never be overtaken by a prepare that started before it.
             async with self._claim_locks.hold(ref.uid):
-                asked = time.perf_counter()
-                try:
+                with self._metrics.claim_get_duration.time():
                     answer = await self._source.get(ref.namespace, ref.name)
-                finally:
-                    self._metrics.claim_get_duration.observe(time.perf_counter() - asked)
                 claim = ResourceClaimView.decode(answer, self._driver_name)
                 allocated = allocated_devices(claim, ref)
                 record = await self._finished_record(ref)
