@@ -61,7 +61,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -70,7 +69,6 @@ from typing import Any
 
 import grpc
 from kubernetes import client, config
-from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver._proto.dra.v1 import api_pb2 as v1_pb2
 from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
@@ -212,16 +210,9 @@ def run_figures(
     return figures
 
 
-def scrape_engine_totals(port: int) -> EngineTotals:
-    """Sum and count of each of ENGINE_HISTOGRAMS, from the agent's /metrics on `port`."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    values = {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if not sample.labels
-    }
+def engine_totals_of(agent: AgentProcess) -> EngineTotals:
+    """Sum and count of each of ENGINE_HISTOGRAMS, from the agent's /metrics."""
+    values = {name: value for (name, labels), value in agent.scrape().items() if not labels}
     return {
         part: (values[f"{name}_sum"], values[f"{name}_count"]) for part, name in ENGINE_HISTOGRAMS.items()
     }
@@ -367,10 +358,7 @@ def run_agent_benchmark(
         wait_until(dirs.registration_socket.exists, timeout=30, interval=0.002)
         asyncio.run(register(dirs.registration_socket))
         registered_s = time.monotonic() - spawned
-        engine_totals = None
-        if plan.engine_times:
-            port = agent.wait_for_log("observability endpoint listening")["port"]
-            engine_totals = functools.partial(scrape_engine_totals, port)
+        engine_totals = functools.partial(engine_totals_of, agent) if plan.engine_times else None
         figures = run_figures(dirs.dra_socket, claims, plan, pid, sample, engine_totals)
         figures["agent_rss_mib_after"] = rss_mib(pid)
         figures["start_to_registered_s"] = registered_s

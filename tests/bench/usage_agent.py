@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -76,12 +75,9 @@ class Node:
 
 
 def scrape(agent: AgentProcess) -> dict[str, list[tuple[dict[str, str], float]]]:
-    port = agent.wait_for_log("observability endpoint listening")["port"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
     return {
         family.name: [(sample.labels, sample.value) for sample in family.samples]
-        for family in text_string_to_metric_families(text)
+        for family in text_string_to_metric_families(agent.metrics_text())
     }
 
 

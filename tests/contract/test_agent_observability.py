@@ -5,7 +5,6 @@ import urllib.error
 import urllib.request
 
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.tools import kubelet_client
 from dra_driver.tools.kubelet_client import ClaimArg
@@ -14,22 +13,11 @@ from tests.support.claims import allocate
 
 
 def get(agent: AgentProcess, path: str) -> tuple[int, str]:
-    port = agent.wait_for_log("observability endpoint listening")["port"]
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port()}{path}", timeout=10) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
-
-
-def samples(agent: AgentProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    status, text = get(agent, "/metrics")
-    assert status == 200
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def test_metrics_and_probes_follow_registration_and_claims(
@@ -48,7 +36,7 @@ def test_metrics_and_probes_follow_registration_and_claims(
     )
 
     assert get(agent, "/readyz")[0] == 200
-    metrics = samples(agent)
+    metrics = agent.scrape()
     assert metrics[("dra_driver_kubelet_registered", ())] == 1
     assert metrics[("dra_driver_prepare_duration_seconds_count", ())] == 2
     # Both claims were asked for, the missing one too (a 404 is timed as well), and the GETs are

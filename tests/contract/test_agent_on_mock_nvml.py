@@ -272,8 +272,7 @@ def test_the_agent_waits_for_the_driver_and_starts_once_it_appears(
     agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False)
     try:
         wait_until(lambda: any(e.startswith(WAITING) for e in agent.log_events()), timeout=30)
-        port = agent.wait_for_log("observability endpoint listening")["port"]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+        with urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port()}/healthz", timeout=5) as answer:
             assert answer.status == 200
         time.sleep(2.5)  # two more looks, logged at debug level only
         assert agent.process.poll() is None

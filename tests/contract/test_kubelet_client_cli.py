@@ -31,9 +31,10 @@ def kubelet_client(*args: str) -> tuple[int, Any, str]:
 
 
 def readyz(agent: AgentProcess) -> int:
-    port = agent.wait_for_log("observability endpoint listening")["port"]
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as response:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{agent.metrics_port()}/readyz", timeout=10
+        ) as response:
             return int(response.status)
     except urllib.error.HTTPError as error:
         return error.code

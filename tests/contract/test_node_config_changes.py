@@ -7,7 +7,6 @@ import asyncio
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +63,9 @@ def events(server: ApiServer, reason: str) -> list[dict[str, Any]]:
 
 
 def problem_metrics(agent: AgentProcess) -> dict[tuple[str, str], float]:
-    port = agent.wait_for_log("observability endpoint listening")["port"]
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
     return {
         (sample.labels["gpu"], sample.labels["setting"]): sample.value
-        for family in text_string_to_metric_families(text)
+        for family in text_string_to_metric_families(agent.metrics_text())
         for sample in family.samples
         if sample.name == "dra_driver_node_config_problems"
     }

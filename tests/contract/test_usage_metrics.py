@@ -5,14 +5,12 @@ for it and only it), and one whose pod ends (its series go)."""
 
 import asyncio
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
 from dra_driver.tools import kubelet_client
@@ -34,17 +32,6 @@ SHARE_B = "7e5d4c3b-2a1f-4e9d-8c7b-6a5f4e3d2c1b"
 POD_A = "11111111-2222-4333-8444-555555555555"
 POD_B = "66666666-7777-4888-9999-aaaaaaaaaaaa"
 GPU_4 = 4
-
-
-def scrape(agent: AgentProcess) -> dict[tuple[str, Labels], float]:
-    port = agent.wait_for_log("observability endpoint listening")["port"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
 
 
 def claim_values(samples: dict[tuple[str, Labels], float], name: str) -> dict[str, float]:
@@ -130,10 +117,10 @@ def test_two_vgpu_shares_of_one_gpu_are_measured_against_their_limits_and_a_pod_
     node.set_process_utilization([(GPU_4, 4101, 40), (GPU_4, 4102, 15)])
 
     def used() -> dict[str, float]:
-        return claim_values(scrape(agent), "dra_driver_claim_memory_used_bytes")
+        return claim_values(agent.scrape(), "dra_driver_claim_memory_used_bytes")
 
     wait_until(lambda: used() == {"a": 10 * GIB, "b": GIB}, timeout=15)
-    samples = scrape(agent)
+    samples = agent.scrape()
     assert claim_values(samples, "dra_driver_claim_memory_limit_bytes") == {"a": 8 * GIB, "b": 4 * GIB}
     assert claim_values(samples, "dra_driver_claim_compute_limit_ratio") == {"a": 0.2, "b": 0.1}
     assert claim_values(samples, "dra_driver_claim_utilization_ratio") == {"a": 0.4, "b": 0.15}
@@ -162,17 +149,17 @@ def test_two_vgpu_shares_of_one_gpu_are_measured_against_their_limits_and_a_pod_
     asyncio.run(kubelet_client.unprepare(agent.dirs.dra_socket, "v1", [claims[1]]))
 
     def limits() -> dict[str, float]:
-        return claim_values(scrape(agent), "dra_driver_claim_memory_limit_bytes")
+        return claim_values(agent.scrape(), "dra_driver_claim_memory_limit_bytes")
 
     wait_until(lambda: limits() == {"a": 8 * GIB}, timeout=15)
-    assert not any(dict(labels).get("claim") == "b" for (_m, labels) in scrape(agent))
+    assert not any(dict(labels).get("claim") == "b" for (_m, labels) in agent.scrape())
 
 
 def last_sample(agent: AgentProcess) -> float:
     return next(
         (
             v
-            for (m, _labels), v in scrape(agent).items()
+            for (m, _labels), v in agent.scrape().items()
             if m == "dra_driver_usage_last_sample_timestamp_seconds"
         ),
         0.0,

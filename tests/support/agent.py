@@ -6,10 +6,13 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import DEFAULT_DRIVER_NAME
 
@@ -55,6 +58,7 @@ class AgentProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     started_at: float = field(default_factory=time.monotonic)
+    _metrics_port: int | None = field(default=None, init=False, repr=False)
 
     def log_lines(self) -> list[dict[str, Any]]:
         lines = []
@@ -76,6 +80,27 @@ class AgentProcess:
                     return line
             time.sleep(0.02)
         raise AssertionError(f"no log line {event!r}; log:\n{self.log_path.read_text()}")
+
+    def metrics_port(self) -> int:
+        """The port of the agent's observability endpoint (it asks for any free one), from its log."""
+        if self._metrics_port is None:
+            self._metrics_port = int(self.wait_for_log("observability endpoint listening")["port"])
+        return self._metrics_port
+
+    def metrics_text(self) -> str:
+        """The agent's /metrics as Prometheus reads it (straight, whatever proxy the environment
+        names)."""
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(f"http://127.0.0.1:{self.metrics_port()}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
+    def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample of the agent's /metrics, by name and labels (sorted)."""
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(self.metrics_text())
+            for sample in family.samples
+        }
 
     def terminate(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.process.poll() is None:
