@@ -1,9 +1,14 @@
-"""Fixtures shared by the test tiers: the stand-in API server and short temporary directories."""
+"""Fixtures shared by the test tiers: the stand-in API server and short temporary directories,
+and a check that no test leaves a simulated MPS daemon running."""
 
 import asyncio
+import contextlib
 import functools
+import os
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +21,7 @@ from kubernetes import client, config
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.image import IMAGE_ENVIRONMENT
+from tests.support.processes import process_alive, simulated_mps_daemons
 from tests.support.publishing import add_node
 
 # CI machines have two busy cores: wall-clock limits per example would only make tests flaky.
@@ -31,6 +37,34 @@ asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 # time of tests that write many objects. The files never change while the tests run, and nothing
 # mutates the parsed schemas, so each is read once per test process.
 kubernetes_validate.utils.schema_contents = functools.cache(kubernetes_validate.utils.schema_contents)
+
+
+# How long a daemon told to quit just before a test ended may take to exit.
+DAEMON_EXIT_SECONDS = 5.0
+
+
+@pytest.fixture(scope="session")
+def daemons_before_the_tests() -> set[int]:
+    """Simulated MPS daemons already running when the tests started (another run's): not ours."""
+    return simulated_mps_daemons()
+
+
+@pytest.fixture(autouse=True)
+def no_mps_daemon_left_running(daemons_before_the_tests: set[int]) -> Iterator[None]:
+    """A simulated MPS daemon outlives the agent that started it, as a real one does, and once a
+    test's directories are gone nothing ever tells it to quit: a test that leaves one running
+    would leak a process on every run. Such a test fails here, and its daemons are killed."""
+    yield
+    left = simulated_mps_daemons() - daemons_before_the_tests
+    deadline = time.monotonic() + DAEMON_EXIT_SECONDS
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = {pid for pid in left if process_alive(pid)}
+    if left:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):  # it may have exited just now
+                os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"the test left {len(left)} simulated MPS daemon(s) running (killed now): {sorted(left)}")
 
 
 @pytest.fixture

@@ -564,15 +564,20 @@ def test_the_engine_on_the_e2e_node_gives_each_example_what_the_e2e_tests_expect
         return (await engine.prepare([raw]))[raw[2]].error
 
     assert asyncio.run(prepare()) == ""
-    (spec,) = (short_dir / "cdi").glob(f"*{raw[2]}*")
-    env = dict(
-        item.split("=", 1)
-        for device in json.loads(spec.read_text())["devices"]
-        for item in device["containerEdits"].get("env", [])
-    )
-    results = claims.claims[("default", name)]["status"]["allocation"]["devices"]["results"]
-    WHAT_THE_E2E_TESTS_EXPECT[name](env, results)
-    if name == "time-slicing-shared":
-        (result,) = results
-        interval = asyncio.run(time_slicer.current(inventory.gpu_of_device[result["device"]].uuid))
-        assert interval == "Long"
+    try:
+        (spec,) = (short_dir / "cdi").glob(f"*{raw[2]}*")
+        env = dict(
+            item.split("=", 1)
+            for device in json.loads(spec.read_text())["devices"]
+            for item in device["containerEdits"].get("env", [])
+        )
+        results = claims.claims[("default", name)]["status"]["allocation"]["devices"]["results"]
+        WHAT_THE_E2E_TESTS_EXPECT[name](env, results)
+        if name == "time-slicing-shared":
+            (result,) = results
+            interval = asyncio.run(time_slicer.current(inventory.gpu_of_device[result["device"]].uuid))
+            assert interval == "Long"
+    finally:
+        # A vGPU share's MPS daemon outlives the engine, as it outlives the agent: it stops with
+        # its GPU's last share.
+        assert asyncio.run(engine.unprepare([raw])) == {raw[2]: ""}

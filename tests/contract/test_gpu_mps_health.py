@@ -55,6 +55,11 @@ def prepare(agent: AgentProcess, claim: ClaimArg) -> None:
     assert answer["claims"][claim.uid]["error"] == "", answer
 
 
+def unprepare(agent: AgentProcess, claims: list[ClaimArg]) -> None:
+    answer = asyncio.run(kubelet_client.unprepare(agent.dirs.dra_socket, "v1", claims))
+    assert all(answer["claims"][claim.uid]["error"] == "" for claim in claims), answer
+
+
 def daemon_up(agent: AgentProcess) -> float | None:
     status, text = get(agent, "/metrics")
     assert status == 200
@@ -103,7 +108,8 @@ def agent(short_dir: Path, kubeconfig: Path) -> Iterator[AgentProcess]:
 def test_a_dead_gpu_daemon_makes_its_shares_device_unhealthy_until_the_next_prepare_restarts_it(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
-    prepare(agent, share(claims_api, "first"))
+    first = share(claims_api, "first")
+    prepare(agent, first)
     socket = agent.dirs.dra_socket
     healthy = asyncio.run(health_until(socket, lambda devices: "gpu-0" in devices))
     assert {name: health for name, (health, _) in healthy.items()} == dict.fromkeys(
@@ -129,8 +135,14 @@ def test_a_dead_gpu_daemon_makes_its_shares_device_unhealthy_until_the_next_prep
     )
     assert daemon_up(agent) == 0
 
-    prepare(agent, share(claims_api, "second"))  # restarts the GPU's daemon
+    second = share(claims_api, "second")
+    prepare(agent, second)  # restarts the GPU's daemon
     again = asyncio.run(health_until(socket, lambda devices: devices["gpu-0"][0] == health_pb2.HEALTHY))
     assert again["gpu-0"] == (health_pb2.HEALTHY, "")
-    assert daemon_pid(MpsDirectories(agent.dirs.root / "mps", key)) not in (None, pid)
+    restarted = daemon_pid(MpsDirectories(agent.dirs.root / "mps", key))
+    assert restarted not in (None, pid)
     assert daemon_up(agent) == 1
+
+    # The daemon outlives the agent, as a real one does: it stops with the GPU's last share.
+    unprepare(agent, [first, second])
+    assert daemon_pid(MpsDirectories(agent.dirs.root / "mps", key)) is None
