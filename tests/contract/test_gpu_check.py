@@ -125,8 +125,10 @@ def test_the_whole_check_on_the_mock_up_to_the_cuda_workload(tmp_path: Path) -> 
         args.append(f"--agent-arg={arg}")
     args += [f"--agent-env={name}={value}" for name, value in node.environment().items()]
 
+    scratch_before = set(Path("/tmp").glob("gc-*"))
     code = main(args)
 
+    assert set(Path("/tmp").glob("gc-*")) == scratch_before, "the run's scratch directory is removed"
     report = json.loads((out / "report.json").read_text())
     checks = {c["name"]: c for step in report["steps"] for c in step["checks"]}
     assert code == 1  # the mock node has no /dev/nvidia*: the host-path check says so

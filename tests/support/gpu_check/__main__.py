@@ -9,6 +9,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -48,7 +49,16 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    # The agents' state and specs and the hold files of the run: what is worth keeping (logs,
+    # reports) is copied to --out, and the rest would pile up in /tmp with every run.
     scratch = Path(tempfile.mkdtemp(prefix="gc-", dir="/tmp"))
+    try:
+        return run(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, scratch: Path) -> int:
     options = Options(
         out=args.out.resolve(),
         scratch=scratch,
