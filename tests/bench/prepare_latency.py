@@ -31,7 +31,10 @@ Every figure also records the CPU time (user + system, all threads) the plugin p
 client spent per round, a round being one prepare call and one unprepare call, warm-up included.
 
 The floor of every figure is the same client against tests/bench/null_plugin.py, a server that
-does no work: what the client, gRPC and the socket cost by themselves on this machine.
+does no work: what the client, gRPC and the socket cost by themselves on this machine. Each run's
+`against_floor` (printed last on its line) holds the agent's figures as multiples of the floor's,
+as issue 31 states its targets: the 1-claim and the 8-claim prepare p50 against the floor's
+1-claim prepare p50, each caller count's claims/s against the floor's.
 
 `--engine-times` reads the agent's prepare, claim GET and unprepare histograms from its /metrics
 before and after each figure, and records their means per claim (`engine`): where a prepare's
@@ -152,6 +155,11 @@ def concurrent_key(callers: int) -> str:
     return "concurrent" if callers == CALLERS[0] else f"concurrent_{callers}"
 
 
+def callers_of(key: str) -> int:
+    """The caller count of a concurrent figure's key in the results (`concurrent_key`'s inverse)."""
+    return CALLERS[0] if key == "concurrent" else int(key.removeprefix("concurrent_"))
+
+
 def _measured(plan: Plan) -> list[str]:
     """The figures of `plan` by their keys in the results, one per caller count."""
     keys = []
@@ -168,7 +176,7 @@ def _figure(figure: str, socket: Path, claims: Sequence[Any], plan: Plan) -> tup
     if figure == "batch":
         batch = asyncio.run(measure_calls(socket, claims[:BATCH_CLAIMS], plan.batch_rounds))
         return {"claims_per_call": BATCH_CLAIMS, **batch}, WARMUP_ROUNDS + plan.batch_rounds
-    callers = CALLERS[0] if figure == "concurrent" else int(figure.removeprefix("concurrent_"))
+    callers = callers_of(figure)
     concurrent = asyncio.run(
         measure_concurrent(socket, claims[:callers], plan.duration_s, plan.warmup_s, plan.channel_per_caller)
     )
@@ -462,6 +470,29 @@ def _engine_means(engine: dict[str, float | None]) -> str:
     return f"prepare {ms('prepare')} (claim GET {ms('claim_get')}), unprepare {ms('unprepare')} ms"
 
 
+def against_floor(agent: dict[str, Any], floor: dict[str, Any]) -> dict[str, float]:
+    """The agent's figures as multiples of the same run's floor, as issue 31 states its targets:
+    prepare p50s against the floor's 1-claim prepare p50 (the 8-claim call too), throughput
+    against the floor's with as many callers."""
+    ratios = {}
+    if "prepare" in agent:
+        single = floor["prepare"]["p50_ms"]
+        ratios["prepare_p50"] = agent["prepare"]["p50_ms"] / single
+        if "batch" in agent:
+            ratios["batch_prepare_p50"] = agent["batch"]["prepare"]["p50_ms"] / single
+    for key in (key for key in agent if key.startswith("concurrent")):
+        ratios[f"{key}_claims_per_s"] = agent[key]["claims_per_s"] / floor[key]["claims_per_s"]
+    return {name: round(ratio, 3) for name, ratio in ratios.items()}
+
+
+def _ratios(ratios: dict[str, float]) -> str:
+    named = {"prepare_p50": "1 claim", "batch_prepare_p50": f"{BATCH_CLAIMS} claims/call"}
+    parts = [f"{named[name]} {ratios[name]:.1f}x" for name in named if name in ratios]
+    for name in sorted(name for name in ratios if name.startswith("concurrent")):
+        parts.append(f"{callers_of(name.removesuffix('_claims_per_s'))} callers {ratios[name]:.2f}x")
+    return ", ".join(parts)
+
+
 def summary(agent: dict[str, Any], floor: dict[str, Any]) -> str:
     """One line per run: each figure of the agent, with its floor's p50 (or rate) in brackets."""
     parts = []
@@ -492,6 +523,8 @@ def summary(agent: dict[str, Any], floor: dict[str, Any]) -> str:
             f"max {first['prepare']['max_ms']:.2f} ms{ratio}, start to registered p50 "
             f"{first['start_to_registered']['p50_ms'] / 1e3:.2f} s"
         )
+    if ratios := against_floor(agent, floor):
+        parts.append(f"against the floor's 1-claim p50 and claims/s: {_ratios(ratios)}")
     return " | ".join(parts)
 
 
@@ -638,7 +671,14 @@ def main() -> None:
                     first["vs_steady_p50"] = first["prepare"]["p50_ms"] / agent["prepare"]["p50_ms"]
                 agent["first"] = first
             load = {"before": load_before, "after": os.getloadavg()}
-            results["runs"].append({"floor": floor, "agent": agent, "load_average": load})
+            results["runs"].append(
+                {
+                    "floor": floor,
+                    "agent": agent,
+                    "against_floor": against_floor(agent, floor),
+                    "load_average": load,
+                }
+            )
             print(f"run {run + 1} (load {load_before[0]:.2f}): {summary(agent, floor)}", flush=True)
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
