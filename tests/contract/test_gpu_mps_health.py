@@ -15,7 +15,6 @@ from typing import Any
 import grpc
 import pytest
 from kubernetes import client
-from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver._proto.dra_health.v1 import api_pb2 as health_pb2
@@ -24,7 +23,6 @@ from dra_driver.claims.sharing.mps import daemon_pid
 from dra_driver.claims.sharing.sharing import MpsDirectories, gpu_daemon_key
 from dra_driver.tools import kubelet_client
 from dra_driver.tools.kubelet_client import ClaimArg
-from tests.contract.test_agent_observability import get
 from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.claims import allocate_results
 from tests.support.nodes import simulated_node
@@ -61,17 +59,7 @@ def unprepare(agent: AgentProcess, claims: list[ClaimArg]) -> None:
 
 
 def daemon_up(agent: AgentProcess) -> float | None:
-    status, text = get(agent, "/metrics")
-    assert status == 200
-    return next(
-        (
-            sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-            if sample.name == "dra_driver_gpu_mps_daemon_up" and sample.labels == {"gpu": GPU.uuid}
-        ),
-        None,
-    )
+    return agent.scrape().get(("dra_driver_gpu_mps_daemon_up", (("gpu", GPU.uuid),)))
 
 
 async def health_until(socket: Path, done: Callable[[Devices], bool]) -> Devices:
@@ -139,8 +127,7 @@ def test_a_dead_gpu_daemon_makes_its_shares_device_unhealthy_until_the_next_prep
     prepare(agent, second)  # restarts the GPU's daemon
     again = asyncio.run(health_until(socket, lambda devices: devices["gpu-0"][0] == health_pb2.HEALTHY))
     assert again["gpu-0"] == (health_pb2.HEALTHY, "")
-    restarted = daemon_pid(MpsDirectories(agent.dirs.root / "mps", key))
-    assert restarted not in (None, pid)
+    assert daemon_pid(MpsDirectories(agent.dirs.root / "mps", key)) not in (None, pid)
     assert daemon_up(agent) == 1
 
     # The daemon outlives the agent, as a real one does: it stops with the GPU's last share.
