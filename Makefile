@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-deps lint unit bench protos chart-schema clean mock-nvml gpu-check
+.PHONY: demo test test-deps lint unit bench protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
@@ -35,6 +35,23 @@ lint: $(INSTALLED)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## cluster: a real single-node Kubernetes (E2E_KUBERNETES=1.34|1.37, default 1.37) from upstream
+## modules, as processes on loopback, with the driver installed by its chart (docs/e2e.md); as root
+cluster: test-deps $(INSTALLED)
+	$(BIN)/python -m tests.cluster up
+
+## cluster-down: stop the local cluster and remove everything it made
+cluster-down: $(INSTALLED)
+	$(BIN)/python -m tests.cluster down
+
+## cluster-build: only build (or find in the cache) the cluster's upstream components
+cluster-build: $(INSTALLED)
+	$(BIN)/python -m tests.cluster.build
+
+## e2e: the e2e suite on the local cluster: up, tests/e2e, down (nothing left behind); as root
+e2e: test-deps $(INSTALLED)
+	$(BIN)/python -m tests.cluster.e2e
 
 ## unit: the fast tier only (pure cores, no processes)
 unit: $(INSTALLED)

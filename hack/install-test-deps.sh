@@ -5,6 +5,11 @@
 #   openssl                       certificates of the kubeconfig TLS tests
 #   gcc, libc6-dev                the mock libnvidia-ml.so.1 the NVML backend is tested over
 #   python3-venv                  the .venv the Makefile creates
+#   libseccomp-dev, pkg-config    runc's seccomp support, built for the local cluster (make e2e)
+#   debootstrap                   the agent's image for the local cluster, without Docker
+#   iproute2, mount               the pod network's bridge and the cluster's mounts, removed by
+#                                 make cluster-down
+# Go (>= 1.26.6) is not a Debian package here: the local cluster's build checks for it itself.
 # As root with apt-get it installs them; otherwise it stops with one line naming the command.
 set -euo pipefail
 
@@ -22,6 +27,11 @@ need openssl command -v openssl
 need gcc command -v cc
 need libc6-dev test -e /usr/include/stdio.h
 need python3-venv "${PYTHON:-python3}" -c 'import ensurepip, venv'
+need libseccomp-dev test -e /usr/include/seccomp.h
+need pkg-config command -v pkg-config
+need debootstrap command -v debootstrap
+need iproute2 command -v ip
+need mount command -v umount
 
 [ ${#packages[@]} -eq 0 ] && exit 0
 

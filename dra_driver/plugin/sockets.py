@@ -13,8 +13,11 @@ from pathlib import Path
 
 from dra_driver.kube.k8s_names import UID_PATTERN
 
-# sockaddr_un.sun_path is 108 bytes including the terminating NUL.
-MAX_SOCKET_PATH_BYTES = 107
+# sockaddr_un.sun_path is 108 bytes including the terminating NUL, but gRPC's own address check
+# refuses a path of more than 105 bytes (grpcio 1.85: "Path name should not have more than 107
+# characters" for a 106-byte path). Found on the local cluster, whose kubelet directory is longer
+# than /var/lib/kubelet: the agent crashed binding its socket instead of saying so at start.
+MAX_SOCKET_PATH_BYTES = 105
 
 
 class SocketPathError(ValueError):

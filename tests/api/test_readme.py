@@ -21,6 +21,7 @@ import yaml
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import build_parser, main
 from dra_driver.tools.manifests import DEFAULT_IMAGE
+from tests.cluster.versions import gate_table
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 README = (REPOSITORY / "README.md").read_text()
@@ -104,6 +105,12 @@ def documented_values(text: str) -> set[str]:
         stem = first.rsplit(".", 1)[0]
         names.update(f"{stem}{part}" if part.startswith(".") else part for part in rest)
     return names
+
+
+def test_the_gates_table_is_the_local_clusters_own() -> None:
+    """The gates the local cluster turns on (tests/cluster/versions.py, checked against each
+    pinned release's own feature list by the e2e suite) are the table operators read."""
+    assert gate_table() in section("Kubernetes versions and feature gates")
 
 
 def test_the_values_table_names_every_chart_value() -> None:

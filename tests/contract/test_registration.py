@@ -187,7 +187,7 @@ def _run_node(*args: str, env: dict[str, str] | None = None) -> subprocess.Compl
             {},
             "--log-format (DRA_DRIVER_LOG_FORMAT): 'xml' must be 'json' or 'console'",
         ),
-        (("--node-name", "a", "--plugins-dir", "/" + "p" * 100), {}, "unix sockets allow at most 107"),
+        (("--node-name", "a", "--plugins-dir", "/" + "p" * 100), {}, "unix sockets allow at most 105"),
         (
             ("--node-name", "a"),
             {"DRA_DRIVER_VERBOSITY": "lots"},

@@ -2,6 +2,7 @@
 example from deploy/examples to completion (and deleting it afterwards, so that the next test
 finds every device free)."""
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +31,14 @@ class ExampleRun:
         return node
 
 
-RunExample = Callable[..., ExampleRun]
+RunExample = Callable[[str], ExampleRun]
+RunCopies = Callable[[str, tuple[str, ...]], list[ExampleRun]]
 
 
 @pytest.fixture(scope="session")
 def namespace() -> Iterator[str]:
     kube.apply_objects([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}], None)
+    kube.wait_for_service_account(NAMESPACE)
     yield NAMESPACE
     kube.delete("namespace", NAMESPACE, None)
 
@@ -55,34 +58,72 @@ def _own_namespace(path: Path) -> str | None:
     return names[0] if names else None
 
 
-@pytest.fixture
-def run_example(namespace: str) -> Iterator[RunExample]:
-    """run_example(name, pod_name=None): applies deploy/examples/<name>.yaml (again with only the
-    pod renamed when `pod_name` is given), waits for the pod to succeed and reads what it printed."""
-    cleanups: list[Callable[[], None]] = []
+class _Runner:
+    """Applies examples, waits for their pods and reads what they printed; deletes everything it
+    applied at the end, so that the next test finds every device free."""
 
-    def run(name: str, pod_name: str | None = None) -> ExampleRun:
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.cleanups: list[Callable[[], None]] = []
+
+    def run(self, name: str, pod_names: tuple[str, ...] = ()) -> list[ExampleRun]:
+        """The example's pod, or copies of it named `pod_names` created at once (each with its
+        own claim from the template), run to completion."""
         path = example_path(name)
         own = _own_namespace(path)
-        target = own or namespace
-        apply_namespace = None if own else namespace
-        if pod_name is None:
-            cleanups.append(lambda: kube.delete_file(path, apply_namespace))
-            kube.apply_file(path, apply_namespace)
-            pod_name = next(item for item in documents(path) if item["kind"] == "Pod")["metadata"]["name"]
+        target = own or self.namespace
+        apply_namespace = None if own else self.namespace
+        if own:
+            # Its pod is refused until the namespace's default ServiceAccount exists.
+            kube.apply_objects([item for item in documents(path) if item["kind"] == "Namespace"], None)
+            kube.wait_for_service_account(own)
+        watch = kube.ClaimWatch(target)
+        self.cleanups.append(watch.stop)
+        self.cleanups.append(lambda: kube.delete_file(path, apply_namespace))
+        pod = next(item for item in documents(path) if item["kind"] == "Pod")
+        if pod_names:
+            others = [item for item in documents(path) if item["kind"] != "Pod"]
+            copies = [{**pod, "metadata": {**pod["metadata"], "name": copy}} for copy in pod_names]
+            for copy in pod_names:
+                self.cleanups.append(functools.partial(kube.delete, "pod", copy, target))
+            kube.apply_objects([*others, *copies], apply_namespace)
         else:
-            pod = next(item for item in documents(path) if item["kind"] == "Pod")
-            pod["metadata"]["name"] = pod_name
-            renamed = pod_name
-            cleanups.append(lambda: kube.delete("pod", renamed, target))
-            kube.apply_objects([pod], apply_namespace)
-        pod = kube.wait_for_pod(pod_name, target)
+            kube.apply_file(path, apply_namespace)
+        return [
+            self._finished(pod_name, target, watch) for pod_name in pod_names or (pod["metadata"]["name"],)
+        ]
+
+    @staticmethod
+    def _finished(pod_name: str, namespace: str, watch: kube.ClaimWatch) -> ExampleRun:
+        pod = kube.wait_for_pod(pod_name, namespace)
         reports = {
-            container["name"]: parse_report(kube.logs(pod_name, target, container["name"]))
+            container["name"]: parse_report(kube.logs(pod_name, namespace, container["name"]))
             for container in pod["spec"]["containers"]
         }
-        return ExampleRun(pod=pod, reports=reports, results=kube.allocation_results(pod))
+        return ExampleRun(pod=pod, reports=reports, results=kube.allocation_results(pod, watch))
 
-    yield run
-    for cleanup in reversed(cleanups):
+
+@pytest.fixture
+def runner(namespace: str) -> Iterator[_Runner]:
+    examples = _Runner(namespace)
+    yield examples
+    for cleanup in reversed(examples.cleanups):
         cleanup()
+
+
+@pytest.fixture
+def run_example(runner: _Runner) -> RunExample:
+    """run_example(name): applies deploy/examples/<name>.yaml, waits for its pod to succeed and
+    reads what it printed."""
+
+    def run(name: str) -> ExampleRun:
+        (only,) = runner.run(name)
+        return only
+
+    return run
+
+
+@pytest.fixture
+def run_copies(runner: _Runner) -> RunCopies:
+    """run_copies(name, pod_names): the example's pod as several pods created at once."""
+    return runner.run

@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,6 +63,20 @@ def delete(kind: str, name: str, namespace: str | None) -> None:
     kubectl("delete", *_namespace_args(namespace), kind, name, "--ignore-not-found", "--wait")
 
 
+def wait_for_service_account(namespace: str, timeout: float = 60) -> None:
+    """The controller-manager creates a namespace's `default` ServiceAccount a moment after the
+    namespace; a pod created before it is refused by the ServiceAccount admission plugin."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            kubectl("get", "serviceaccount", "default", "--namespace", namespace)
+            return
+        except KubectlError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def wait_for_pod(name: str, namespace: str, timeout: float = POD_TIMEOUT) -> dict[str, Any]:
     """The pod once it has succeeded; an AssertionError with `kubectl describe` if it fails or
     does not finish in time (a claim that cannot be allocated leaves it Pending)."""
@@ -81,18 +96,77 @@ def logs(pod: str, namespace: str, container: str) -> str:
     return kubectl("logs", pod, "--namespace", namespace, "--container", container)
 
 
-def allocation_results(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+class ClaimWatch:
+    """Every allocated version of the namespace's ResourceClaims, from a `kubectl get --watch`
+    started before the example is applied, by the pod that owns the claim.
+
+    The real resourceclaim controller taught us two things: it deallocates and deletes a claim
+    made from a template as soon as its pod has finished (the examples' pods run for a second,
+    so reading the claim afterwards finds nothing), and on 1.37 it then makes a new claim for the
+    finished pod, never allocated, and points the pod's status.resourceClaimStatuses at that one.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        context = os.environ.get("E2E_KUBE_CONTEXT")
+        self._process = subprocess.Popen(
+            [
+                "kubectl", *(["--context", context] if context else []), "get",
+                "resourceclaims.resource.k8s.io", "--namespace", namespace, "--watch", "--output", "json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )  # fmt: skip
+        # pod UID -> claim name -> the claim's last allocated version
+        self.allocated: dict[str, dict[str, dict[str, Any]]] = {}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        decoder = json.JSONDecoder()
+        buffer = ""
+        for line in self._process.stdout:
+            buffer += line
+            while buffer.strip():
+                try:
+                    item, end = decoder.raw_decode(buffer.lstrip())
+                except json.JSONDecodeError:
+                    break
+                buffer = buffer.lstrip()[end:]
+                if not item.get("status", {}).get("allocation"):
+                    continue
+                for owner in item["metadata"].get("ownerReferences", []):
+                    if owner["kind"] == "Pod":
+                        self.allocated.setdefault(owner["uid"], {})[item["metadata"]["name"]] = item
+
+    def claims_of(self, pod: Mapping[str, Any], timeout: float = 30) -> list[dict[str, Any]]:
+        """The pod's claims as they were allocated, one per claim of its spec."""
+        expected = len(pod["spec"].get("resourceClaims", []))
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = list(self.allocated.get(pod["metadata"]["uid"], {}).values())
+            if len(seen) >= expected:
+                return seen
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"pod {pod['metadata']['name']}: {len(seen)} of {expected} claims seen allocated"
+                )
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=10)
+
+
+def allocation_results(pod: Mapping[str, Any], watch: ClaimWatch) -> list[dict[str, Any]]:
     """The allocation results of every claim of the pod that name our driver."""
-    namespace = pod["metadata"]["namespace"]
-    results: list[dict[str, Any]] = []
-    for status in pod["status"].get("resourceClaimStatuses", []):
-        claim = get("resourceclaims.resource.k8s.io", status["resourceClaimName"], "--namespace", namespace)
-        results += [
-            result
-            for result in claim["status"]["allocation"]["devices"]["results"]
-            if result["driver"] == DEFAULT_DRIVER_NAME
-        ]
-    return results
+    return [
+        result
+        for claim in watch.claims_of(pod)
+        for result in claim["status"]["allocation"]["devices"]["results"]
+        if result["driver"] == DEFAULT_DRIVER_NAME
+    ]
 
 
 def published_devices(node: str) -> dict[str, dict[str, Any]]:

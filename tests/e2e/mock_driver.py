@@ -7,7 +7,8 @@ container, which can make device nodes; `docker cp` would drop them under rootle
 
     /run/mock-nvidia/driver          the driver root (chart value driverRoot, read-only in the pod)
       usr/lib/x86_64-linux-gnu/      the mock as libnvidia-ml.so.<version>, and its SONAME link
-      usr/bin/                       stand-ins for the programs the agent runs (below)
+      usr/bin/                       stand-ins for the programs the agent runs (below); the MPS
+                                     control daemon is dra_driver's simulated one
       dev/                           the device nodes CDI specs name: character devices with the
                                      numbers of /dev/null, so containerd can inject them and a
                                      workload that opens one reads nothing
@@ -55,6 +56,16 @@ exit 1
 """
 
 
+# The MPS control daemon: the simulated nvidia-cuda-mps-control, which speaks the real one's
+# protocol on the pipe directory. The agent's image has the package, and both the agent and the
+# MPS daemon pods (which run that image) run this program from the driver root.
+NVIDIA_CUDA_MPS_CONTROL = """\
+#!/bin/sh
+# nvidia-cuda-mps-control of the mock driver (e2e): the simulated daemon of dra_driver.
+exec python3 -m dra_driver.hardware.simulated_mps_control "$@"
+"""
+
+
 def mock_environment() -> dict[str, str]:
     """The agent's environment beyond the chart's own: where the mock finds its node and keeps its
     state, and the sysfs and procfs the agent reads in place of the node's (the GPUs' PCI devices,
@@ -87,6 +98,7 @@ def lay_out(root: Path, node_name: str, library: Path) -> None:
     driver_root = root / DRIVER_ROOT.lstrip("/")
     make_driver_root(driver_root, spec.driver_version, library)
     (driver_root / "usr/bin/nvidia-smi").write_text(NVIDIA_SMI)
+    (driver_root / "usr/bin/nvidia-cuda-mps-control").write_text(NVIDIA_CUDA_MPS_CONTROL)
     mock = root / MOCK_DIR.lstrip("/")
     mock.mkdir(parents=True)
     (mock / "node.txt").write_text(render_node(node_name, spec))

@@ -11,7 +11,7 @@ from typing import Any
 
 from dra_driver.claims.edits.gpu_edits import device_env_prefix
 from tests.e2e import kube
-from tests.e2e.conftest import RunExample
+from tests.e2e.conftest import RunCopies, RunExample
 from tests.support.cel import parse_quantity
 from tests.support.examples import (
     CEL_MIN_MEMORY,
@@ -47,12 +47,12 @@ def test_the_agent_publishes_the_devices_the_examples_were_checked_against(worke
         assert _attribute(device, "type") == expected[name].type, name
 
 
-def test_two_whole_gpu_pods_get_different_gpus(run_example: RunExample) -> None:
-    first = run_example("gpu-whole")
-    second = run_example("gpu-whole", pod_name="gpu-whole-second")
+def test_two_whole_gpu_pods_get_different_gpus(run_copies: RunCopies) -> None:
+    # Created at once: a pod that has finished has given its GPU back, and the next may get it.
+    runs = run_copies("gpu-whole", ("gpu-whole-first", "gpu-whole-second"))
 
     devices = []
-    for run in (first, second):
+    for run in runs:
         (result,) = run.results
         assert whole_gpu_uuids(run.reports["main"].env) == _gpu_env(run.node, result["device"])
         # containerd injected the nodes the CDI specs name below the driver root on the worker.
