@@ -8,6 +8,8 @@ INSTALLED := $(VENV)/.installed
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
+# The local cluster's Kubernetes minor (make e2e E2E_KUBERNETES=1.34); empty: the newest.
+export E2E_KUBERNETES
 
 $(INSTALLED): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)

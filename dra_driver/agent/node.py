@@ -48,6 +48,7 @@ from dra_driver.observability.metrics import AgentMetrics
 from dra_driver.observability.server import ObservabilityServer, Readiness, keep_heartbeat
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
+from dra_driver.publish.desired import ApiCapabilities
 from dra_driver.state.boot_id import current_boot_id
 from dra_driver.state.group_commit import GroupCommitter
 
@@ -154,7 +155,7 @@ class NodeAgent:
         except StartupError:
             await platform.close()
             raise
-        first = replan(choice, platform.gpus, None, frozenset(), frozenset())
+        first = replan(choice, platform.gpus, None, frozenset(), ApiCapabilities())
         inventory = build_inventory(first.plans)
         log.info(
             "hardware discovered",
@@ -225,7 +226,7 @@ class NodeAgent:
         """Re-plans every GPU under `choice`; answers whether GPUs wait for their claims."""
         gpus = self.platform.gpus
         in_use = gpus_in_use(self.engine.prepared_claims.values(), gpus)
-        result = replan(choice, gpus, self.pool.offered, in_use, self.pool.unsupported)
+        result = replan(choice, gpus, self.pool.offered, in_use, self.pool.capabilities)
         self.reporter.report(choice, result.problems, result.waiting)
         if result.plans != self.inventory.plans:
             log.info(

@@ -31,7 +31,8 @@ from dra_driver.devices.config_files import (
 from dra_driver.devices.naming import parse_device_name
 from dra_driver.devices.node_config import ConfigProblem, GpuPlan, plan_node
 from dra_driver.hardware.model import Gpu
-from dra_driver.publish.capabilities import ApiFeature, fall_back
+from dra_driver.publish.capabilities import fall_back
+from dra_driver.publish.desired import ApiCapabilities
 
 log = structlog.get_logger("dra_driver.node_configs")
 
@@ -67,17 +68,16 @@ def replan(
     gpus: Sequence[Gpu],
     offered: Mapping[str, GpuPlan] | None,
     in_use: frozenset[str],
-    unsupported: frozenset[ApiFeature],
+    capabilities: ApiCapabilities,
 ) -> Replan:
-    """The plans under `choice`, in modes the API server stores (`unsupported`). A GPU that
+    """The plans under `choice`, in modes the cluster can use (`capabilities`). A GPU that
     claims use (`in_use`) and whose plan differs from the one it was last offered under
     (`offered`, by GPU UUID) waits. `offered` None: this process has offered nothing yet, so
     there is nothing to wait for. A GPU left out meanwhile (a broken config) keeps its last
     offered plan: when the config is mended its claims' plan comes back without waiting."""
     node_plan = plan_node(choice.config, gpus) if choice.config is not None else None
     wanted = node_plan.plans if node_plan is not None else ()
-    if unsupported:
-        wanted, _ = fall_back(wanted, unsupported)
+    wanted, _ = fall_back(wanted, capabilities.unsupported, capabilities.kubernetes_version)
     problems = choice.problems + (node_plan.problems if node_plan is not None else ())
     if offered is None:
         return Replan(wanted, problems)

@@ -29,7 +29,6 @@ from dra_driver.health.tracker import HealthState, node_health
 from dra_driver.kube.slice_api import SliceApi
 from dra_driver.observability.metrics import AgentMetrics
 from dra_driver.observability.server import Readiness
-from dra_driver.publish.capabilities import ApiFeature
 from dra_driver.publish.controller import ResourceSliceController
 from dra_driver.publish.desired import ApiCapabilities, DesiredPool, desired_pool
 from dra_driver.publish.diff import Write
@@ -83,8 +82,8 @@ class NodePool:
         return self.pool.offered
 
     @property
-    def unsupported(self) -> frozenset[ApiFeature]:
-        return self._capabilities.unsupported
+    def capabilities(self) -> ApiCapabilities:
+        return self._capabilities
 
     def use_plans(self, plans: Sequence[GpuPlan]) -> None:
         self._plans = tuple(plans)
@@ -118,7 +117,9 @@ class NodePool:
     def capabilities_changed(self, capabilities: ApiCapabilities) -> None:
         """The controller's report: what the server stores. Newly dropped features move GPUs to
         modes it stores whole, for publishing and preparing alike."""
-        newly_unsupported = capabilities.unsupported != self._capabilities.unsupported
+        newly_unsupported = capabilities.unsupported != self._capabilities.unsupported or (
+            capabilities.kubernetes_version != self._capabilities.kubernetes_version
+        )
         self._capabilities = capabilities
         self._update(log_fallback=newly_unsupported)
 
@@ -127,7 +128,7 @@ class NodePool:
         if pool.offered.plans != self.pool.offered.plans:
             if log_fallback:
                 for note in pool.notes:
-                    log.warning("GPU offered differently: the API server lacks a feature", note=note)
+                    log.warning("GPU offered differently: the cluster cannot use a feature", note=note)
             self._offer(pool.offered.plans)
             self._engine.use_inventory(pool.offered)
             for note in pool.offered.notes:

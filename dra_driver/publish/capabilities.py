@@ -211,10 +211,31 @@ _DROPPED_BY: Mapping[ApiFeature, str] = {
 }
 
 
-def _fall_back_plan(plan: GpuPlan, unsupported: frozenset[ApiFeature]) -> tuple[GpuPlan, str | None]:
+# Releases whose scheduler misallocates what a feature's fields say although the API server stores
+# them, and why: the GPUs that need the feature fall back as if the server dropped its fields.
+# Found by running the e2e suite on a real 1.34.4 cluster: its allocator (allocator_experimental,
+# used when DRAConsumableCapacity is on) checks a request against the capacity of device
+# number <the request's device count so far> of the ResourceSlice instead of the device it picked,
+# so a vGPU share fits only the first device of a slice; 1.35.4 passes the device itself.
+_MISALLOCATED: Mapping[tuple[int, int], Mapping[ApiFeature, str]] = {
+    (1, 34): {
+        "DRAConsumableCapacity": "Kubernetes 1.34's scheduler checks a share's capacity against another "
+        "device of its ResourceSlice than the one it allocates (fixed in 1.35)",
+    },
+}
+
+
+def misallocated(kubernetes_version: tuple[int, int] | None) -> Mapping[ApiFeature, str]:
+    """The features this server version's scheduler cannot be trusted with, each with the reason."""
+    return _MISALLOCATED.get(kubernetes_version, {}) if kubernetes_version is not None else {}
+
+
+def _fall_back_plan(
+    plan: GpuPlan, unsupported: frozenset[ApiFeature], broken: Mapping[ApiFeature, str]
+) -> tuple[GpuPlan, str | None]:
     mode = plan.mode
     gates: list[ApiFeature] = []
-    while (step := _FALLBACKS.get(mode)) is not None and step[1] in unsupported:
+    while (step := _FALLBACKS.get(mode)) is not None and (step[1] in unsupported or step[1] in broken):
         mode = step[0]
         gates.append(step[1])
     if not gates:
@@ -222,13 +243,18 @@ def _fall_back_plan(plan: GpuPlan, unsupported: frozenset[ApiFeature]) -> tuple[
     settings = replace(plan.settings, mode=mode)
     if mode == "vgpu-partitions" and not settings.partitions:
         settings = replace(settings, partitions=default_partition_sizes(plan.gpu))
-    reasons = " and ".join(f"{_DROPPED_BY[gate]} (feature gate {gate} is off)" for gate in gates)
-    note = f"{plan.gpu.label}: offered as {mode} instead of {plan.mode}: the API server drops {reasons}"
+    dropped = [f"{_DROPPED_BY[gate]} (feature gate {gate} is off)" for gate in gates if gate not in broken]
+    reasons = [broken[gate] for gate in gates if gate in broken]
+    if dropped:
+        reasons.append(f"the API server drops {' and '.join(dropped)}")
+    note = f"{plan.gpu.label}: offered as {mode} instead of {plan.mode}: {'; '.join(reasons)}"
     return replace(plan, mode=mode, settings=settings), note
 
 
 def fall_back(
-    plans: Sequence[GpuPlan], unsupported: frozenset[ApiFeature]
+    plans: Sequence[GpuPlan],
+    unsupported: frozenset[ApiFeature],
+    kubernetes_version: tuple[int, int] | None = None,
 ) -> tuple[tuple[GpuPlan, ...], tuple[str, ...]]:
     """Each GPU in a mode whose devices the server stores whole, and a note for each GPU moved.
 
@@ -238,5 +264,6 @@ def fall_back(
     together past what the GPU holds. Device taints move nothing: without them the devices are
     still right, only not marked unhealthy.
     """
-    results = [_fall_back_plan(plan, unsupported) for plan in plans]
+    broken = misallocated(kubernetes_version)
+    results = [_fall_back_plan(plan, unsupported, broken) for plan in plans]
     return tuple(plan for plan, _ in results), tuple(note for _, note in results if note is not None)

@@ -145,7 +145,7 @@ class ResourceSliceController:
 
     @property
     def capabilities(self) -> ApiCapabilities:
-        return ApiCapabilities(self.status.layout, self.status.unsupported)
+        return ApiCapabilities(self.status.layout, self.status.unsupported, self.status.kubernetes_version)
 
     def set_inventory(self, inventory: Inventory) -> None:
         """Publishes a changed inventory (hardware, health or configuration) right away."""

@@ -16,7 +16,7 @@ from dra_driver.devices.node_config import GpuPlan
 from dra_driver.devices.slices import SliceLayout
 from dra_driver.health.taints import tainted_inventory
 from dra_driver.health.tracker import HealthState
-from dra_driver.publish.capabilities import ApiFeature, fall_back
+from dra_driver.publish.capabilities import ApiFeature, fall_back, misallocated
 
 # Until the server's version is read: taints are then made for the newer layout, and the slice
 # plan, which always knows the real layout, keeps them within its limits.
@@ -29,6 +29,8 @@ class ApiCapabilities(msgspec.Struct, frozen=True):
 
     layout: SliceLayout | None = None
     unsupported: frozenset[ApiFeature] = frozenset()
+    # (major, minor), once read: some releases' schedulers misallocate a feature they store.
+    kubernetes_version: tuple[int, int] | None = None
 
 
 class DesiredPool(msgspec.Struct, frozen=True):
@@ -44,8 +46,8 @@ def desired_pool(
     plans: Sequence[GpuPlan], capabilities: ApiCapabilities, health: HealthState, driver_name: str
 ) -> DesiredPool:
     """Deterministic and side-effect free: the same inputs give an equal pool."""
-    if capabilities.unsupported:
-        plans, notes = fall_back(plans, capabilities.unsupported)
+    if capabilities.unsupported or misallocated(capabilities.kubernetes_version):
+        plans, notes = fall_back(plans, capabilities.unsupported, capabilities.kubernetes_version)
     else:
         plans, notes = tuple(plans), ()
     offered = build_inventory(plans)

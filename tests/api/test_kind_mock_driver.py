@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dra_driver.hardware import simulated_mps_control
 from dra_driver.hardware.driver_root import CONTROL_DEVICE_NODES
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from tests.e2e import mock_driver
@@ -150,3 +151,15 @@ def test_kind_up_unpacks_the_mock_on_each_worker_before_installing() -> None:
     assert '--file "$repo_root/hack/e2e-node/mock-nvml.Dockerfile" "$repo_root/tests/mock_nvml"' in script
     assert 'docker exec --interactive "$node" tar -x -f - -C /' in script
     assert unpack < script.index('helm upgrade --install "$release"')
+
+
+def test_the_mps_control_stand_in_runs_the_simulated_daemon(tmp_path: Path) -> None:
+    """The vGPU example's shares are under MPS enforcement: the e2e node's daemon is the
+    simulated nvidia-cuda-mps-control, which the agent's image carries."""
+    program = tmp_path / "nvidia-cuda-mps-control"
+    program.write_text(mock_driver.NVIDIA_CUDA_MPS_CONTROL)
+    checker = shutil.which("shellcheck")
+    assert checker, "shellcheck is not installed: apt-get install shellcheck"
+
+    assert subprocess.run([checker, str(program)], capture_output=True, check=False).returncode == 0
+    assert f"python3 -m {simulated_mps_control.MODULE} " in mock_driver.NVIDIA_CUDA_MPS_CONTROL

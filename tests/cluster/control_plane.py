@@ -72,6 +72,7 @@ def api_server_argv(binary: Path, layout: Layout, version: KubernetesVersion) ->
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         "--profiling=false",
         *_gates(version),
+        *([f"--runtime-config={version.runtime_config}"] if version.runtime_config else []),
     ]
 
 

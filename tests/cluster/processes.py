@@ -4,6 +4,7 @@ health endpoints, and stopped by name.
 """
 
 import contextlib
+import json
 import os
 import signal
 import ssl
@@ -48,7 +49,22 @@ def start(layout: Layout, name: str, argv: list[str], env: Mapping[str, str] | N
             start_new_session=True,
         )
     _pid_file(layout, name).write_text(f"{process.pid}\n")
+    _command_file(layout, name).write_text(
+        json.dumps({"argv": argv, "env": dict(env) if env is not None else None})
+    )
     return process.pid
+
+
+def _command_file(layout: Layout, name: str) -> Path:
+    return layout.pids / f"{name}.command.json"
+
+
+def restart(layout: Layout, name: str) -> int:
+    """Stops the service and starts it again with the command it was started with (the fault
+    tests restart kubelet, containerd and the API server under running pods)."""
+    command = json.loads(_command_file(layout, name).read_text())
+    stop(layout, name)
+    return start(layout, name, command["argv"], command["env"])
 
 
 def pid_of(layout: Layout, name: str) -> int | None:

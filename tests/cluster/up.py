@@ -23,6 +23,8 @@ from tests.cluster.versions import KubernetesVersion
 from tests.support.mock_nvml import build_library
 
 T = TypeVar("T")
+# Made once the cluster is up with the agent's slices published: a second `up` leaves it be.
+READY_FILE = "ready"
 
 
 def say(message: str) -> None:
@@ -89,6 +91,9 @@ def up(layout: Layout, version: KubernetesVersion) -> list[str]:
     _step("pod network bridge made", node.make_bridge)
     _step("certificates made", lambda: make_pki(layout.pki, NODE_NAME))
     _write_kubeconfigs(layout)
+    # Written now, so a cluster that fails to come up can be looked at with its own kubectl.
+    lines = environment_lines(layout, binaries)
+    layout.environment_file.write_text("\n".join(lines) + "\n")
     _step("etcd healthy", lambda: control_plane.start_etcd(layout, binaries))
     _step("API server ready", lambda: control_plane.start_api_server(layout, binaries, version))
     _step(
@@ -108,8 +113,7 @@ def up(layout: Layout, version: KubernetesVersion) -> list[str]:
     _step("agent rolled out", lambda: driver.wait_for_rollout(kubectl))
     devices = _step("ResourceSlices published", lambda: driver.wait_for_slices(kubectl))
     say(f"Kubernetes {version.release} up in {time.monotonic() - started:.0f}s, {devices} devices published")
-    lines = environment_lines(layout, binaries)
-    layout.environment_file.write_text("\n".join(lines) + "\n")
+    (layout.root / READY_FILE).touch()
     return lines
 
 

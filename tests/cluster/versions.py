@@ -126,8 +126,23 @@ class KubernetesVersion:
             and gate.name not in _NOT_TURNED_ON
         }
 
+    @property
+    def runtime_config(self) -> str | None:
+        """API versions to serve beyond the defaults. With DRADeviceTaints on while it is alpha,
+        the scheduler and the controller-manager list DeviceTaintRules from resource.k8s.io/
+        v1alpha3, which the API server serves only when asked; without it the scheduler's cache
+        never syncs and it schedules nothing (seen on 1.34.4)."""
+        if self.feature_gates.get("DRADeviceTaints") and _stage(self.minor, "DRADeviceTaints") == "alpha":
+            return "resource.k8s.io/v1alpha3=true"
+        return None
+
     def feature_gate_flag(self) -> str:
         return ",".join(f"{name}={str(on).lower()}" for name, on in sorted(self.feature_gates.items()))
+
+
+def _stage(minor: str, name: str) -> str:
+    (gate,) = (gate for gate in GATES if gate.name == name)
+    return gate.stages[minor][0]
 
 
 _REQUIRE = re.compile(r"^require k8s\.io/kubernetes (v[0-9.]+)$", re.M)

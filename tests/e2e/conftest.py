@@ -44,6 +44,11 @@ def namespace() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def kubernetes_version() -> tuple[int, int]:
+    return kube.server_version()
+
+
+@pytest.fixture(scope="session")
 def worker() -> str:
     """The node hack/kind-up.sh labelled for the agent."""
     nodes = kube.get("nodes", "--selector", "=".join(NODE_LABEL))["items"]

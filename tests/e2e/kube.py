@@ -10,7 +10,7 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ def apply_file(path: Path, namespace: str | None) -> None:
     kubectl("apply", *_namespace_args(namespace), "--filename", str(path))
 
 
-def apply_objects(objects: list[Mapping[str, Any]], namespace: str | None) -> None:
+def apply_objects(objects: Sequence[Mapping[str, Any]], namespace: str | None) -> None:
     text = yaml.safe_dump_all([dict(item) for item in objects], sort_keys=False)
     kubectl("apply", *_namespace_args(namespace), "--filename", "-", stdin=text)
 
@@ -181,3 +181,9 @@ def published_devices(node: str) -> dict[str, dict[str, Any]]:
         for resource_slice in slices["items"]
         for device in resource_slice["spec"].get("devices", [])
     }
+
+
+def server_version() -> tuple[int, int]:
+    """(major, minor) of the cluster's API server."""
+    info = json.loads(kubectl("version", "--output", "json"))["serverVersion"]
+    return int(info["major"]), int(info["minor"].rstrip("+"))

@@ -10,16 +10,22 @@ and a cluster. tests/api/test_examples.py checks the same examples without one.
 from typing import Any
 
 from dra_driver.claims.edits.gpu_edits import device_env_prefix
+from dra_driver.config.node_config_files import load_node_config
+from dra_driver.devices.inventory import Inventory, build_inventory
+from dra_driver.devices.node_config import plan_gpus
+from dra_driver.publish.capabilities import fall_back
 from tests.e2e import kube
 from tests.e2e.conftest import RunCopies, RunExample
 from tests.support.cel import parse_quantity
 from tests.support.examples import (
     CEL_MIN_MEMORY,
     CEL_PRODUCT_PREFIX,
+    E2E_NODE_CONFIG_FILE,
     MIG_PROFILE,
     VGPU_MPS_MEMORY,
     VGPU_MPS_THREADS,
     D,
+    e2e_node_gpus,
     e2e_node_inventory,
     mig_profiles,
     whole_gpu_uuids,
@@ -38,9 +44,18 @@ def _gpu_env(node: str, *devices: str) -> dict[str, str]:
     return {device_env_prefix(device): inventory.gpu_of_device[device].uuid for device in devices}
 
 
-def test_the_agent_publishes_the_devices_the_examples_were_checked_against(worker: str) -> None:
+def _expected_inventory(node: str, kubernetes_version: tuple[int, int]) -> Inventory:
+    """The e2e node's devices as the agent offers them on this cluster: on 1.34 the vGPU-capacity
+    GPU falls back to partitions (its scheduler misallocates consumable capacity)."""
+    plans = plan_gpus(load_node_config(E2E_NODE_CONFIG_FILE), e2e_node_gpus(node))
+    return build_inventory(fall_back(plans, frozenset(), kubernetes_version)[0])
+
+
+def test_the_agent_publishes_the_devices_the_examples_were_checked_against(
+    worker: str, kubernetes_version: tuple[int, int]
+) -> None:
     published = kube.published_devices(worker)
-    expected = {device.name: device for device in e2e_node_inventory(worker).devices}
+    expected = {device.name: device for device in _expected_inventory(worker, kubernetes_version).devices}
 
     assert set(published) == set(expected)
     for name, device in published.items():
@@ -81,7 +96,15 @@ def test_the_mig_pod_gets_a_1g10gb_instance(run_example: RunExample) -> None:
     }
 
 
-def test_the_vgpu_pod_sees_its_memory_and_sm_limits(run_example: RunExample) -> None:
+def test_the_vgpu_pod_sees_its_memory_and_sm_limits(
+    run_example: RunExample, worker: str, kubernetes_version: tuple[int, int]
+) -> None:
+    if kubernetes_version == (1, 34):
+        # No capacity share to allocate: the GPU is offered as fixed partitions instead.
+        published = kube.published_devices(worker)
+        assert _attribute(published["gpu-3"], "type") == "gpu"
+        assert any(name.startswith("gpu-3-vgpu-") for name in published), sorted(published)
+        return
     run = run_example("vgpu-10gi-30pct")
 
     (result,) = run.results
@@ -123,10 +146,13 @@ def test_the_fallback_pod_gets_one_of_its_two_alternatives(run_example: RunExamp
         assert not mig_profiles(env)
 
 
-def test_the_admin_pod_sees_every_whole_gpu_of_its_node(run_example: RunExample) -> None:
+def test_the_admin_pod_sees_every_whole_gpu_of_its_node(
+    run_example: RunExample, kubernetes_version: tuple[int, int]
+) -> None:
     run = run_example("admin-monitoring")
 
-    whole = sorted(device.name for device in e2e_node_inventory(run.node).devices if device.type == "gpu")
+    inventory = _expected_inventory(run.node, kubernetes_version)
+    whole = sorted(device.name for device in inventory.devices if device.type == "gpu")
     assert sorted(result["device"] for result in run.results) == whole
     assert all(result.get("adminAccess") is True and result["driver"] == D for result in run.results)
     assert whole_gpu_uuids(run.reports["main"].env) == _gpu_env(run.node, *whole)

@@ -112,3 +112,12 @@ def test_the_oldest_version_needs_the_alpha_gates_and_the_newest_none() -> None:
 def test_an_unknown_version_is_refused_with_the_choices() -> None:
     with pytest.raises(ValueError, match=r"E2E_KUBERNETES='1\.30': expected one of 1\.34, 1\.37"):
         kubernetes_version("1.30")
+
+
+def test_alpha_device_taints_bring_their_alpha_api_with_them() -> None:
+    oldest = kubernetes_version("1.34")
+
+    assert "--runtime-config=resource.k8s.io/v1alpha3=true" in control_plane.api_server_argv(
+        Path("a"), LAYOUT, oldest
+    )
+    assert kubernetes_version("1.37").runtime_config is None

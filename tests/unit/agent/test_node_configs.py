@@ -22,6 +22,7 @@ from dra_driver.devices.node_config import (
     plan_node,
 )
 from dra_driver.observability.metrics import AgentMetrics
+from dra_driver.publish.desired import ApiCapabilities
 from tests.support.node_configs import write_configmap
 from tests.support.nodes import simulated_node
 
@@ -62,7 +63,9 @@ def test_claims_are_traced_to_their_gpus_by_device_name_and_mig_instance() -> No
 
 def test_a_gpu_whose_plan_changes_while_claims_use_it_waits_and_the_others_change() -> None:
     current = offered(plan_node(l4s("gpu"), MIXED).plans)
-    result = replan(choice(l4s("vgpu-capacity")), MIXED, current, frozenset({MIXED[6].uuid}), frozenset())
+    result = replan(
+        choice(l4s("vgpu-capacity")), MIXED, current, frozenset({MIXED[6].uuid}), ApiCapabilities()
+    )
     assert result.waiting == (MIXED[6],)
     assert {plan.gpu.index: plan.mode for plan in result.plans if plan.gpu.index >= 4} == {
         4: "gpu",
@@ -70,7 +73,7 @@ def test_a_gpu_whose_plan_changes_while_claims_use_it_waits_and_the_others_chang
         7: "vgpu-capacity",
     }
     # Once its claims are gone the GPU takes the new plan.
-    later = replan(choice(l4s("vgpu-capacity")), MIXED, current, frozenset(), frozenset())
+    later = replan(choice(l4s("vgpu-capacity")), MIXED, current, frozenset(), ApiCapabilities())
     assert later.waiting == ()
     assert [plan.mode for plan in later.plans if plan.gpu.index == 6] == ["vgpu-capacity"]
 
@@ -78,7 +81,7 @@ def test_a_gpu_whose_plan_changes_while_claims_use_it_waits_and_the_others_chang
 def test_a_gpu_in_use_whose_plan_stays_does_not_wait() -> None:
     plans = plan_node(l4s("gpu"), MIXED).plans
     in_use = frozenset(gpu.uuid for gpu in MIXED)
-    result = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, frozenset())
+    result = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, ApiCapabilities())
     assert (result.plans, result.waiting) == (plans, ())
 
 
@@ -87,29 +90,47 @@ def test_a_gpu_left_out_meanwhile_comes_back_under_its_claims_plan_without_waiti
     config in between did not change."""
     plans = plan_node(l4s("gpu"), MIXED).plans
     in_use = frozenset({MIXED[6].uuid})
-    broken = replan(choice(None, ConfigProblem("file", "broken")), MIXED, offered(plans), in_use, frozenset())
+    broken = replan(
+        choice(None, ConfigProblem("file", "broken")), MIXED, offered(plans), in_use, ApiCapabilities()
+    )
     assert (broken.plans, broken.waiting) == ((), ())
-    mended = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, frozenset())
+    mended = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, ApiCapabilities())
     assert (mended.plans, mended.waiting) == (plans, ())
 
 
 def test_at_start_nothing_waits() -> None:
-    result = replan(choice(l4s("vgpu-capacity")), MIXED, None, frozenset({MIXED[6].uuid}), frozenset())
+    result = replan(choice(l4s("vgpu-capacity")), MIXED, None, frozenset({MIXED[6].uuid}), ApiCapabilities())
     assert result.waiting == ()
     assert [plan.mode for plan in result.plans if plan.gpu.index == 6] == ["vgpu-capacity"]
 
 
 def test_a_config_that_offers_nothing_keeps_its_problems_and_plans_nothing() -> None:
     problem = ConfigProblem("file", "broken")
-    result = replan(choice(None, problem), MIXED, None, frozenset(), frozenset())
+    result = replan(choice(None, problem), MIXED, None, frozenset(), ApiCapabilities())
     assert (result.plans, result.problems) == ((), (problem,))
 
 
 def test_the_new_plan_falls_back_to_what_the_api_server_stores() -> None:
     result = replan(
-        choice(l4s("vgpu-capacity")), MIXED, None, frozenset(), frozenset({"DRAConsumableCapacity"})
+        choice(l4s("vgpu-capacity")),
+        MIXED,
+        None,
+        frozenset(),
+        ApiCapabilities(unsupported=frozenset({"DRAConsumableCapacity"})),
     )
     assert [plan.mode for plan in result.plans if plan.gpu.index == 6] == ["vgpu-partitions"]
+
+
+@pytest.mark.parametrize(("version", "mode"), [((1, 34), "vgpu-partitions"), ((1, 35), "vgpu-capacity")])
+def test_on_kubernetes_1_34_vgpu_capacity_falls_back_although_the_server_stores_it(
+    version: tuple[int, int], mode: str
+) -> None:
+    """1.34's scheduler checks a share against another device's capacity (seen on a real 1.34.4
+    cluster): the GPU is offered as partitions there, and as asked from 1.35."""
+    result = replan(
+        choice(l4s("vgpu-capacity")), MIXED, None, frozenset(), ApiCapabilities(kubernetes_version=version)
+    )
+    assert [plan.mode for plan in result.plans if plan.gpu.index == 6] == [mode]
 
 
 class Applied:
