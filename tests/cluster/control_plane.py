@@ -76,16 +76,23 @@ def api_server_argv(binary: Path, layout: Layout, version: KubernetesVersion) ->
     ]
 
 
-def controller_manager_argv(binary: Path, layout: Layout, version: KubernetesVersion) -> list[str]:
-    kubeconfig = layout.kubeconfig("kube-controller-manager")
-    pki = layout.pki
+def _controller_flags(binary: Path, layout: Layout, user: str, port: int) -> list[str]:
+    """One identity for the API and for checking its own callers, health on loopback."""
+    kubeconfig = layout.kubeconfig(user)
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
         f"--authentication-kubeconfig={kubeconfig}",
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
-        f"--secure-port={CONTROLLER_MANAGER_PORT}",
+        f"--secure-port={port}",
+    ]
+
+
+def controller_manager_argv(binary: Path, layout: Layout, version: KubernetesVersion) -> list[str]:
+    pki = layout.pki
+    return [
+        *_controller_flags(binary, layout, "kube-controller-manager", CONTROLLER_MANAGER_PORT),
         "--controllers=*",
         f"--root-ca-file={pki / 'ca.crt'}",
         f"--service-account-private-key-file={pki / 'sa.key'}",
@@ -99,14 +106,8 @@ def controller_manager_argv(binary: Path, layout: Layout, version: KubernetesVer
 
 
 def scheduler_argv(binary: Path, layout: Layout, version: KubernetesVersion) -> list[str]:
-    kubeconfig = layout.kubeconfig("kube-scheduler")
     return [
-        str(binary),
-        f"--kubeconfig={kubeconfig}",
-        f"--authentication-kubeconfig={kubeconfig}",
-        f"--authorization-kubeconfig={kubeconfig}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={SCHEDULER_PORT}",
+        *_controller_flags(binary, layout, "kube-scheduler", SCHEDULER_PORT),
         "--leader-elect=false",
         "--profiling=false",
         *_gates(version),
