@@ -234,6 +234,8 @@ class NodeAgent:
                 config=choice.origin,
                 gpus={plan.gpu.index: plan.mode for plan in result.plans},
             )
+            for note in result.notes:
+                log.warning("GPU offered differently: the cluster cannot use a feature", note=note)
             self.pool.use_plans(result.plans)
         return bool(result.waiting)
 

@@ -61,6 +61,8 @@ class Replan(msgspec.Struct, frozen=True):
     problems: tuple[ConfigProblem, ...]
     # GPUs left out until the claims that use them are unprepared.
     waiting: tuple[Gpu, ...] = ()
+    # Why GPUs are offered in another mode than the config asks (fall_back's notes).
+    notes: tuple[str, ...] = ()
 
 
 def replan(
@@ -77,15 +79,15 @@ def replan(
     offered plan: when the config is mended its claims' plan comes back without waiting."""
     node_plan = plan_node(choice.config, gpus) if choice.config is not None else None
     wanted = node_plan.plans if node_plan is not None else ()
-    wanted, _ = fall_back(wanted, capabilities.unsupported, capabilities.kubernetes_version)
+    wanted, notes = fall_back(wanted, capabilities.unsupported, capabilities.kubernetes_version)
     problems = choice.problems + (node_plan.problems if node_plan is not None else ())
     if offered is None:
-        return Replan(wanted, problems)
+        return Replan(wanted, problems, notes=notes)
     waiting = tuple(
         plan.gpu for plan in wanted if plan.gpu.uuid in in_use and offered.get(plan.gpu.uuid) != plan
     )
     held = {gpu.uuid for gpu in waiting}
-    return Replan(tuple(plan for plan in wanted if plan.gpu.uuid not in held), problems, waiting)
+    return Replan(tuple(plan for plan in wanted if plan.gpu.uuid not in held), problems, waiting, notes)
 
 
 _UNREAD = object()

@@ -117,17 +117,15 @@ class NodePool:
     def capabilities_changed(self, capabilities: ApiCapabilities) -> None:
         """The controller's report: what the server stores. Newly dropped features move GPUs to
         modes it stores whole, for publishing and preparing alike."""
-        newly_unsupported = capabilities.unsupported != self._capabilities.unsupported or (
-            capabilities.kubernetes_version != self._capabilities.kubernetes_version
-        )
         self._capabilities = capabilities
-        self._update(log_fallback=newly_unsupported)
+        self._update()
 
-    def _update(self, *, health_cause: str | None = None, log_fallback: bool = False) -> None:
+    def _update(self, *, health_cause: str | None = None) -> None:
         pool = desired_pool(self._plans, self._capabilities, self._health, self._settings.driver_name)
         if pool.offered.plans != self.pool.offered.plans:
-            if log_fallback:
-                for note in pool.notes:
+            # Said once per fallback: when the server's answer or a new node config brings it.
+            for note in pool.notes:
+                if note not in self.pool.notes:
                     log.warning("GPU offered differently: the cluster cannot use a feature", note=note)
             self._offer(pool.offered.plans)
             self._engine.use_inventory(pool.offered)

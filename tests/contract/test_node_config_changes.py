@@ -281,7 +281,7 @@ def test_a_fallback_on_kubernetes_1_34_keeps_a_faulty_gpu_within_its_four_taints
             wait_until(lambda: agent.log_events().count("device health changed") == len(MANY_XIDS))
             wait_until(lambda: taint_counts(server) == {"gpu-6": 4})
             set_label(server, "l4")
-            agent.wait_for_log("GPU offered differently: the API server lacks a feature", CHANGE_SECONDS)
+            agent.wait_for_log("GPU offered differently: the cluster cannot use a feature", CHANGE_SECONDS)
             time.sleep(2)  # the re-planned inventory is written at once
             counts = taint_counts(server)
             assert counts and set(counts.values()) == {4}, counts

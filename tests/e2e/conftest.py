@@ -3,6 +3,7 @@ example from deploy/examples to completion (and deleting it afterwards, so that 
 finds every device free)."""
 
 import functools
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ class ExampleRun:
     reports: dict[str, Report]
     # The claim's allocation results of our driver.
     results: list[dict[str, Any]]
+    # By claim name: the status.devices entries the agent wrote while the pod ran.
+    device_status: dict[str, list[dict[str, Any]]]
 
     @property
     def node(self) -> str:
@@ -105,7 +108,9 @@ class _Runner:
             container["name"]: parse_report(kube.logs(pod_name, namespace, container["name"]))
             for container in pod["spec"]["containers"]
         }
-        return ExampleRun(pod=pod, reports=reports, results=kube.allocation_results(pod, watch))
+        results = kube.allocation_results(pod, watch)
+        names = [claim["metadata"]["name"] for claim in watch.claims_of(pod)]
+        return ExampleRun(pod, reports, results, {name: watch.device_status.get(name, []) for name in names})
 
 
 @pytest.fixture
@@ -132,3 +137,43 @@ def run_example(runner: _Runner) -> RunExample:
 def run_copies(runner: _Runner) -> RunCopies:
     """run_copies(name, pod_names): the example's pod as several pods created at once."""
     return runner.run
+
+
+def _gpu_pod(name: str, command: list[str]) -> list[dict[str, Any]]:
+    """gpu-whole.yaml's template and pod, the pod renamed and running `command`."""
+    items = documents(example_path("gpu-whole"))
+    pod = next(item for item in items if item["kind"] == "Pod")
+    container = {**pod["spec"]["containers"][0], "command": command}
+    renamed = {
+        **pod,
+        "metadata": {**pod["metadata"], "name": name},
+        "spec": {**pod["spec"], "containers": [container]},
+    }
+    return [*(item for item in items if item["kind"] != "Pod"), renamed]
+
+
+@pytest.fixture
+def long_running(namespace: str) -> Iterator[Callable[[str], dict[str, Any]]]:
+    """long_running(name): a whole-GPU pod that sleeps, once it runs; deleted afterwards."""
+    names: list[str] = []
+
+    def start(name: str) -> dict[str, Any]:
+        names.append(name)
+        kube.apply_objects(_gpu_pod(name, ["sleep", "3600"]), namespace)
+        return wait_phase(name, namespace, "Running")
+
+    yield start
+    for name in names:
+        kube.delete("pod", name, namespace)
+
+
+def wait_phase(name: str, namespace: str, phase: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        pod: dict[str, Any] = kube.get("pod", name, "--namespace", namespace)
+        if pod.get("status", {}).get("phase") == phase:
+            return pod
+        if time.monotonic() > deadline:
+            described = kube.kubectl("describe", "pod", name, "--namespace", namespace)
+            raise AssertionError(f"pod {name} not {phase} after {timeout:.0f}s:\n{described}")
+        time.sleep(1)

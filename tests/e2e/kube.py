@@ -119,6 +119,8 @@ class ClaimWatch:
         )  # fmt: skip
         # pod UID -> claim name -> the claim's last allocated version
         self.allocated: dict[str, dict[str, dict[str, Any]]] = {}
+        # claim name -> the last status.devices seen (KEP-4817: the driver reports each device)
+        self.device_status: dict[str, list[dict[str, Any]]] = {}
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -139,6 +141,8 @@ class ClaimWatch:
                 for owner in item["metadata"].get("ownerReferences", []):
                     if owner["kind"] == "Pod":
                         self.allocated.setdefault(owner["uid"], {})[item["metadata"]["name"]] = item
+                if item["status"].get("devices"):
+                    self.device_status[item["metadata"]["name"]] = item["status"]["devices"]
 
     def claims_of(self, pod: Mapping[str, Any], timeout: float = 30) -> list[dict[str, Any]]:
         """The pod's claims as they were allocated, one per claim of its spec."""

@@ -122,6 +122,13 @@ def test_the_vgpu_pod_sees_its_memory_and_sm_limits(
 def test_the_cel_pod_gets_an_h100_with_at_least_40gi(run_example: RunExample) -> None:
     run = run_example("cel-selection")
 
+    # The agent reported the device in the claim's status.devices (KEP-4817).
+    ((claim_devices),) = run.device_status.values()
+    (result_entry,) = run.results
+    assert [(entry["driver"], entry["pool"], entry["device"]) for entry in claim_devices] == [
+        (result_entry["driver"], result_entry["pool"], result_entry["device"])
+    ]
+
     (result,) = run.results
     device = kube.published_devices(run.node)[result["device"]]
     assert _attribute(device, "productName").startswith(CEL_PRODUCT_PREFIX)

@@ -9,7 +9,7 @@ which tests/cluster/e2e.py sets); on kind they are not collected.
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,53 +22,12 @@ from tests.cluster.layout import HOST_CDI_DIR, Layout
 from tests.e2e import kube
 from tests.e2e.deploy import RELEASE
 from tests.e2e.mock_driver import MOCK_DIR
-from tests.support.examples import documents, example_path
 
 if os.environ.get("E2E_PROVIDER") != "local":
     pytest.skip("the fault tests drive the local cluster's processes (make e2e)", allow_module_level=True)
 
 LAYOUT = Layout.from_environment()
 AGENT_NAMESPACE = "dra-driver"
-
-
-def _gpu_pod(name: str, command: list[str]) -> list[dict[str, Any]]:
-    """gpu-whole.yaml's template and pod, the pod renamed and running `command`."""
-    items = documents(example_path("gpu-whole"))
-    pod = next(item for item in items if item["kind"] == "Pod")
-    container = {**pod["spec"]["containers"][0], "command": command}
-    renamed = {
-        **pod,
-        "metadata": {**pod["metadata"], "name": name},
-        "spec": {**pod["spec"], "containers": [container]},
-    }
-    return [*(item for item in items if item["kind"] != "Pod"), renamed]
-
-
-@pytest.fixture
-def long_running(namespace: str) -> Iterator[Callable[[str], dict[str, Any]]]:
-    """long_running(name): a whole-GPU pod that sleeps, once it runs; deleted afterwards."""
-    names: list[str] = []
-
-    def start(name: str) -> dict[str, Any]:
-        names.append(name)
-        kube.apply_objects(_gpu_pod(name, ["sleep", "3600"]), namespace)
-        return _wait_phase(name, namespace, "Running")
-
-    yield start
-    for name in names:
-        kube.delete("pod", name, namespace)
-
-
-def _wait_phase(name: str, namespace: str, phase: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        pod: dict[str, Any] = kube.get("pod", name, "--namespace", namespace)
-        if pod.get("status", {}).get("phase") == phase:
-            return pod
-        if time.monotonic() > deadline:
-            described = kube.kubectl("describe", "pod", name, "--namespace", namespace)
-            raise AssertionError(f"pod {name} not {phase} after {timeout:.0f}s:\n{described}")
-        time.sleep(1)
 
 
 def _claim_specs() -> set[str]:
