@@ -17,7 +17,7 @@ import pytest
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.edits.cdi import claim_spec_prefix
-from tests.cluster import processes
+from tests.cluster import control_plane, processes
 from tests.cluster.layout import HOST_CDI_DIR, Layout
 from tests.e2e import kube
 from tests.e2e.deploy import RELEASE
@@ -91,6 +91,8 @@ def test_a_restarted_component_leaves_the_running_pod_and_its_claim_alone(
     assert specs, "the running pod's claim has a CDI spec"
 
     processes.restart(LAYOUT, service)
+    # A restarted API server refuses connections until it is ready again.
+    processes.wait_until("ready", lambda: control_plane.api_ready(LAYOUT), 120, LAYOUT, "kube-apiserver")
     _node_ready()
     _agent_ready()
 
