@@ -16,7 +16,7 @@ from dra_driver.devices.node_config import GpuPlan
 from dra_driver.devices.slices import SliceLayout
 from dra_driver.health.taints import tainted_inventory
 from dra_driver.health.tracker import HealthState
-from dra_driver.publish.capabilities import ApiFeature, fall_back, misallocated
+from dra_driver.publish.capabilities import ApiFeature, fall_back
 
 # Until the server's version is read: taints are then made for the newer layout, and the slice
 # plan, which always knows the real layout, keeps them within its limits.
@@ -46,10 +46,7 @@ def desired_pool(
     plans: Sequence[GpuPlan], capabilities: ApiCapabilities, health: HealthState, driver_name: str
 ) -> DesiredPool:
     """Deterministic and side-effect free: the same inputs give an equal pool."""
-    if capabilities.unsupported or misallocated(capabilities.kubernetes_version):
-        plans, notes = fall_back(plans, capabilities.unsupported, capabilities.kubernetes_version)
-    else:
-        plans, notes = tuple(plans), ()
+    plans, notes = fall_back(plans, capabilities.unsupported, capabilities.kubernetes_version)
     offered = build_inventory(plans)
     layout = capabilities.layout or ASSUMED_LAYOUT
     return DesiredPool(offered, tainted_inventory(offered, health, driver_name, layout), notes)
