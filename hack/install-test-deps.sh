@@ -9,6 +9,8 @@
 #   debootstrap                   the agent's image for the local cluster, without Docker
 #   iproute2, mount               the pod network's bridge and the cluster's mounts, removed by
 #                                 make cluster-down
+#   iptables                      kube-proxy's Service rules (iptables mode), removed by
+#                                 make cluster-down
 # Go (>= 1.26.6) is not a Debian package here: the local cluster's build checks for it itself.
 # As root with apt-get it installs them; otherwise it stops with one line naming the command.
 set -euo pipefail
@@ -32,6 +34,7 @@ need pkg-config command -v pkg-config
 need debootstrap command -v debootstrap
 need iproute2 command -v ip
 need mount command -v umount
+need iptables command -v iptables-save
 
 [ ${#packages[@]} -eq 0 ] && exit 0
 
