@@ -22,7 +22,7 @@ from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.agent.mps_daemons import with_mps_pods
 from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
 from dra_driver.agent.node_watch import NodeFacts, follow_node
-from dra_driver.agent.pool import NodePool
+from dra_driver.agent.pool import NodePool, log_fallback
 from dra_driver.agent.usage import usage_sampler
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
 from dra_driver.claims.edits.vgpu_edits import HamiCore, enforcement_off_message
@@ -235,7 +235,7 @@ class NodeAgent:
                 gpus={plan.gpu.index: plan.mode for plan in result.plans},
             )
             for note in result.notes:
-                log.warning("GPU offered differently: the cluster cannot use a feature", note=note)
+                log_fallback(note)
             self.pool.use_plans(result.plans)
         return bool(result.waiting)
 

@@ -43,6 +43,12 @@ PUBLISHER_LOCK = "publisher.lock"
 PUBLISHER_POLL_SECONDS = 0.2
 
 
+def log_fallback(note: str) -> None:
+    """One wording for a GPU offered in another mode than its config asks, whether the server's
+    answer or a node config brought the fallback."""
+    log.warning("GPU offered differently: the cluster cannot use a feature", note=note)
+
+
 class NodePool:
     def __init__(
         self,
@@ -126,7 +132,7 @@ class NodePool:
             # Said once per fallback: when the server's answer or a new node config brings it.
             for note in pool.notes:
                 if note not in self.pool.notes:
-                    log.warning("GPU offered differently: the cluster cannot use a feature", note=note)
+                    log_fallback(note)
             self._offer(pool.offered.plans)
             self._engine.use_inventory(pool.offered)
             for note in pool.offered.notes:
