@@ -46,7 +46,7 @@ from aiohttp import web
 from kubernetes_validate.utils import all_versions
 
 from dra_driver.kube.k8s_names import dns_label_problem, dns_subdomain_problem
-from tests.support import release_records
+from tests.support import apiserver_rules, release_records
 
 Obj = dict[str, Any]
 
@@ -264,7 +264,9 @@ def _bad_request(message: str) -> ApiError:
 
 
 def _invalid(rtype: ResourceType, detail: str) -> ApiError:
-    return ApiError(422, "Invalid", f"{rtype.kind} is invalid: {detail}")
+    """`detail` is `<field>: <what is wrong>`; the field goes to details.causes too."""
+    details = {"kind": rtype.kind, "group": rtype.group, "causes": apiserver_rules.causes(detail)}
+    return ApiError(422, "Invalid", f"{rtype.kind} is invalid: {detail}", details)
 
 
 def _conflict(rtype: ResourceType, name: str, problem: str) -> ApiError:
@@ -1042,11 +1044,18 @@ class ApiServer:
             self.requests_received += 1
         if self.faults.latency_seconds:
             await asyncio.sleep(self.faults.latency_seconds)
+        warned: list[str] = []
+        apiserver_rules.warnings.set(warned)
+        apiserver_rules.field_validation.set(request.query.get("fieldValidation"))
         try:
             if self._injected_failure(_verb(request)):
                 status = self.faults.fail_status
                 raise ApiError(status, _REASONS.get(status, ""), "injected fault")
-            return await handler(request)
+            response = await handler(request)
+            for warning in warned:
+                escaped = warning.replace("\\", "\\\\").replace('"', '\\"')
+                response.headers.add("Warning", f'299 - "{escaped}"')
+            return response
         except ApiError as error:
             return error.response()
         except web.HTTPNotFound:
@@ -1155,6 +1164,13 @@ class ApiServer:
         if not rtype.upstream_schema:
             return
         try:
+            apiserver_rules.drop_unknown_fields(
+                obj, self.schema_version, apiserver_rules.field_validation.get()
+            )
+            apiserver_rules.check_quantities(rtype.kind, obj)
+        except apiserver_rules.DecodeError as error:
+            raise _bad_request(str(error)) from error
+        try:
             kubernetes_validate.validate(obj, self.schema_version, strict=True)
         except kubernetes_validate.ValidationError as error:
             path = ".".join(str(part) for part in error.path)
@@ -1163,6 +1179,17 @@ class ApiServer:
             _check_event(rtype, obj)
         if rtype.kind == "ResourceSlice":
             self._check_slice(rtype, obj["spec"])
+        if rtype.kind in ("ResourceClaim", "ResourceClaimTemplate"):
+            spec = obj.get("spec") or {}
+            spec, where = (
+                (spec.get("spec") or {}, "spec.spec")
+                if rtype.kind == "ResourceClaimTemplate"
+                else (spec, "spec")
+            )
+            try:
+                apiserver_rules.check_claim_requests(spec.get("devices") or {}, f"{where}.devices")
+            except apiserver_rules.InvalidField as error:
+                raise _invalid(rtype, str(error)) from error
 
     def _check_slice(self, rtype: ResourceType, spec: Obj) -> None:
         """The rules of ValidateResourceSliceSpec that a driver can break with valid JSON."""
@@ -1176,6 +1203,10 @@ class ApiServer:
             )
         if (attribute := spec.get("partitionTypeAttribute")) is not None:
             _check_partition_type(rtype, spec, attribute)
+        try:
+            apiserver_rules.check_slice_devices(spec)
+        except apiserver_rules.InvalidField as error:
+            raise _invalid(rtype, str(error)) from error
 
     # -- verbs ---------------------------------------------------------------------------------------
 
