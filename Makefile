@@ -69,6 +69,7 @@ bench: $(INSTALLED)
 	$(BIN)/python -m tests.bench.agent_instructions --runs 2 --output docs/bench/agent-instructions.json
 	$(BIN)/python -m tests.bench.nvml_discovery --rounds 100 --output docs/bench/nvml-discovery.json
 	$(BIN)/python -m tests.bench.usage_sampling --rounds 3000 --output docs/bench/usage-sampling.json
+	$(BIN)/python -m tests.bench.share_scale --output docs/bench/share-scale.json
 	$(BIN)/pip install --quiet -e '.[plot]'
 	$(BIN)/python -m tests.bench.packing --output docs/bench/packing.json
 

@@ -96,14 +96,15 @@ def _offers_of(plan: GpuPlan, notes: list[str]) -> tuple[list[Offer], list[Count
             return [(dynamic_mig_device(origin), origin) for origin in origins], [mig_counter_set(gpu)]
         case "vgpu-capacity":
             step = plan.settings.memory_step
-            return [(shareable_gpu_device(gpu, step), VgpuShare(gpu, step))], []
+            return [(shareable_gpu_device(gpu, step, plan.settings.enforcement), VgpuShare(gpu, step))], []
         case "vgpu-partitions":
+            enforcement = plan.settings.enforcement
             offers: list[Offer] = [(partitioned_whole_gpu_device(gpu), WholeGpu(gpu))]
             offers += [
-                (vgpu_partition_device(origin), origin)
-                for origin in vgpu_partition_origins(gpu, plan.settings.partitions, plan.settings.enforcement)
+                (vgpu_partition_device(origin, enforcement), origin)
+                for origin in vgpu_partition_origins(gpu, plan.settings.partitions, enforcement)
             ]
-            return offers, [vgpu_counter_set(gpu)]
+            return offers, [vgpu_counter_set(gpu, enforcement)]
 
 
 def build_inventory(plans: Sequence[GpuPlan]) -> Inventory:

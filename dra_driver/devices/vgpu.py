@@ -34,11 +34,17 @@ ALL_CORES = 100
 # One MPS server takes at most this many client CUDA contexts per GPU on Volta and later
 # (NVIDIA's MPS documentation, "Limitations"); under vgpu.enforcement mps every share is a client.
 MPS_CLIENTS_PER_GPU = 48
+# The capacity (capacity mode) or counter (partitions mode) that says so to the scheduler: each
+# share takes one client by default, and a share whose pod runs several CUDA processes may ask for
+# more, so the 49th client is refused at scheduling, not at prepare. One name that is both a
+# valid capacity name (a C identifier) and a valid counter name (a DNS label).
+MPS_CLIENTS = "clients"
 
 
-def shareable_gpu_device(gpu: Gpu, memory_step: int) -> Device:
+def shareable_gpu_device(gpu: Gpu, memory_step: int, enforcement: Enforcement = "mps") -> Device:
     """Capacity mode. Requests round up to `memory_step`; the largest request is the largest
-    multiple of the step the GPU holds, so shares can never add up to more than the GPU has."""
+    multiple of the step the GPU holds, so shares can never add up to more than the GPU has.
+    Under MPS the GPU's clients are a capacity too, of which every share takes at least one."""
     allocatable = gpu.memory_bytes // memory_step * memory_step
     attributes = gpu_identity_attributes(gpu, "vgpu")
     if gpu.multiprocessors:
@@ -58,9 +64,17 @@ def shareable_gpu_device(gpu: Gpu, memory_step: int) -> Device:
             "cores": Capacity(
                 ALL_CORES, RequestPolicy(default=ALL_CORES, valid_range=ValidRange(1, ALL_CORES, 1))
             ),
+            **_client_capacity(enforcement),
         },
         allow_multiple_allocations=True,
     )
+
+
+def _client_capacity(enforcement: Enforcement) -> dict[str, Capacity]:
+    if enforcement != "mps":
+        return {}
+    policy = RequestPolicy(default=1, valid_range=ValidRange(1, MPS_CLIENTS_PER_GPU, 1))
+    return {MPS_CLIENTS: Capacity(MPS_CLIENTS_PER_GPU, policy)}
 
 
 def partition_cores(gpu: Gpu, size: VgpuPartitionSize) -> int:
@@ -70,21 +84,21 @@ def partition_cores(gpu: Gpu, size: VgpuPartitionSize) -> int:
 
 def partition_slots(gpu: Gpu, size: VgpuPartitionSize, enforcement: Enforcement) -> int:
     """How many partitions of this size the GPU holds at once; under MPS no more than one
-    server takes clients (sizes together may still reach past it: prepare refuses those)."""
+    server takes clients (sizes together are held to it by the counter set's clients)."""
     slots = min(gpu.memory_bytes // size.memory_bytes, ALL_CORES // partition_cores(gpu, size))
     return min(slots, MPS_CLIENTS_PER_GPU) if enforcement == "mps" else slots
 
 
-def vgpu_counter_set(gpu: Gpu) -> CounterSet:
-    return CounterSet(name=counter_set_name(gpu), counters={"memory": gpu.memory_bytes, "cores": ALL_CORES})
-
-
-def _consumes(gpu: Gpu, memory_bytes: int, cores: int) -> tuple[CounterConsumption, ...]:
-    return (
-        CounterConsumption(
-            counter_set=counter_set_name(gpu), counters={"memory": memory_bytes, "cores": cores}
-        ),
+def vgpu_counter_set(gpu: Gpu, enforcement: Enforcement) -> CounterSet:
+    clients = {MPS_CLIENTS: MPS_CLIENTS_PER_GPU} if enforcement == "mps" else {}
+    return CounterSet(
+        name=counter_set_name(gpu), counters={"memory": gpu.memory_bytes, "cores": ALL_CORES, **clients}
     )
+
+
+def _consumes(gpu: Gpu, memory_bytes: int, cores: int, clients: int = 0) -> tuple[CounterConsumption, ...]:
+    counters = {"memory": memory_bytes, "cores": cores} | ({MPS_CLIENTS: clients} if clients else {})
+    return (CounterConsumption(counter_set=counter_set_name(gpu), counters=counters),)
 
 
 def partitioned_whole_gpu_device(gpu: Gpu) -> Device:
@@ -113,7 +127,8 @@ def vgpu_partition_type(gpu: Gpu, memory_bytes: int) -> str:
     return f"{gpu_device_name(gpu)}-vgpu-{vgpu_size_token(memory_bytes)}"
 
 
-def vgpu_partition_device(origin: VgpuPartition) -> Device:
+def vgpu_partition_device(origin: VgpuPartition, enforcement: Enforcement) -> Device:
+    """Under MPS a partition is one of its GPU's clients too."""
     gpu = origin.gpu
     return Device(
         name=vgpu_partition_name(gpu, origin.memory_bytes, origin.slot),
@@ -125,5 +140,5 @@ def vgpu_partition_device(origin: VgpuPartition) -> Device:
             **shared_gpu_attributes(gpu),
         },
         capacity={"memory": Capacity(origin.memory_bytes), "cores": Capacity(origin.cores)},
-        consumes_counters=_consumes(gpu, origin.memory_bytes, origin.cores),
+        consumes_counters=_consumes(gpu, origin.memory_bytes, origin.cores, 1 if enforcement == "mps" else 0),
     )

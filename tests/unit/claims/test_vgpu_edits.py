@@ -202,7 +202,7 @@ NOT_A_QUANTITY = (
         (
             {"gpu.example.com/memory": "1Gi"},
             f"{RESULTS}[1].consumedCapacity: 'gpu.example.com/memory' is not a capacity of device gpu-0 "
-            "(it has cores, memory)",
+            "(it has clients, cores, memory)",
         ),
     ],
 )

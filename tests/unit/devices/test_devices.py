@@ -15,7 +15,7 @@ from dra_driver.devices.naming import (
     natural_key,
     parse_device_name,
 )
-from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize
+from dra_driver.devices.node_config import Enforcement, GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize
 from tests.support.nodes import GIB, all_profiles, mode_configs, simulated_node
 
 
@@ -114,7 +114,24 @@ def test_capacity_mode_shares_memory_and_cores_and_defaults_to_the_whole_gpu() -
             "value": "23034Mi",
             "requestPolicy": {"default": "22Gi", "validRange": {"min": "1Gi", "max": "22Gi", "step": "1Gi"}},
         },
+        # Under the default vgpu.enforcement, mps: the MPS server's 48 clients, one per share
+        # unless the share asks for more.
+        "clients": {
+            "value": "48",
+            "requestPolicy": {"default": "1", "validRange": {"min": "1", "max": "48", "step": "1"}},
+        },
     }
+
+
+@pytest.mark.parametrize("enforcement", ["hami-core", "none"])
+def test_capacity_mode_counts_no_clients_where_no_mps_server_holds_the_shares(
+    enforcement: Enforcement,
+) -> None:
+    gpu = simulated_node("l4x8")[0]
+    config = NodeConfig(default=GpuSettings(mode="vgpu-capacity", memory_step=GIB, enforcement=enforcement))
+    (device,) = node_inventory((gpu,), config).devices
+
+    assert sorted(device.capacity) == ["cores", "memory"]
 
 
 def test_partitions_mode_offers_fixed_sizes_and_the_whole_gpu_on_shared_counters() -> None:
@@ -138,13 +155,34 @@ def test_partitions_mode_offers_fixed_sizes_and_the_whole_gpu_on_shared_counters
         "gpu-0",
     ]
     (counter_set,) = inventory.counter_sets
-    assert counter_set.counters == {"memory": gpu.memory_bytes, "cores": 100}
+    # Under the default vgpu.enforcement, mps, each partition is one of the MPS server's clients.
+    assert counter_set.counters == {"memory": gpu.memory_bytes, "cores": 100, "clients": 48}
     ten = inventory.device_by_name["gpu-0-vgpu-10gi-1"]
     assert ten.capacity["cores"].value == 100 * 10 * GIB // gpu.memory_bytes
+    assert ten.consumes_counters[0].counters == {
+        "memory": 10 * GIB,
+        "cores": ten.capacity["cores"].value,
+        "clients": 1,
+    }
+    # The whole GPU is nobody's MPS client: memory and cores already keep it apart from partitions.
     assert inventory.device_by_name["gpu-0"].consumes_counters[0].counters == {
         "memory": gpu.memory_bytes,
         "cores": 100,
     }
+
+
+def test_partitions_mode_counts_no_clients_without_mps() -> None:
+    gpu = simulated_node("l4x8")[0]
+    config = NodeConfig(
+        default=GpuSettings(
+            mode="vgpu-partitions", partitions=(VgpuPartitionSize(4 * GIB),), enforcement="none"
+        )
+    )
+    inventory = node_inventory((gpu,), config)
+
+    (counter_set,) = inventory.counter_sets
+    assert counter_set.counters == {"memory": gpu.memory_bytes, "cores": 100}
+    assert all("clients" not in device.consumes_counters[0].counters for device in inventory.devices)
 
 
 @pytest.mark.parametrize("profile", all_profiles())

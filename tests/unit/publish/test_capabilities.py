@@ -130,6 +130,7 @@ def test_consumable_capacity_off_drops_the_sharing_fields_of_capacity_mode_gpus(
         f"spec.devices[gpu-{index}].{field}"
         for index in range(8)
         for field in (
+            "capacity[clients].requestPolicy",
             "capacity[cores].requestPolicy",
             "capacity[memory].requestPolicy",
             "allowMultipleAllocations",
