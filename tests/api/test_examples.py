@@ -49,12 +49,17 @@ from tests.support.engines import simulated_engine, simulated_hardware
 from tests.support.examples import (
     CEL_MIN_MEMORY,
     CEL_PRODUCT_PREFIX,
+    CLAIM_MPS_MEMORY,
+    CLAIM_MPS_THREADS,
     DEV_MARKER,
     E2E_HARDWARE_FILE,
     E2E_NODE_CONFIG_FILE,
     ENV_MARKER,
     EXAMPLES_DIR,
     MIG_PROFILE,
+    MIG_STATIC_PROFILE,
+    PARTITION_MPS_MEMORY,
+    PARTITION_MPS_THREADS,
     REPOSITORY,
     VGPU_MEMORY_LIMIT,
     VGPU_MPS_MEMORY,
@@ -83,7 +88,10 @@ from tests.support.nodes import all_profiles, mode_configs, simulated_node
 EXAMPLES = {
     "gpu-whole",
     "mig-1g10gb",
+    "mig-static-3g40gb",
     "vgpu-10gi-30pct",
+    "vgpu-partition-6gi",
+    "mps-shared",
     "time-slicing-shared",
     "cel-selection",
     "first-available-fallback",
@@ -284,10 +292,14 @@ def test_the_mig_requests_get_exactly_the_1g10gb_devices(name: str, request_name
     [("vgpu-10gi-30pct", "vgpu"), ("first-available-fallback", "accelerator/vgpu")],
 )
 def test_the_vgpu_requests_get_the_limits_the_e2e_tests_expect(name: str, request_name: str) -> None:
-    """10Gi and 30 % of the shareable GPU, which the claim engine turns into the HAMi-core limits."""
+    """10Gi and 30 % of the shareable GPU, which the claim engine turns into the HAMi-core limits.
+    The L4's 12Gi / 50 % partition has room for the request too (a device that is not shared
+    must have at least the capacity asked for), but the shareable GPU is published first, and
+    the scheduler takes the first device that fits."""
     request = dict(requests_of(template_of(example_path(name))))[request_name]
     inventory = e2e_node_inventory()
-    (device,) = candidates(request, inventory.devices)
+    device, *larger = candidates(request, inventory.devices)
+    assert [other.name for other in larger] == ["gpu-7-vgpu-12gi-0"]
     consumed = consumed_capacity(request, device_to_api(device))
     result = {"request": request_name, "driver": "gpu.example.com", "pool": "node-a", "device": device.name}
     document = {
@@ -303,7 +315,7 @@ def test_the_vgpu_requests_get_the_limits_the_e2e_tests_expect(name: str, reques
     env = dict(item.split("=", 1) for item in vgpu_claim_edits(CLAIM_UID, [share], None, None).edits.env)
 
     assert device.name == "gpu-3"
-    assert consumed == {"memory": "10Gi", "cores": "30"}
+    assert consumed == {"memory": "10Gi", "cores": "30", "clients": "1"}
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == VGPU_MEMORY_LIMIT
     assert env["CUDA_DEVICE_SM_LIMIT_0"] == VGPU_SM_LIMIT
 
@@ -315,7 +327,7 @@ def test_a_capacity_request_that_does_not_fit_gets_no_device() -> None:
     too_many_cores = {**request, "capacity": {"requests": {"memory": "10Gi", "cores": "101"}}}
     unknown_capacity = {**request, "capacity": {"requests": {"bandwidth": "1"}}}
 
-    assert names(candidates(request, devices)) == {"gpu-3"}
+    assert names(candidates(request, devices)) == {"gpu-3", "gpu-7-vgpu-12gi-0"}
     assert candidates(too_much_memory, devices) == []
     assert candidates(too_many_cores, devices) == []
     assert candidates(unknown_capacity, devices) == []
@@ -324,7 +336,14 @@ def test_a_capacity_request_that_does_not_fit_gets_no_device() -> None:
     assert consumed_capacity({"capacity": {"requests": {"memory": "1500Ki"}}}, gpu) == {
         "memory": "2Mi",
         "cores": "100",
+        "clients": "1",
     }
+    # At most the GPU's 48 MPS clients; a partition has no clients capacity to ask for.
+    too_many_clients = {
+        **request,
+        "capacity": {"requests": {"memory": "10Gi", "cores": "30", "clients": "49"}},
+    }
+    assert candidates(too_many_clients, devices) == []
 
 
 def test_the_fallback_tries_a_mig_slice_first_then_the_vgpu_share() -> None:
@@ -515,6 +534,31 @@ def _vgpu(env: dict[str, str], results: list[dict[str, Any]]) -> None:
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
 
 
+def _mig_static(env: dict[str, str], results: list[dict[str, Any]]) -> None:
+    """The instance GPU 8 has from boot, by its MIG UUID."""
+    (result,) = results
+    (device,) = [device for device in e2e_node_inventory(NODE).devices if device.name == result["device"]]
+    prefix = device_env_prefix(result["device"])
+    assert mig_profiles(env) == {f"{prefix}_PROFILE": MIG_STATIC_PROFILE}
+    assert env[prefix] == device.attributes["uuid"]
+
+
+def _partition(env: dict[str, str], results: list[dict[str, Any]]) -> None:
+    (result,) = results
+    assert result["device"].startswith("gpu-7-vgpu-6gi-")
+    gpu = e2e_node_inventory(NODE).gpu_of_device[result["device"]]
+    assert env[device_env_prefix(result["device"])] == gpu.uuid
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == PARTITION_MPS_THREADS
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == PARTITION_MPS_MEMORY
+
+
+def _claim_mps(env: dict[str, str], results: list[dict[str, Any]]) -> None:
+    _whole(env, results)
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == CLAIM_MPS_THREADS
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == CLAIM_MPS_MEMORY
+    assert env["CUDA_MPS_PIPE_DIRECTORY"]
+
+
 def _cel(env: dict[str, str], results: list[dict[str, Any]]) -> None:
     _whole(env, results)
     (result,) = results
@@ -532,8 +576,11 @@ def _admin(env: dict[str, str], results: list[dict[str, Any]]) -> None:
 WHAT_THE_E2E_TESTS_EXPECT: dict[str, Callable[[dict[str, str], list[dict[str, Any]]], None]] = {
     "gpu-whole": _whole,
     "mig-1g10gb": _mig,
+    "mig-static-3g40gb": _mig_static,
     "vgpu-10gi-30pct": _vgpu,
+    "vgpu-partition-6gi": _partition,
     "time-slicing-shared": _whole,
+    "mps-shared": _claim_mps,
     "cel-selection": _cel,
     "first-available-fallback": _mig,  # MIG is the first alternative, and free here
     "admin-monitoring": _admin,

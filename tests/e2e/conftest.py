@@ -1,6 +1,7 @@
-"""Fixtures of the kind e2e tests: the test namespace, the node with the agent, and running an
-example from deploy/examples to completion (and deleting it afterwards, so that the next test
-finds every device free)."""
+"""Fixtures of the e2e tests: the test namespace, the node with the agent, and running an example
+from deploy/examples to completion, then deleting it and waiting until nothing of its claims is
+left (no claim, record, CDI spec or MPS daemon pod), so that the next test finds every device
+free."""
 
 import functools
 import time
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import kube
+from tests.e2e import kube, released
 from tests.e2e.deploy import NODE_LABEL
 from tests.support.examples import Report, documents, example_path, parse_report
 
@@ -27,6 +28,8 @@ class ExampleRun:
     results: list[dict[str, Any]]
     # By claim name: the status.devices entries the agent wrote while the pod ran.
     device_status: dict[str, list[dict[str, Any]]]
+    # The UIDs of the pod's claims as they were allocated.
+    claim_uids: tuple[str, ...]
 
     @property
     def node(self) -> str:
@@ -36,6 +39,7 @@ class ExampleRun:
 
 RunExample = Callable[[str], ExampleRun]
 RunCopies = Callable[[str, tuple[str, ...]], list[ExampleRun]]
+RunObjects = Callable[[list[dict[str, Any]]], ExampleRun]
 
 
 @pytest.fixture(scope="session")
@@ -68,11 +72,13 @@ def _own_namespace(path: Path) -> str | None:
 
 class _Runner:
     """Applies examples, waits for their pods and reads what they printed; deletes everything it
-    applied at the end, so that the next test finds every device free."""
+    applied at the end, and waits until the claims are released."""
 
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self.cleanups: list[Callable[[], None]] = []
+        self.watches: list[kube.ClaimWatch] = []
+        self.pod_names: set[str] = set()
 
     def run(self, name: str, pod_names: tuple[str, ...] = ()) -> list[ExampleRun]:
         """The example's pod, or copies of it named `pod_names` created at once (each with its
@@ -86,6 +92,7 @@ class _Runner:
             kube.apply_objects([item for item in documents(path) if item["kind"] == "Namespace"], None)
             kube.wait_for_service_account(own)
         watch = kube.ClaimWatch(target)
+        self.watches.append(watch)
         self.cleanups.append(watch.stop)
         self.cleanups.append(lambda: kube.delete_file(path, apply_namespace))
         pod = next(item for item in documents(path) if item["kind"] == "Pod")
@@ -97,9 +104,24 @@ class _Runner:
             kube.apply_objects([*others, *copies], apply_namespace)
         else:
             kube.apply_file(path, apply_namespace)
+        self.pod_names.update(pod_names or (pod["metadata"]["name"],))
         return [
             self._finished(pod_name, target, watch) for pod_name in pod_names or (pod["metadata"]["name"],)
         ]
+
+    def run_objects(self, objects: list[dict[str, Any]]) -> ExampleRun:
+        """Objects of the test's own (claim templates and one pod) in the test namespace, the
+        pod run to completion."""
+        watch = kube.ClaimWatch(self.namespace)
+        self.watches.append(watch)
+        self.cleanups.append(watch.stop)
+        for item in objects:
+            kind, name = item["kind"].lower(), item["metadata"]["name"]
+            self.cleanups.append(functools.partial(kube.delete, kind, name, self.namespace))
+        kube.apply_objects(objects, self.namespace)
+        (pod,) = [item for item in objects if item["kind"] == "Pod"]
+        self.pod_names.add(pod["metadata"]["name"])
+        return self._finished(pod["metadata"]["name"], self.namespace, watch)
 
     @staticmethod
     def _finished(pod_name: str, namespace: str, watch: kube.ClaimWatch) -> ExampleRun:
@@ -109,16 +131,30 @@ class _Runner:
             for container in pod["spec"]["containers"]
         }
         results = kube.allocation_results(pod, watch)
-        names = [claim["metadata"]["name"] for claim in watch.claims_of(pod)]
-        return ExampleRun(pod, reports, results, {name: watch.device_status.get(name, []) for name in names})
+        claims = watch.claims_of(pod)
+        names = [claim["metadata"]["name"] for claim in claims]
+        return ExampleRun(
+            pod,
+            reports,
+            results,
+            {name: watch.device_status.get(name, []) for name in names},
+            tuple(claim["metadata"]["uid"] for claim in claims),
+        )
+
+    def close(self) -> None:
+        """Everything applied deleted; then every claim seen allocated released on its node."""
+        for cleanup in reversed(self.cleanups):
+            cleanup()
+        released.wait_until_released(
+            uid for watch in self.watches for uid in watch.allocated_uids(self.pod_names)
+        )
 
 
 @pytest.fixture
 def runner(namespace: str) -> Iterator[_Runner]:
     examples = _Runner(namespace)
     yield examples
-    for cleanup in reversed(examples.cleanups):
-        cleanup()
+    examples.close()
 
 
 @pytest.fixture
@@ -131,6 +167,12 @@ def run_example(runner: _Runner) -> RunExample:
         return only
 
     return run
+
+
+@pytest.fixture
+def run_objects(runner: _Runner) -> RunObjects:
+    """run_objects(objects): claim templates and a pod of the test's own, run like an example."""
+    return runner.run_objects
 
 
 @pytest.fixture
@@ -154,17 +196,25 @@ def _gpu_pod(name: str, command: list[str]) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def long_running(namespace: str) -> Iterator[Callable[[str], dict[str, Any]]]:
-    """long_running(name): a whole-GPU pod that sleeps, once it runs; deleted afterwards."""
+    """long_running(name): a whole-GPU pod that sleeps, once it runs; deleted afterwards, and its
+    claim released."""
     names: list[str] = []
+    claim_uids: list[str] = []
 
     def start(name: str) -> dict[str, Any]:
         names.append(name)
         kube.apply_objects(_gpu_pod(name, ["sleep", "3600"]), namespace)
-        return wait_phase(name, namespace, "Running")
+        pod = wait_phase(name, namespace, "Running")
+        for claim in kube.get("resourceclaims.resource.k8s.io", "--namespace", namespace)["items"]:
+            owners = {owner["uid"] for owner in claim["metadata"].get("ownerReferences", [])}
+            if pod["metadata"]["uid"] in owners:
+                claim_uids.append(claim["metadata"]["uid"])
+        return pod
 
     yield start
     for name in names:
         kube.delete("pod", name, namespace)
+    released.wait_until_released(claim_uids)
 
 
 def wait_phase(name: str, namespace: str, phase: str, timeout: float = 120) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,17 @@ class ClaimWatch:
                     f"pod {pod['metadata']['name']}: {len(seen)} of {expected} claims seen allocated"
                 )
             time.sleep(0.2)
+
+    def allocated_uids(self, pod_names: Iterable[str]) -> set[str]:
+        """The UIDs of every claim seen allocated for a pod of one of these names (the namespace
+        may hold other tests' pods, whose claims are theirs to wait for)."""
+        names = set(pod_names)
+        return {
+            claim["metadata"]["uid"]
+            for claims in self.allocated.values()
+            for claim in claims.values()
+            if any(owner["name"] in names for owner in claim["metadata"].get("ownerReferences", []))
+        }
 
     def stop(self) -> None:
         self._process.terminate()

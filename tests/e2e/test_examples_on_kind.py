@@ -14,14 +14,20 @@ from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.inventory import Inventory, build_inventory
 from dra_driver.devices.node_config import plan_gpus
 from dra_driver.publish.capabilities import fall_back
+from dra_driver.tools.manifests import DEFAULT_NAMESPACE
 from tests.e2e import kube
 from tests.e2e.conftest import RunCopies, RunExample
 from tests.support.cel import parse_quantity
 from tests.support.examples import (
     CEL_MIN_MEMORY,
     CEL_PRODUCT_PREFIX,
+    CLAIM_MPS_MEMORY,
+    CLAIM_MPS_THREADS,
     E2E_NODE_CONFIG_FILE,
     MIG_PROFILE,
+    MIG_STATIC_PROFILE,
+    PARTITION_MPS_MEMORY,
+    PARTITION_MPS_THREADS,
     VGPU_MPS_MEMORY,
     VGPU_MPS_THREADS,
     D,
@@ -96,6 +102,53 @@ def test_the_mig_pod_gets_a_1g10gb_instance(run_example: RunExample) -> None:
     }
 
 
+def test_the_static_mig_pod_gets_an_instance_made_before_the_driver_started(run_example: RunExample) -> None:
+    run = run_example("mig-static-3g40gb")
+
+    (result,) = run.results
+    device = kube.published_devices(run.node)[result["device"]]
+    prefix = device_env_prefix(result["device"])
+    env = run.reports["main"].env
+    assert mig_profiles(env) == {f"{prefix}_PROFILE": MIG_STATIC_PROFILE}
+    # The instance the mock driver had at boot, by its MIG UUID; prepare made none.
+    assert env[prefix] == _attribute(device, "uuid")
+    assert result["device"].startswith("gpu-8-mig-3g40gb-")
+
+
+def test_the_partition_pod_gets_a_6gi_partition_under_its_gpus_mps_daemon(run_example: RunExample) -> None:
+    run = run_example("vgpu-partition-6gi")
+
+    (result,) = run.results
+    assert result["device"].startswith("gpu-7-vgpu-6gi-")
+    env = run.reports["main"].env
+    gpu = e2e_node_inventory(run.node).gpu_of_device[result["device"]]
+    assert env[device_env_prefix(result["device"])] == gpu.uuid
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == PARTITION_MPS_THREADS
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == PARTITION_MPS_MEMORY
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+
+
+def test_two_containers_share_the_claims_own_mps_daemon_which_ran_as_a_pod(run_example: RunExample) -> None:
+    run = run_example("mps-shared")
+
+    (result,) = run.results
+    expected = _gpu_env(run.node, result["device"])
+    pipes = set()
+    for container in ("first", "second"):
+        env = run.reports[container].env
+        assert whole_gpu_uuids(env) == expected
+        assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == CLAIM_MPS_THREADS
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == CLAIM_MPS_MEMORY
+        pipes.add(env["CUDA_MPS_PIPE_DIRECTORY"])
+    assert len(pipes) == 1, pipes
+    # The daemon ran in a pod of its own, started by kubelet before the claim was prepared.
+    (claim_uid,) = run.claim_uids
+    events = kube.get(
+        "events", "--namespace", DEFAULT_NAMESPACE, "--field-selector", f"involvedObject.name=mps-{claim_uid}"
+    )["items"]
+    assert "Started" in {event["reason"] for event in events}, events
+
+
 def test_the_vgpu_pod_sees_its_memory_and_sm_limits(
     run_example: RunExample, worker: str, kubernetes_version: tuple[int, int]
 ) -> None:
@@ -115,7 +168,8 @@ def test_the_vgpu_pod_sees_its_memory_and_sm_limits(
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
     assert whole_gpu_uuids(env) == _gpu_env(run.node, result["device"])
     consumed = {name: parse_quantity(value) for name, value in result["consumedCapacity"].items()}
-    assert consumed == {"memory": parse_quantity("10Gi"), "cores": parse_quantity("30")}
+    # Under MPS the share is one of the GPU's 48 MPS clients too, by the capacity's default.
+    assert consumed == {"memory": parse_quantity("10Gi"), "cores": parse_quantity("30"), "clients": 1}
     assert result.get("shareID"), "a share of a device that allows multiple allocations has a shareID"
 
 
