@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         usage_interval=args.usage_interval,
         usage_processes=args.usage_processes,
         flush_records=args.flush_records,
+        claim_policy=args.claim_policy,
     )
     sys.stdout.write(render_yaml(options))
     return 0
@@ -167,6 +168,14 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--flush-records",
         action="store_true",
         help="flush each claim record to disk before kubelet's answer (the agent's --flush-records)",
+    )
+    add(
+        "--no-claim-policy",
+        dest="claim_policy",
+        action="store_false",
+        help="leave out the admission policy that refuses claims prepare would refuse (a vGPU share "
+        "with other devices, an opaque config of the wrong kind); for clusters whose every vGPU GPU "
+        "runs vgpu.enforcement hami-core or none",
     )
     add(
         "--usage-processes",

@@ -104,6 +104,8 @@ def test_the_order_is_namespace_rbac_policy_daemonset_classes() -> None:
         "RoleBinding",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "DaemonSet",
         "DeviceClass",
         "DeviceClass",

@@ -75,6 +75,7 @@ def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
     for key, value in values.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and key in (
+            "claimPolicy",
             "extendedResources",
             "global",
             "image",

@@ -61,7 +61,7 @@ def denials(
     ):
         return None
     data: dict[str, Any] = {"request": request, "object": new, "oldObject": old, "variables": {}}
-    if not all(evaluate(condition["expression"], data) for condition in spec["matchConditions"]):
+    if not all(evaluate(condition["expression"], data) for condition in spec.get("matchConditions", [])):
         return None
     for variable in spec.get("variables", []):
         data["variables"] = {**data["variables"], variable["name"]: evaluate(variable["expression"], data)}

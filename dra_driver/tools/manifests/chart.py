@@ -36,6 +36,7 @@ def chart_values(options: ManifestOptions) -> dict[str, Any]:
         "nodeConfigs": {name: yaml.safe_load(text) or {} for name, text in options.node_configs.items()},
         "hamiCore": {"library": options.hami_core_library or ""},
         "flushRecords": options.flush_records,
+        "claimPolicy": {"enabled": options.claim_policy},
         "metrics": {"port": options.metrics_port},
         "extraEnv": [{"name": name, "value": value} for name, value in options.extra_env.items()],
         "usage": {

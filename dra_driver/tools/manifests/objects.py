@@ -15,6 +15,7 @@ from dra_driver.tools.manifests.access import (
     namespace_object,
     service_account,
 )
+from dra_driver.tools.manifests.claim_rules import claim_policy, claim_policy_binding
 from dra_driver.tools.manifests.daemon_set import config_maps, daemon_set
 from dra_driver.tools.manifests.extended import extended_resources
 from dra_driver.tools.manifests.mps_access import (
@@ -52,6 +53,7 @@ def render(options: ManifestOptions) -> list[dict[str, Any]]:
         mps_role_binding(options),
         mps_admission_policy(options),
         mps_admission_policy_binding(options),
+        *([claim_policy(options), claim_policy_binding(options)] if options.claim_policy else []),
         daemon_set(options),
         *_device_classes(options),
     ]

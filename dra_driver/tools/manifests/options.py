@@ -101,6 +101,8 @@ class ManifestOptions(msgspec.Struct, frozen=True):
     usage_processes: bool = False
     # Flush each claim record to disk before kubelet's answer (--flush-records).
     flush_records: bool = False
+    # Refuse claim shapes prepare would refuse when they are created (claim_rules.py).
+    claim_policy: bool = True
 
 
 def selector_labels(options: ManifestOptions) -> dict[str, str]:

@@ -1,0 +1,163 @@
+"""The ValidatingAdmissionPolicy on users' ResourceClaims and ResourceClaimTemplates: claim
+shapes that the scheduler would allocate and prepare would then refuse are refused when the
+claim is created, so the user hears it from kubectl instead of finding a pod stuck in
+ContainerCreating (docs/preparable.md lists every such rule and where it lives).
+
+The rules read the claim's spec only, never a node: they hold on every node this installation
+serves. Two of prepare's rules are here:
+
+- A claim that asks for a vGPU share asks for no other device of this driver, and for one
+  share (admin access aside). Under `vgpu.enforcement: mps`, the default, a process reaches one
+  MPS server and sees only its GPU (claims/vgpu_grant.py); a claim cannot see a node's
+  enforcement, so on clusters whose every vGPU GPU runs `hami-core` or `none` the operator may
+  turn the policy off (chart value `claimPolicy.enabled`).
+- An opaque config of this driver names our API version and one of our kinds, and a kind that
+  fits the class of every request it applies to (GpuConfig: whole GPUs, MigDeviceConfig: MIG,
+  VgpuConfig: vGPUs; claims/opaque_config.py).
+
+Requests are read through API version v1 (requests to other versions are converted, the
+default `matchPolicy: Equivalent`).
+"""
+
+from typing import Any
+
+from dra_driver.claims.opaque_config import API_VERSION
+from dra_driver.devices.classes import class_name
+from dra_driver.devices.model import DeviceType
+from dra_driver.tools.manifests.options import ManifestOptions, object_metadata
+
+# An opaque config kind -> the device type of the class it belongs to.
+KIND_TYPES: dict[str, DeviceType] = {"GpuConfig": "gpu", "MigDeviceConfig": "mig", "VgpuConfig": "vgpu"}
+TYPES: tuple[DeviceType, ...] = ("gpu", "mig", "vgpu")
+
+
+def claim_policy_name(options: ManifestOptions) -> str:
+    return f"{options.driver_name}-claim-shapes"
+
+
+def _our_classes(options: ManifestOptions) -> str:
+    """The shipped classes, as a CEL list."""
+    return "[" + ", ".join(f'"{class_name(device_type, options.driver_name)}"' for device_type in TYPES) + "]"
+
+
+def _class_of_kind(options: ManifestOptions) -> str:
+    """Config kind -> the class it fits, as a CEL map."""
+    pairs = (
+        f'"{kind}": "{class_name(device_type, options.driver_name)}"'
+        for kind, device_type in KIND_TYPES.items()
+    )
+    return "{" + ", ".join(pairs) + "}"
+
+
+def _variables(options: ManifestOptions) -> list[dict[str, str]]:
+    ours = _our_classes(options)
+    vgpu = class_name("vgpu", options.driver_name)
+    not_admin = "!(has(r.exactly) && has(r.exactly.adminAccess) && r.exactly.adminAccess)"
+    return [
+        {
+            "name": "spec",
+            "expression": 'object.kind == "ResourceClaimTemplate" ? object.spec.spec : object.spec',
+        },
+        {
+            "name": "requests",
+            "expression": "has(variables.spec.devices) && has(variables.spec.devices.requests)"
+            " ? variables.spec.devices.requests : []",
+        },
+        {
+            "name": "configs",
+            "expression": "has(variables.spec.devices) && has(variables.spec.devices.config)"
+            " ? variables.spec.devices.config.filter(c, has(c.opaque) && "
+            f'c.opaque.driver == "{options.driver_name}") : []',
+        },
+        {
+            "name": "ours",
+            "expression": f"variables.requests.filter(r, {not_admin} && ("
+            f"(has(r.exactly) && r.exactly.deviceClassName in {ours}) || "
+            f"(has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in {ours}))))",
+        },
+        {
+            "name": "asksForAShare",
+            "expression": "variables.ours.exists(r, "
+            f'(has(r.exactly) && r.exactly.deviceClassName == "{vgpu}") || '
+            f'(has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName == "{vgpu}")))',
+        },
+    ]
+
+
+def _one_device(request: str) -> str:
+    return (
+        f'(!has({request}.allocationMode) || {request}.allocationMode == "ExactCount")'
+        f" && (!has({request}.count) || {request}.count == 1)"
+    )
+
+
+def _share_alone() -> str:
+    """No request of ours but the share's, and that one for one device."""
+    return (
+        "!variables.asksForAShare || (size(variables.ours) == 1 && variables.ours.all(r, "
+        f"(!has(r.exactly) || ({_one_device('r.exactly')})) && "
+        f"(!has(r.firstAvailable) || r.firstAvailable.all(s, {_one_device('s')}))))"
+    )
+
+
+def _config_fits(options: ManifestOptions) -> str:
+    """Every config entry of ours: our API version, one of our kinds, and a kind whose class is
+    that of every request of ours it applies to (all requests when it names none)."""
+    classes, ours = _class_of_kind(options), _our_classes(options)
+    applies = (
+        "(has(c.requests) && size(c.requests) > 0"
+        " ? variables.requests.filter(r, r.name in c.requests) : variables.requests)"
+    )
+    fits = f"{classes}[c.opaque.parameters.kind]"
+    return (
+        "variables.configs.all(c, has(c.opaque.parameters) && "
+        f'has(c.opaque.parameters.apiVersion) && c.opaque.parameters.apiVersion == "{API_VERSION}" && '
+        f"has(c.opaque.parameters.kind) && c.opaque.parameters.kind in {classes} && "
+        f"{applies}.all(r, (!has(r.exactly) || !(r.exactly.deviceClassName in {ours}) || "
+        f"r.exactly.deviceClassName == {fits}) && "
+        f"(!has(r.firstAvailable) || r.firstAvailable.all(s, !(s.deviceClassName in {ours}) || "
+        f"s.deviceClassName == {fits}))))"
+    )
+
+
+def claim_policy(options: ManifestOptions) -> dict[str, Any]:
+    driver, vgpu = options.driver_name, class_name("vgpu", options.driver_name)
+    kinds = ", ".join(f"{kind} for {class_name(t, driver)}" for kind, t in KIND_TYPES.items())
+    rule = {
+        "apiGroups": ["resource.k8s.io"],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["resourceclaims", "resourceclaimtemplates"],
+    }
+    share_alone = (
+        f"a claim that asks for a vGPU share (class {vgpu}) may ask for no other device of {driver} and "
+        "for one share only: under vgpu.enforcement mps a process reaches one GPU's MPS server; put "
+        "the other devices in a claim of their own"
+    )
+    config_fits = (
+        f"an opaque config of {driver} needs apiVersion {API_VERSION} and the kind of the class of "
+        f"every request it applies to ({kinds})"
+    )
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": object_metadata(options, claim_policy_name(options)),
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [rule]},
+            "variables": _variables(options),
+            "validations": [
+                {"expression": _share_alone(), "message": share_alone, "reason": "Invalid"},
+                {"expression": _config_fits(options), "message": config_fits, "reason": "Invalid"},
+            ],
+        },
+    }
+
+
+def claim_policy_binding(options: ManifestOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": object_metadata(options, claim_policy_name(options)),
+        "spec": {"policyName": claim_policy_name(options), "validationActions": ["Deny"]},
+    }
