@@ -17,8 +17,7 @@ from dra_driver import DEFAULT_DRIVER_NAME as D
 from dra_driver.devices.vgpu import MPS_CLIENTS, MPS_CLIENTS_PER_GPU
 from tests.e2e import kube, released
 from tests.e2e.conftest import wait_phase
-
-REPORT_AND_SLEEP = ["sh", "-c", "sleep 3600"]
+from tests.e2e.objects import claim_pod, claim_template
 
 
 def _on_gpu(gpu_uuid: str) -> str:
@@ -30,46 +29,12 @@ def _on_gpu(gpu_uuid: str) -> str:
 def _share(name: str, gpu_uuid: str, clients: int | None) -> list[dict[str, Any]]:
     """A share of the GPU `gpu_uuid` (the node has other vGPUs, which would take the 49th)."""
     capacity = {"memory": "1Gi", "cores": "1", **({MPS_CLIENTS: str(clients)} if clients else {})}
-    template = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "vgpu",
-                            "exactly": {
-                                "deviceClassName": "vgpu.dra-driver.dev",
-                                "selectors": [{"cel": {"expression": _on_gpu(gpu_uuid)}}],
-                                "capacity": {"requests": capacity},
-                            },
-                        }
-                    ]
-                }
-            }
-        },
+    request = {
+        "deviceClassName": "vgpu.dra-driver.dev",
+        "selectors": [{"cel": {"expression": _on_gpu(gpu_uuid)}}],
+        "capacity": {"requests": capacity},
     }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "resourceClaims": [{"name": "vgpu", "resourceClaimTemplateName": name}],
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox:1.37",
-                    "command": REPORT_AND_SLEEP,
-                    "resources": {"claims": [{"name": "vgpu"}]},
-                }
-            ],
-        },
-    }
-    return [template, pod]
+    return [claim_template(name, request), claim_pod(name, [name], ["sleep", "3600"])]
 
 
 @pytest.fixture

@@ -13,23 +13,14 @@ from typing import Any
 from dra_driver import DEFAULT_DRIVER_NAME as D
 from tests.e2e import kube
 from tests.e2e.conftest import RunObjects
+from tests.e2e.objects import claim_pod, claim_template
 
 # On an H100 80GB the profile that takes the whole GPU.
 WHOLE_GPU_PROFILE = "7g.80gb"
-REPORT = ["sh", "-c", "echo '== env'; env | sort; echo '== /dev'; ls -1 /dev"]
 
 
 def _attributes(device: dict[str, Any]) -> dict[str, Any]:
     return {name: next(iter(value.values())) for name, value in device.get("attributes", {}).items()}
-
-
-def _template(name: str, request: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": name},
-        "spec": {"spec": {"devices": {"requests": [{"name": "devices", "exactly": request}]}}},
-    }
 
 
 def _cel(expression: str) -> list[dict[str, Any]]:
@@ -51,7 +42,7 @@ def _everything(published: dict[str, dict[str, Any]]) -> tuple[list[dict[str, An
     static = {name for name, attrs in attributes.items() if attrs["type"] == "mig" and "uuid" in attrs}
     shared = [name for name, device in untainted.items() if device.get("allowMultipleAllocations")]
     templates = [
-        _template(
+        claim_template(
             "all-whole",
             {
                 "deviceClassName": "gpu.dra-driver.dev",
@@ -61,7 +52,7 @@ def _everything(published: dict[str, dict[str, Any]]) -> tuple[list[dict[str, An
                 ),
             },
         ),
-        _template(
+        claim_template(
             "all-dynamic-mig",
             {
                 "deviceClassName": "mig.dra-driver.dev",
@@ -69,7 +60,7 @@ def _everything(published: dict[str, dict[str, Any]]) -> tuple[list[dict[str, An
                 "selectors": _cel(f'device.attributes["{D}"].profile == "{WHOLE_GPU_PROFILE}"'),
             },
         ),
-        _template(
+        claim_template(
             "all-static-mig",
             {
                 "deviceClassName": "mig.dra-driver.dev",
@@ -87,7 +78,7 @@ def _everything(published: dict[str, dict[str, Any]]) -> tuple[list[dict[str, An
     for name in shared:
         capacity = untainted[name]["capacity"]
         templates.append(
-            _template(
+            claim_template(
                 f"all-of-{name}",
                 {
                     "deviceClassName": "vgpu.dra-driver.dev",
@@ -104,25 +95,7 @@ def test_every_device_of_the_node_can_be_allocated_again(run_objects: RunObjects
     published = kube.published_devices(worker)
     templates, expected = _everything(published)
     assert len(expected) >= 8, sorted(expected)
-    names = [item["metadata"]["name"] for item in templates]
-    claims = [{"name": name, "resourceClaimTemplateName": name} for name in names]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "every-device"},
-        "spec": {
-            "restartPolicy": "Never",
-            "resourceClaims": claims,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "busybox:1.37",
-                    "command": REPORT,
-                    "resources": {"claims": [{"name": claim["name"]} for claim in claims]},
-                }
-            ],
-        },
-    }
+    pod = claim_pod("every-device", [item["metadata"]["name"] for item in templates])
 
     run = run_objects([*templates, pod])
 
