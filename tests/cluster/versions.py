@@ -39,12 +39,12 @@ GATES = (
     ),
     Gate(
         "DRAPartitionableDevices",
-        "`mig-dynamic`, `vgpu-partitions`",
+        "`mig-dynamic`, `vgpu-partitions` (and their MPS client counter)",
         {"1.34": ("alpha", False), "1.35": ("alpha", False), "1.36": ("beta", True), "1.37": ("beta", True)},
     ),
     Gate(
         "DRAConsumableCapacity",
-        "`vgpu-capacity`",
+        "`vgpu-capacity` (and its MPS `clients` capacity)",
         {"1.34": ("alpha", False), "1.35": ("alpha", False), "1.36": ("beta", True), "1.37": ("beta", True)},
     ),
     Gate(
