@@ -1204,7 +1204,7 @@ class ApiServer:
         if (attribute := spec.get("partitionTypeAttribute")) is not None:
             _check_partition_type(rtype, spec, attribute)
         try:
-            apiserver_rules.check_slice_devices(spec)
+            apiserver_rules.check_slice_devices(spec, self.minor)
         except apiserver_rules.InvalidField as error:
             raise _invalid(rtype, str(error)) from error
 

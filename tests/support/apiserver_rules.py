@@ -146,7 +146,12 @@ def check_quantities(kind: str, obj: Obj) -> None:
             ) from None
 
 
-def check_slice_devices(spec: Obj) -> None:
+# The minor from which a duplicate device is named by its entry (`spec.devices[1]`) rather than
+# its name field (`spec.devices[1].name`): 1.34.4 and 1.37.2 were compared, 1.35 and 1.36 not.
+DUPLICATE_NAMED_BY_ENTRY = 37
+
+
+def check_slice_devices(spec: Obj, minor: int) -> None:
     """ValidateResourceSliceSpec's device rules that valid JSON can break."""
     devices = spec.get("devices") or []
     limited = any(device.get("consumesCounters") or device.get("taints") for device in devices)
@@ -163,7 +168,8 @@ def check_slice_devices(spec: Obj) -> None:
                 "alphanumeric characters or '-'",
             )
         if name in seen:
-            raise InvalidField(f"spec.devices[{i}]", f'Duplicate value: "{name}"')
+            field = f"spec.devices[{i}]" if minor >= DUPLICATE_NAMED_BY_ENTRY else f"spec.devices[{i}].name"
+            raise InvalidField(field, f'Duplicate value: "{name}"')
         seen.add(name)
         for attribute, value in (device.get("attributes") or {}).items():
             if len(value) != 1:

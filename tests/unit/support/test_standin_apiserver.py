@@ -590,3 +590,16 @@ def test_pods_are_listed_by_label_node_and_phase_through_the_official_client(
         "agent-a"
     ]
     api_client.close()
+
+
+@pytest.mark.parametrize(
+    ("version", "field"), [("1.34", "spec.devices[1].name"), ("1.37", "spec.devices[1]")]
+)
+def test_a_duplicate_device_is_named_as_the_version_names_it(
+    make_server: Callable[..., ApiServer], version: str, field: str
+) -> None:
+    body = slice_body(devices=[{"name": "gpu-0"}, {"name": "gpu-0"}])
+
+    code, status = raw(make_server(version=version), "POST", SLICES, body)
+
+    assert (code, [cause["field"] for cause in status["details"]["causes"]]) == (422, [field])
