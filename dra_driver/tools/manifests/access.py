@@ -146,7 +146,7 @@ def agent_policy(
     }
 
 
-def agent_policy_binding(options: ManifestOptions, name: str) -> dict[str, Any]:
+def deny_binding(options: ManifestOptions, name: str) -> dict[str, Any]:
     """Deny is the only action: a policy that merely warned would confine nothing."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -187,7 +187,7 @@ def admission_policy(options: ManifestOptions) -> dict[str, Any]:
 
 
 def admission_policy_binding(options: ManifestOptions) -> dict[str, Any]:
-    return agent_policy_binding(options, _policy_name(options))
+    return deny_binding(options, _policy_name(options))
 
 
 def _claim_status_policy_name(options: ManifestOptions) -> str:
@@ -253,4 +253,4 @@ def claim_status_policy(options: ManifestOptions) -> dict[str, Any]:
 
 
 def claim_status_policy_binding(options: ManifestOptions) -> dict[str, Any]:
-    return agent_policy_binding(options, _claim_status_policy_name(options))
+    return deny_binding(options, _claim_status_policy_name(options))

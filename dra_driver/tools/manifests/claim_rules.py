@@ -24,6 +24,7 @@ from typing import Any
 from dra_driver.claims.opaque_config import API_VERSION
 from dra_driver.devices.classes import class_name
 from dra_driver.devices.model import DeviceType
+from dra_driver.tools.manifests.access import deny_binding
 from dra_driver.tools.manifests.options import ManifestOptions, object_metadata
 
 # An opaque config kind -> the device type of the class it belongs to.
@@ -155,9 +156,4 @@ def claim_policy(options: ManifestOptions) -> dict[str, Any]:
 
 
 def claim_policy_binding(options: ManifestOptions) -> dict[str, Any]:
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": object_metadata(options, claim_policy_name(options)),
-        "spec": {"policyName": claim_policy_name(options), "validationActions": ["Deny"]},
-    }
+    return deny_binding(options, claim_policy_name(options))

@@ -22,7 +22,7 @@ from dra_driver.claims.sharing.mps_pod_spec import (
     POD_NAME_PREFIX,
 )
 from dra_driver.hardware import simulated_mps_control
-from dra_driver.tools.manifests.access import agent_policy, agent_policy_binding, service_account_name
+from dra_driver.tools.manifests.access import agent_policy, deny_binding, service_account_name
 from dra_driver.tools.manifests.options import (
     CONTAINER_DRIVER_ROOT,
     ManifestOptions,
@@ -189,4 +189,4 @@ def mps_admission_policy(options: ManifestOptions) -> dict[str, Any]:
 
 
 def mps_admission_policy_binding(options: ManifestOptions) -> dict[str, Any]:
-    return agent_policy_binding(options, _policy_name(options))
+    return deny_binding(options, _policy_name(options))
