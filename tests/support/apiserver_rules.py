@@ -20,6 +20,7 @@ from typing import Any
 
 import kubernetes_validate
 
+from dra_driver.kube.k8s_names import dns_label_problem
 from tests.support.cel import parse_quantity
 
 Obj = dict[str, Any]
@@ -27,7 +28,6 @@ Obj = dict[str, Any]
 FIELD_VALIDATIONS = ("Strict", "Warn", "Ignore")
 MAX_DEVICES = 128
 MAX_DEVICES_WITH_COUNTERS_OR_TAINTS = 64
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _UNEXPECTED = re.compile(r"'([^']+)' (?:was|were) unexpected")
 _BOUNDED_DROPS = 100
 
@@ -75,17 +75,16 @@ def drop_unknown_fields(obj: Obj, schema_version: str, field_validation: str | N
         raise DecodeError(
             f'fieldValidation: Unsupported value: "{mode}": supported values: "Ignore", "Strict", "Warn"'
         )
-    kept = obj
     unknown = []
     for _ in range(_BOUNDED_DROPS):
         try:
-            kubernetes_validate.validate(kept, schema_version, strict=True)
+            kubernetes_validate.validate(obj, schema_version, strict=True)
             break
         except kubernetes_validate.ValidationError as error:
             names = _UNEXPECTED.findall(error.message)
             if error.validator != "additionalProperties" or not names:
                 break  # not an unknown field: the schema check that follows reports it
-            parent: Any = kept
+            parent: Any = obj
             for part in error.path:
                 parent = parent[part]
             for name in names:
@@ -151,6 +150,11 @@ def check_quantities(kind: str, obj: Obj) -> None:
 DUPLICATE_NAMED_BY_ENTRY = 37
 
 
+def _check_dns_label(field: str, name: str) -> None:
+    if problem := dns_label_problem(name):
+        raise InvalidField(field, f'Invalid value: "{name}": {problem}')
+
+
 def check_slice_devices(spec: Obj, minor: int) -> None:
     """ValidateResourceSliceSpec's device rules that valid JSON can break."""
     devices = spec.get("devices") or []
@@ -161,12 +165,7 @@ def check_slice_devices(spec: Obj, minor: int) -> None:
     seen: set[str] = set()
     for i, device in enumerate(devices):
         name = device.get("name", "")
-        if not _DNS_LABEL.fullmatch(name):
-            raise InvalidField(
-                f"spec.devices[{i}].name",
-                f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
-                "alphanumeric characters or '-'",
-            )
+        _check_dns_label(f"spec.devices[{i}].name", name)
         if name in seen:
             field = f"spec.devices[{i}]" if minor >= DUPLICATE_NAMED_BY_ENTRY else f"spec.devices[{i}].name"
             raise InvalidField(field, f'Duplicate value: "{name}"')
@@ -187,9 +186,4 @@ def check_claim_requests(devices: Obj, path: str) -> None:
             for j, sub in enumerate(request.get("firstAvailable") or [])
         ]
         for field, name in named:
-            if not _DNS_LABEL.fullmatch(name):
-                raise InvalidField(
-                    field,
-                    f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
-                    "alphanumeric characters or '-'",
-                )
+            _check_dns_label(field, name)
