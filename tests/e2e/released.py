@@ -31,13 +31,13 @@ def _state_dir() -> str:
     return f"{plugins}/{DEFAULT_DRIVER_NAME}"
 
 
-def agent_files() -> set[str]:
-    """The paths of every claim record and every CDI spec on the agent's node."""
+def agent_files(state_dir: str) -> set[str]:
+    """The paths of every claim record (under `state_dir`) and every CDI spec on the agent's node."""
     listing = kube.kubectl(
         "exec", "--namespace", DEFAULT_NAMESPACE, f"daemonset/{RELEASE}", "--container", "node-agent", "--",
         "python3", "-c",
         "import glob, json, sys; print(json.dumps(sorted(glob.glob(sys.argv[1]) + glob.glob(sys.argv[2]))))",
-        f"{_state_dir()}/claims/*.json", f"{CDI_DIR}/*",
+        f"{state_dir}/claims/*.json", f"{CDI_DIR}/*",
     )  # fmt: skip
     return set(json.loads(listing))
 
@@ -51,7 +51,7 @@ def leftovers(claim_uids: Iterable[str]) -> list[str]:
         if claim["metadata"]["uid"] in uids
     ]
     state = _state_dir()
-    files = agent_files()
+    files = agent_files(state)
     for uid in sorted(uids):
         spec = f"{CDI_DIR}/{claim_spec_file_name(DEFAULT_DRIVER_NAME, uid)}"
         found += [path for path in (f"{state}/claims/{uid}.json", spec) if path in files]
