@@ -19,13 +19,13 @@ from pathlib import Path
 from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
-from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig
+from dra_driver.devices.node_config import GpuSettings
 from dra_driver.devices.vgpu import MPS_CLIENTS
 from dra_driver.packing.planner import shape_claims
 from dra_driver.packing.shapes import parse_pods
 from tests.bench.report import host, publish
 from tests.support.model_claims import allocate_and_prepare
-from tests.support.nodes import GIB, simulated_node
+from tests.support.nodes import GIB, every_gpu, simulated_node
 
 PROFILE = "dgx-h100"
 SHARE = "vgpu:1Gi/1%"
@@ -33,11 +33,7 @@ SHARE = "vgpu:1Gi/1%"
 
 def _inventory() -> Inventory:
     gpus = simulated_node(PROFILE)
-    settings = GpuSettings(mode="vgpu-capacity", memory_step=GIB)
-    entries = tuple(
-        GpuEntry(where=f"gpus[{gpu.index}]", index=gpu.index, uuid=None, settings=settings) for gpu in gpus
-    )
-    return node_inventory(gpus, NodeConfig(gpus=entries))
+    return node_inventory(gpus, every_gpu(gpus, GpuSettings(mode="vgpu-capacity", memory_step=GIB)))
 
 
 def _without_clients(inventory: Inventory) -> Inventory:

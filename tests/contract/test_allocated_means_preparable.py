@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import Enforcement, GpuEntry, GpuSettings, NodeConfig, VgpuPartitionSize
+from dra_driver.devices.node_config import Enforcement, GpuSettings, NodeConfig, VgpuPartitionSize
 from dra_driver.devices.vgpu import MPS_CLIENTS
 from dra_driver.packing.allocator import Claim, Pool, Request
 from dra_driver.packing.planner import offered_profiles, shape_claims
 from dra_driver.packing.shapes import parse_pods
 from tests.support.model_claims import allocate_and_prepare
-from tests.support.nodes import GIB, mode_configs, simulated_node
+from tests.support.nodes import GIB, every_gpu, mode_configs, simulated_node
 
 PROFILES = ("dgx-h100", "dgx-h100-mig", "l4x8", "a30x4", "mixed")
 SHARINGS: tuple[dict[str, Any] | None, ...] = (
@@ -118,14 +118,7 @@ def nodes(draw: st.DrawFn) -> tuple[str, NodeConfig, list[Shape]]:
     return profile, config, stream
 
 
-def _every_gpu(gpus_count: int, settings: GpuSettings) -> NodeConfig:
-    return NodeConfig(
-        gpus=tuple(
-            GpuEntry(where=f"gpus[{i}]", index=i, uuid=None, settings=settings) for i in range(gpus_count)
-        )
-    )
-
-
+DGX_H100 = simulated_node("dgx-h100")
 SMALL_SHARE: Shape = ("vgpu:1Gi/1%", 1, None, None)
 
 
@@ -135,11 +128,13 @@ SMALL_SHARE: Shape = ("vgpu:1Gi/1%", 1, None, None)
 @given(nodes())
 # The cases issue 48 was found with: 60 small shares under MPS on one GPU's capacity and on its
 # tiny partitions (the 49th used to be allocated and then refused by prepare).
-@example(("dgx-h100", _every_gpu(8, GpuSettings(mode="vgpu-capacity", memory_step=GIB)), [SMALL_SHARE] * 60))
+@example(
+    ("dgx-h100", every_gpu(DGX_H100, GpuSettings(mode="vgpu-capacity", memory_step=GIB)), [SMALL_SHARE] * 60)
+)
 @example(
     (
         "l4x8",
-        _every_gpu(8, GpuSettings(mode="vgpu-partitions", partitions=TINY_PARTITIONS)),
+        every_gpu(DGX_H100, GpuSettings(mode="vgpu-partitions", partitions=TINY_PARTITIONS)),
         [SMALL_SHARE] * 60,
     )
 )

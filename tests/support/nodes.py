@@ -33,6 +33,11 @@ def _each_gpu(gpus: tuple[Gpu, ...], settings_of: dict[MigMode, GpuSettings]) ->
     )
 
 
+def every_gpu(gpus: tuple[Gpu, ...], settings: GpuSettings) -> NodeConfig:
+    """A node config that offers every GPU of the node one way."""
+    return _each_gpu(gpus, dict.fromkeys(MigMode, settings))
+
+
 def partition_sizes(gpu: Gpu) -> tuple[VgpuPartitionSize, ...]:
     """A quarter of the GPU (whole GiB) with default cores, and 1 GiB slices with 5 % each."""
     return (VgpuPartitionSize(max(1, gpu.memory_bytes // 4 // GIB) * GIB), VgpuPartitionSize(GIB, cores=5))
