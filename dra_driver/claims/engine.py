@@ -288,6 +288,7 @@ class ClaimEngine:
         pod_claim = pod_claim_name(claim, ref)  # refused before anything is done
         if not planned:
             return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
+        self._effects.check_sharing(planned)  # refused before anything is reserved or created
         keys = tuple(key for device in planned if (key := device.exclusive_key))
         await self._ownership.reserve(ref, keys)
         to_create = tuple(device.create_mig for device in planned if device.create_mig)

@@ -31,7 +31,13 @@ from dra_driver.claims.prepared import CreatedMig
 from dra_driver.claims.records import ClaimRecord, ComputeModeRecord, MigInstanceRecord
 from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
 from dra_driver.claims.sharing.mps import MpsDaemonRunner
-from dra_driver.claims.sharing.sharing import SharedDevice, SharingPlan, plan_sharing, vgpu_share_mps_edits
+from dra_driver.claims.sharing.sharing import (
+    SharedDevice,
+    SharingPlan,
+    check_sharing,
+    plan_sharing,
+    vgpu_share_mps_edits,
+)
 from dra_driver.claims.vgpu_grant import VgpuGrant
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import ComputeModes, HardwareBackend
@@ -109,21 +115,15 @@ class ClaimSideEffects:
         """Pure: the time slices and MPS daemon the claim's sharing settings ask for."""
         if self._sharing is None:
             return SharingPlan()
-        shared = []
-        for device in planned:
-            if device.result.admin_access:
-                continue
-            instance = created[device.create_mig] if device.create_mig else device.existing_mig
-            shared.append(
-                SharedDevice(
-                    name=device.name,
-                    type=device.device.type,
-                    gpu_uuid=device.gpu.uuid,
-                    sharing=device.config.sharing,
-                    mig_uuid=instance.uuid if device.device.type == "mig" and instance else None,
-                )
-            )
+        shared = _shared_devices(planned, lambda record: created[record].uuid)
         return plan_sharing(ref.uid, shared, self._sharing.mps.runtime_dir)
+
+    def check_sharing(self, planned: tuple[PlannedDevice, ...]) -> None:
+        """Pure: refuses what sharing_plan would refuse, before any side effect (its reasons are
+        in the claim's configs alone). A MIG instance yet to be created has no UUID: its
+        placeholder says so in the message that lists the claim's devices."""
+        if self._sharing is not None:
+            check_sharing(_shared_devices(planned, lambda _: "a MIG instance not created yet"))
 
     async def compute_modes_to_restore(self, plan: SharingPlan) -> tuple[ComputeModeRecord, ...]:
         """The modes the plan's ExclusiveProcess GPUs have now, for the record before they change."""
@@ -288,3 +288,29 @@ class ClaimSideEffects:
 
 def _placement(instance: MigInstanceRecord) -> Placement:
     return Placement(instance.placement_start, instance.placement_size)
+
+
+def _shared_devices(
+    planned: tuple[PlannedDevice, ...], created_uuid: Callable[[MigInstanceRecord], str]
+) -> list[SharedDevice]:
+    """The claim's devices as sharing sees them; admin access only watches (KEP-5018)."""
+    shared = []
+    for device in planned:
+        if device.result.admin_access:
+            continue
+        mig_uuid = None
+        if device.device.type == "mig":
+            if device.create_mig:
+                mig_uuid = created_uuid(device.create_mig)
+            elif device.existing_mig:
+                mig_uuid = device.existing_mig.uuid
+        shared.append(
+            SharedDevice(
+                name=device.name,
+                type=device.device.type,
+                gpu_uuid=device.gpu.uuid,
+                sharing=device.config.sharing,
+                mig_uuid=mig_uuid,
+            )
+        )
+    return shared

@@ -226,6 +226,18 @@ class SharingPlan(msgspec.Struct, frozen=True):
         )
 
 
+def check_sharing(devices: Sequence[SharedDevice]) -> None:
+    """Raises OpaqueConfigError for the sharing `devices` ask for that cannot be honoured (the
+    list in plan_sharing). It reads the configs alone, so the engine runs it before it reserves
+    or creates anything: a MIG instance that prepare would create is named by a placeholder
+    UUID, which no per-device key can match (the user cannot know it in advance)."""
+    ordered = sorted(devices, key=lambda device: natural_key(device.name))
+    for device in ordered:
+        _check_fits(device)
+    if any(device.sharing.strategy == "MPS" for device in ordered):
+        _pinned_limits(_claim_mps_settings(ordered), ordered)
+
+
 def plan_sharing(claim_uid: str, devices: Sequence[SharedDevice], mps_runtime_dir: Path) -> SharingPlan:
     """The sharing plan of claim `claim_uid` with allocated `devices`.
 
@@ -241,9 +253,8 @@ def plan_sharing(claim_uid: str, devices: Sequence[SharedDevice], mps_runtime_di
     - a per-device pinned memory limit naming no device of the claim, two keys naming one device,
       or a limit under 1 MiB.
     """
+    check_sharing(devices)
     ordered = sorted(devices, key=lambda device: natural_key(device.name))
-    for device in ordered:
-        _check_fits(device)
     mps_devices = [device for device in ordered if device.sharing.strategy == "MPS"]
     return SharingPlan(
         time_slices=tuple(
@@ -287,7 +298,8 @@ def _listed(devices: Sequence[SharedDevice]) -> str:
     return ", ".join(f"{index}: {device.name} ({device.uuid})" for index, device in enumerate(devices))
 
 
-def _mps_spec(claim_uid: str, devices: Sequence[SharedDevice], runtime_dir: Path) -> MpsDaemonSpec:
+def _claim_mps_settings(devices: Sequence[SharedDevice]) -> MpsSettings:
+    """The one set of MPS settings of a claim whose devices use MPS."""
     others = [device.name for device in devices if device.sharing.strategy != "MPS"]
     if others:
         raise OpaqueConfigError(
@@ -302,6 +314,11 @@ def _mps_spec(claim_uid: str, devices: Sequence[SharedDevice], runtime_dir: Path
                 f"devices {devices[0].name} and {device.name} have different MPS settings, but one MPS "
                 "daemon serves the whole claim with one set of defaults; give them the same config"
             )
+    return settings
+
+
+def _mps_spec(claim_uid: str, devices: Sequence[SharedDevice], runtime_dir: Path) -> MpsDaemonSpec:
+    settings = _claim_mps_settings(devices)
     return MpsDaemonSpec(
         directories=MpsDirectories(runtime_dir, claim_uid),
         device_uuids=tuple(device.uuid for device in devices),

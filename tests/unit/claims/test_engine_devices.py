@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.edits.gpu_edits import NvmlEdits
 from dra_driver.claims.edits.vgpu_edits import HamiCore
 from dra_driver.claims.engine import ClaimEngine, SharingControls
@@ -475,6 +476,74 @@ def test_a_claim_refused_for_its_vgpu_grant_creates_no_mig_instance_and_changes_
             for entry in sharing_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})
         ],
     )
+    error, hardware, slicer = refused_without_side_effects(tmp_path, claims, claim)
+    assert refusal in error
+    assert hardware.changes == [], "a side effect was applied before the claim was refused"
+    assert slicer.history == ()
+
+
+def config_entry(kind: str, request: str, sharing: dict[str, Any]) -> dict[str, Any]:
+    (entry,) = sharing_config(sharing)
+    return {
+        **entry,
+        "requests": [request],
+        "opaque": {**entry["opaque"], "parameters": {**entry["opaque"]["parameters"], "kind": kind}},
+    }
+
+
+def mps(**settings: Any) -> dict[str, Any]:
+    return {"strategy": "MPS", "mps": settings}
+
+
+@pytest.mark.parametrize(
+    ("mig_sharing", "whole_sharing", "refusal"),
+    [
+        (None, mps(), "devices gpu-2-mig-1g10gb-0 do not use MPS while the claim's other devices do"),
+        (
+            mps(defaultActiveThreadPercentage=20),
+            mps(defaultActiveThreadPercentage=40),
+            "have different MPS settings",
+        ),
+        (
+            mps(defaultPerDevicePinnedMemoryLimit={"5": "1Gi"}),
+            mps(defaultPerDevicePinnedMemoryLimit={"5": "1Gi"}),
+            "key '5' names no device of this claim; its devices are 0: gpu-2-mig-1g10gb-0 "
+            "(a MIG instance not created yet), 1: gpu-4",
+        ),
+        (
+            mps(defaultPinnedDeviceMemoryLimit="512Ki"),
+            mps(defaultPinnedDeviceMemoryLimit="512Ki"),
+            "MPS takes limits in whole MiB, so it must be at least 1Mi",
+        ),
+    ],
+    ids=["mps-on-some", "two-mps-settings", "per-device-key", "under-1Mi"],
+)
+def test_a_claim_refused_for_its_sharing_config_creates_no_mig_instance(
+    tmp_path: Path, mig_sharing: dict[str, Any] | None, whole_sharing: dict[str, Any], refusal: str
+) -> None:
+    """The sharing rules read the claim's configs alone, so they refuse it before the dynamic MIG
+    instance is created (issue 48: they used to run after it, and roll it back)."""
+    claims = MemoryClaims()
+    config = [config_entry("GpuConfig", "whole", whole_sharing)]
+    if mig_sharing is not None:
+        config.append(config_entry("MigDeviceConfig", "mig", mig_sharing))
+    claim = claims.add(
+        "mps",
+        {"request": "mig", "device": "gpu-2-mig-1g10gb-0"},
+        {"request": "whole", "device": "gpu-4"},
+        config=config,
+    )
+    error, hardware, slicer = refused_without_side_effects(tmp_path, claims, claim)
+    assert refusal in error
+    assert hardware.changes == [], "a side effect was applied before the claim was refused"
+    assert slicer.history == ()
+
+
+def refused_without_side_effects(
+    tmp_path: Path, claims: MemoryClaims, claim: RawClaim
+) -> tuple[str, "RecordingBackend", SimulatedTimeSlicer]:
+    """Prepares `claim` on the mixed node (dynamic MIG where it can, vGPU shares elsewhere),
+    which must refuse it, and checks that the GPUs end as they began: the refusal's error."""
     gpus = simulated_node("mixed")
     modes = {
         MigMode.ENABLED: GpuSettings(mode="mig-dynamic"),
@@ -505,9 +574,6 @@ def test_a_claim_refused_for_its_vgpu_grant_creates_no_mig_instance_and_changes_
         return error
 
     try:
-        error = asyncio.run(scenario())
+        return asyncio.run(scenario()), hardware, slicer
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
-    assert refusal in error
-    assert hardware.changes == [], "a side effect was applied before the claim was refused"
-    assert slicer.history == ()
