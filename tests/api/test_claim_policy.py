@@ -134,7 +134,11 @@ def test_a_config_that_does_not_fit_its_requests_is_refused(config: list[dict[st
     [
         [opaque("MigDeviceConfig", ["m"]), opaque("GpuConfig", ["g"])],
         [opaque("GpuConfig", ["g"]), opaque("Anything", driver="other.example.com")],
-        [opaque("GpuConfig", ["g"], sharing={"strategy": "MPS"})],
+        [
+            opaque(
+                "GpuConfig", ["g"], sharing={"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}
+            )
+        ],
     ],
     ids=["one-per-request", "another-drivers-config", "with-settings"],
 )
@@ -150,3 +154,49 @@ def test_a_config_for_a_fallback_fits_every_alternative_of_ours() -> None:
 
     assert refused(claim(fallback, config=[opaque("MigDeviceConfig")])) != []
     assert refused(claim(fallback, config=[opaque("MigDeviceConfig", ["x/m"])])) == []
+
+
+MPS = {"strategy": "MPS"}
+TIME_SLICING = {"strategy": "TimeSlicing"}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        [opaque("GpuConfig", ["g"], sharing=MPS)],
+        [opaque("MigDeviceConfig", ["m"], sharing=MPS), opaque("GpuConfig", ["g"], sharing=TIME_SLICING)],
+        # The last entry that applies wins: here it takes MPS away from "m" again.
+        [
+            opaque("GpuConfig", ["g"], sharing=MPS),
+            opaque("MigDeviceConfig", ["m"], sharing=MPS),
+            opaque("MigDeviceConfig", ["m"]),
+        ],
+    ],
+    ids=["mps-on-one", "mps-and-time-slicing", "mps-overridden-for-one"],
+)
+def test_mps_on_some_requests_of_a_claim_but_not_all_is_refused(config: list[dict[str, Any]]) -> None:
+    shape = claim(request("m", MIG), request("g", GPU), config=config)
+    for obj in (shape, template(shape)):
+        (message,) = refused(obj)
+        assert "sharing strategy MPS must give it to all of them" in message
+
+
+BOTH_MPS = [opaque("MigDeviceConfig", ["m"], sharing=MPS), opaque("GpuConfig", ["g"], sharing=MPS)]
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        claim(request("m", MIG), request("g", GPU), config=BOTH_MPS),
+        claim(
+            request("m", MIG),
+            request("g", GPU),
+            config=[*BOTH_MPS[:1], opaque("GpuConfig", ["g"], sharing=TIME_SLICING), *BOTH_MPS[1:]],
+        ),
+        claim(request("m", MIG), request("g", GPU), request("w", GPU, adminAccess=True), config=BOTH_MPS),
+        claim(request("m", MIG), request("n", "nic.example.com"), config=BOTH_MPS[:1]),
+    ],
+    ids=["mps-on-both", "the-last-entry-wins", "admin-access-aside", "another-drivers-request-aside"],
+)
+def test_mps_on_every_request_of_ours_is_admitted(shape: dict[str, Any]) -> None:
+    assert refused(shape) == []

@@ -57,6 +57,25 @@ def test_the_policy_is_installed_and_compiles() -> None:
             },
             "MigDeviceConfig for mig.dra-driver.dev",
         ),
+        (
+            "mps-on-one-request",
+            {
+                "requests": [
+                    {"name": "mig", "exactly": {"deviceClassName": "mig.dra-driver.dev"}},
+                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.dra-driver.dev"}},
+                ],
+                "config": [
+                    {
+                        "requests": ["gpu"],
+                        "opaque": {
+                            "driver": "gpu.dra-driver.dev",
+                            "parameters": {**CONFIG, "kind": "GpuConfig", "sharing": {"strategy": "MPS"}},
+                        },
+                    }
+                ],
+            },
+            "sharing strategy MPS must give it to all of them",
+        ),
     ],
 )
 def test_a_claim_prepare_would_refuse_is_refused_at_creation(

@@ -4,7 +4,7 @@ claim is created, so the user hears it from kubectl instead of finding a pod stu
 ContainerCreating (docs/preparable.md lists every such rule and where it lives).
 
 The rules read the claim's spec only, never a node: they hold on every node this installation
-serves. Two of prepare's rules are here:
+serves. Three of prepare's rules are here:
 
 - A claim that asks for a vGPU share asks for no other device of this driver, and for one
   share (admin access aside). Under `vgpu.enforcement: mps`, the default, a process reaches one
@@ -14,6 +14,10 @@ serves. Two of prepare's rules are here:
 - An opaque config of this driver names our API version and one of our kinds, and a kind that
   fits the class of every request it applies to (GpuConfig: whole GPUs, MigDeviceConfig: MIG,
   VgpuConfig: vGPUs; claims/opaque_config.py).
+- A claim that gives one request of whole GPUs or MIG devices sharing strategy MPS gives it to
+  every such request (claims/sharing/sharing.py: one MPS daemon serves the claim, and a process
+  that reaches it sees only its devices). Only `exactly` requests are read: which alternative of
+  a `firstAvailable` request the scheduler picks is not known here, so prepare keeps that case.
 
 Requests are read through API version v1 (requests to other versions are converted, the
 default `matchPolicy: Equivalent`).
@@ -53,6 +57,7 @@ def _class_of_kind(options: ManifestOptions) -> str:
 def _variables(options: ManifestOptions) -> list[dict[str, str]]:
     ours = _our_classes(options)
     vgpu = class_name("vgpu", options.driver_name)
+    whole_or_mig = f'["{class_name("gpu", options.driver_name)}", "{class_name("mig", options.driver_name)}"]'
     not_admin = "!(has(r.exactly) && has(r.exactly.adminAccess) && r.exactly.adminAccess)"
     return [
         {
@@ -77,6 +82,11 @@ def _variables(options: ManifestOptions) -> list[dict[str, str]]:
             f"(has(r.firstAvailable) && r.firstAvailable.exists(s, s.deviceClassName in {ours}))))",
         },
         {
+            "name": "strategies",
+            "expression": "variables.ours.filter(r, has(r.exactly) && "
+            f"r.exactly.deviceClassName in {whole_or_mig}).map(r, {_strategy_of('r')})",
+        },
+        {
             "name": "asksForAShare",
             "expression": "variables.ours.exists(r, "
             f'(has(r.exactly) && r.exactly.deviceClassName == "{vgpu}") || '
@@ -99,6 +109,25 @@ def _share_alone() -> str:
         f"(!has(r.exactly) || ({_one_device('r.exactly')})) && "
         f"(!has(r.firstAvailable) || r.firstAvailable.all(s, {_one_device('s')}))))"
     )
+
+
+def _strategy_of(request: str) -> str:
+    """The sharing strategy of the claim's config in force for `request` ("" for none): the last
+    entry of ours that applies to it wins outright (claims/opaque_config.py effective_config).
+    The shipped classes carry no config, so the claim's entries are all there is."""
+    applying = (
+        "variables.configs.filter(c, !has(c.requests) || size(c.requests) == 0 || "
+        f"{request}.name in c.requests)"
+    )
+    strategy = (
+        "has(c.opaque.parameters) && has(c.opaque.parameters.sharing) && "
+        'has(c.opaque.parameters.sharing.strategy) ? string(c.opaque.parameters.sharing.strategy) : ""'
+    )
+    return f'size({applying}) == 0 ? "" : {applying}.map(c, {strategy})[size({applying}) - 1]'
+
+
+def _mps_all_or_none() -> str:
+    return '!("MPS" in variables.strategies) || variables.strategies.all(s, s == "MPS")'
 
 
 def _config_fits(options: ManifestOptions) -> str:
@@ -139,6 +168,11 @@ def claim_policy(options: ManifestOptions) -> dict[str, Any]:
         f"an opaque config of {driver} needs apiVersion {API_VERSION} and the kind of the class of "
         f"every request it applies to ({kinds})"
     )
+    mps_all_or_none = (
+        f"a claim whose config gives a request of {class_name('gpu', driver)} or "
+        f"{class_name('mig', driver)} sharing strategy MPS must give it to all of them: a process that "
+        "reaches an MPS server sees only that server's devices; give every request the same strategy"
+    )
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
@@ -150,6 +184,7 @@ def claim_policy(options: ManifestOptions) -> dict[str, Any]:
             "validations": [
                 {"expression": _share_alone(), "message": share_alone, "reason": "Invalid"},
                 {"expression": _config_fits(options), "message": config_fits, "reason": "Invalid"},
+                {"expression": _mps_all_or_none(), "message": mps_all_or_none, "reason": "Invalid"},
             ],
         },
     }
