@@ -6,6 +6,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dra_driver.base.kubernetes_versions import (
+    DEFAULT_KUBERNETES,
+    SUPPORTED_RANGE,
+    kubernetes_version_problem,
+    minor_of,
+)
 from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.config.option_table import INVENTORY_OPTIONS, NODE_NAME, add_options
 from dra_driver.config.settings import SettingsError, inventory_settings
@@ -99,12 +105,9 @@ def _simulated_hint() -> str:
 
 
 def _kubernetes_version(text: str) -> tuple[int, int]:
-    """Kubernetes 1.N from 1.34 (the first to serve resource.k8s.io/v1); there is no 2.x."""
-    from dra_driver.devices.extended_resources import kubernetes_version_problem  # noqa: PLC0415
-
     if problem := kubernetes_version_problem(text):
         raise SettingsError(f"--kubernetes-version: {problem}")
-    return 1, int(text.removeprefix("1."))
+    return minor_of(text)
 
 
 def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -112,7 +115,9 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "inspect", help="show the devices and ResourceSlices this node would publish; no cluster needed"
     )
     # Run on the node itself, it needs no name: the host's is the Node's unless kubelet overrides it.
-    this_host = NODE_NAME.but(default=socket.gethostname().lower(), help=NODE_NAME.help)
+    this_host = NODE_NAME.but(
+        default=socket.gethostname().lower(), help="name of the Kubernetes node; also the pool name"
+    )
     add_options(inspect, [this_host if option is NODE_NAME else option for option in INVENTORY_OPTIONS])
     inspect.add_argument(
         "-o",
@@ -123,10 +128,11 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     inspect.add_argument(
         "--kubernetes-version",
-        default="1.35",
-        metavar="MAJOR.MINOR",
-        help="the cluster's version, which decides the slice layout (1.34, or 1.35 and later) and, from "
-        "1.37, whether slices name their partition-type attribute; default 1.35",
+        default=DEFAULT_KUBERNETES,
+        metavar="1.N",
+        help=f"the cluster's version ({SUPPORTED_RANGE}), which decides the slice layout (1.34, or 1.35 "
+        "and later) and, from 1.37, whether slices name their partition-type attribute; "
+        "default: %(default)s",
     )
     inspect.add_argument(
         "--kubeconfig",

@@ -195,14 +195,14 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def _add_extended_resource_flags(manifests: argparse.ArgumentParser) -> None:
     """Checked with the other options (check_options), where the version gate lives."""
-    from dra_driver.devices.extended_resources import OLDEST_KUBERNETES  # noqa: PLC0415
+    from dra_driver.base.kubernetes_versions import DEFAULT_KUBERNETES, SUPPORTED_RANGE  # noqa: PLC0415
 
     add = manifests.add_argument
     add(
         "--kubernetes-version",
-        default=OLDEST_KUBERNETES,
+        default=DEFAULT_KUBERNETES,
         metavar="1.N",
-        help="the oldest Kubernetes the objects must work on; default: %(default)s",
+        help=f"the oldest Kubernetes the objects must work on ({SUPPORTED_RANGE}); default: %(default)s",
     )
     add(
         "--extended-resources",

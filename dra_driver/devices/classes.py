@@ -17,14 +17,17 @@ from typing import Any, get_args
 import yaml
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.base.kubernetes_versions import (
+    DEFAULT_KUBERNETES,
+    SUPPORTED_RANGE,
+    kubernetes_version_problem,
+)
 from dra_driver.devices import attributes as names
 from dra_driver.devices.extended_resources import (
     FIRST_MINOR,
     GPU_RESOURCE_NAME,
-    OLDEST_KUBERNETES,
     ExtendedResources,
     catalog_mig_profiles,
-    kubernetes_version_problem,
     mig_profile_problem,
     mig_resource_name,
     mig_suffix,
@@ -189,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--kubernetes-version",
-        default=OLDEST_KUBERNETES,
+        default=DEFAULT_KUBERNETES,
         metavar="1.N",
-        help="the oldest Kubernetes the classes must work on; default: %(default)s",
+        help=f"the oldest Kubernetes the classes must work on ({SUPPORTED_RANGE}); default: %(default)s",
     )
     parser.add_argument(
         "--extended-mig-profile",

@@ -41,10 +41,6 @@ from dra_driver.hardware.catalog import catalog_mig_profile_names
 
 RESOURCE_DOMAIN = "nvidia.com"
 GPU_RESOURCE_NAME = f"{RESOURCE_DOMAIN}/gpu"
-# The oldest Kubernetes the driver supports (resource.k8s.io/v1): the default target version.
-OLDEST_MINOR = 34
-OLDEST_KUBERNETES = f"1.{OLDEST_MINOR}"
-_KUBERNETES_VERSION = re.compile(r"1\.(0|[1-9][0-9]*)")
 # The first Kubernetes minor (1.N) whose DRAExtendedResource gate is on by default.
 FIRST_MINOR = 36
 GATE = "DRAExtendedResource"
@@ -102,12 +98,6 @@ def vgpu_suffix(memory_bytes: int) -> str:
 
 def vgpu_resource_name(memory_bytes: int) -> str:
     return f"{RESOURCE_DOMAIN}/{vgpu_suffix(memory_bytes)}"
-
-
-def kubernetes_version_problem(kubernetes_version: str) -> str | None:
-    if _KUBERNETES_VERSION.fullmatch(kubernetes_version) and int(kubernetes_version[2:]) >= OLDEST_MINOR:
-        return None
-    return f"{kubernetes_version!r} is not a Kubernetes version 1.N with N >= {OLDEST_MINOR}, such as 1.36"
 
 
 def minor_problem(kubernetes_version: str) -> str | None:

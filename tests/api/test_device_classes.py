@@ -181,7 +181,7 @@ def test_the_module_serves_every_catalog_profile_unless_told_which(
     [
         (["--extended-resources"], "--extended-resources: needs Kubernetes 1.36 or later"),
         (["--extended-resources", "--kubernetes-version", "1.35"], "DRAExtendedResource"),
-        (["--kubernetes-version", "1.33"], "--kubernetes-version: '1.33' is not a Kubernetes version"),
+        (["--kubernetes-version", "1.33"], "--kubernetes-version: 1.33 is not supported"),
         (["--extended-mig-profile", "1g.10gb"], "--extended-mig-profile: only with --extended-resources"),
         (
             ["--extended-resources", "--kubernetes-version", "1.36", "--extended-mig-profile", "1g.10gb+x"],

@@ -469,11 +469,13 @@ def test_a_broken_simulated_node_file_exits_2(
     assert captured.err.count("\n") == 1
 
 
-def test_a_node_config_argument_is_a_file_unless_it_starts_with_a_config_name() -> None:
+def test_a_node_config_argument_is_a_file_or_a_named_config_and_a_bad_name_is_refused() -> None:
     assert split_node_config_argument("configs/mig.yaml") == ("default", "configs/mig.yaml")
     assert split_node_config_argument("mig=configs/mig.yaml") == ("mig", "configs/mig.yaml")
     assert split_node_config_argument("/tmp/a=b.yaml") == ("default", "/tmp/a=b.yaml")
-    assert split_node_config_argument("mig=") == ("default", "mig=")
+    for bad, said in (("mig=", "names no file after the '='"), ("bad!name=FILE", "config name 'bad!name'")):
+        with pytest.raises(ManifestError, match=said):
+            split_node_config_argument(bad)
 
 
 # --- Two installations side by side -------------------------------------------------------------
@@ -634,7 +636,7 @@ def test_render_refuses_bad_options_itself() -> None:
             ["--extended-resources", "--kubernetes-version", "1.35"],
             "--extended-resources: needs Kubernetes 1.36",
         ),
-        (["--kubernetes-version", "v1.36"], "--kubernetes-version: 'v1.36' is not a Kubernetes version 1.N"),
+        (["--kubernetes-version", "v1.36"], "--kubernetes-version: 'v1.36' is not a Kubernetes version MAJOR.MINOR"),
         (["--extended-mig-profile", "1g.10gb"], "--extended-mig-profile: only with --extended-resources"),
         (
             ["--extended-resources", "--kubernetes-version", "1.36", "--extended-mig-profile", "1g.10GB"],

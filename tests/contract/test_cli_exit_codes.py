@@ -341,7 +341,7 @@ OUTCOMES = {
     "inspect: a Kubernetes version 2.0": Outcome(
         ("inspect", "--hardware", "simulated:t4x4", "--kubernetes-version", "2.0"),
         2,
-        "--kubernetes-version: '2.0' is not a Kubernetes version 1.N with N >= 34",
+        "--kubernetes-version: '2.0' is not a Kubernetes version MAJOR.MINOR, such as 1.34",
     ),
     "demo: an empty claim file": Outcome(
         ("demo", "--no-container", "--claim", "{tmp}/claims.yaml"),

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 
 from dra_driver import DEFAULT_DRIVER_NAME, __version__
+from dra_driver.base.kubernetes_versions import DEFAULT_KUBERNETES
 from dra_driver.config.option_table import (
     DEFAULT_DRIVER_ROOT,
     DEFAULT_HARDWARE,
@@ -16,7 +17,6 @@ from dra_driver.config.option_table import (
 )
 from dra_driver.config.settings import SettingsError
 from dra_driver.devices.classes import APP_NAME
-from dra_driver.devices.extended_resources import OLDEST_KUBERNETES
 
 # What the documented build tags (the Dockerfile's header: `docker build -t dra-driver:<version> .`);
 # the default names the one a user builds from a checkout, and the operator points --image
@@ -90,7 +90,7 @@ class ManifestOptions(msgspec.Struct, frozen=True):
     # More environment for the agent's container, after its own (e.g. a test library's settings).
     extra_env: Mapping[str, str] = msgspec.field(default_factory=dict)
     # The oldest Kubernetes ("1.N") the objects must work on; gates options that need newer ones.
-    kubernetes_version: str = OLDEST_KUBERNETES
+    kubernetes_version: str = DEFAULT_KUBERNETES
     # Serve the NVIDIA device plugin's resource names from the DeviceClasses (needs 1.36+).
     extended_resources: bool = False
     # MIG profiles served as nvidia.com/mig-<profile>; empty: every profile of the GPU catalog.

@@ -6,13 +6,9 @@ import re
 from collections.abc import Iterable
 
 from dra_driver.base.bounded_yaml import YamlProblem, load_bounded_yaml
+from dra_driver.base.kubernetes_versions import kubernetes_version_problem
 from dra_driver.config.settings import parse_hardware
-from dra_driver.devices.extended_resources import (
-    FIRST_MINOR,
-    kubernetes_version_problem,
-    mig_profile_problem,
-    minor_problem,
-)
+from dra_driver.devices.extended_resources import FIRST_MINOR, mig_profile_problem, minor_problem
 from dra_driver.devices.node_config import NodeConfigError, parse_node_config
 from dra_driver.devices.node_config_checks import offline_problems
 from dra_driver.hardware.catalog import catalog_mig_profile_names
@@ -80,12 +76,21 @@ def parse_node_selector(entries: Iterable[str]) -> dict[str, str]:
 
 
 def split_node_config_argument(argument: str) -> tuple[str, str]:
-    """`--node-config FILE` is the default config; `--node-config NAME=FILE` a named one. Text
-    before a '=' that is not a config name is part of a file name."""
+    """`--node-config FILE` is the default config; `--node-config NAME=FILE` a named one. A file
+    whose name holds a '=' is given with a '/' before it (`./a=b.yaml`); otherwise the text before
+    the '=' must be a config name, and a bad one is refused naming why (read as part of a path,
+    it would only show up as a file that does not exist)."""
     name, equals, path = argument.partition("=")
-    if equals and path and node_config_name_problem(name) is None:
-        return name, path
-    return DEFAULT_NODE_CONFIG, argument
+    if not equals or "/" in name:
+        return DEFAULT_NODE_CONFIG, argument
+    if not path:
+        raise ManifestError(f"--node-config: {shown(argument)}: NAME=FILE names no file after the '='")
+    if problem := node_config_name_problem(name):
+        raise ManifestError(
+            f"--node-config: {shown(argument)}: config name {shown(name)}: {problem} (a file whose "
+            "name holds a '=' is given with a '/', such as ./a=b.yaml)"
+        )
+    return name, path
 
 
 def _load_yaml(flag: str, text: str) -> object:
