@@ -48,10 +48,40 @@ def main(argv: list[str] | None = None) -> int:
     with imports_frozen():  # the command's modules, settings and options included
         from dra_driver.config.settings import SettingsError  # noqa: PLC0415
 
-        args = build_parser(named).parse_args(arguments)
+        parser = build_parser(named)
+        args = parser.parse_args(_dashed_values_joined(parser, arguments))
     try:
         code: int = args.run(args)
     except SettingsError as error:
         print(f"dra-driver {args.command}: {error}", file=sys.stderr)
         return 2
     return code
+
+
+def _dashed_values_joined(parser: argparse.ArgumentParser, arguments: list[str]) -> list[str]:
+    """argparse takes a value that starts with '-' (`--pods -3xgpu`) for an unknown option and
+    stops with its usage; joined to its flag (`--pods=-3xgpu`) it reaches the option's own
+    check, which names what is wrong with it. Only the flags of the command's options that take
+    one value are joined, and only to a word that is none of the command's flags."""
+    commands = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    if not arguments or not commands or arguments[0] not in commands[0].choices:
+        return arguments
+    actions = commands[0].choices[arguments[0]]._actions
+    flags = {flag for action in actions for flag in action.option_strings}
+    valued = {
+        flag
+        for action in actions
+        if action.nargs is None and action.const is None
+        for flag in action.option_strings
+    }
+    joined: list[str] = []
+    words = iter(arguments)
+    for word in words:
+        if word in valued and (value := next(words, None)) is not None:
+            if value.startswith("-") and value not in flags:
+                joined.append(f"{word}={value}")
+            else:
+                joined += [word, value]
+        else:
+            joined.append(word)
+    return joined

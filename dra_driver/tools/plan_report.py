@@ -69,10 +69,14 @@ def _mode_lines(plan: ModePlan, layout: bool) -> list[str]:
     return lines
 
 
+def _pods(count: int) -> str:
+    return "1 pod" if count == 1 else f"{count} pods"
+
+
 def plan_table(node: str, groups: Sequence[PodGroup], plans: Sequence[ModePlan], layout: bool = False) -> str:
     lines = [
         f"node: {node}",
-        f"pods: {', '.join(g.item for g in groups)} ({sum(g.count for g in groups)} pods)",
+        f"pods: {', '.join(g.item for g in groups)} ({_pods(sum(g.count for g in groups))})",
     ]
     for plan in plans:
         lines += ["", *_mode_lines(plan, layout)]
