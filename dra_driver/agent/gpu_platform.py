@@ -57,7 +57,8 @@ _Backend = TypeVar("_Backend", bound=HardwareBackend)
 
 class Platform(msgspec.Struct, frozen=True):
     hardware: HardwareBackend
-    # Every GPU found at start, offered or not: what node configs are planned against.
+    # Every GPU found at start, offered or not: what node configs are planned against. The agent
+    # keeps only the MIG instances no claim record names (node_configs.unclaimed_mig).
     gpus: tuple[Gpu, ...]
     edits: DeviceEdits
     sharing: SharingControls

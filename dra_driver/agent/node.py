@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 import structlog
+from msgspec.structs import replace
 
 from dra_driver.agent.config_reports import PostEvent, ProblemReporter
 from dra_driver.agent.daemon_reports import DaemonReports
@@ -20,7 +21,7 @@ from dra_driver.agent.errors import SetupError, StartupError
 from dra_driver.agent.gpu_platform import DriverWait, Platform, discover_gpus, open_platform
 from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.agent.mps_daemons import with_mps_pods
-from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
+from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan, unclaimed_mig
 from dra_driver.agent.node_watch import NodeFacts, follow_node
 from dra_driver.agent.pool import NodePool, log_fallback
 from dra_driver.agent.usage import usage_sampler
@@ -149,12 +150,18 @@ class NodeAgent:
         readiness = readiness or Readiness()
         cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
         choice = initial_config(settings)
+        records, boot_id = claim_record_store(settings), current_boot_id()
+        # Read before and after the GPUs are, so a peer agent's claim (a rolling update) that
+        # makes or removes a MIG instance meanwhile is in one of the reads (unclaimed_mig).
+        claimed = list((await asyncio.to_thread(records.read_all_of_boot, boot_id)).values())
         platform = await open_platform(settings, cdi_specs, on_driver_wait)
         try:
             platform = with_mps_pods(settings, platform, pod_api)
         except StartupError:
             await platform.close()
             raise
+        claimed += (await asyncio.to_thread(records.read_all_of_boot, boot_id)).values()
+        platform = replace(platform, gpus=unclaimed_mig(platform.gpus, claimed))
         first = replan(choice, platform.gpus, None, frozenset(), ApiCapabilities())
         inventory = build_inventory(first.plans)
         log.info(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 import structlog
+from msgspec.structs import replace
 
 from dra_driver.agent.node_watch import NodeFacts
 from dra_driver.claims.records import ClaimRecord
@@ -30,7 +31,7 @@ from dra_driver.devices.config_files import (
 )
 from dra_driver.devices.naming import parse_device_name
 from dra_driver.devices.node_config import ConfigProblem, GpuPlan, plan_node
-from dra_driver.hardware.model import Gpu
+from dra_driver.hardware.model import Gpu, Placement
 from dra_driver.publish.capabilities import fall_back
 from dra_driver.publish.desired import ApiCapabilities
 
@@ -54,6 +55,31 @@ def gpus_in_use(records: Iterable[ClaimRecord], gpus: Sequence[Gpu]) -> frozense
         used.update(instance.gpu_uuid for instance in record.mig_instances)
         used.update(record.time_sliced_gpus)
     return frozenset(used)
+
+
+def unclaimed_mig(gpus: Sequence[Gpu], records: Iterable[ClaimRecord]) -> tuple[Gpu, ...]:
+    """The GPUs with only the MIG instances no claim record names, as dynamic MIG needs them
+    (devices.mig): an instance a record names is the claim's, whose placement device it holds,
+    so its placement stays offered; any other was made by hand, and its slices and engines are
+    not free. Records in any state count: a half-prepared claim's instance is rolled back by
+    start-up recovery, not handed out. Read once at start, so an instance made by hand while the
+    agent runs is not seen until it restarts."""
+    claimed = {
+        (instance.gpu_uuid, instance.profile_id, Placement(instance.placement_start, instance.placement_size))
+        for record in records
+        for instance in record.mig_instances
+    }
+    return tuple(
+        replace(
+            gpu,
+            mig_instances=tuple(
+                instance
+                for instance in gpu.mig_instances
+                if (gpu.uuid, instance.profile_id, instance.placement) not in claimed
+            ),
+        )
+        for gpu in gpus
+    )
 
 
 class Replan(msgspec.Struct, frozen=True):

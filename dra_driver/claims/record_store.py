@@ -212,16 +212,25 @@ class ClaimRecordStore:
         else:
             await self._committer.remove(self._path(claim_uid))
 
+    def _recorded_boot_id(self) -> str | None:
+        try:
+            return (self.directory.parent / BOOT_ID_FILE).read_text().strip()
+        except FileNotFoundError:
+            return None
+
+    def read_all_of_boot(self, boot_id: str) -> dict[str, ClaimRecord]:
+        """`read_all`, or nothing where the records are of an earlier boot: start-up drops those
+        unread (`boot_changed`), and what they describe is gone with the reboot."""
+        previous = self._recorded_boot_id()
+        return self.read_all() if previous in (None, boot_id) else {}
+
     def boot_changed(self, boot_id: str) -> bool:
         """Whether the node rebooted since the state was written (and remember this boot).
 
         MIG instances and the CDI directory (a tmpfs) do not survive a reboot, so records of an
         earlier boot describe side effects that no longer exist."""
         path = self.directory.parent / BOOT_ID_FILE
-        try:
-            previous = path.read_text().strip()
-        except FileNotFoundError:
-            previous = None
+        previous = self._recorded_boot_id()
         if previous != boot_id:
             path.parent.mkdir(parents=True, exist_ok=True)
             durable_files.atomic_write(path, f"{boot_id}\n".encode(), durable=True, mode=0o600)

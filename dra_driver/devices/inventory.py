@@ -62,11 +62,8 @@ class Inventory(msgspec.Struct, frozen=True):
 
 
 def _static_mig(gpu: Gpu, notes: list[str]) -> Iterator[Offer]:
-    if not gpu.mig_instances:
-        notes.append(
-            f"{gpu.label} is in MIG mode without MIG instances, so it offers nothing; "
-            "create instances (nvidia-smi mig, mig-parted) or give it mode mig-dynamic"
-        )
+    """The GPU's existing instances: in mode mig-static all of them, in mig-dynamic the foreign
+    ones (devices.mig), whose slices no placement is offered on even where they are unusable."""
     compute_instances_per_gpu_instance = Counter(instance.gpu_instance_id for instance in gpu.mig_instances)
     for instance in gpu.mig_instances:
         where = f"{gpu.label} MIG GPU instance {instance.gpu_instance_id}"
@@ -90,10 +87,16 @@ def _offers_of(plan: GpuPlan, notes: list[str]) -> tuple[list[Offer], list[Count
         case "gpu":
             return [(whole_gpu_device(gpu), WholeGpu(gpu))], []
         case "mig-static":
+            if not gpu.mig_instances:
+                notes.append(
+                    f"{gpu.label} is in MIG mode without MIG instances, so it offers nothing; "
+                    "create instances (nvidia-smi mig, mig-parted) or give it mode mig-dynamic"
+                )
             return list(_static_mig(gpu, notes)), []
         case "mig-dynamic":
             origins = dynamic_mig_origins(gpu, plan.settings.mig_profiles)
-            return [(dynamic_mig_device(origin), origin) for origin in origins], [mig_counter_set(gpu)]
+            dynamic = [(dynamic_mig_device(origin), origin) for origin in origins]
+            return [*_static_mig(gpu, notes), *dynamic], [mig_counter_set(gpu)]
         case "vgpu-capacity":
             step = plan.settings.memory_step
             return [(shareable_gpu_device(gpu, step, plan.settings.enforcement), VgpuShare(gpu, step))], []

@@ -4,6 +4,16 @@ Dynamic MIG follows KEP-4815 (partitionable devices): each GPU has one counter s
 memory slices and its totals, and each placement consumes the slices it covers. The scheduler
 then can never allocate two placements that overlap, nor more engines than the GPU has, which
 is exactly what NVML would refuse when the instance is created at prepare.
+
+A GPU in mode mig-dynamic may have instances already that none of our claims made ("foreign":
+made by hand, or mig-parted's layout left in place when the mode changed). The agent hands the
+plan a GPU carrying only those (`agent.node_configs.unclaimed_mig`); the instances our claims
+made stay out of it, because the claim holding one holds its placement device too. Each usable
+foreign instance is offered as a static MIG device, the placements overlapping any foreign
+instance are left out, and its resources are taken off the counter set's totals: NVML would
+refuse the placements, or the engines, that it occupies. A placement and a static device never
+share a name (both are `mig_device_name(gpu, profile, start)`): an instance at `start` covers
+slice `start`, so every placement starting there overlaps it and is left out.
 """
 
 from collections.abc import Iterator
@@ -39,11 +49,29 @@ def _counters(resources: MigResources) -> dict[str, int]:
     return {counter: amounts[field] for field, (_, counter) in _RESOURCE_NAMES.items()}
 
 
+def _gpu_instances(gpu: Gpu) -> list[MigInstance]:
+    """One entry per GPU instance: a GPU instance split into compute instances is listed once
+    per compute instance, but takes its slices and engines once."""
+    return list({instance.gpu_instance_id: instance for instance in gpu.mig_instances}.values())
+
+
+def _taken_slices(gpu: Gpu) -> set[int]:
+    return {index for instance in _gpu_instances(gpu) for index in instance.placement.memory_slices}
+
+
 def mig_counter_set(gpu: Gpu) -> CounterSet:
-    """The GPU's memory slices and the budget NVML holds all its instances to (mig_capacity), so
-    the counters refuse exactly what NVML would."""
-    counters = {memory_slice_counter(index): 1 for index in range(gpu.memory_slices)}
-    counters.update(_counters(mig_capacity(gpu.mig_profiles, gpu.memory_bytes)))
+    """The GPU's memory slices and the budget NVML holds all its instances to (mig_capacity), less
+    what the GPU's (foreign) instances take, so the counters refuse exactly what NVML would. An
+    instance of a profile the GPU does not list takes its slices only: its engines are unknown."""
+    taken = _taken_slices(gpu)
+    counters = {memory_slice_counter(index): int(index not in taken) for index in range(gpu.memory_slices)}
+    profiles = [gpu.mig_profile(instance.profile_id) for instance in _gpu_instances(gpu)]
+    used = MigResources.total(profile for profile in profiles if profile is not None)
+    capacity = mig_capacity(gpu.mig_profiles, gpu.memory_bytes)
+    left = MigResources(
+        *(max(0, have - take) for have, take in zip(capacity.amounts(), used.amounts(), strict=True))
+    )
+    counters.update(_counters(left))
     return CounterSet(name=counter_set_name(gpu), counters=counters)
 
 
@@ -71,12 +99,14 @@ def _mig_capacity(profile: MigProfile, multiprocessors: int) -> dict[str, Capaci
 
 
 def dynamic_mig_origins(gpu: Gpu, profile_names: tuple[str, ...] = ()) -> Iterator[DynamicMig]:
-    """Every placement of every profile (or of the named ones)."""
+    """Every placement of every profile (or of the named ones) clear of the GPU's instances."""
+    taken = _taken_slices(gpu)
     for profile in gpu.mig_profiles:
         if profile_names and profile.name not in profile_names:
             continue
         for placement in profile.placements:
-            yield DynamicMig(gpu, profile, placement)
+            if taken.isdisjoint(placement.memory_slices):
+                yield DynamicMig(gpu, profile, placement)
 
 
 def dynamic_mig_device(origin: DynamicMig) -> Device:

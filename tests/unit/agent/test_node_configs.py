@@ -7,11 +7,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan
+from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan, unclaimed_mig
 from dra_driver.agent.node_watch import NodeFacts
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
 from dra_driver.devices.config_files import ConfigChoice
+from dra_driver.devices.inventory import build_inventory
 from dra_driver.devices.node_config import (
     ConfigProblem,
     GpuEntry,
@@ -59,6 +60,26 @@ def test_claims_are_traced_to_their_gpus_by_device_name_and_mig_instance() -> No
         record("d", "not-ours"),
     ]
     assert gpus_in_use(records, MIXED) == {MIXED[i].uuid for i in (0, 3, 6, 7)}
+
+
+def test_mig_instances_a_record_names_are_the_claims_and_the_others_are_foreign() -> None:
+    """GPU 0 of the mixed node has 2g.20gb at 0, 1g.10gb at 2 and 3, 3g.40gb at 4."""
+    gpu = MIXED[0]
+    mine = ClaimRecord(
+        claim=ClaimRef("default", "a", "a"),
+        devices=(PreparedDevice(("r",), "node-a", "gpu-0-mig-3g40gb-4", ()),),
+        state="preparing",  # half-prepared: rolled back at start, never handed out
+        mig_instances=(MigInstanceRecord(gpu.uuid, 9, 4, 4), MigInstanceRecord(MIXED[1].uuid, 19, 2, 1)),
+    )
+    (left, other, *_) = unclaimed_mig(MIXED, [mine])
+
+    assert [i.placement.start for i in left.mig_instances] == [0, 2, 3]
+    assert [i.placement.start for i in other.mig_instances] == [0, 3, 4]
+    # The claimed instance's placement stays offered; nothing overlaps the foreign ones.
+    dynamic = plan_node(NodeConfig(default=GpuSettings(mode="mig-dynamic")), (left,)).plans
+    names = {device.name for device in build_inventory(dynamic).devices}
+    assert {"gpu-0-mig-3g40gb-4", "gpu-0-mig-2g20gb-0"} <= names
+    assert "gpu-0-mig-1g10gb-0" not in names and "gpu-0-mig-4g40gb-0" not in names
 
 
 def test_a_gpu_whose_plan_changes_while_claims_use_it_waits_and_the_others_change() -> None:

@@ -195,6 +195,17 @@ def test_a_new_boot_id_is_noticed_once(tmp_path: Path) -> None:
     assert store.boot_changed("boot-b") is False
 
 
+def test_records_of_an_earlier_boot_are_not_read_before_start_up_drops_them(tmp_path: Path) -> None:
+    store = ClaimRecordStore(tmp_path)
+    assert store.read_all_of_boot("boot-a") == {}  # nothing written yet
+    store.boot_changed("boot-a")
+    store.save(RECORD)
+
+    assert store.read_all_of_boot("boot-a") == {UID: RECORD}
+    assert store.read_all_of_boot("boot-b") == {}
+    assert store.boot_changed("boot-b") is True  # reading changed nothing
+
+
 @pytest.mark.parametrize("grouped", [True, False], ids=["group-commit", "own-flush"])
 def test_a_first_record_is_created_and_never_replaces_one_there(tmp_path: Path, grouped: bool) -> None:
     store = ClaimRecordStore(tmp_path, GroupCommitter() if grouped else None)
