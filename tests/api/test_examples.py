@@ -38,6 +38,7 @@ from dra_driver.claims.opaque_config import (
 from dra_driver.claims.sharing.mps import SimulatedMps
 from dra_driver.claims.vgpu_grant import vgpu_grant
 from dra_driver.cli import main
+from dra_driver.devices.attributes import STANDARD_NUMA_NODE, STANDARD_PCIE_ROOT
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import Device, device_to_api
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
@@ -96,6 +97,9 @@ EXAMPLES = {
     "cel-selection",
     "first-available-fallback",
     "admin-monitoring",
+    "gpus-one-pcie-root",
+    "gpus-one-numa-node",
+    "gpu-shared-by-pods",
 }
 PATHS = example_paths()
 SHARE_ID = "4d2b8a52-1c1e-4c4c-9a55-0d1d6c1b8a01"
@@ -103,7 +107,21 @@ CLAIM_UID = "0f8e2a4c-6b1d-4e3f-9a7c-2d5b8e1f3a60"
 
 
 def template_of(path: Path) -> dict[str, Any]:
-    return only(documents(path), "ResourceClaimTemplate")
+    """The example's claim template; for an example whose pods share one ResourceClaim, that
+    claim's spec in a template's shape (what its requests are read from)."""
+    objects = documents(path)
+    if any(item["kind"] == "ResourceClaim" for item in objects):
+        claim = only(objects, "ResourceClaim")
+        return {
+            "kind": "ResourceClaimTemplate",
+            "metadata": claim["metadata"],
+            "spec": {"spec": claim["spec"]},
+        }
+    return only(objects, "ResourceClaimTemplate")
+
+
+def pods_of(path: Path) -> list[dict[str, Any]]:
+    return [item for item in documents(path) if item["kind"] == "Pod"]
 
 
 def the_request(name: str) -> dict[str, Any]:
@@ -149,35 +167,36 @@ def test_every_object_is_valid_for_every_supported_kubernetes(path: Path) -> Non
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda path: path.stem)
 def test_each_example_is_a_claim_template_and_a_pod_that_uses_it(path: Path) -> None:
+    """Or one ResourceClaim and the pods that share it, each naming it by resourceClaimName."""
     objects = documents(path)
-    template, pod = template_of(path), pod_of(path)
+    template, pods = template_of(path), pods_of(path)
     namespaces = [item["metadata"]["name"] for item in objects if item["kind"] == "Namespace"]
-    spec = pod["spec"]
+    shared = any(item["kind"] == "ResourceClaim" for item in objects)
 
-    assert sorted(item["kind"] for item in objects if item["kind"] != "Namespace") == [
-        "Pod",
-        "ResourceClaimTemplate",
-    ]
+    kinds = sorted(item["kind"] for item in objects if item["kind"] != "Namespace")
+    assert kinds == (["Pod", "Pod", "ResourceClaim"] if shared else ["Pod", "ResourceClaimTemplate"])
     # Without a namespace of its own, an example goes wherever `kubectl apply -n` puts it.
     expected_namespace = namespaces[0] if namespaces else None
     assert len(namespaces) <= 1
-    for item in (template, pod):
+    for item in (template, *pods):
         assert item["metadata"].get("namespace") == expected_namespace
-    assert spec["resourceClaims"] == [
-        {"name": claim["name"], "resourceClaimTemplateName": template["metadata"]["name"]}
-        for claim in spec["resourceClaims"]
-    ]
-    claim_names = {claim["name"] for claim in spec["resourceClaims"]}
-    for container in spec["containers"]:
-        assert {claim["name"] for claim in container["resources"]["claims"]} == claim_names
-    # The pod runs once and ends, so the e2e tests can wait for it and read its logs.
-    assert spec["restartPolicy"] == "Never"
+    source = "resourceClaimName" if shared else "resourceClaimTemplateName"
+    for pod in pods:
+        spec = pod["spec"]
+        assert spec["resourceClaims"] == [
+            {"name": claim["name"], source: template["metadata"]["name"]} for claim in spec["resourceClaims"]
+        ]
+        claim_names = {claim["name"] for claim in spec["resourceClaims"]}
+        for container in spec["containers"]:
+            assert {claim["name"] for claim in container["resources"]["claims"]} == claim_names
+        # The pod runs once and ends, so the e2e tests can wait for it and read its logs.
+        assert spec["restartPolicy"] == "Never"
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda path: path.stem)
 def test_each_pod_prints_the_report_the_e2e_tests_read(path: Path) -> None:
     """The containers' command, run by this machine's sh, prints a report that parses back."""
-    for container in pod_of(path)["spec"]["containers"]:
+    for container in (container for pod in pods_of(path) for container in pod["spec"]["containers"]):
         output = run_locally(container, {"PATH": os.environ["PATH"], "DRA_DEVICE_GPU_0": "GPU-1234"})
         report = parse_report(output)
         assert report.env["DRA_DEVICE_GPU_0"] == "GPU-1234"
@@ -257,7 +276,7 @@ def test_the_cel_example_picks_exactly_the_whole_h100s_with_at_least_40gi() -> N
 
     assert f'"{CEL_PRODUCT_PREFIX}"' in expression
     assert f'quantity("{CEL_MIN_MEMORY}")' in expression
-    assert names(candidates(request, e2e_node_inventory().devices)) == {"gpu-0", "gpu-1", "gpu-2"}
+    assert names(candidates(request, e2e_node_inventory().devices)) == {"gpu-0", "gpu-1", "gpu-2", "gpu-4"}
     everything = every_inventory_device()
     chosen = candidates(request, everything)
     assert chosen == [device for device in everything if wanted(device)]
@@ -284,7 +303,7 @@ def test_the_mig_requests_get_exactly_the_1g10gb_devices(name: str, request_name
         for device in devices
         if device.type == "mig" and device.attributes["profile"] == MIG_PROFILE
     }
-    assert all(re.fullmatch(r"gpu-[45]-mig-1g10gb-[0-6]", device.name) for device in found)
+    assert all(re.fullmatch(r"gpu-[56]-mig-1g10gb-[0-6]", device.name) for device in found)
 
 
 @pytest.mark.parametrize(
@@ -299,7 +318,7 @@ def test_the_vgpu_requests_get_the_limits_the_e2e_tests_expect(name: str, reques
     request = dict(requests_of(template_of(example_path(name))))[request_name]
     inventory = e2e_node_inventory()
     device, *larger = candidates(request, inventory.devices)
-    assert [other.name for other in larger] == ["gpu-7-vgpu-12gi-0"]
+    assert [other.name for other in larger] == ["gpu-8-vgpu-12gi-0"]
     consumed = consumed_capacity(request, device_to_api(device))
     result = {"request": request_name, "driver": "gpu.example.com", "pool": "node-a", "device": device.name}
     document = {
@@ -327,7 +346,7 @@ def test_a_capacity_request_that_does_not_fit_gets_no_device() -> None:
     too_many_cores = {**request, "capacity": {"requests": {"memory": "10Gi", "cores": "101"}}}
     unknown_capacity = {**request, "capacity": {"requests": {"bandwidth": "1"}}}
 
-    assert names(candidates(request, devices)) == {"gpu-3", "gpu-7-vgpu-12gi-0"}
+    assert names(candidates(request, devices)) == {"gpu-3", "gpu-8-vgpu-12gi-0"}
     assert candidates(too_much_memory, devices) == []
     assert candidates(too_many_cores, devices) == []
     assert candidates(unknown_capacity, devices) == []
@@ -484,7 +503,8 @@ class ExampleClaims:
             )
             wanted = dict(alternatives)[request_name]
             if wanted.get("allocationMode") != "All":
-                chosen = chosen[: wanted.get("count", 1)]
+                count = wanted.get("count", 1)
+                chosen = _matching(chosen, _matched_attributes(template, request["name"]), count)[:count]
             for device in chosen:
                 result: dict[str, Any] = {
                     "request": request_name,
@@ -513,6 +533,39 @@ class ExampleClaims:
         return self.claims[(namespace, name)]
 
 
+def _matched_attributes(template: dict[str, Any], request: str) -> list[str]:
+    """The attributes a claim's matchAttribute constraints make its request's devices share, by
+    the name the inventory keys them with (ours unqualified, the standard ones qualified)."""
+    return [
+        constraint["matchAttribute"].removeprefix(f"{D}/")
+        for constraint in template["spec"]["spec"]["devices"].get("constraints", [])
+        if "matchAttribute" in constraint and request in constraint.get("requests", [request])
+    ]
+
+
+def _matching(devices: list[Device], attributes: list[str], count: int) -> list[Device]:
+    """The first `count` devices, in order, that share every attribute (the scheduler's
+    matchAttribute); none when no value has enough."""
+    if not attributes:
+        return devices
+    groups: dict[tuple[Any, ...], list[Device]] = {}
+    for device in devices:
+        if all(attribute in device.attributes for attribute in attributes):
+            key = tuple(device.attributes[attribute] for attribute in attributes)
+            groups.setdefault(key, []).append(device)
+    return next((group for group in groups.values() if len(group) >= count), [])
+
+
+def _same(attribute: str) -> Callable[[dict[str, str], list[dict[str, Any]]], None]:
+    def check(env: dict[str, str], results: list[dict[str, Any]]) -> None:
+        _whole(env, results)
+        devices = {device.name: device for device in e2e_node_inventory(NODE).devices}
+        values = {devices[result["device"]].attributes[attribute] for result in results}
+        assert len(values) == 1, (attribute, values)
+
+    return check
+
+
 def _whole(env: dict[str, str], results: list[dict[str, Any]]) -> None:
     inventory = e2e_node_inventory(NODE)
     devices = [result["device"] for result in results]
@@ -535,7 +588,7 @@ def _vgpu(env: dict[str, str], results: list[dict[str, Any]]) -> None:
 
 
 def _mig_static(env: dict[str, str], results: list[dict[str, Any]]) -> None:
-    """The instance GPU 8 has from boot, by its MIG UUID."""
+    """The instance GPU 9 has from boot, by its MIG UUID."""
     (result,) = results
     (device,) = [device for device in e2e_node_inventory(NODE).devices if device.name == result["device"]]
     prefix = device_env_prefix(result["device"])
@@ -545,7 +598,7 @@ def _mig_static(env: dict[str, str], results: list[dict[str, Any]]) -> None:
 
 def _partition(env: dict[str, str], results: list[dict[str, Any]]) -> None:
     (result,) = results
-    assert result["device"].startswith("gpu-7-vgpu-6gi-")
+    assert result["device"].startswith("gpu-8-vgpu-6gi-")
     gpu = e2e_node_inventory(NODE).gpu_of_device[result["device"]]
     assert env[device_env_prefix(result["device"])] == gpu.uuid
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == PARTITION_MPS_THREADS
@@ -584,6 +637,9 @@ WHAT_THE_E2E_TESTS_EXPECT: dict[str, Callable[[dict[str, str], list[dict[str, An
     "cel-selection": _cel,
     "first-available-fallback": _mig,  # MIG is the first alternative, and free here
     "admin-monitoring": _admin,
+    "gpus-one-pcie-root": _same(STANDARD_PCIE_ROOT),
+    "gpus-one-numa-node": _same(STANDARD_NUMA_NODE),
+    "gpu-shared-by-pods": _whole,
 }
 
 
@@ -628,3 +684,16 @@ def test_the_engine_on_the_e2e_node_gives_each_example_what_the_e2e_tests_expect
         # A vGPU share's MPS daemon outlives the engine, as it outlives the agent: it stops with
         # its GPU's last share.
         assert asyncio.run(engine.unprepare([raw])) == {raw[2]: ""}
+
+
+@pytest.mark.parametrize(
+    "path", sorted((EXAMPLES_DIR / "node-configs").glob("*.yaml")), ids=lambda path: path.stem
+)
+def test_each_node_config_example_is_valid_on_the_hardware_its_header_names(
+    path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The `Check it:` line of the file's header, run: the config fits that node whole."""
+    (hardware,) = re.findall(r"Check it: dra-driver validate-config \S+ --hardware (\S+)", path.read_text())
+
+    assert main(["validate-config", str(path), "--hardware", hardware]) == 0, capsys.readouterr().err
+    assert "valid" in capsys.readouterr().out

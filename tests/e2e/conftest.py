@@ -81,8 +81,8 @@ class _Runner:
         self.pod_names: set[str] = set()
 
     def run(self, name: str, pod_names: tuple[str, ...] = ()) -> list[ExampleRun]:
-        """The example's pod, or copies of it named `pod_names` created at once (each with its
-        own claim from the template), run to completion."""
+        """The example's pods (most have one), or copies of its pod named `pod_names` created at
+        once (each with its own claim from the template), run to completion."""
         path = example_path(name)
         own = _own_namespace(path)
         target = own or self.namespace
@@ -95,7 +95,8 @@ class _Runner:
         self.watches.append(watch)
         self.cleanups.append(watch.stop)
         self.cleanups.append(lambda: kube.delete_file(path, apply_namespace))
-        pod = next(item for item in documents(path) if item["kind"] == "Pod")
+        pods = [item for item in documents(path) if item["kind"] == "Pod"]
+        pod = pods[0]
         if pod_names:
             others = [item for item in documents(path) if item["kind"] != "Pod"]
             copies = [{**pod, "metadata": {**pod["metadata"], "name": copy}} for copy in pod_names]
@@ -104,10 +105,9 @@ class _Runner:
             kube.apply_objects([*others, *copies], apply_namespace)
         else:
             kube.apply_file(path, apply_namespace)
-        self.pod_names.update(pod_names or (pod["metadata"]["name"],))
-        return [
-            self._finished(pod_name, target, watch) for pod_name in pod_names or (pod["metadata"]["name"],)
-        ]
+        names = pod_names or tuple(item["metadata"]["name"] for item in pods)
+        self.pod_names.update(names)
+        return [self._finished(pod_name, target, watch) for pod_name in names]
 
     def run_objects(self, objects: list[dict[str, Any]]) -> ExampleRun:
         """Objects of the test's own (claim templates and one pod) in the test namespace, the

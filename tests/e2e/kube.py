@@ -98,7 +98,8 @@ def logs(pod: str, namespace: str, container: str) -> str:
 
 class ClaimWatch:
     """Every allocated version of the namespace's ResourceClaims, from a `kubectl get --watch`
-    started before the example is applied, by the pod that owns the claim.
+    started before the example is applied, by the pod that owns the claim or that it is
+    reserved for.
 
     The real resourceclaim controller taught us two things: it deallocates and deletes a claim
     made from a template as soon as its pod has finished (the examples' pods run for a second,
@@ -138,9 +139,8 @@ class ClaimWatch:
                 buffer = buffer.lstrip()[end:]
                 if not item.get("status", {}).get("allocation"):
                     continue
-                for owner in item["metadata"].get("ownerReferences", []):
-                    if owner["kind"] == "Pod":
-                        self.allocated.setdefault(owner["uid"], {})[item["metadata"]["name"]] = item
+                for pod_uid in {pod["uid"] for pod in _pods_of(item)}:
+                    self.allocated.setdefault(pod_uid, {})[item["metadata"]["name"]] = item
                 if item["status"].get("devices"):
                     self.device_status[item["metadata"]["name"]] = item["status"]["devices"]
 
@@ -166,12 +166,22 @@ class ClaimWatch:
             claim["metadata"]["uid"]
             for claims in self.allocated.values()
             for claim in claims.values()
-            if any(owner["name"] in names for owner in claim["metadata"].get("ownerReferences", []))
+            if any(pod["name"] in names for pod in _pods_of(claim))
         }
 
     def stop(self) -> None:
         self._process.terminate()
         self._process.wait(timeout=10)
+
+
+def _pods_of(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pods a claim is for: the one that owns it (made from its template), and those it is
+    reserved for (a ResourceClaim that several pods name)."""
+    owners = [owner for owner in claim["metadata"].get("ownerReferences", []) if owner["kind"] == "Pod"]
+    reserved = [
+        entry for entry in claim.get("status", {}).get("reservedFor", []) if entry.get("resource") == "pods"
+    ]
+    return [*owners, *reserved]
 
 
 def allocation_results(pod: Mapping[str, Any], watch: ClaimWatch) -> list[dict[str, Any]]:

@@ -11,12 +11,13 @@ from typing import Any
 
 from dra_driver.claims.edits.gpu_edits import device_env_prefix
 from dra_driver.config.node_config_files import load_node_config
+from dra_driver.devices.attributes import STANDARD_NUMA_NODE, STANDARD_PCIE_ROOT
 from dra_driver.devices.inventory import Inventory, build_inventory
 from dra_driver.devices.node_config import plan_gpus
 from dra_driver.publish.capabilities import fall_back
 from dra_driver.tools.manifests import DEFAULT_NAMESPACE
 from tests.e2e import kube
-from tests.e2e.conftest import RunCopies, RunExample
+from tests.e2e.conftest import RunCopies, RunExample, _Runner
 from tests.support.cel import parse_quantity
 from tests.support.examples import (
     CEL_MIN_MEMORY,
@@ -112,14 +113,14 @@ def test_the_static_mig_pod_gets_an_instance_made_before_the_driver_started(run_
     assert mig_profiles(env) == {f"{prefix}_PROFILE": MIG_STATIC_PROFILE}
     # The instance the mock driver had at boot, by its MIG UUID; prepare made none.
     assert env[prefix] == _attribute(device, "uuid")
-    assert result["device"].startswith("gpu-8-mig-3g40gb-")
+    assert result["device"].startswith("gpu-9-mig-3g40gb-")
 
 
 def test_the_partition_pod_gets_a_6gi_partition_under_its_gpus_mps_daemon(run_example: RunExample) -> None:
     run = run_example("vgpu-partition-6gi")
 
     (result,) = run.results
-    assert result["device"].startswith("gpu-7-vgpu-6gi-")
+    assert result["device"].startswith("gpu-8-vgpu-6gi-")
     env = run.reports["main"].env
     gpu = e2e_node_inventory(run.node).gpu_of_device[result["device"]]
     assert env[device_env_prefix(result["device"])] == gpu.uuid
@@ -217,3 +218,30 @@ def test_the_admin_pod_sees_every_whole_gpu_of_its_node(
     assert sorted(result["device"] for result in run.results) == whole
     assert all(result.get("adminAccess") is True and result["driver"] == D for result in run.results)
     assert whole_gpu_uuids(run.reports["main"].env) == _gpu_env(run.node, *whole)
+
+
+def test_two_pods_naming_one_claim_share_its_gpu(runner: _Runner) -> None:
+    """A ResourceClaim both pods name: allocated once, one GPU for both, time-sliced."""
+    runs = runner.run("gpu-shared-by-pods")
+
+    assert len(runs) == 2
+    (first,), (second,) = (run.results for run in runs)
+    assert first["device"] == second["device"]
+    assert runs[0].claim_uids == runs[1].claim_uids
+    for run in runs:
+        assert whole_gpu_uuids(run.reports["main"].env) == _gpu_env(run.node, first["device"])
+
+
+def test_the_topology_examples_get_gpus_that_share_the_attribute(run_example: RunExample) -> None:
+    """The real scheduler keeps matchAttribute on the standard attributes: two GPUs on one PCIe
+    root, four on one NUMA node (the e2e node has four whole H100s on NUMA node 0)."""
+    for name, attribute, count in (
+        ("gpus-one-pcie-root", STANDARD_PCIE_ROOT, 2),
+        ("gpus-one-numa-node", STANDARD_NUMA_NODE, 4),
+    ):
+        run = run_example(name)
+        published = kube.published_devices(run.node)
+        devices = [result["device"] for result in run.results]
+        assert len(devices) == count, (name, devices)
+        assert len({_attribute(published[device], attribute) for device in devices}) == 1, (name, devices)
+        assert whole_gpu_uuids(run.reports["main"].env) == _gpu_env(run.node, *devices)

@@ -52,7 +52,7 @@ VGPU_SM_LIMIT = "30"  # CUDA_DEVICE_SM_LIMIT_0 for cores: "30"
 # The same share under vgpu.enforcement mps (the e2e node's default): its MPS client settings.
 VGPU_MPS_THREADS = "30"  # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
 VGPU_MPS_MEMORY = "0=10240M"  # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: device 0, 10Gi in MiB
-# mig-static-3g40gb.yaml: an instance that the e2e node's GPU 8 has from boot.
+# mig-static-3g40gb.yaml: an instance that the e2e node's GPU 9 has from boot.
 MIG_STATIC_PROFILE = "3g.40gb"
 # vgpu-partition-6gi.yaml: the L4's 6Gi / 25 % partition, under the GPU's MPS daemon.
 PARTITION_MPS_THREADS = "25"

@@ -34,6 +34,7 @@ REQUIRED_PROFILES = {
     "l4x8",
     "t4x4",
     "dgx-h100-mig",
+    "dgx-a100-80gb-mig",
     "b200x8-mig",
     "mixed",
 }
