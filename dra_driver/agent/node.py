@@ -8,7 +8,7 @@ import asyncio
 import gc
 import os
 import signal
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
@@ -35,7 +35,7 @@ from dra_driver.config.node_config_files import load_node_config
 from dra_driver.config.settings import InventorySettings, NodeSettings
 from dra_driver.devices.config_files import ConfigChoice
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
-from dra_driver.devices.node_config import NodeConfigError
+from dra_driver.devices.node_config import ConfigProblem, NodeConfigError, hami_core_missing
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.health.monitor import HealthMonitor
 from dra_driver.kube.claim_api import ClaimApi
@@ -57,14 +57,17 @@ log = structlog.get_logger("dra_driver.node")
 _Started = TypeVar("_Started")
 
 
-def hami_core(settings: NodeSettings, inventory: Inventory) -> HamiCore | None:
-    """HAMi-core where the operator installed it. A GPU whose vGPU shares it is to enforce
-    (vgpu.enforcement: hami-core) on a node without it is a setup error; shares left advisory
-    (none) are logged."""
+def hami_core(
+    settings: NodeSettings, inventory: Inventory, problems: Sequence[ConfigProblem]
+) -> HamiCore | None:
+    """HAMi-core where the operator installed it. A GPU of the config the agent starts with whose
+    vGPU shares it is to enforce (vgpu.enforcement: hami-core) on a node without it is a setup
+    error: planning (`plan_node`) left it out with a problem, which later configs only report;
+    shares left advisory (none) are logged."""
     vgpu_plans = [plan for plan in inventory.plans if plan.mode.startswith("vgpu-")]
     if settings.hami_core_library is not None:
         return HamiCore(PurePosixPath(settings.hami_core_library), PurePosixPath(settings.hami_core_dir))
-    if needing := [plan.gpu for plan in vgpu_plans if plan.settings.enforcement == "hami-core"]:
+    if needing := hami_core_missing(problems):
         raise SetupError(
             f"vgpu.enforcement: hami-core for {', '.join(gpu.label for gpu in needing)} needs "
             "--hami-core-library; set it, or choose vgpu.enforcement mps or none in the node config"
@@ -150,6 +153,7 @@ class NodeAgent:
         readiness = readiness or Readiness()
         cdi_specs = CdiSpecDirectory(settings.cdi_dir, settings.driver_name)
         choice = initial_config(settings)
+        has_hami = settings.hami_core_library is not None
         records, boot_id = claim_record_store(settings), current_boot_id()
         # Read before and after the GPUs are, so a peer agent's claim (a rolling update) that
         # makes or removes a MIG instance meanwhile is in one of the reads (unclaimed_mig).
@@ -162,7 +166,7 @@ class NodeAgent:
             raise
         claimed += (await asyncio.to_thread(records.read_all_of_boot, boot_id)).values()
         platform = replace(platform, gpus=unclaimed_mig(platform.gpus, claimed))
-        first = replan(choice, platform.gpus, None, frozenset(), ApiCapabilities())
+        first = replan(choice, platform.gpus, None, frozenset(), ApiCapabilities(), hami_core=has_hami)
         inventory = build_inventory(first.plans)
         log.info(
             "hardware discovered",
@@ -174,7 +178,15 @@ class NodeAgent:
             log.warning("device left out", note=note)
         daemon_reports = DaemonReports()
         engine, server = await _serve_claims(
-            settings, platform, cdi_specs, claim_source, metrics, inventory, claim_status, daemon_reports
+            settings,
+            platform,
+            cdi_specs,
+            claim_source,
+            metrics,
+            inventory,
+            hami_core(settings, inventory, first.problems),
+            claim_status,
+            daemon_reports,
         )
         pool = NodePool(
             settings,
@@ -233,7 +245,8 @@ class NodeAgent:
         """Re-plans every GPU under `choice`; answers whether GPUs wait for their claims."""
         gpus = self.platform.gpus
         in_use = gpus_in_use(self.engine.prepared_claims.values(), gpus)
-        result = replan(choice, gpus, self.pool.offered, in_use, self.pool.capabilities)
+        has_hami = self.settings.hami_core_library is not None
+        result = replan(choice, gpus, self.pool.offered, in_use, self.pool.capabilities, hami_core=has_hami)
         self.reporter.report(choice, result.problems, result.waiting)
         if result.plans != self.inventory.plans:
             log.info(
@@ -320,6 +333,7 @@ async def _serve_claims(
     claim_source: ClaimSource,
     metrics: AgentMetrics,
     inventory: Inventory,
+    hami: HamiCore | None,
     claim_status: ClaimStatusWriter | None = None,
     daemon_reports: DaemonReports | None = None,
 ) -> tuple[ClaimEngine, KubeletPluginServer]:
@@ -335,7 +349,7 @@ async def _serve_claims(
         hardware=platform.hardware,
         common_cdi_ids=platform.common_cdi_ids,
         sharing=platform.sharing,
-        hami_core=hami_core(settings, inventory),
+        hami_core=hami,
         metrics=metrics.claims,
         claim_status=claim_status,
         on_gpu_daemon=None if daemon_reports is None else daemon_reports.report,

@@ -97,13 +97,17 @@ def replan(
     offered: Mapping[str, GpuPlan] | None,
     in_use: frozenset[str],
     capabilities: ApiCapabilities,
+    *,
+    hami_core: bool,
 ) -> Replan:
-    """The plans under `choice`, in modes the cluster can use (`capabilities`). A GPU that
+    """The plans under `choice`, in modes the cluster can use (`capabilities`), on a node with
+    HAMi-core or without (`hami_core`: a GPU whose shares need it is then a problem, and offers
+    nothing under the config, like any GPU the config does not fit). A GPU that
     claims use (`in_use`) and whose plan differs from the one it was last offered under
     (`offered`, by GPU UUID) waits. `offered` None: this process has offered nothing yet, so
     there is nothing to wait for. A GPU left out meanwhile (a broken config) keeps its last
     offered plan: when the config is mended its claims' plan comes back without waiting."""
-    node_plan = plan_node(choice.config, gpus) if choice.config is not None else None
+    node_plan = plan_node(choice.config, gpus, hami_core=hami_core) if choice.config is not None else None
     wanted = node_plan.plans if node_plan is not None else ()
     wanted, notes = fall_back(wanted, capabilities.unsupported, capabilities.kubernetes_version)
     problems = choice.problems + (node_plan.problems if node_plan is not None else ())

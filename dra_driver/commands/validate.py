@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     except HardwareError as error:
         print(f"dra-driver validate-config: --hardware {args.hardware}: {error}", file=sys.stderr)
         return 1 if args.hardware == "nvml" else 2
-    verdict = validate(target, gpus)
+    verdict = validate(target, gpus, hami_core=not args.without_hami_core)
     for line in verdict.errors:
         print(f"dra-driver validate-config: {line}", file=sys.stderr)
     if verdict.errors:
@@ -84,4 +84,10 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         default=DRIVER_ROOT.default, help="with --hardware nvml: where libnvidia-ml.so.1 is looked for first"
     )
     add_options(validate, [driver_root])
+    validate.add_argument(
+        "--without-hami-core",
+        action="store_true",
+        help="plan as on nodes whose agent has no --hami-core-library: a GPU with vgpu.enforcement "
+        "hami-core is an error, as the agent leaves it out",
+    )
     validate.set_defaults(run=run)

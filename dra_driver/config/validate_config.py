@@ -4,7 +4,8 @@ It refuses what the agent would refuse, with the agent's own lines: a malformed 
 fields, modes, sizes, profiles), and a model entry that no GPU of that model could take (MIG
 modes on a GPU without MIG, partitions bigger than its memory, profiles it lacks). Given a node's
 hardware it also plans the config against that node's GPUs, and each GPU the agent would leave
-out is an error. Pure apart from reading the files: the caller brings the GPUs.
+out is an error. Pure apart from reading the files: the caller brings the GPUs, and says whether
+the nodes' agents have HAMi-core (`hami_core`), as the agent's own planning is told.
 """
 
 from collections.abc import Iterator, Sequence
@@ -59,14 +60,14 @@ def _sample_gpu(model: GpuModel, mode: str) -> Gpu:
     return simulated_gpus("validate-config", spec)[0]
 
 
-def catalog_problems(config: NodeConfig) -> Iterator[str]:
+def catalog_problems(config: NodeConfig, hami_core: bool = True) -> Iterator[str]:
     """Model and productName entries that no GPU of their model could take."""
     for entry in config.gpus:
         model = _model_of_entry(entry)
         if model is None or entry.settings.mode == "auto":
             continue
         gpu = _sample_gpu(model, entry.settings.mode)
-        for problem in plan_node(NodeConfig(gpus=(entry,)), (gpu,)).problems:
+        for problem in plan_node(NodeConfig(gpus=(entry,)), (gpu,), hami_core=hami_core).problems:
             yield problem.message.replace(describe_gpu(gpu), f"any {model.key} ({model.product_name})")
 
 
@@ -75,7 +76,7 @@ def _entries_text(config: NodeConfig) -> str:
     return f"default: {config.default.mode}" + "".join(f"; {text}" for text in entries)
 
 
-def validate_file(path: Path, gpus: Sequence[Gpu] | None, verdict: Verdict) -> None:
+def validate_file(path: Path, gpus: Sequence[Gpu] | None, verdict: Verdict, hami_core: bool = True) -> None:
     origin = f"node config {path}"
     try:
         config = parse_config_text(path.read_bytes(), origin)
@@ -85,7 +86,7 @@ def validate_file(path: Path, gpus: Sequence[Gpu] | None, verdict: Verdict) -> N
     except NodeConfigError as error:
         verdict.errors.extend(error.problems)
         return
-    by_model = list(catalog_problems(config))
+    by_model = list(catalog_problems(config, hami_core))
     static = [f"{origin}: {line}" for line in by_model]
     if gpus is None:
         # An entry its model already refused is not refused again for the whole catalog.
@@ -98,7 +99,7 @@ def validate_file(path: Path, gpus: Sequence[Gpu] | None, verdict: Verdict) -> N
         if not static:
             verdict.summary.append(f"{path}: valid ({_entries_text(config)})")
         return
-    node_plan = plan_node(config, gpus)
+    node_plan = plan_node(config, gpus, hami_core=hami_core)
     verdict.errors.extend(
         f"{origin}: {problem.message}" + ("" if problem.gpu is None else "; this GPU would be left out")
         for problem in node_plan.problems
@@ -113,7 +114,7 @@ def validate_file(path: Path, gpus: Sequence[Gpu] | None, verdict: Verdict) -> N
     verdict.summary.extend(f"  note: {note}" for note in build_inventory(node_plan.plans).notes)
 
 
-def validate(target: Path, gpus: Sequence[Gpu] | None) -> Verdict:
+def validate(target: Path, gpus: Sequence[Gpu] | None, hami_core: bool = True) -> Verdict:
     verdict = Verdict()
     files = config_files(target)
     if target.is_dir():
@@ -121,5 +122,5 @@ def validate(target: Path, gpus: Sequence[Gpu] | None) -> Verdict:
     if not files and not verdict.errors:
         verdict.errors.append(f"{target}: no <name>{CONFIG_SUFFIX} files in this directory")
     for path in files:
-        validate_file(path, gpus, verdict)
+        validate_file(path, gpus, verdict, hami_core)
     return verdict

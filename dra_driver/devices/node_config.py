@@ -32,6 +32,7 @@ ResolvedMode = Literal["gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgp
 # only advisory environment variables.
 Enforcement = Literal["mps", "hami-core", "none"]
 MODES: tuple[str, ...] = get_args(Mode)
+HAMI_CORE_SETTING = "vgpu.enforcement"
 MIB = 2**20
 # A selector longer than this is quoted and cut short in messages (a UUID is 40 characters).
 _SHOWN_MAX = 80
@@ -371,7 +372,14 @@ def _resolve_mode(gpu: Gpu, settings: GpuSettings, where: str) -> ResolvedMode:
     return mode
 
 
-def _check_fits(gpu: Gpu, mode: ResolvedMode, settings: GpuSettings, where: str) -> None:
+def _check_fits(gpu: Gpu, mode: ResolvedMode, settings: GpuSettings, where: str, hami_core: bool) -> None:
+    if mode.startswith("vgpu-") and settings.enforcement == "hami-core" and not hami_core:
+        raise _Misfit(
+            f"{where}.{HAMI_CORE_SETTING}",
+            f"hami-core on {describe_gpu(gpu)} needs --hami-core-library, which this node's agent "
+            "was not given, so every share's prepare would be refused; set it, or choose "
+            "vgpu.enforcement mps or none",
+        )
     if mode == "vgpu-partitions":
         sizes = set()
         for number, partition in enumerate(settings.partitions):
@@ -400,18 +408,20 @@ def _check_fits(gpu: Gpu, mode: ResolvedMode, settings: GpuSettings, where: str)
             )
 
 
-def _plan_one(gpu: Gpu, where: str, settings: GpuSettings) -> GpuPlan | ConfigProblem:
+def _plan_one(gpu: Gpu, where: str, settings: GpuSettings, hami_core: bool) -> GpuPlan | ConfigProblem:
     try:
         mode = _resolve_mode(gpu, settings, where)
-        _check_fits(gpu, mode, settings, where)
+        _check_fits(gpu, mode, settings, where, hami_core)
     except _Misfit as misfit:
         return ConfigProblem(misfit.setting, str(misfit), gpu)
     return GpuPlan(gpu=gpu, mode=mode, settings=settings)
 
 
-def plan_node(config: NodeConfig, gpus: Sequence[Gpu]) -> NodePlan:
+def plan_node(config: NodeConfig, gpus: Sequence[Gpu], *, hami_core: bool = True) -> NodePlan:
     """Decides each GPU's mode. A GPU whose settings do not fit it, or that two entries of equal
-    rank both configure, is left out with a problem; so is nothing else."""
+    rank both configure, is left out with a problem; so is nothing else. `hami_core`: whether
+    the node's agent has HAMi-core (--hami-core-library); without it vgpu.enforcement hami-core
+    does not fit. True for the tools that cannot know (inspect, plan); the agent always says."""
     selection = select_entries(config.gpus, gpus)
     problems = [
         ConfigProblem(
@@ -434,15 +444,21 @@ def plan_node(config: NodeConfig, gpus: Sequence[Gpu]) -> NodePlan:
             )
             continue
         outcome = (
-            _plan_one(gpu, entries[0].where, entries[0].settings)
+            _plan_one(gpu, entries[0].where, entries[0].settings, hami_core)
             if entries
-            else _plan_one(gpu, "default", config.default)
+            else _plan_one(gpu, "default", config.default, hami_core)
         )
         if isinstance(outcome, ConfigProblem):
             problems.append(outcome)
         else:
             plans.append(outcome)
     return NodePlan(tuple(plans), tuple(problems))
+
+
+def hami_core_missing(problems: Sequence[ConfigProblem]) -> tuple[Gpu, ...]:
+    """The GPUs left out because their shares need HAMi-core the agent was not given: the only
+    misfit at that setting, since the enforcement's value is checked when the file is read."""
+    return tuple(p.gpu for p in problems if p.gpu is not None and p.setting.endswith(f".{HAMI_CORE_SETTING}"))
 
 
 def plan_gpus(config: NodeConfig, gpus: Sequence[Gpu]) -> tuple[GpuPlan, ...]:

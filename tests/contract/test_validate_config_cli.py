@@ -1,5 +1,6 @@
 """`dra-driver validate-config`: refuses what the agent would refuse, with the agent's lines, and
-with --hardware plans against a node's GPUs; the README's fleet example fits the mixed node."""
+with --hardware plans against a node's GPUs; the fleet example of docs/configuration.md fits the
+mixed node."""
 
 import subprocess
 import sys
@@ -161,3 +162,24 @@ def test_hardware_that_cannot_be_read_is_exit_1_and_bad_hardware_names_exit_2(
 def test_a_missing_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = validate(capsys, str(tmp_path / "absent.yaml"))
     assert (code, err) == (2, [f"{tmp_path / 'absent.yaml'}: no such file or directory"])
+
+
+def test_without_hami_core_a_gpu_asking_for_it_is_refused_as_the_agent_leaves_it_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "node.yaml"
+    config.write_text("gpus: [{model: L4, mode: vgpu-capacity, vgpu: {enforcement: hami-core}}]\n")
+
+    assert validate(capsys, str(config))[0] == 0
+    assert validate(capsys, str(config), "--hardware", "simulated:l4x8")[0] == 0
+    code, _, errors = validate(capsys, str(config), "--without-hami-core")
+    assert code == 2
+    assert errors == [
+        f"node config {config}: gpus[0].vgpu.enforcement: hami-core on any L4 (NVIDIA L4) needs "
+        "--hami-core-library, which this node's agent was not given, so every share's prepare would be "
+        "refused; set it, or choose vgpu.enforcement mps or none"
+    ]
+    code, _, errors = validate(capsys, str(config), "--hardware", "simulated:l4x8", "--without-hami-core")
+    # The model's line, then each L4 of the node.
+    assert code == 2 and len(errors) == 9
+    assert all("needs --hami-core-library" in line and "would be left out" in line for line in errors[1:])

@@ -85,7 +85,12 @@ def test_mig_instances_a_record_names_are_the_claims_and_the_others_are_foreign(
 def test_a_gpu_whose_plan_changes_while_claims_use_it_waits_and_the_others_change() -> None:
     current = offered(plan_node(l4s("gpu"), MIXED).plans)
     result = replan(
-        choice(l4s("vgpu-capacity")), MIXED, current, frozenset({MIXED[6].uuid}), ApiCapabilities()
+        choice(l4s("vgpu-capacity")),
+        MIXED,
+        current,
+        frozenset({MIXED[6].uuid}),
+        ApiCapabilities(),
+        hami_core=True,
     )
     assert result.waiting == (MIXED[6],)
     assert {plan.gpu.index: plan.mode for plan in result.plans if plan.gpu.index >= 4} == {
@@ -94,7 +99,9 @@ def test_a_gpu_whose_plan_changes_while_claims_use_it_waits_and_the_others_chang
         7: "vgpu-capacity",
     }
     # Once its claims are gone the GPU takes the new plan.
-    later = replan(choice(l4s("vgpu-capacity")), MIXED, current, frozenset(), ApiCapabilities())
+    later = replan(
+        choice(l4s("vgpu-capacity")), MIXED, current, frozenset(), ApiCapabilities(), hami_core=True
+    )
     assert later.waiting == ()
     assert [plan.mode for plan in later.plans if plan.gpu.index == 6] == ["vgpu-capacity"]
 
@@ -102,7 +109,7 @@ def test_a_gpu_whose_plan_changes_while_claims_use_it_waits_and_the_others_chang
 def test_a_gpu_in_use_whose_plan_stays_does_not_wait() -> None:
     plans = plan_node(l4s("gpu"), MIXED).plans
     in_use = frozenset(gpu.uuid for gpu in MIXED)
-    result = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, ApiCapabilities())
+    result = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, ApiCapabilities(), hami_core=True)
     assert (result.plans, result.waiting) == (plans, ())
 
 
@@ -112,22 +119,34 @@ def test_a_gpu_left_out_meanwhile_comes_back_under_its_claims_plan_without_waiti
     plans = plan_node(l4s("gpu"), MIXED).plans
     in_use = frozenset({MIXED[6].uuid})
     broken = replan(
-        choice(None, ConfigProblem("file", "broken")), MIXED, offered(plans), in_use, ApiCapabilities()
+        choice(None, ConfigProblem("file", "broken")),
+        MIXED,
+        offered(plans),
+        in_use,
+        ApiCapabilities(),
+        hami_core=True,
     )
     assert (broken.plans, broken.waiting) == ((), ())
-    mended = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, ApiCapabilities())
+    mended = replan(choice(l4s("gpu")), MIXED, offered(plans), in_use, ApiCapabilities(), hami_core=True)
     assert (mended.plans, mended.waiting) == (plans, ())
 
 
 def test_at_start_nothing_waits() -> None:
-    result = replan(choice(l4s("vgpu-capacity")), MIXED, None, frozenset({MIXED[6].uuid}), ApiCapabilities())
+    result = replan(
+        choice(l4s("vgpu-capacity")),
+        MIXED,
+        None,
+        frozenset({MIXED[6].uuid}),
+        ApiCapabilities(),
+        hami_core=True,
+    )
     assert result.waiting == ()
     assert [plan.mode for plan in result.plans if plan.gpu.index == 6] == ["vgpu-capacity"]
 
 
 def test_a_config_that_offers_nothing_keeps_its_problems_and_plans_nothing() -> None:
     problem = ConfigProblem("file", "broken")
-    result = replan(choice(None, problem), MIXED, None, frozenset(), ApiCapabilities())
+    result = replan(choice(None, problem), MIXED, None, frozenset(), ApiCapabilities(), hami_core=True)
     assert (result.plans, result.problems) == ((), (problem,))
 
 
@@ -138,6 +157,7 @@ def test_the_new_plan_falls_back_to_what_the_api_server_stores() -> None:
         None,
         frozenset(),
         ApiCapabilities(unsupported=frozenset({"DRAConsumableCapacity"})),
+        hami_core=True,
     )
     assert [plan.mode for plan in result.plans if plan.gpu.index == 6] == ["vgpu-partitions"]
 
@@ -149,7 +169,12 @@ def test_on_kubernetes_1_34_vgpu_capacity_falls_back_although_the_server_stores_
     """1.34's scheduler checks a share against another device's capacity (seen on a real 1.34.4
     cluster): the GPU is offered as partitions there, and as asked from 1.35."""
     result = replan(
-        choice(l4s("vgpu-capacity")), MIXED, None, frozenset(), ApiCapabilities(kubernetes_version=version)
+        choice(l4s("vgpu-capacity")),
+        MIXED,
+        None,
+        frozenset(),
+        ApiCapabilities(kubernetes_version=version),
+        hami_core=True,
     )
     assert [plan.mode for plan in result.plans if plan.gpu.index == 6] == [mode]
 
@@ -241,3 +266,25 @@ def test_an_empty_label_counts_as_none(tmp_path: Path, value: str | None) -> Non
     named = NamedConfigs(tmp_path, LABEL, applied)
     named.node_changed(NodeFacts(exists=True, labels={} if value is None else {LABEL: value}))
     assert applied.choices[-1].config == NodeConfig(default=GpuSettings(mode="gpu"))
+
+
+def test_hami_core_asked_for_by_a_later_config_on_a_node_without_it_is_a_problem() -> None:
+    config = NodeConfig(
+        gpus=(
+            GpuEntry(
+                "gpus[0]", None, None, GpuSettings(mode="vgpu-capacity", enforcement="hami-core"), model="L4"
+            ),
+        )
+    )
+    current = offered(plan_node(l4s("gpu"), MIXED).plans)
+
+    without = replan(choice(config), MIXED, current, frozenset(), ApiCapabilities(), hami_core=False)
+    assert [(p.setting, p.gpu) for p in without.problems] == [
+        ("gpus[0].vgpu.enforcement", MIXED[i]) for i in (6, 7)
+    ]
+    assert "hami-core on GPU 6 (NVIDIA L4" in without.problems[0].message
+    assert "needs --hami-core-library" in without.problems[0].message
+    assert {plan.gpu.index for plan in without.plans} == {0, 1, 2, 3, 4, 5}  # not the L4s
+    with_it = replan(choice(config), MIXED, current, frozenset(), ApiCapabilities(), hami_core=True)
+    assert with_it.problems == ()
+    assert [plan.mode for plan in with_it.plans if plan.gpu.index >= 6] == ["vgpu-capacity"] * 2

@@ -1,4 +1,5 @@
-"""The agent's start-up check of vgpu.enforcement against the HAMi-core library it was given."""
+"""The agent's start-up check of vgpu.enforcement against the HAMi-core library it was given:
+planning leaves such a GPU out with a problem, which the config the agent starts with makes fatal."""
 
 from pathlib import Path
 
@@ -9,8 +10,8 @@ from dra_driver.agent.errors import SetupError
 from dra_driver.agent.node import hami_core
 from dra_driver.config.option_values import parse_hardware
 from dra_driver.config.settings import NodeSettings
-from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import Enforcement, GpuSettings, NodeConfig
+from dra_driver.devices.inventory import Inventory, build_inventory
+from dra_driver.devices.node_config import ConfigProblem, Enforcement, GpuSettings, NodeConfig, plan_node
 from tests.support.nodes import simulated_node
 
 
@@ -32,21 +33,24 @@ def settings(library: Path | None) -> NodeSettings:
     )
 
 
-def vgpus(enforcement: Enforcement) -> NodeConfig:
-    return NodeConfig(default=GpuSettings(mode="vgpu-capacity", enforcement=enforcement))
+def planned(enforcement: Enforcement, library: Path | None) -> tuple[Inventory, tuple[ConfigProblem, ...]]:
+    config = NodeConfig(default=GpuSettings(mode="vgpu-capacity", enforcement=enforcement))
+    node_plan = plan_node(config, simulated_node("t4x4"), hami_core=library is not None)
+    return build_inventory(node_plan.plans), node_plan.problems
 
 
 def test_hami_core_enforcement_without_the_library_stops_the_agent_naming_the_setting() -> None:
-    inventory = node_inventory(simulated_node("t4x4"), vgpus("hami-core"))
+    inventory, problems = planned("hami-core", None)
 
+    assert inventory.devices == () and len(problems) == 4
     with pytest.raises(SetupError, match=r"^vgpu.enforcement: hami-core for GPU 0 .* needs --hami-core-lib"):
-        hami_core(settings(None), inventory)
+        hami_core(settings(None), inventory, problems)
 
 
 def test_mps_needs_no_library_and_none_is_logged_as_enforcement_off() -> None:
-    assert hami_core(settings(None), node_inventory(simulated_node("t4x4"), vgpus("mps"))) is None
+    assert hami_core(settings(None), *planned("mps", None)) is None
     with capture_logs() as logs:
-        assert hami_core(settings(None), node_inventory(simulated_node("t4x4"), vgpus("none"))) is None
+        assert hami_core(settings(None), *planned("none", None)) is None
     (entry,) = logs
     assert entry["log_level"] == "warning"
     assert entry["event"].startswith("vGPU enforcement is off for GPU 0")
@@ -54,8 +58,8 @@ def test_mps_needs_no_library_and_none_is_logged_as_enforcement_off() -> None:
 
 
 def test_with_the_library_hami_core_is_configured() -> None:
-    inventory = node_inventory(simulated_node("t4x4"), vgpus("hami-core"))
+    library = Path("/usr/local/vgpu/libvgpu.so")
 
-    configured = hami_core(settings(Path("/usr/local/vgpu/libvgpu.so")), inventory)
+    configured = hami_core(settings(library), *planned("hami-core", library))
 
     assert configured is not None and str(configured.library) == "/usr/local/vgpu/libvgpu.so"
