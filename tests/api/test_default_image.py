@@ -3,8 +3,9 @@
 An install from a checkout must not name an image that does not exist (issue 20), so the
 repository's default is the locally built one; the chart a release publishes names the released
 image instead (tests/api/test_release.py). The build command is documented once, in the Dockerfile's
-header, and the README copies it; `dra-driver manifests`, deploy/dra-driver.yaml and the chart's
-values must name exactly the tag it gives, and the chart's versions must be the package's.
+header, and docs/install.md and the README's quick start copy it; `dra-driver manifests`,
+deploy/dra-driver.yaml and the chart's values must name exactly the tag it gives, and the chart's
+versions must be the package's.
 """
 
 import re

@@ -1,10 +1,13 @@
-"""The README's operator material says what the code does: every command block that can run
-here runs as shown, its node-config example is the shipped file, its tables name every chart
-value, `manifests` flag and agent flag there is, and its install summary names every permission
-and admission policy that `dra-driver manifests` installs.
+"""The README's and the docs pages' operator material says what the code does: every command
+block that can run here runs as shown, every link leads to a file and heading that exist, the
+node-config example is the shipped file, the tables name every chart value, `manifests` flag and
+agent flag there is, and the install summary names every permission and admission policy that
+`dra-driver manifests` installs.
 
-The README is what an operator installs from; a table that misses a flag, an example that does
-not reproduce or a summary that leaves out a permission sends them to the cluster with a mistake.
+These pages are what an operator installs from; a table that misses a flag, an example that does
+not reproduce, a link to a section that moved or a summary that leaves out a permission sends
+them to the cluster with a mistake. Sections are found by their heading on whichever page holds
+them (tests/support/doc_pages.py).
 """
 
 import argparse
@@ -22,26 +25,10 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.cli import build_parser, main
 from dra_driver.tools.manifests import DEFAULT_IMAGE
 from tests.cluster.versions import gate_table
+from tests.support.doc_pages import REPOSITORY, broken_links, pages, section, text
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-README = (REPOSITORY / "README.md").read_text()
 FLEET_EXAMPLE = REPOSITORY / "deploy" / "examples" / "node-configs" / "mixed-fleet.yaml"
 CHART_VALUES = REPOSITORY / "deploy" / "helm" / "dra-driver" / "values.yaml"
-
-
-def section(title: str) -> str:
-    """The text from a heading to the next heading of the same or a higher level (a `#` line
-    inside a fenced block is a comment, not a heading)."""
-    lines = README.split("\n")
-    start = lines.index(next(line for line in lines if re.fullmatch(rf"#+ {re.escape(title)}", line)))
-    level = len(lines[start]) - len(lines[start].lstrip("#"))
-    in_fence = False
-    for number, line in enumerate(lines[start + 1 :], start + 1):
-        in_fence ^= line.startswith("```")
-        heading = re.match(r"(#+) ", line)
-        if not in_fence and heading and len(heading[1]) <= level:
-            return "\n".join(lines[start + 1 : number])
-    return "\n".join(lines[start + 1 :])
 
 
 def fenced(text: str, language: str) -> list[str]:
@@ -62,10 +49,48 @@ def test_the_node_config_example_is_the_shipped_file() -> None:
     assert example == FLEET_EXAMPLE.read_text()
 
 
+BUILD = r"docker build -t (\S+) \."
+
+
 def test_the_documented_build_makes_the_default_image() -> None:
-    built = re.findall(r"docker build -t (\S+) \.", section("Releases, and building the image yourself"))
+    built = re.findall(BUILD, section("Releases, and building the image yourself"))
 
     assert built == [DEFAULT_IMAGE]
+
+
+def test_every_page_builds_the_default_image() -> None:
+    """The README's quick start repeats the build; no page may build another tag."""
+    built = {page: re.findall(BUILD, text(page)) for page in pages()}
+
+    assert built["README.md"] == [DEFAULT_IMAGE]
+    assert {tag for tags in built.values() for tag in tags} == {DEFAULT_IMAGE}
+
+
+# The pages whose links are checked: the documentation, and the files it and the code cite.
+LINKED_PAGES = (
+    *pages(),
+    "CHANGELOG.md",
+    "deploy/examples/README.md",
+    "api/resource.dra-driver.dev/v1alpha1/README.md",
+)
+
+
+@pytest.mark.parametrize("page", LINKED_PAGES)
+def test_every_link_leads_to_a_file_and_heading_that_exist(page: str) -> None:
+    assert broken_links(page) == []
+
+
+def test_a_broken_link_is_noticed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Guards the link check: a missing file, a missing heading on another page and on the
+    same page are each found; a link inside a fenced block is not a link."""
+    page = "docs/install.md"
+    broken = "[a](no-such.md) [b](configuration.md#no-such-heading) [c](#no-such-heading)"
+    fenced_only = "```sh\n[d](no-such-either.md)\n```\n"
+    monkeypatch.setattr(
+        "tests.support.doc_pages.text", lambda name: f"{fenced_only}{broken}\n" if name == page else ""
+    )
+
+    assert broken_links(page) == ["no-such.md", "configuration.md#no-such-heading", "#no-such-heading"]
 
 
 def leaf_values(values: dict[str, object], prefix: str = "") -> set[str]:
@@ -202,16 +227,17 @@ class Block:
     """A fenced shell block: `sh` runs whole, `console` is `$ command` lines each followed by
     its output (a `...` line stands for any lines). A command exits 0 unless its comment says
     `# exits N`. `not_run`: the reason of the HTML comment right before the block, for blocks
-    that cannot run here."""
+    that cannot run here. `line`: the opening fence's line number on `page`."""
 
+    page: str
     line: int
     language: str
     text: str
     not_run: str | None
 
 
-def command_blocks() -> list[Block]:
-    lines = README.split("\n")
+def page_blocks(page: str) -> list[Block]:
+    lines = text(page).split("\n")
     blocks = []
     number = 0
     while number < len(lines):
@@ -222,10 +248,19 @@ def command_blocks() -> list[Block]:
         end = lines.index("```", number + 1)
         if fence[1] in SHELLS:
             marker = NOT_RUN.fullmatch(lines[number - 1])
-            text = "\n".join(lines[number + 1 : end]) + "\n"
-            blocks.append(Block(number + 1, fence[1], text, marker[1] if marker else None))
+            body = "\n".join(lines[number + 1 : end]) + "\n"
+            blocks.append(Block(page, number + 1, fence[1], body, marker[1] if marker else None))
         number = end + 1
     return blocks
+
+
+# Pages whose blocks are not run yet, each with why: their blocks are not marked one by one.
+# docs/e2e.md's blocks build and start a cluster (`make e2e`, `hack/e2e.sh`).
+PAGES_NOT_RUN = {"docs/e2e.md": "its blocks start a real cluster and are not marked `not run` yet"}
+
+
+def command_blocks() -> list[Block]:
+    return [block for page in pages() if page not in PAGES_NOT_RUN for block in page_blocks(page)]
 
 
 RUNNABLE = [block for block in command_blocks() if block.not_run is None]
@@ -280,9 +315,18 @@ def test_every_block_runs_here_or_says_why_not() -> None:
 
     assert len(blocks) > len(RUNNABLE) > 0
     assert all(block.not_run is None or block.not_run.strip() for block in blocks)
+    # The README and at least one docs page have blocks that run: both are read.
+    assert {"README.md"} < {block.page for block in RUNNABLE}
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: f"README.md:{block.line}")
+@pytest.mark.parametrize("page", sorted(PAGES_NOT_RUN))
+def test_a_page_left_out_still_has_unmarked_blocks(page: str) -> None:
+    """Once every block of a left-out page says whether it runs, the page must be run too."""
+    assert page in pages()
+    assert any(block.not_run is None for block in page_blocks(page))
+
+
+@pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: f"{block.page}:{block.line}")
 def test_the_command_block_runs_as_shown(block: Block, shell_env: tuple[Path, dict[str, str]]) -> None:
     work, env = shell_env
     if block.language == "sh":

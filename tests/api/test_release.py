@@ -133,8 +133,9 @@ def test_the_workflow_hands_the_same_names_to_the_image_and_the_chart() -> None:
     assert 'helm push "dist/dra-driver-$VERSION.tgz" "$CHARTS"' in chart_step["run"]
 
 
-def test_ci_runs_the_readme_test_command() -> None:
-    """.ci/run runs the README's test commands (tests/api/test_test_setup.py compares them)."""
+def test_ci_runs_the_documented_test_command() -> None:
+    """.ci/run runs the documented test commands (docs/development.md; tests/api/test_test_setup.py
+    compares them)."""
     runs = [step.get("run", "") for step in steps("ci.yml")]
 
     assert any(command.endswith(".ci/run") for command in runs), runs

@@ -1,5 +1,5 @@
 """`make test` on a fresh machine: the system packages are installed by the test command itself,
-and CI runs exactly the README's command.
+and CI runs exactly the documented commands (docs/development.md, "The commands").
 
 A fresh clone once failed `make test` (shellcheck missing) while CI passed, because only CI's own
 script installed the packages. These tests keep the install in the command everyone runs.
@@ -9,16 +9,17 @@ import re
 import subprocess
 from pathlib import Path
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+from tests.support.doc_pages import REPOSITORY, find_section
+
 INSTALLER = REPOSITORY / "hack" / "install-test-deps.sh"
 
 
-def readme_test_commands() -> list[str]:
-    """The commands of the README's Development section that run the tests: `make test` and the
-    e2e suite on the local cluster, once per version."""
-    section = re.search(r"## Development\n(.*?)(?=\n## |\Z)", (REPOSITORY / "README.md").read_text(), re.S)
-    assert section, "README.md lost its Development section"
-    blocks = re.findall(r"```sh\n(.*?)```", section[1], re.S)
+def documented_test_commands() -> list[str]:
+    """The commands of the development page's "The commands" section that run the tests: `make
+    test` and the e2e suite on the local cluster, once per version."""
+    page, section = find_section("The commands")
+    assert page == "docs/development.md", page
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     commands = [
         line.split("#")[0].strip()
         for block in blocks
@@ -29,7 +30,7 @@ def readme_test_commands() -> list[str]:
     return commands
 
 
-def test_ci_runs_exactly_the_readme_test_command() -> None:
+def test_ci_runs_exactly_the_documented_test_commands() -> None:
     script = (REPOSITORY / ".ci" / "run").read_text()
     commands = [
         line.strip()
@@ -37,7 +38,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
         if line.strip() and not line.lstrip().startswith(("#", "set ", "cd "))
     ]
 
-    assert commands == readme_test_commands()
+    assert commands == documented_test_commands()
 
 
 def test_make_test_installs_the_system_packages_first() -> None:

@@ -54,7 +54,7 @@ def run_kubectl(kubectl: list[str], *args: str, stdin: str | None = None, timeou
 
 def prepare_node(kubectl: list[str]) -> None:
     """The node labelled for the agent; the agent's namespace labelled privileged for Pod
-    Security (the chart leaves the namespace to the operator, as the README's install says)."""
+    Security (the chart leaves the namespace to the operator, as docs/install.md says)."""
     run_kubectl(kubectl, "label", "--overwrite", "node", NODE_NAME, "=".join(NODE_LABEL))
     namespace = {
         "apiVersion": "v1",

@@ -1,6 +1,7 @@
 """The Kubernetes versions the local cluster runs, and the feature gates each needs for the
-driver's modes: one table, which the README's "Kubernetes versions and feature gates" table is
-checked against (tests/cluster/test_versions.py reads the pinned modules' own feature lists).
+driver's modes: one table, which the "Kubernetes versions and feature gates" table of
+docs/install.md is checked against (tests/cluster/test_versions.py reads the pinned modules' own
+feature lists).
 
 Each version's components come from hack/cluster/modules/kubernetes-<minor>, whose go.mod pins
 the exact release; the node's other parts (etcd, containerd, runc, CNI plugins) are shared by
@@ -93,7 +94,8 @@ def _cell(stage: tuple[str, bool] | None) -> str:
 
 
 def gate_table() -> str:
-    """The README's table of gates, as Markdown: tests/api/test_readme.py keeps the two equal."""
+    """The table of gates in docs/install.md, as Markdown: tests/api/test_readme.py keeps the two
+    equal."""
     lines = [
         f"| feature gate | what of ours needs it | {' | '.join(MINORS)} |",
         "|---|---|" + "---|" * len(MINORS),

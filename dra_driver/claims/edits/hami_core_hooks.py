@@ -20,7 +20,7 @@ REQUIRED_HOOKS = ("cuMemAlloc_v2", "cuMemGetInfo_v2", "cuLaunchKernel")
 
 HIDDEN_BUILD_ADVICE = (
     "HAMi-core was built with hidden symbols (CMake Release); "
-    "build it with CMAKE_BUILD_TYPE=Debug (see README)"
+    "build it with CMAKE_BUILD_TYPE=Debug (see docs/install.md)"
 )
 
 

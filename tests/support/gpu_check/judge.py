@@ -10,7 +10,7 @@ from tests.support.gpu_check.report import Check
 GIB = 2**30
 # A share of 25 cores counts as enforced when the matmul runs at no more than 40 % of the unlimited
 # rate: the bar the issue "vGPU isolation that holds" sets. MPS's 25 % thread limit gave 35 % on an
-# H200; HAMi-core's duty cycle gave 100 % (docs/hardware.md), which the README documents.
+# H200; HAMi-core's duty cycle gave 100 % (docs/hardware.md), which docs/devices.md documents.
 MATMUL_LIMITED_RATIO = 0.4
 # Two shares of 50 cores running at once: each between these parts of the unshared rate.
 CONCURRENT_SHARE_RATIO = (0.4, 0.6)
@@ -106,8 +106,8 @@ def core_limit(
 
 
 def documented_gap(check: Check, documented: str) -> Check:
-    """A limit the README says does not hold: measured not holding, it is `known`; measured
-    holding, the README is wrong, and that fails the run until it is corrected."""
+    """A limit the docs say does not hold: measured not holding, it is `known`; measured
+    holding, the docs are wrong, and that fails the run until they are corrected."""
     if check.status == "fail":
         return Check(check.name, "known", f"not held, as documented: {documented}", check.numbers)
     if check.status == "pass":

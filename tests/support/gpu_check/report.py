@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-# `known`: a limitation the README documents, measured as documented. It fails nothing; should the
-# limitation go away, the judge makes it a failure, so the README is corrected.
+# `known`: a limitation the docs document, measured as documented. It fails nothing; should the
+# limitation go away, the judge makes it a failure, so the docs are corrected.
 Status = Literal["pass", "fail", "skip", "known"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "known", "skip")
 

@@ -43,8 +43,10 @@ SHARE = {"shareID": "3f0c2a9e-8b7d-4c6e-9a5f-1d2e3c4b5a69"}
 PAIR_CORES = 50
 PAIR_SHARES = ("6c1d3b0f-9e8a-4d7c-b6a5-2e3f4a5b6c7d", "7d2e4c1a-0f9b-4e8d-a7b6-3f4a5b6c7d8e")
 PAIR_MATMUL_SECONDS = 12.0
-# The README's words for HAMi-core's compute limit on current CUDA (section "vGPU isolation").
-HAMI_CORE_COMPUTE_GAP = "HAMi-core does not hold a share's compute on current CUDA (README, vGPU isolation)"
+# The docs' words for HAMi-core's compute limit on current CUDA (docs/devices.md, "vGPU isolation").
+HAMI_CORE_COMPUTE_GAP = (
+    "HAMi-core does not hold a share's compute on current CUDA (docs/devices.md, vGPU isolation)"
+)
 
 
 def vgpu_node_config(enforcement: str) -> str:

@@ -10,7 +10,7 @@ from tests.support.elf_libraries import gcc, hooks_library
 
 HIDDEN = (
     "exports none of cuMemAlloc_v2, cuMemGetInfo_v2, cuLaunchKernel: HAMi-core was built with hidden "
-    "symbols (CMake Release); build it with CMAKE_BUILD_TYPE=Debug (see README)"
+    "symbols (CMake Release); build it with CMAKE_BUILD_TYPE=Debug (see docs/install.md)"
 )
 
 
