@@ -107,11 +107,9 @@ def test_the_order_is_namespace_rbac_policy_daemonset_classes() -> None:
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
         "DaemonSet",
-        "DeviceClass",
-        "DeviceClass",
-        "DeviceClass",
+        *["DeviceClass"] * 5,
     ]
-    rendered_classes = render(OTHER)[-3:]
+    rendered_classes = render(OTHER)[-5:]
     assert [item["spec"] for item in rendered_classes] == [
         item["spec"] for item in device_classes(OTHER.driver_name)
     ]
@@ -636,7 +634,10 @@ def test_render_refuses_bad_options_itself() -> None:
             ["--extended-resources", "--kubernetes-version", "1.35"],
             "--extended-resources: needs Kubernetes 1.36",
         ),
-        (["--kubernetes-version", "v1.36"], "--kubernetes-version: 'v1.36' is not a Kubernetes version MAJOR.MINOR"),
+        (
+            ["--kubernetes-version", "v1.36"],
+            "--kubernetes-version: 'v1.36' is not a Kubernetes version MAJOR.MINOR",
+        ),
         (["--extended-mig-profile", "1g.10gb"], "--extended-mig-profile: only with --extended-resources"),
         (
             ["--extended-resources", "--kubernetes-version", "1.36", "--extended-mig-profile", "1g.10GB"],
@@ -672,6 +673,8 @@ def test_extended_resources_add_the_device_plugin_names_to_the_classes(
         ("gpu.dra-driver.dev", "nvidia.com/gpu"),
         ("mig.dra-driver.dev", None),
         ("vgpu.dra-driver.dev", None),
+        ("gpu-time-sliced.dra-driver.dev", None),
+        ("gpu-mps.dra-driver.dev", None),
         ("mig-1g.10gb.dra-driver.dev", "nvidia.com/mig-1g.10gb"),
         ("vgpu-4gi.dra-driver.dev", "nvidia.com/vgpu-4gi"),
         ("vgpu-10gi.dra-driver.dev", "nvidia.com/vgpu-10gi"),

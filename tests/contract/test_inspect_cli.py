@@ -106,7 +106,8 @@ def test_the_node_name_defaults_to_the_host_name_and_bad_versions_are_refused() 
 
     refused = inspect("--hardware", "simulated:t4x4", "--kubernetes-version", "1.33")
     assert refused.returncode == 2
-    assert "--kubernetes-version: 1.33 is not supported: this release supports Kubernetes 1.34 to 1.37" in refused.stderr
+    said = "--kubernetes-version: 1.33 is not supported: this release supports Kubernetes 1.34 to 1.37"
+    assert said in refused.stderr
 
 
 def test_the_table_shows_the_standard_numa_node_and_the_partition_type(tmp_path: Path) -> None:
