@@ -52,6 +52,22 @@ def class_name(device_type: DeviceType, driver_name: str) -> str:
     return f"{device_type}.{domain}"
 
 
+# Whole-GPU classes that carry a sharing config, so that a claim gets time slicing or its own MPS
+# daemon by picking a class, without an opaque config of its own (what NVIDIA's users ask for
+# ready classes for): class prefix -> the GpuConfig's `sharing`. A config in the claim replaces
+# the class's whole, as every claim config does (claims/opaque_config.py effective_config). The
+# time slice is Long, the examples' choice: fewer switches between the processes sharing a GPU.
+SHARING_CLASSES: dict[str, dict[str, Any]] = {
+    "gpu-time-sliced": {"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}},
+    "gpu-mps": {"strategy": "MPS"},
+}
+
+
+def sharing_class_name(prefix: str, driver_name: str) -> str:
+    """`gpu-mps` of driver `gpu.dra-driver.dev` is `gpu-mps.dra-driver.dev`, as class_name."""
+    return f"{prefix}.{driver_name.removeprefix('gpu.')}"
+
+
 def selector(device_type: DeviceType, driver_name: str) -> str:
     """The CEL expression that selects exactly the driver's devices of one type.
 
@@ -69,8 +85,12 @@ def selector(device_type: DeviceType, driver_name: str) -> str:
     return f'device.driver == "{driver_name}" && {domain}.{names.TYPE} == "{device_type}"'
 
 
-def _device_class(name: str, expression: str, extended_resource_name: str | None) -> dict[str, Any]:
+def _device_class(
+    name: str, expression: str, extended_resource_name: str | None, config: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {"selectors": [{"cel": {"expression": expression}}]}
+    if config is not None:
+        spec["config"] = config
     if extended_resource_name is not None:
         spec["extendedResourceName"] = extended_resource_name
     return {
@@ -125,7 +145,8 @@ def _extended_classes(driver_name: str, extended: ExtendedResources) -> list[dic
 
 
 def device_classes(driver_name: str, extended: ExtendedResources | None = None) -> list[dict[str, Any]]:
-    """One DeviceClass per device type, in the order gpu, mig, vgpu.
+    """One DeviceClass per device type, in the order gpu, mig, vgpu, then the whole-GPU classes
+    with a sharing config (SHARING_CLASSES).
 
     With `extended` (off by default: see extended_resources.py for why it needs Kubernetes 1.36),
     the whole-GPU class also names the extended resource `nvidia.com/gpu`, and one class per MIG
@@ -149,9 +170,24 @@ def device_classes(driver_name: str, extended: ExtendedResources | None = None) 
         )
         for device_type in get_args(DeviceType)
     ]
+    classes += [
+        _device_class(
+            sharing_class_name(prefix, driver_name),
+            selector("gpu", driver_name),
+            None,
+            [{"opaque": {"driver": driver_name, "parameters": _gpu_config(sharing)}}],
+        )
+        for prefix, sharing in SHARING_CLASSES.items()
+    ]
     if extended is not None:
         classes += _extended_classes(driver_name, extended)
     return classes
+
+
+def _gpu_config(sharing: dict[str, Any]) -> dict[str, Any]:
+    # The API version is written out: devices/ sits below claims/, where the config is decoded
+    # (tests/api/test_device_classes.py decodes these).
+    return {"apiVersion": "resource.dra-driver.dev/v1alpha1", "kind": "GpuConfig", "sharing": sharing}
 
 
 def device_classes_yaml(driver_name: str, extended: ExtendedResources | None = None) -> str:

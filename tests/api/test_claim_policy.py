@@ -200,3 +200,44 @@ BOTH_MPS = [opaque("MigDeviceConfig", ["m"], sharing=MPS), opaque("GpuConfig", [
 )
 def test_mps_on_every_request_of_ours_is_admitted(shape: dict[str, Any]) -> None:
     assert refused(shape) == []
+
+
+GPU_MPS, GPU_TIME_SLICED = "gpu-mps.dra-driver.dev", "gpu-time-sliced.dra-driver.dev"
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        claim(request("m", MIG), request("g", GPU_MPS)),
+        claim(request("a", GPU_MPS), request("b", GPU)),
+        claim(request("a", GPU_MPS), request("b", GPU_TIME_SLICED)),
+        claim(request("v", VGPU), request("g", GPU_MPS)),
+    ],
+    ids=["mps-class-and-mig", "mps-class-and-gpu", "mps-and-time-sliced-classes", "share-and-mps-class"],
+)
+def test_the_sharing_classes_count_as_their_strategy_and_as_ours(shape: dict[str, Any]) -> None:
+    """A request of gpu-mps without a config of the claim runs under MPS (the class's config):
+    with another request that does not, the claim is refused; and a share with it is a share
+    with another device of ours."""
+    assert refused(shape) != []
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        claim(request("a", GPU_MPS), request("b", GPU_MPS)),
+        claim(
+            request("a", GPU_MPS), request("m", MIG), config=[opaque("MigDeviceConfig", ["m"], sharing=MPS)]
+        ),
+        # The claim's config replaces the class's: here nothing runs under MPS.
+        claim(
+            request("a", GPU_MPS),
+            request("b", GPU),
+            config=[opaque("GpuConfig", ["a"], sharing=TIME_SLICING)],
+        ),
+        claim(request("t", GPU_TIME_SLICED), config=[opaque("GpuConfig", ["t"])]),
+    ],
+    ids=["two-mps-requests", "mps-class-and-mps-mig", "class-config-replaced", "gpu-config-fits-the-class"],
+)
+def test_sharing_class_claims_that_prepare_accepts_are_admitted(shape: dict[str, Any]) -> None:
+    assert refused(shape) == []

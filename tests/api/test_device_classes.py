@@ -17,7 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from dra_driver.devices.classes import device_classes, device_classes_yaml, main
+from dra_driver.claims.opaque_config import GpuConfig, decode_parameters
+from dra_driver.devices.classes import SHARING_CLASSES, device_classes, device_classes_yaml, main
 from dra_driver.devices.extended_resources import ExtendedResources, catalog_mig_profiles
 from dra_driver.kube.k8s_names import dns_subdomain_problem
 from tests.support.cel import CelCompileError, CelEvaluationError, parse_quantity, selects
@@ -249,7 +250,7 @@ def test_every_device_class_is_valid(kubernetes: str, driver: str) -> None:
 def test_every_extended_resource_class_is_valid(kubernetes: str, driver: str) -> None:
     classes = device_classes(driver, EVERYTHING_EXTENDED)
 
-    assert len(classes) == 3 + len(catalog_mig_profiles()) + 4
+    assert len(classes) == 3 + len(SHARING_CLASSES) + len(catalog_mig_profiles()) + 4
     for device_class in classes:
         kubernetes_validate.validate(device_class, kubernetes, strict=True)
         assert (
@@ -267,7 +268,12 @@ def test_classes_are_named_by_type_under_the_driver_name(driver: str) -> None:
         OTHER_DRIVER_NAME: "example.com",
         "accel.example.org": "accel.example.org",
     }[driver]
-    assert [c["metadata"]["name"] for c in plain] == [f"gpu.{domain}", f"mig.{domain}", f"vgpu.{domain}"]
+    assert [c["metadata"]["name"] for c in plain] == [
+        f"gpu.{domain}",
+        f"mig.{domain}",
+        f"vgpu.{domain}",
+        *(f"{prefix}.{domain}" for prefix in SHARING_CLASSES),
+    ]
     assert all(dns_subdomain_problem(c["metadata"]["name"]) is None for c in plain)
     assert all(c["metadata"]["labels"] == {"app.kubernetes.io/name": "dra-driver"} for c in plain)
     assert all("extendedResourceName" not in c["spec"] for c in plain)
@@ -275,6 +281,8 @@ def test_classes_are_named_by_type_under_the_driver_name(driver: str) -> None:
         (f"gpu.{domain}", "nvidia.com/gpu"),
         (f"mig.{domain}", None),
         (f"vgpu.{domain}", None),
+        (f"gpu-time-sliced.{domain}", None),
+        (f"gpu-mps.{domain}", None),
         (f"mig-1g.10gb.{domain}", "nvidia.com/mig-1g.10gb"),
         (f"mig-1g.10gb.me.{domain}", "nvidia.com/mig-1g.10gb.me"),
         (f"vgpu-512mi.{domain}", "nvidia.com/vgpu-512mi"),
@@ -531,3 +539,22 @@ def test_a_decimal_suffix_means_its_power_of_ten(number: int, suffix_and_exponen
     value = number * Fraction(10) ** exponent
     assert parse_quantity(f"{number}{suffix}") == value
     assert parse_quantity(f"{number}e{exponent}") == value
+
+
+@pytest.mark.parametrize("driver", [D, OTHER_DRIVER_NAME])
+def test_the_sharing_classes_select_whole_gpus_and_carry_a_config_the_agent_decodes(driver: str) -> None:
+    """gpu-time-sliced and gpu-mps: the whole-GPU selector, and a GpuConfig of this driver whose
+    sharing is the class's (what prepare then applies, as the class's config comes first)."""
+    classes = {item["metadata"]["name"]: item for item in device_classes(driver)}
+    domain = driver.removeprefix("gpu.")
+    whole = classes[f"gpu.{domain}"]["spec"]["selectors"]
+    strategies = {}
+    for prefix in SHARING_CLASSES:
+        spec = classes[f"{prefix}.{domain}"]["spec"]
+        assert spec["selectors"] == whole
+        ((entry,),) = [spec["config"]]
+        assert entry["opaque"]["driver"] == driver
+        config = decode_parameters(entry["opaque"]["parameters"])
+        assert isinstance(config, GpuConfig)
+        strategies[prefix] = config.sharing.strategy
+    assert strategies == {"gpu-time-sliced": "TimeSlicing", "gpu-mps": "MPS"}

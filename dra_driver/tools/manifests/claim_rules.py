@@ -26,7 +26,7 @@ default `matchPolicy: Equivalent`).
 from typing import Any
 
 from dra_driver.claims.opaque_config import API_VERSION
-from dra_driver.devices.classes import class_name
+from dra_driver.devices.classes import SHARING_CLASSES, class_name, sharing_class_name
 from dra_driver.devices.model import DeviceType
 from dra_driver.tools.manifests.access import deny_binding
 from dra_driver.tools.manifests.options import ManifestOptions, object_metadata
@@ -40,16 +40,36 @@ def claim_policy_name(options: ManifestOptions) -> str:
     return f"{options.driver_name}-claim-shapes"
 
 
+def _classes_of_type(device_type: DeviceType, options: ManifestOptions) -> list[str]:
+    """The shipped classes of one device type: the type's, and for whole GPUs the sharing ones."""
+    sharing = [sharing_class_name(prefix, options.driver_name) for prefix in SHARING_CLASSES]
+    return [class_name(device_type, options.driver_name), *(sharing if device_type == "gpu" else [])]
+
+
+def _cel_list(names: list[str]) -> str:
+    return "[" + ", ".join(f'"{name}"' for name in names) + "]"
+
+
 def _our_classes(options: ManifestOptions) -> str:
     """The shipped classes, as a CEL list."""
-    return "[" + ", ".join(f'"{class_name(device_type, options.driver_name)}"' for device_type in TYPES) + "]"
+    return _cel_list([name for device_type in TYPES for name in _classes_of_type(device_type, options)])
 
 
-def _class_of_kind(options: ManifestOptions) -> str:
-    """Config kind -> the class it fits, as a CEL map."""
+def _classes_of_kind(options: ManifestOptions) -> str:
+    """Config kind -> the classes it fits, as a CEL map of lists."""
     pairs = (
-        f'"{kind}": "{class_name(device_type, options.driver_name)}"'
+        f'"{kind}": {_cel_list(_classes_of_type(device_type, options))}'
         for kind, device_type in KIND_TYPES.items()
+    )
+    return "{" + ", ".join(pairs) + "}"
+
+
+def _class_strategies(options: ManifestOptions) -> str:
+    """The sharing classes' own strategies, as a CEL map: what a request of one has when no
+    config of the claim applies to it."""
+    pairs = (
+        f'"{sharing_class_name(prefix, options.driver_name)}": "{sharing["strategy"]}"'
+        for prefix, sharing in SHARING_CLASSES.items()
     )
     return "{" + ", ".join(pairs) + "}"
 
@@ -57,7 +77,7 @@ def _class_of_kind(options: ManifestOptions) -> str:
 def _variables(options: ManifestOptions) -> list[dict[str, str]]:
     ours = _our_classes(options)
     vgpu = class_name("vgpu", options.driver_name)
-    whole_or_mig = f'["{class_name("gpu", options.driver_name)}", "{class_name("mig", options.driver_name)}"]'
+    whole_or_mig = _cel_list([*_classes_of_type("gpu", options), class_name("mig", options.driver_name)])
     not_admin = "!(has(r.exactly) && has(r.exactly.adminAccess) && r.exactly.adminAccess)"
     return [
         {
@@ -84,7 +104,7 @@ def _variables(options: ManifestOptions) -> list[dict[str, str]]:
         {
             "name": "strategies",
             "expression": "variables.ours.filter(r, has(r.exactly) && "
-            f"r.exactly.deviceClassName in {whole_or_mig}).map(r, {_strategy_of('r')})",
+            f"r.exactly.deviceClassName in {whole_or_mig}).map(r, {_strategy_of('r', options)})",
         },
         {
             "name": "asksForAShare",
@@ -111,10 +131,10 @@ def _share_alone() -> str:
     )
 
 
-def _strategy_of(request: str) -> str:
-    """The sharing strategy of the claim's config in force for `request` ("" for none): the last
-    entry of ours that applies to it wins outright (claims/opaque_config.py effective_config).
-    The shipped classes carry no config, so the claim's entries are all there is."""
+def _strategy_of(request: str, options: ManifestOptions) -> str:
+    """The sharing strategy in force for `request` ("" for none): the last config entry of the
+    claim that applies to it wins outright (claims/opaque_config.py effective_config); without
+    one, its class's (the sharing classes carry a config, the others none)."""
     applying = (
         "variables.configs.filter(c, !has(c.requests) || size(c.requests) == 0 || "
         f"{request}.name in c.requests)"
@@ -123,7 +143,10 @@ def _strategy_of(request: str) -> str:
         "has(c.opaque.parameters) && has(c.opaque.parameters.sharing) && "
         'has(c.opaque.parameters.sharing.strategy) ? string(c.opaque.parameters.sharing.strategy) : ""'
     )
-    return f'size({applying}) == 0 ? "" : {applying}.map(c, {strategy})[size({applying}) - 1]'
+    defaults = _class_strategies(options)
+    named = f"{request}.exactly.deviceClassName"
+    of_class = f'({named} in {defaults} ? {defaults}[{named}] : "")'
+    return f"size({applying}) == 0 ? {of_class} : {applying}.map(c, {strategy})[size({applying}) - 1]"
 
 
 def _mps_all_or_none() -> str:
@@ -133,7 +156,7 @@ def _mps_all_or_none() -> str:
 def _config_fits(options: ManifestOptions) -> str:
     """Every config entry of ours: our API version, one of our kinds, and a kind whose class is
     that of every request of ours it applies to (all requests when it names none)."""
-    classes, ours = _class_of_kind(options), _our_classes(options)
+    classes, ours = _classes_of_kind(options), _our_classes(options)
     applies = (
         "(has(c.requests) && size(c.requests) > 0"
         " ? variables.requests.filter(r, r.name in c.requests) : variables.requests)"
@@ -144,15 +167,17 @@ def _config_fits(options: ManifestOptions) -> str:
         f'has(c.opaque.parameters.apiVersion) && c.opaque.parameters.apiVersion == "{API_VERSION}" && '
         f"has(c.opaque.parameters.kind) && c.opaque.parameters.kind in {classes} && "
         f"{applies}.all(r, (!has(r.exactly) || !(r.exactly.deviceClassName in {ours}) || "
-        f"r.exactly.deviceClassName == {fits}) && "
+        f"r.exactly.deviceClassName in {fits}) && "
         f"(!has(r.firstAvailable) || r.firstAvailable.all(s, !(s.deviceClassName in {ours}) || "
-        f"s.deviceClassName == {fits}))))"
+        f"s.deviceClassName in {fits}))))"
     )
 
 
 def claim_policy(options: ManifestOptions) -> dict[str, Any]:
     driver, vgpu = options.driver_name, class_name("vgpu", options.driver_name)
-    kinds = ", ".join(f"{kind} for {class_name(t, driver)}" for kind, t in KIND_TYPES.items())
+    kinds = "; ".join(
+        f"{kind} for {', '.join(_classes_of_type(t, options))}" for kind, t in KIND_TYPES.items()
+    )
     rule = {
         "apiGroups": ["resource.k8s.io"],
         "apiVersions": ["v1"],
@@ -169,9 +194,9 @@ def claim_policy(options: ManifestOptions) -> dict[str, Any]:
         f"every request it applies to ({kinds})"
     )
     mps_all_or_none = (
-        f"a claim whose config gives a request of {class_name('gpu', driver)} or "
-        f"{class_name('mig', driver)} sharing strategy MPS must give it to all of them: a process that "
-        "reaches an MPS server sees only that server's devices; give every request the same strategy"
+        f"a claim whose config or class gives a request of whole GPUs or MIG devices of {driver} "
+        "sharing strategy MPS must give it to all of them: a process that reaches an MPS server sees "
+        "only that server's devices; give every request the same strategy"
     )
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
