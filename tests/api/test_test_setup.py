@@ -1,5 +1,5 @@
 """`make test` on a fresh machine: the system packages are installed by the test command itself,
-and CI runs exactly the documented commands (docs/development.md, "The commands").
+and CI runs exactly the README's test commands (its "Tests" section).
 
 A fresh clone once failed `make test` (shellcheck missing) while CI passed, because only CI's own
 script installed the packages. These tests keep the install in the command everyone runs.
@@ -15,10 +15,10 @@ INSTALLER = REPOSITORY / "hack" / "install-test-deps.sh"
 
 
 def documented_test_commands() -> list[str]:
-    """The commands of the development page's "The commands" section that run the tests: `make
-    test` and the e2e suite on the local cluster, once per version."""
-    page, section = find_section("The commands")
-    assert page == "docs/development.md", page
+    """The commands of the README's "Tests" section: `make test` and the e2e suite on the local
+    cluster, once per version."""
+    page, section = find_section("Tests")
+    assert page == "README.md", page
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     commands = [
         line.split("#")[0].strip()
