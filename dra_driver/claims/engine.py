@@ -67,7 +67,7 @@ from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
 from dra_driver.claims.sharing.gpu_mps_daemons import DaemonReport, GpuMpsDaemons
-from dra_driver.claims.side_effects import ClaimSideEffects, SharingControls
+from dra_driver.claims.side_effects import ClaimSideEffects, MigCreateRefused, SharingControls
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.device_metadata import (
     RequestMetadata,
@@ -334,6 +334,9 @@ class ClaimEngine:
             await self._write_prepared(  # phase two
                 ref, spec, record, metadata, first_record=not preparing.has_side_effects, ticket=ticket
             )
+        except MigCreateRefused as refused:
+            await self._roll_back(replace(preparing, mig_instances=refused.created))
+            raise
         except BaseException:
             await self._roll_back(preparing)
             raise

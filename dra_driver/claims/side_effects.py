@@ -48,6 +48,30 @@ from dra_driver.state import failpoints
 log = structlog.get_logger("dra_driver.claims")
 
 
+# NVML's answers that say the instance was not made. Any other failure (a lost GPU, a driver that
+# did not answer) may have made it, so the rollback looks for it.
+_REFUSED = frozenset(
+    {
+        HardwareErrorReason.INVALID_ARGUMENT,
+        HardwareErrorReason.NOT_SUPPORTED,
+        HardwareErrorReason.INSUFFICIENT_RESOURCES,
+        HardwareErrorReason.NO_PERMISSION,
+        HardwareErrorReason.LIBRARY_NOT_FOUND,
+    }
+)
+
+
+class MigCreateRefused(ClaimRejected):
+    """NVML refused to make one of the claim's MIG instances: `created` are those made before it.
+    The refused one does not exist, so an instance at its placement is someone else's (made by
+    hand, or another claim's) and the rollback must leave it: the rollback destroys by profile
+    and placement, and would otherwise take it."""
+
+    def __init__(self, message: str, created: tuple[MigInstanceRecord, ...]) -> None:
+        super().__init__(message)
+        self.created = created
+
+
 class SharingControls(msgspec.Struct, frozen=True):
     """Where time slices are set and MPS daemons run (per backend: nvidia-smi and the driver's
     MPS control program, or their simulated stand-ins)."""
@@ -106,7 +130,10 @@ class ClaimSideEffects:
                 )
                 failpoints.reached("prepare.mig-created")
             except HardwareError as error:
-                raise ClaimRejected(f"claim {ref}: cannot create its MIG instance: {error}") from error
+                message = f"claim {ref}: cannot create its MIG instance: {error}"
+                if error.reason in _REFUSED:
+                    raise MigCreateRefused(message, tuple(created)) from error
+                raise ClaimRejected(message) from error
         return created
 
     def sharing_plan(

@@ -116,6 +116,27 @@ def test_a_failed_creation_leaves_no_instance_record_or_spec_and_frees_the_devic
     asyncio.run(scenario())
 
 
+def test_a_refused_creation_leaves_an_instance_made_by_hand_at_that_placement(tmp_path: Path) -> None:
+    """A slice published before an operator made a 3g.40gb by hand at start 4 hands out that
+    placement; NVML refuses it, and the rollback (which destroys by profile and placement) must
+    not take the operator's instance: nothing of the claim's stands there."""
+    claims = MemoryClaims()
+    stale = claims.add("stale", {"device": "gpu-0-mig-3g40gb-4"})
+
+    async def scenario() -> None:
+        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+        await engine.load_state()
+        (gpu, *_) = await hardware.discover()
+        (profile,) = [profile for profile in gpu.mig_profiles if profile.name == "3g.40gb"]
+        by_hand = await hardware.create_mig_instance(gpu.uuid, profile.profile_id, Placement(4, 4))
+        error = (await engine.prepare([stale]))[stale[2]].error
+        assert "cannot create its MIG instance" in error
+        assert await instances(hardware) == [(gpu.uuid, profile.profile_id, by_hand.placement)]
+        assert not list((tmp_path / "state" / "claims").iterdir())
+
+    asyncio.run(scenario())
+
+
 def test_a_prepare_cut_short_is_rolled_back_at_the_next_start(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add("mig", {"device": "gpu-2-mig-2g20gb-4"})
