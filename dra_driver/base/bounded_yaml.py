@@ -6,7 +6,9 @@ builds them cheaply as shared objects, but everything that walks them afterwards
 error message quoting the value) does the whole work, which drove `validate-config` to 4 GB with
 no output and would have the agent OOM-killed in a loop (issue 33). None of these documents needs
 an alias, so any alias is refused, as are documents over a size and nesting bound; the scan walks
-the parser's events, never a built value, so a refusal costs one linear pass.
+the parser's events, never a built value, so a refusal costs one linear pass. The same pass
+refuses a key given twice in one mapping, naming both lines, which PyYAML would resolve by
+keeping the last without a word.
 """
 
 import yaml
@@ -41,25 +43,48 @@ def _where(event: yaml.Event) -> str:
     return "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
 
 
+class _Mapping:
+    """A mapping being scanned: whether its next node is a key, and the line of each key seen."""
+
+    def __init__(self) -> None:
+        self.at_key = True
+        self.keys: dict[str, int] = {}
+
+    def node(self, event: yaml.NodeEvent) -> None:
+        """A key is compared by its text: `a` and "a" are one key to YAML too. A duplicate would
+        otherwise replace the earlier value without a word (PyYAML keeps the last)."""
+        if self.at_key and isinstance(event, yaml.ScalarEvent) and event.start_mark is not None:
+            line = event.start_mark.line + 1
+            if (first := self.keys.setdefault(event.value, line)) != line:
+                raise YamlProblem(
+                    f"key {event.value[:40]!r} at line {line} is given twice (first at line {first}): "
+                    "the second would silently replace the first"
+                )
+        self.at_key = not self.at_key
+
+
 def _scan(text: str) -> None:
-    depth = 0
+    # One entry per open collection: a _Mapping, or None for a sequence.
+    open_collections: list[_Mapping | None] = []
     for event in yaml.parse(text, Loader=_LOADER):
         if isinstance(event, yaml.AliasEvent):
             raise YamlProblem(
                 f"an alias (*{(event.anchor or '')[:40]}){_where(event)}: aliases are refused in "
                 "these files (write the value out)"
             )
+        if isinstance(event, yaml.NodeEvent) and open_collections and open_collections[-1] is not None:
+            open_collections[-1].node(event)
         if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
+            open_collections.append(_Mapping() if isinstance(event, yaml.MappingStartEvent) else None)
+            if len(open_collections) > MAX_DEPTH:
                 raise YamlProblem(f"nested more than {MAX_DEPTH} levels deep{_where(event)}")
         elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
+            open_collections.pop()
 
 
 def load_bounded_yaml(text: str | bytes) -> object:
     """The one document in `text`, or YamlProblem: over MAX_BYTES, not UTF-8, not YAML, an alias
-    anywhere, or nested more than MAX_DEPTH deep."""
+    anywhere, a key given twice in one mapping, or nested more than MAX_DEPTH deep."""
     size = len(text) if isinstance(text, bytes) else len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_BYTES:
         raise YamlProblem(f"larger than {MAX_BYTES >> 20} MiB, the most a node config or kubeconfig needs")

@@ -72,7 +72,8 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     hardware = HARDWARE.but(
         default=None,
         metavar="nvml|simulated:<profile or file>",
-        help="also plan the config against this node's GPUs; a GPU it would leave out is an error",
+        help="also plan the config against this node's GPUs; a GPU the config does not fit (the agent "
+        "leaves it out) is an error, one that fits but offers nothing (MIG on, no instances) a note",
     )
     node_name = NODE_NAME.but(
         default=socket.gethostname().lower(),

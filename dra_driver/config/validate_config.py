@@ -106,12 +106,19 @@ def validate_file(path: Path, gpus: Sequence[Gpu] | None, verdict: Verdict, hami
     )
     if node_plan.problems or static:
         return
-    verdict.summary.append(f"{path}: valid")
+    inventory = build_inventory(node_plan.plans)
+    # Not an error: the agent offers such a GPU's nothing too, and says so in a log line; but a
+    # "valid" alone would read as "every GPU is offered".
+    offering = {gpu.uuid for gpu in inventory.gpu_of_device.values()}
+    idle = [gpu for gpu in gpus if gpu.uuid not in offering]
+    verdict.summary.append(
+        f"{path}: valid" + (f"; {len(idle)} of {len(gpus)} GPUs offer nothing (notes below)" if idle else "")
+    )
     modes = {plan.gpu.uuid: plan.mode for plan in node_plan.plans}
     for gpu in gpus:
         model = catalog_model(gpu) or "not in the catalog"
         verdict.summary.append(f"  GPU {gpu.index} ({gpu.product_name}, model {model}): {modes[gpu.uuid]}")
-    verdict.summary.extend(f"  note: {note}" for note in build_inventory(node_plan.plans).notes)
+    verdict.summary.extend(f"  note: {note}" for note in inventory.notes)
 
 
 def validate(target: Path, gpus: Sequence[Gpu] | None, hami_core: bool = True) -> Verdict:

@@ -183,3 +183,31 @@ def test_without_hami_core_a_gpu_asking_for_it_is_refused_as_the_agent_leaves_it
     # The model's line, then each L4 of the node.
     assert code == 2 and len(errors) == 9
     assert all("needs --hami-core-library" in line and "would be left out" in line for line in errors[1:])
+
+
+def test_gpus_that_fit_but_offer_nothing_are_counted_next_to_valid(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """GPUs 2 and 3 of the mixed node are in MIG mode without instances: `auto` fits them and they
+    offer nothing, which the agent only logs; "valid" alone would read as "every GPU offered"."""
+    config = tmp_path / "node.yaml"
+    config.write_text("default: {mode: auto}\n")
+    code, out, err = validate(capsys, str(config), "--hardware", "simulated:mixed", "--node-name", "n")
+    assert (code, err) == (0, [])
+    assert out[0] == f"{config}: valid; 2 of 8 GPUs offer nothing (notes below)"
+    notes = [line for line in out if line.startswith("  note: GPU")]
+    assert [note.split()[2] for note in notes] == ["2", "3"]
+
+
+def test_a_key_given_twice_is_refused_with_both_lines_as_the_agent_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "node.yaml"
+    config.write_text("default: {mode: auto}\ngpus: []\ndefault: {mode: gpu}\n")
+    code, out, err = validate(capsys, str(config))
+    with pytest.raises(NodeConfigError) as agent_says:
+        load_node_config(config)
+    assert (code, out) == (2, [])
+    (line,) = err
+    assert "key 'default' at line 3 is given twice (first at line 1)" in line
+    assert "key 'default' at line 3 is given twice (first at line 1)" in str(agent_says.value)

@@ -61,3 +61,36 @@ def test_malformed_text_is_one_line_with_line_and_column_and_no_stream_name() ->
     assert "<unicode string>" not in str(caught.value)
     with pytest.raises(YamlProblem, match=r"^not UTF-8 text: byte 9 cannot be decoded$"):
         load_bounded_yaml(b"default: \xff\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            "default: {mode: auto}\ndefault: {mode: gpu}\n",
+            "key 'default' at line 2 is given twice (first at line 1)",
+        ),
+        (
+            "gpus:\n  - index: 0\n    mode: gpu\n    mode: mig-dynamic\n",
+            "key 'mode' at line 4 is given twice (first at line 3)",
+        ),
+        ('a: 1\n"a": 2\n', "key 'a' at line 2 is given twice (first at line 1)"),
+    ],
+    ids=["top-level", "in-a-list-entry", "quoted-and-plain"],
+)
+def test_a_key_given_twice_in_one_mapping_is_refused_naming_both_lines(text: str, said: str) -> None:
+    with pytest.raises(YamlProblem) as caught:
+        load_bounded_yaml(text)
+    assert said in str(caught.value)
+
+
+def test_the_same_key_in_different_mappings_and_values_equal_to_keys_are_fine() -> None:
+    text = (
+        "gpus:\n  - {index: 0, mode: gpu}\n  - {index: 1, mode: gpu}\n"
+        "default: {mode: mode}\nmode: [mode, mode]\n"
+    )
+    assert load_bounded_yaml(text) == {
+        "gpus": [{"index": 0, "mode": "gpu"}, {"index": 1, "mode": "gpu"}],
+        "default": {"mode": "mode"},
+        "mode": ["mode", "mode"],
+    }
