@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test test-deps lint unit bench protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
+.PHONY: demo dist test test-deps lint unit bench protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
@@ -23,6 +23,18 @@ $(INSTALLED): pyproject.toml Makefile
 ## demo: prepare a sample claim on a simulated node, no cluster needed
 demo: $(INSTALLED)
 	$(BIN)/dra-driver demo
+
+## dist: the CLI's wheel and sdist in $(DIST) (what a release uploads to PyPI), built by PyPA's
+## `build` in a virtual environment of its own: nothing of the test extra is needed
+DIST ?= dist
+BUILD_VENV := .build-venv
+$(BUILD_VENV)/bin/pyproject-build:
+	$(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/pip install --quiet 'build>=1.2,<2'
+
+dist: $(BUILD_VENV)/bin/pyproject-build
+	rm -rf $(DIST)
+	$(BUILD_VENV)/bin/pyproject-build --outdir $(DIST) .
 
 ## test: install missing system packages (as root), lint, type-check and run every test tier
 test: test-deps lint
@@ -97,4 +109,4 @@ chart-schema: $(INSTALLED)
 	$(BIN)/python hack/gen-chart-schema.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache
+	rm -rf $(VENV) $(BUILD_VENV) dist .pytest_cache .mypy_cache .ruff_cache .hypothesis .import_linter_cache

@@ -11,6 +11,7 @@
 #                                 make cluster-down
 #   iptables                      kube-proxy's Service rules (iptables mode), removed by
 #                                 make cluster-down
+#   pipx                          tests/api/test_dist.py installs the CLI's wheel as the README says
 # Go (>= 1.26.6) is not a Debian package here: the local cluster's build checks for it itself.
 # As root with apt-get it installs them; otherwise it stops with one line naming the command.
 set -euo pipefail
@@ -35,6 +36,7 @@ need debootstrap command -v debootstrap
 need iproute2 command -v ip
 need mount command -v umount
 need iptables command -v iptables-save
+need pipx command -v pipx
 
 [ ${#packages[@]} -eq 0 ] && exit 0
 

@@ -249,7 +249,8 @@ def _draw(node: str, plans: "tuple[ModePlan, ...]", path: Path, output: str) -> 
         from dra_driver.tools.layout_drawing import layout_figure, save_layout  # noqa: PLC0415
     except ImportError as error:
         print(
-            f"dra-driver plan: -o {output} needs matplotlib ({error}); pip install 'dra-driver[plot]'",
+            f"dra-driver plan: -o {output} needs matplotlib ({error}): pipx inject dra-driver matplotlib, "
+            "or pip install 'dra-driver[plot]'",
             file=sys.stderr,
         )
         return 1

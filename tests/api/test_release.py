@@ -44,9 +44,11 @@ def workflow(name: str) -> dict[Any, Any]:
     return loaded
 
 
-def steps(name: str) -> list[dict[str, Any]]:
-    (job,) = workflow(name)["jobs"].values()
-    found: list[dict[str, Any]] = job["steps"]
+def steps(name: str, job: str | None = None) -> list[dict[str, Any]]:
+    """The steps of the workflow's one job, or of the job named `job`."""
+    jobs = workflow(name)["jobs"]
+    (only,) = [jobs[job]] if job else jobs.values()
+    found: list[dict[str, Any]] = only["steps"]
     return found
 
 
@@ -113,8 +115,10 @@ def test_the_release_chart_script_refuses_a_values_file_it_cannot_edit(tmp_path:
 
 def test_the_workflow_hands_the_same_names_to_the_image_and_the_chart() -> None:
     release = workflow("release.yml")
-    by_id = {step["id"]: step for step in steps("release.yml") if "id" in step}
-    (chart_step,) = [step for step in steps("release.yml") if "release-chart.sh" in step.get("run", "")]
+    by_id = {step["id"]: step for step in steps("release.yml", "release") if "id" in step}
+    (chart_step,) = [
+        step for step in steps("release.yml", "release") if "release-chart.sh" in step.get("run", "")
+    ]
     outputs = "steps.names.outputs"
 
     # PyYAML reads the key `on` as True (YAML 1.1).
@@ -133,9 +137,25 @@ def test_the_workflow_hands_the_same_names_to_the_image_and_the_chart() -> None:
     assert 'helm push "dist/dra-driver-$VERSION.tgz" "$CHARTS"' in chart_step["run"]
 
 
+def test_the_release_publishes_the_wheel_and_sdist_to_pypi_by_trusted_publishing() -> None:
+    """A tag that is the package's version builds both from the tag and uploads them with the
+    job's OIDC token: no stored secret, and `make dist` builds the same (tests/api/test_dist.py)."""
+    job = workflow("release.yml")["jobs"]["pypi"]
+    runs = [step.get("run", "") for step in job["steps"]]
+    (publish,) = [
+        step for step in job["steps"] if step.get("uses", "").startswith("pypa/gh-action-pypi-publish@")
+    ]
+
+    assert job["permissions"] == {"contents": "read", "id-token": "write"}
+    assert job["environment"] == "pypi"
+    assert any(run.startswith('hack/release-names.sh "$GITHUB_REF_NAME"') for run in runs)
+    assert any("python -m build --outdir dist ." in run for run in runs)
+    assert publish.get("with") == {"packages-dir": "dist"}
+    assert "secrets." not in yaml.safe_dump(job)
+
+
 def test_ci_runs_the_documented_test_command() -> None:
-    """.ci/run runs the documented test commands (docs/development.md; tests/api/test_test_setup.py
-    compares them)."""
+    """.ci/run runs the README's test commands (tests/api/test_test_setup.py compares them)."""
     runs = [step.get("run", "") for step in steps("ci.yml")]
 
     assert any(command.endswith(".ci/run") for command in runs), runs
