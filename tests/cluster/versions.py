@@ -79,8 +79,16 @@ GATES = (
         {"1.34": ("alpha", False), "1.35": ("alpha", False), "1.36": ("beta", True), "1.37": ("beta", True)},
     ),
 )
-# Gates the cluster does not turn on although they exist: nothing of ours needs DeviceTaintRules.
+# Gates the cluster does not turn on although they exist, on every version: nothing of ours
+# needs DeviceTaintRules.
 _NOT_TURNED_ON = frozenset({"DRADeviceTaintRules"})
+# ... and on one version. 1.34.4's scheduler with DRAConsumableCapacity on (its experimental
+# allocator) indexes the ResourceSlice's devices by the request's device count so far: a share is
+# checked against the wrong device's capacity (why the agent offers no capacity shares on 1.34),
+# and a request for more devices than a slice of one of them holds panics the Filter ("index out
+# of range [6] with length 5", allocator_experimental.go:1142: admin access to all of a node's
+# GPUs). The agent uses nothing of the gate on 1.34, so the cluster leaves it off, as 1.34 does.
+_OFF_ON: dict[str, frozenset[str]] = {"1.34": frozenset({"DRAConsumableCapacity"})}
 
 
 MINORS = ("1.34", "1.35", "1.36", "1.37")
@@ -126,6 +134,7 @@ class KubernetesVersion:
             if self.minor in gate.stages
             and not gate.stages[self.minor][1]
             and gate.name not in _NOT_TURNED_ON
+            and gate.name not in _OFF_ON.get(self.minor, frozenset())
         }
 
     @property
