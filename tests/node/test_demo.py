@@ -154,3 +154,13 @@ def test_a_relative_cdi_dir_is_invalid_input() -> None:
 
     assert result.returncode == 2
     assert result.stderr == "dra-driver demo: --cdi-dir: 'cdi' must be an absolute path\n"
+
+
+def test_demo_runs_an_examples_own_file() -> None:
+    """The natural first try: the example's template and pod, allocated by the demo itself."""
+    example = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "gpu-whole.yaml"
+    result = run_demo("--claim", str(example), "--no-container")
+
+    assert result.returncode == 0, result.stderr
+    assert "the allocated claim (as the scheduler leaves it)" in result.stdout
+    assert "resourceClaimTemplateName" not in result.stdout

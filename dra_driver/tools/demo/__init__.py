@@ -23,6 +23,7 @@ from dra_driver.claims.source import OfflineClaimSource
 from dra_driver.config.settings import InventorySettings, NodeSettings, SettingsError, parse_hardware
 from dra_driver.devices.model import device_to_api
 from dra_driver.tools import kubelet_client, podman
+from dra_driver.tools.demo.example_claims import example_claims, unallocated_specs
 from dra_driver.tools.demo.sample_claims import CLAIM_KINDS, ClaimKind, SampleClaimError, sample_claim
 from dra_driver.tools.kubelet_client import ClaimArg
 
@@ -37,7 +38,10 @@ class DemoClaims(msgspec.Struct, frozen=True):
     source: OfflineClaimSource
     # The node configuration the sample claim needs; None: the default one.
     node_config: dict[str, Any] | None = None
-    sample: dict[str, Any] | None = None
+    # The claims the demo allocated itself (a sample, or a file's templates), shown as allocated.
+    allocated: tuple[dict[str, Any], ...] = ()
+    # What the demo did in the scheduler's place that the user should know.
+    notes: tuple[str, ...] = ()
 
 
 def claim_choice(value: str) -> ClaimKind | Path:
@@ -47,7 +51,7 @@ def claim_choice(value: str) -> ClaimKind | Path:
     if not Path(value).is_file():
         raise SettingsError(
             f"--claim: claim file {value}: no such file; --claim takes gpu|mig|vgpu|FILE "
-            "(a kind of device, or a file of allocated ResourceClaims)"
+            "(a kind of device, or a file of claims: templates and pods, or allocated ResourceClaims)"
         )
     return Path(value)
 
@@ -55,6 +59,14 @@ def claim_choice(value: str) -> ClaimKind | Path:
 async def demo_claims(choice: ClaimKind | Path, hardware: str) -> DemoClaims:
     """Raises SettingsError (exit 2) for a claim file that cannot be read or a kind the node
     cannot offer; SetupError for a hardware description that is no node."""
+    if isinstance(choice, Path) and (specs := _unallocated(choice)) is not None:
+        gpus = await _node_gpus(hardware)
+        try:
+            made = example_claims(specs, gpus, DEMO_NODE, DEFAULT_DRIVER_NAME, hardware)
+        except SampleClaimError as error:
+            raise SettingsError(f"--claim: {error}") from error
+        by_key = {(claim["metadata"]["namespace"], claim["metadata"]["name"]): claim for claim in made.claims}
+        return DemoClaims(OfflineClaimSource(by_key), made.node_config, made.claims, made.notes)
     if isinstance(choice, Path):
         try:
             source = OfflineClaimSource.from_file(choice)
@@ -64,18 +76,34 @@ async def demo_claims(choice: ClaimKind | Path, hardware: str) -> DemoClaims:
             # Exit 0 having prepared nothing would read as success.
             raise SettingsError(f"--claim: claim file {choice}: holds no ResourceClaim")
         return DemoClaims(source)
-    spec = parse_hardware(hardware)
-    backend, inventory = await discover_inventory(
-        InventorySettings(DEMO_NODE, DEFAULT_DRIVER_NAME, spec, node_config=None)
-    )
-    await backend.close()
-    gpus = [plan.gpu for plan in inventory.plans]
+    gpus = await _node_gpus(hardware)
     try:
-        chosen = sample_claim(choice, gpus, DEMO_NODE, DEFAULT_DRIVER_NAME, str(spec))
+        chosen = sample_claim(choice, gpus, DEMO_NODE, DEFAULT_DRIVER_NAME, str(parse_hardware(hardware)))
     except SampleClaimError as error:
         raise SettingsError(str(error)) from error
     key = (chosen.claim["metadata"]["namespace"], chosen.claim["metadata"]["name"])
-    return DemoClaims(OfflineClaimSource({key: chosen.claim}), chosen.node_config, chosen.claim)
+    return DemoClaims(OfflineClaimSource({key: chosen.claim}), chosen.node_config, (chosen.claim,))
+
+
+async def _node_gpus(hardware: str) -> list[Any]:
+    backend, inventory = await discover_inventory(
+        InventorySettings(DEMO_NODE, DEFAULT_DRIVER_NAME, parse_hardware(hardware), node_config=None)
+    )
+    await backend.close()
+    return [plan.gpu for plan in inventory.plans]
+
+
+def _unallocated(path: Path) -> list[tuple[str, dict[str, Any]]] | None:
+    """The file's templates and unallocated claims (the examples' files), or None: a file of
+    allocated claims, or one that does not read, which the claim-file path reports."""
+    try:
+        documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    try:
+        return unallocated_specs(documents)
+    except SampleClaimError as error:
+        raise SettingsError(f"--claim: {path}: {error}") from error
 
 
 def _section(out: TextIO, title: str, body: Any) -> None:
@@ -144,8 +172,10 @@ async def run_demo(
             )
             if claims.node_config is not None:
                 _section(out, "node config the sample claim needs", claims.node_config)
-            if claims.sample is not None:
-                _section(out, "the allocated claim (as the scheduler leaves it)", claims.sample)
+            for allocated in claims.allocated:
+                _section(out, "the allocated claim (as the scheduler leaves it)", allocated)
+            for note in claims.notes:
+                print(f"note: {note}", file=out)
             _section(
                 out,
                 "kubelet registration handshake",

@@ -45,7 +45,7 @@ class SampleClaim(msgspec.Struct, frozen=True):
     node_config: dict[str, Any] | None
 
 
-def _inventory(gpus: Sequence[Gpu], raw_config: dict[str, Any] | None) -> Inventory | None:
+def offered_inventory(gpus: Sequence[Gpu], raw_config: dict[str, Any] | None) -> Inventory | None:
     config = NodeConfig() if raw_config is None else parse_node_config(raw_config, "demo node config")
     try:
         return node_inventory(gpus, config)
@@ -59,7 +59,7 @@ def _first(inventory: Inventory | None, kind: ClaimKind) -> Device | None:
     return next((device for device in inventory.devices if device.type == kind), None)
 
 
-def _candidate_configs(gpus: Sequence[Gpu], kind: ClaimKind) -> list[dict[str, Any] | None]:
+def candidate_configs(gpus: Sequence[Gpu], kind: ClaimKind) -> list[dict[str, Any] | None]:
     """Node configurations to try, in order: the default first (whole GPUs, static MIG)."""
     if kind == "gpu":
         return [None]
@@ -82,7 +82,7 @@ _TRY: dict[ClaimKind, str] = {
 }
 
 
-def _quarter(device: Device) -> int:
+def quarter(device: Device) -> int:
     """A quarter of the memory a share may take, in the device's steps, as the scheduler rounds."""
     memory = device.capacity["memory"]
     if memory.request_policy is None:
@@ -95,7 +95,7 @@ def _result(device: Device, pool: str, driver: str) -> dict[str, Any]:
     result: dict[str, Any] = {"request": "device", "driver": driver, "pool": pool, "device": device.name}
     if device.type == "vgpu":
         result["shareID"] = VGPU_SHARE_ID
-        result["consumedCapacity"] = {"memory": quantity(_quarter(device)), "cores": str(VGPU_CORES_PERCENT)}
+        result["consumedCapacity"] = {"memory": quantity(quarter(device)), "cores": str(VGPU_CORES_PERCENT)}
     return result
 
 
@@ -117,7 +117,7 @@ def claim_document(kind: ClaimKind, device: Device, pool: str, driver: str) -> d
 def sample_claim(kind: ClaimKind, gpus: Sequence[Gpu], pool: str, driver: str, node: str) -> SampleClaim:
     """The claim for the first device of `kind` the node offers; `node` names the node in errors.
     Raises SampleClaimError when no configuration makes the node offer one."""
-    for raw_config in _candidate_configs(gpus, kind):
-        if (device := _first(_inventory(gpus, raw_config), kind)) is not None:
+    for raw_config in candidate_configs(gpus, kind):
+        if (device := _first(offered_inventory(gpus, raw_config), kind)) is not None:
             return SampleClaim(claim_document(kind, device, pool, driver), raw_config)
     raise SampleClaimError(f"--claim {kind}: {node} has {_WHY_NOT[kind]}; try --hardware {_TRY[kind]}")
