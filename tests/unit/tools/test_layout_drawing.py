@@ -9,6 +9,7 @@ from matplotlib.patches import Rectangle
 from dra_driver.packing.planner import plan_node_modes
 from dra_driver.packing.shapes import parse_pods
 from dra_driver.tools.layout_drawing import (
+    BAR_AXIS,
     KIND_COLOURS,
     colours,
     layout_figure,
@@ -134,10 +135,10 @@ def test_mig_grids_name_their_axes_and_bars_are_in_gib() -> None:
     grid = figure.axes
 
     mig_axes, bar_axes = grid[0], grid[1]
-    assert mig_axes.get_xlabel() == "memory slices"
+    # The axis note once per column, under its lowest row.
+    assert [axes.get_xlabel() for axes in grid] == ["", "", "memory slices", BAR_AXIS]
     assert mig_axes.get_ylabel() == "GPU 0\ncompute slices"
     assert bar_axes.get_xlim() == (0, shared.gpus[0].layout.memory_bytes / GIB)
-    assert bar_axes.get_xlabel().startswith("memory, GiB")
     boxes = [
         p
         for p in bar_axes.patches
@@ -146,3 +147,25 @@ def test_mig_grids_name_their_axes_and_bars_are_in_gib() -> None:
     assert [box.get_width() for box in boxes] == [
         occupant.memory_bytes / GIB for occupant in shared.gpus[0].layout.occupants
     ]
+
+
+def test_gpus_that_hold_nothing_and_are_alike_are_one_row_and_counted() -> None:
+    """Two pods on a DGX H100: two GPUs drawn with them, one empty GPU for what is free, and the
+    title says the other five are not drawn; every text is readable at normal size."""
+    (plan,) = plan_node_modes(simulated_node("dgx-h100"), parse_pods("2xgpu"), DRIVER, modes=("gpu",))
+    figure = layout_figure("node", [plan])
+
+    drawn = [axes for axes in figure.axes if axes.get_ylabel().startswith("GPU")]
+    assert [axes.get_ylabel() for axes in drawn] == ["GPU 0", "GPU 1", "GPU 2"]
+    (title,) = [axes.get_title() for axes in figure.axes if axes.get_title()]
+    assert title.splitlines()[-1] == "5 more GPUs like these hold nothing (not drawn)"
+    sizes = [text.get_fontsize() for axes in figure.axes for text in (*axes.texts, *axes.get_xticklabels())]
+    assert sizes and min(sizes) >= 7
+
+
+def test_gpus_that_hold_nothing_but_differ_are_all_drawn() -> None:
+    gpus = simulated_node("mixed")
+    (plan,) = plan_node_modes(gpus, parse_pods("1xgpu"), DRIVER, modes=("gpu",))
+    figure = layout_figure("node", [plan])
+
+    assert len([axes for axes in figure.axes if axes.get_ylabel().startswith("GPU")]) == len(plan.gpus)
