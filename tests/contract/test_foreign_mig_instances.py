@@ -12,10 +12,11 @@ from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
 from dra_driver.claims.source import OfflineClaimSource
-from dra_driver.config.settings import NodeSettings, parse_hardware
+from dra_driver.config.settings import NodeSettings
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from dra_driver.state.boot_id import current_boot_id
+from tests.support.engines import agent_settings
 
 NODE = "node-a"
 # mig-parted's layout left in place: two 3g.40gb instances, on slices 0-3 and 4-7.
@@ -32,20 +33,7 @@ HAND_MADE, CLAIMED = "gpu-0-mig-3g40gb-0", "gpu-0-mig-3g40gb-4"
 def node_settings(root: Path) -> NodeSettings:
     (root / "node.yaml").write_text(HARDWARE)
     (root / "config.yaml").write_text("default: {mode: mig-dynamic}\n")
-    return NodeSettings(
-        node_name=NODE,
-        driver_name=DEFAULT_DRIVER_NAME,
-        hardware=parse_hardware(f"simulated:{root / 'node.yaml'}"),
-        node_config=root / "config.yaml",
-        registrar_dir=root / "registry",
-        plugins_dir=root / "plugins",
-        cdi_dir=root / "cdi",
-        state_dir=root / "state",
-        mps_dir=root / "mps",
-        kubeconfig=None,
-        log_format="json",
-        verbosity=0,
-    )
+    return agent_settings(root, f"simulated:{root / 'node.yaml'}", NODE, root / "config.yaml")
 
 
 def claim_holding_the_instance_at_4(state_dir: Path, gpu_uuid: str) -> None:

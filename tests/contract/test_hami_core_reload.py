@@ -14,12 +14,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
-from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.agent.errors import SetupError
 from dra_driver.agent.node import NodeAgent
 from dra_driver.agent.node_configs import CONFIG_POLL_SECONDS
 from dra_driver.claims.source import OfflineClaimSource
-from dra_driver.config.settings import NodeSettings, parse_hardware
+from dra_driver.config.settings import NodeSettings
+from tests.support.engines import agent_settings
 from tests.support.node_configs import write_configmap
 
 HAMI_ON_GPU_0 = (
@@ -28,21 +28,7 @@ HAMI_ON_GPU_0 = (
 
 
 def node_settings(root: Path) -> NodeSettings:
-    return NodeSettings(
-        node_name="node-a",
-        driver_name=DEFAULT_DRIVER_NAME,
-        hardware=parse_hardware("simulated:t4x4"),
-        node_config=None,
-        registrar_dir=root / "registry",
-        plugins_dir=root / "plugins",
-        cdi_dir=root / "cdi",
-        state_dir=root / "state",
-        mps_dir=root / "mps",
-        kubeconfig=None,
-        log_format="json",
-        verbosity=0,
-        node_configs=root / "configs",
-    )
+    return agent_settings(root, "simulated:t4x4", node_configs=root / "configs")
 
 
 def problems(agent: NodeAgent) -> dict[tuple[str, str], float]:

@@ -7,6 +7,7 @@ configuration, a ready-made inventory, MIG hardware, sharing controls, HAMi-core
 """
 
 from pathlib import Path
+from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
@@ -16,6 +17,8 @@ from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
+from dra_driver.config.option_values import parse_hardware
+from dra_driver.config.settings import NodeSettings
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfig
 from dra_driver.hardware.simulated import SimulatedBackend
@@ -69,4 +72,26 @@ def simulated_engine(
         hami_core=hami_core,
         claim_status=claim_status,
         metrics=metrics,
+    )
+
+
+def agent_settings(
+    root: Path, hardware: str, node_name: str = "node-a", node_config: Path | None = None, **more: Any
+) -> NodeSettings:
+    """An in-process agent's settings with every directory below `root` (what the contract tests
+    that start NodeAgent share); `more`: any other field of NodeSettings."""
+    return NodeSettings(
+        node_name=node_name,
+        driver_name=DEFAULT_DRIVER_NAME,
+        hardware=parse_hardware(hardware),
+        node_config=node_config,
+        registrar_dir=root / "registry",
+        plugins_dir=root / "plugins",
+        cdi_dir=root / "cdi",
+        state_dir=root / "state",
+        mps_dir=root / "mps",
+        kubeconfig=None,
+        log_format="json",
+        verbosity=0,
+        **more,
     )

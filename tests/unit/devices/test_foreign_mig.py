@@ -14,11 +14,11 @@ from dra_driver.devices.mig import mig_counter_set
 from dra_driver.devices.model import Device
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.catalog import gpu_models
-from dra_driver.hardware.model import Gpu, HardwareError, HardwareErrorReason, MigResources, Placement
+from dra_driver.hardware.model import Gpu, MigResources
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import SimulatedNodeSpec, resolve_node_spec
 from tests.support.nodes import all_profiles, mode_configs, simulated_node
-from tests.unit.devices.test_mig_counters import counters_admit, placement_number
+from tests.unit.devices.test_mig_counters import counters_admit, creates_all, placement_number
 
 DYNAMIC = NodeConfig(default=GpuSettings(mode="mig-dynamic"))
 # GPU 0 of the mixed node: 2g.20gb at 0, 1g.10gb at 2 and 3, 3g.40gb at 4, all made at boot.
@@ -102,18 +102,7 @@ def foreign_spec(model: str, profile: str, start: int, directory: Path) -> Simul
 
 async def nvml_admits(spec: SimulatedNodeSpec, gpu: Gpu, devices: list[Device]) -> bool:
     """Creates the placements' instances next to the foreign one; True if NVML lets every one be."""
-    backend = SimulatedBackend("node-a", spec)
-    for device in devices:
-        profile = next(p for p in gpu.mig_profiles if p.name == device.attributes["profile"])
-        placement = Placement(
-            placement_number(device, "placementStart"), placement_number(device, "placementSize")
-        )
-        try:
-            await backend.create_mig_instance(gpu.uuid, profile.profile_id, placement)
-        except HardwareError as error:
-            assert error.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES, error
-            return False
-    return True
+    return await creates_all(SimulatedBackend("node-a", spec), gpu, devices)
 
 
 @pytest.mark.parametrize("model", MIG_MODELS)

@@ -61,7 +61,11 @@ def counters_admit(devices: list[Device], totals: dict[str, int]) -> bool:
 
 async def nvml_admits(model: str, directory: Path, gpu: Gpu, devices: list[Device]) -> bool:
     """Creates the instances one by one on a fresh simulated GPU; True if every one succeeds."""
-    backend = SimulatedBackend("node-a", node_spec(model, directory))
+    return await creates_all(SimulatedBackend("node-a", node_spec(model, directory)), gpu, devices)
+
+
+async def creates_all(backend: SimulatedBackend, gpu: Gpu, devices: list[Device]) -> bool:
+    """Creates the placements' instances one by one; True if NVML lets every one be."""
     for device in devices:
         profile = next(p for p in gpu.mig_profiles if p.name == device.attributes["profile"])
         start = placement_number(device, "placementStart")

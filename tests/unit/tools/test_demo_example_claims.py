@@ -66,65 +66,21 @@ def test_a_vgpu_share_keeps_its_capacity_requests() -> None:
     assert result["shareID"]
 
 
+def template(*requests: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = {"spec": {"devices": {"requests": list(requests)}}}
+    return [{"kind": "ResourceClaimTemplate", "metadata": {"name": "x"}, "spec": spec}]
+
+
+def exactly(name: str, device_class: str, **fields: Any) -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": device_class, **fields}}
+
+
 @pytest.mark.parametrize(
     ("documents", "said"),
     [
-        (
-            [
-                {
-                    "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": "x"},
-                    "spec": {
-                        "spec": {
-                            "devices": {
-                                "requests": [{"name": "a", "exactly": {"deviceClassName": "nic.example.com"}}]
-                            }
-                        }
-                    },
-                }
-            ],
-            "is not one of gpu.dra-driver.dev's",
-        ),
-        (
-            [
-                {
-                    "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": "x"},
-                    "spec": {
-                        "spec": {
-                            "devices": {
-                                "requests": [
-                                    {"name": "a", "exactly": {"deviceClassName": "gpu.dra-driver.dev"}},
-                                    {"name": "b", "exactly": {"deviceClassName": "mig.dra-driver.dev"}},
-                                ]
-                            }
-                        }
-                    },
-                }
-            ],
-            "give it claims of one kind",
-        ),
-        (
-            [
-                {
-                    "kind": "ResourceClaimTemplate",
-                    "metadata": {"name": "x"},
-                    "spec": {
-                        "spec": {
-                            "devices": {
-                                "requests": [
-                                    {
-                                        "name": "a",
-                                        "exactly": {"deviceClassName": "gpu.dra-driver.dev", "count": 9},
-                                    }
-                                ]
-                            }
-                        }
-                    },
-                }
-            ],
-            "cannot offer the gpu devices",
-        ),
+        (template(exactly("a", "nic.example.com")), "is not one of gpu.dra-driver.dev's"),
+        (template(exactly("a", D), exactly("b", "mig.dra-driver.dev")), "give it claims of one kind"),
+        (template(exactly("a", D, count=9)), "cannot offer the gpu devices"),
     ],
     ids=["another-drivers-class", "two-kinds", "too-many"],
 )

@@ -159,7 +159,9 @@ def test_gpus_that_hold_nothing_and_are_alike_are_one_row_and_counted() -> None:
     assert [axes.get_ylabel() for axes in drawn] == ["GPU 0", "GPU 1", "GPU 2"]
     (title,) = [axes.get_title() for axes in figure.axes if axes.get_title()]
     assert title.splitlines()[-1] == "5 more GPUs like these hold nothing (not drawn)"
-    sizes = [text.get_fontsize() for axes in figure.axes for text in (*axes.texts, *axes.get_xticklabels())]
+    sizes = [
+        float(text.get_fontsize()) for axes in figure.axes for text in (*axes.texts, *axes.get_xticklabels())
+    ]
     assert sizes and min(sizes) >= 7
 
 
