@@ -9,7 +9,8 @@ from pathlib import Path
 
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.devices.config_files import CONFIG_SUFFIX
-from dra_driver.devices.node_config import NodeConfig, NodeConfigError, parse_node_config
+from dra_driver.devices.node_config import NodeConfig, NodeConfigError
+from dra_driver.devices.node_config_decode import parse_node_config
 
 
 def load_node_config(path: Path | None) -> NodeConfig:

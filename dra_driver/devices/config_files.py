@@ -14,7 +14,8 @@ import msgspec
 
 from dra_driver.base.bounded_yaml import YamlProblem, load_bounded_yaml
 from dra_driver.base.strict_decode import quoted
-from dra_driver.devices.node_config import ConfigProblem, NodeConfig, NodeConfigError, parse_node_config
+from dra_driver.devices.node_config import ConfigProblem, NodeConfig, NodeConfigError
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.kube.k8s_names import label_value_problem
 
 # The config of a node without the label.

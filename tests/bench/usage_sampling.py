@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import parse_node_config
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.hardware.model import Gpu
 from dra_driver.hardware.nvml_library import load_nvml_library
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION

@@ -204,7 +204,7 @@ def test_without_kubelets_socket_a_sample_still_reports_claims_and_counts_the_fa
     from dra_driver.claims.identity import claim_ref  # noqa: PLC0415
     from dra_driver.claims.records import ClaimRecord, PreparedDevice  # noqa: PLC0415
     from dra_driver.devices.inventory import node_inventory  # noqa: PLC0415
-    from dra_driver.devices.node_config import parse_node_config  # noqa: PLC0415
+    from dra_driver.devices.node_config_decode import parse_node_config  # noqa: PLC0415
     from dra_driver.hardware.simulated_usage import SimulatedUsageReader  # noqa: PLC0415
     from dra_driver.observability.metrics import UsageMetrics  # noqa: PLC0415
     from dra_driver.usage.facts import device_facts  # noqa: PLC0415

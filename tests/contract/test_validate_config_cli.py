@@ -211,3 +211,29 @@ def test_a_key_given_twice_is_refused_with_both_lines_as_the_agent_refuses_it(
     (line,) = err
     assert "key 'default' at line 3 is given twice (first at line 1)" in line
     assert "key 'default' at line 3 is given twice (first at line 1)" in str(agent_says.value)
+
+
+def test_every_problem_of_one_object_is_its_own_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not only the first: an unknown field, a bad mode and a bad partition of one entry, each on
+    its line, the same lines as the agent's."""
+    config = tmp_path / "node.yaml"
+    config.write_text(
+        "default: {mode: whole, colour: red}\n"
+        "gpus:\n"
+        "  - {index: x, mode: vgpu-partitions, vgpu: {enforcement: strict, partitions: [{cores: 200}]}}\n"
+    )
+    code, out, err = validate(capsys, str(config))
+    with pytest.raises(NodeConfigError) as agent_says:
+        load_node_config(config)
+    assert (code, out) == (2, [])
+    assert err == list(agent_says.value.problems)
+    assert [line.split(": ")[1] for line in err] == [
+        "default.colour",
+        "default.mode",
+        "gpus[0].index",
+        "gpus[0].vgpu.partitions[0].memory",
+        "gpus[0].vgpu.partitions[0].cores",
+        "gpus[0].vgpu.enforcement",
+    ]

@@ -32,7 +32,7 @@ from dra_driver.devices.classes import device_classes
 from dra_driver.devices.extended_resources import ExtendedResources
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.model import device_to_api
-from dra_driver.devices.node_config import parse_node_config
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
 from dra_driver.tools import kubelet_client, podman
 from dra_driver.tools.kubelet_client import ClaimArg

@@ -90,9 +90,13 @@ def test_every_off_by_default_gate_of_ours_is_turned_on_for_every_component(mino
     version = kubernetes_version(minor)
     turned_on = version.feature_gates
 
+    # Left off: DeviceTaintRules (nothing of ours uses them), and on 1.34 consumable capacity,
+    # whose scheduler panics on requests for more devices than a slice holds.
+    left_off = {"DRADeviceTaintRules", *(["DRAConsumableCapacity"] if minor == "1.34" else [])}
     for gate in GATES:
-        if minor in gate.stages and gate.name != "DRADeviceTaintRules":
+        if minor in gate.stages and gate.name not in left_off:
             assert turned_on.get(gate.name, gate.stages[minor][1]) is True, gate.name
+    assert not any(turned_on.get(name) for name in left_off)
     flag = f"--feature-gates={version.feature_gate_flag()}"
     assert (flag in control_plane.api_server_argv(Path("a"), LAYOUT, version)) == bool(turned_on)
     assert (flag in control_plane.scheduler_argv(Path("s"), LAYOUT, version)) == bool(turned_on)
@@ -101,7 +105,6 @@ def test_every_off_by_default_gate_of_ours_is_turned_on_for_every_component(mino
 def test_the_oldest_version_needs_the_alpha_gates_and_the_newest_none() -> None:
     assert set(kubernetes_version("1.34").feature_gates) == {
         "DRAPartitionableDevices",
-        "DRAConsumableCapacity",
         "DRADeviceTaints",
         "DRAExtendedResource",
         "ResourceHealthStatus",

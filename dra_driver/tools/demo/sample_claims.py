@@ -15,7 +15,8 @@ import msgspec
 from dra_driver.devices.classes import class_name
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.model import Device, quantity
-from dra_driver.devices.node_config import NodeConfig, NodeConfigError, parse_node_config
+from dra_driver.devices.node_config import NodeConfig, NodeConfigError
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.hardware.model import Gpu, MigMode
 
 ClaimKind = Literal["gpu", "mig", "vgpu"]

@@ -9,7 +9,7 @@ checked (check_options) before this reads them.
 import yaml
 
 from dra_driver.devices.extended_resources import ExtendedResources, catalog_mig_profiles, sorted_profiles
-from dra_driver.devices.node_config import parse_node_config
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.tools.manifests.options import ManifestOptions
 
 

@@ -9,8 +9,9 @@ from dra_driver.base.bounded_yaml import YamlProblem, load_bounded_yaml
 from dra_driver.base.kubernetes_versions import kubernetes_version_problem
 from dra_driver.config.settings import parse_hardware
 from dra_driver.devices.extended_resources import FIRST_MINOR, mig_profile_problem, minor_problem
-from dra_driver.devices.node_config import NodeConfigError, parse_node_config
+from dra_driver.devices.node_config import NodeConfigError
 from dra_driver.devices.node_config_checks import offline_problems
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.hardware.catalog import catalog_mig_profile_names
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.simulated_nodes import names_a_file, parse_node_spec, resolve_node_spec

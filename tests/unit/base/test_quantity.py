@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from dra_driver.base.quantity import Quantity, parse_quantity
 from dra_driver.base.strict_decode import DecodeError, byte_quantity
-from dra_driver.devices.node_config import NodeConfigError, _bytes
+from dra_driver.devices.node_config import NodeConfigError
+from dra_driver.devices.node_config_decode import _bytes
 from dra_driver.packing.published import PublishedSliceError
 from dra_driver.packing.published import parse_quantity as published_quantity
 from dra_driver.packing.shapes import ShapeError, _memory

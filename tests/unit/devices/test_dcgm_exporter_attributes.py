@@ -6,7 +6,7 @@ names; vGPU devices have type "vgpu", which it does not know (it logs and skips 
 import yaml
 
 from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import parse_node_config
+from dra_driver.devices.node_config_decode import parse_node_config
 from tests.support.nodes import simulated_node
 
 CONFIG = """\

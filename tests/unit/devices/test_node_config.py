@@ -9,14 +9,8 @@ from msgspec.structs import replace
 from dra_driver.config.node_config_files import load_node_config
 from dra_driver.devices.gpu_selection import catalog_model
 from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import (
-    NodeConfigError,
-    NodePlan,
-    VgpuPartitionSize,
-    parse_node_config,
-    plan_gpus,
-    plan_node,
-)
+from dra_driver.devices.node_config import NodeConfigError, NodePlan, VgpuPartitionSize, plan_gpus, plan_node
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.devices.vgpu import MPS_CLIENTS_PER_GPU, partition_slots
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.model import MigMode

@@ -6,7 +6,8 @@ from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.naming import parse_device_name
-from dra_driver.devices.node_config import GpuSettings, NodeConfig, VgpuPartitionSize, parse_node_config
+from dra_driver.devices.node_config import GpuSettings, NodeConfig, VgpuPartitionSize
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.devices.order import name_ordered, orphaned_slices
 from dra_driver.devices.origins import DynamicMig
 from dra_driver.devices.slices import plan_slices

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft7Validator
 
 from dra_driver.devices.extended_resources import catalog_mig_profiles
-from dra_driver.devices.node_config import MODES, NodeConfigError, parse_node_config
+from dra_driver.devices.node_config import MODES, NodeConfigError
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.tools.manifests.chart_schema import node_config_schema
 
 VALIDATOR = Draft7Validator(node_config_schema())

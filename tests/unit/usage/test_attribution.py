@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.devices.inventory import node_inventory
-from dra_driver.devices.node_config import parse_node_config
+from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.hardware.usage import DeviceUsage, ProcessUsage
 from dra_driver.observability.metrics import UsageMetrics
 from dra_driver.usage.attribution import NO_POD, ClaimRow, DeviceFacts, DeviceUser, attribute, gpu_rows
