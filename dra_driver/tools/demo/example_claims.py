@@ -21,20 +21,23 @@ import msgspec
 
 from dra_driver.devices.classes import SHARING_CLASSES, class_name, device_classes, sharing_class_name
 from dra_driver.devices.inventory import Inventory
-from dra_driver.devices.model import Device, DeviceType, quantity
+from dra_driver.devices.model import Device, DeviceType
 from dra_driver.hardware.model import Gpu
 from dra_driver.tools.demo.sample_claims import (
-    NAMESPACE,
-    POD_UID,
     SampleClaimError,
+    allocated_claim,
     candidate_configs,
+    default_share,
     offered_inventory,
-    quarter,
 )
 
 # Claim UIDs and share IDs derive from the claim's name, so a run prints the same CDI IDs on every
 # machine, as the sample claims do.
 _NAMESPACE_UUID = uuid.UUID("6f0c2b9e-4d3a-4e71-9a5b-2c8d1e7f3a40")
+
+
+# A claim to allocate: its name, its spec, and its requests as allocation results name them.
+_Wanted = tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]
 
 
 class ExampleClaims(msgspec.Struct, frozen=True):
@@ -100,11 +103,9 @@ def example_claims(
     a request names a class of another driver, the claims ask for several kinds, or the node
     cannot offer enough devices."""
     kinds = _kind_of_class(driver)
-    wanted: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = [
-        (name, _requests(name, spec)) for name, spec in specs
-    ]
+    wanted: list[_Wanted] = [(name, spec, _requests(name, spec)) for name, spec in specs]
     types = set()
-    for name, requests in wanted:
+    for name, _, requests in wanted:
         for request_name, request in requests:
             if request.get("deviceClassName") not in kinds:
                 raise SampleClaimError(
@@ -123,7 +124,7 @@ def example_claims(
         if inventory is None:
             continue
         try:
-            claims, notes = _allocate(wanted, specs, inventory, kind, pool, driver)
+            claims, notes = _allocate(wanted, inventory, kind, pool, driver)
         except _NotEnough:
             continue
         return ExampleClaims(tuple(claims), raw_config, tuple(notes))
@@ -142,8 +143,7 @@ def _plain_selector(expression: str, driver: str) -> tuple[str, str] | None:
 
 
 def _allocate(
-    wanted: Sequence[tuple[str, list[tuple[str, dict[str, Any]]]]],
-    specs: Sequence[tuple[str, dict[str, Any]]],
+    wanted: Sequence[_Wanted],
     inventory: Inventory,
     kind: DeviceType,
     pool: str,
@@ -154,7 +154,7 @@ def _allocate(
         item["metadata"]["name"]: item["spec"].get("config", []) for item in device_classes(driver)
     }
     claims, notes = [], []
-    for (name, requests), (_, spec) in zip(wanted, specs, strict=True):
+    for name, spec, requests in wanted:
         results, configs = [], []
         for request_name, request in requests:
             expressions = [
@@ -183,7 +183,7 @@ def _allocate(
             for entry in (spec.get("devices") or {}).get("config") or []
             if "opaque" in entry
         ]
-        claims.append(_claim(name, spec, results, configs))
+        claims.append(allocated_claim(name, str(uuid.uuid5(_NAMESPACE_UUID, name)), spec, results, configs))
     return claims, notes
 
 
@@ -212,24 +212,5 @@ def _result(
     if device.allow_multiple_allocations:
         asked = dict(((request.get("capacity") or {}).get("requests")) or {})
         result["shareID"] = str(uuid.uuid5(_NAMESPACE_UUID, f"{claim}/{request_name}/{device.name}"))
-        result["consumedCapacity"] = {
-            "memory": asked.get("memory", quantity(quarter(device))),
-            "cores": asked.get("cores", "25"),
-            **{key: value for key, value in asked.items() if key not in ("memory", "cores")},
-        }
+        result["consumedCapacity"] = {**default_share(device), **asked}
     return result
-
-
-def _claim(
-    name: str, spec: dict[str, Any], results: list[dict[str, Any]], configs: list[dict[str, Any]]
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"namespace": NAMESPACE, "name": name, "uid": str(uuid.uuid5(_NAMESPACE_UUID, name))},
-        "spec": spec,
-        "status": {
-            "allocation": {"devices": {"results": results, "config": configs}},
-            "reservedFor": [{"resource": "pods", "name": "demo-pod", "uid": POD_UID}],
-        },
-    }

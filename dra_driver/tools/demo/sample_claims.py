@@ -83,7 +83,7 @@ _TRY: dict[ClaimKind, str] = {
 }
 
 
-def quarter(device: Device) -> int:
+def _quarter(device: Device) -> int:
     """A quarter of the memory a share may take, in the device's steps, as the scheduler rounds."""
     memory = device.capacity["memory"]
     if memory.request_policy is None:
@@ -92,27 +92,47 @@ def quarter(device: Device) -> int:
     return max(steps.minimum, steps.maximum // 4 // steps.step * steps.step)
 
 
+def default_share(device: Device) -> dict[str, str]:
+    """What a vGPU share that asks for nothing in particular consumes: a quarter of the GPU."""
+    return {"memory": quantity(_quarter(device)), "cores": str(VGPU_CORES_PERCENT)}
+
+
 def _result(device: Device, pool: str, driver: str) -> dict[str, Any]:
     result: dict[str, Any] = {"request": "device", "driver": driver, "pool": pool, "device": device.name}
     if device.type == "vgpu":
         result["shareID"] = VGPU_SHARE_ID
-        result["consumedCapacity"] = {"memory": quantity(quarter(device)), "cores": str(VGPU_CORES_PERCENT)}
+        result["consumedCapacity"] = default_share(device)
     return result
 
 
-def claim_document(kind: ClaimKind, device: Device, pool: str, driver: str) -> dict[str, Any]:
-    """An allocated ResourceClaim as the scheduler leaves it, reserved for one pod."""
-    device_class = class_name(kind, driver)
+def allocated_claim(
+    name: str,
+    uid: str,
+    spec: dict[str, Any],
+    results: list[dict[str, Any]],
+    config: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A ResourceClaim as the scheduler leaves it, allocated and reserved for one pod."""
+    devices: dict[str, Any] = {"results": results}
+    if config is not None:
+        devices["config"] = config
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"namespace": NAMESPACE, "name": f"demo-{kind}", "uid": CLAIM_UIDS[kind]},
-        "spec": {"devices": {"requests": [{"name": "device", "exactly": {"deviceClassName": device_class}}]}},
+        "metadata": {"namespace": NAMESPACE, "name": name, "uid": uid},
+        "spec": spec,
         "status": {
-            "allocation": {"devices": {"results": [_result(device, pool, driver)]}},
+            "allocation": {"devices": devices},
             "reservedFor": [{"resource": "pods", "name": "demo-pod", "uid": POD_UID}],
         },
     }
+
+
+def claim_document(kind: ClaimKind, device: Device, pool: str, driver: str) -> dict[str, Any]:
+    """The sample claim of `kind`, allocated `device`."""
+    request = {"name": "device", "exactly": {"deviceClassName": class_name(kind, driver)}}
+    spec = {"devices": {"requests": [request]}}
+    return allocated_claim(f"demo-{kind}", CLAIM_UIDS[kind], spec, [_result(device, pool, driver)])
 
 
 def sample_claim(kind: ClaimKind, gpus: Sequence[Gpu], pool: str, driver: str, node: str) -> SampleClaim:
