@@ -55,11 +55,12 @@ class _Mapping:
         otherwise replace the earlier value without a word (PyYAML keeps the last)."""
         if self.at_key and isinstance(event, yaml.ScalarEvent) and event.start_mark is not None:
             line = event.start_mark.line + 1
-            if (first := self.keys.setdefault(event.value, line)) != line:
+            if (first := self.keys.get(event.value)) is not None:
                 raise YamlProblem(
                     f"key {event.value[:40]!r} at line {line} is given twice (first at line {first}): "
                     "the second would silently replace the first"
                 )
+            self.keys[event.value] = line
         self.at_key = not self.at_key
 
 

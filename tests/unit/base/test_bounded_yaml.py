@@ -75,8 +75,9 @@ def test_malformed_text_is_one_line_with_line_and_column_and_no_stream_name() ->
             "key 'mode' at line 4 is given twice (first at line 3)",
         ),
         ('a: 1\n"a": 2\n', "key 'a' at line 2 is given twice (first at line 1)"),
+        ("default: {mode: gpu, mode: auto}\n", "key 'mode' at line 1 is given twice (first at line 1)"),
     ],
-    ids=["top-level", "in-a-list-entry", "quoted-and-plain"],
+    ids=["top-level", "in-a-list-entry", "quoted-and-plain", "one-line"],
 )
 def test_a_key_given_twice_in_one_mapping_is_refused_naming_both_lines(text: str, said: str) -> None:
     with pytest.raises(YamlProblem) as caught:
