@@ -270,8 +270,8 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     plan.add_argument(
         "--pods",
         metavar="SHAPES",
-        help="pod shapes, comma-separated [<count>x]<kind>: gpu, a MIG profile (1g.10gb) or "
-        "vgpu:<memory>[/<cores>%%], e.g. 10x1g.10gb,4xvgpu:10Gi/30%%,2xgpu",
+        help="pod shapes, comma-separated [<count>x]<kind>: gpu, gpu:<N> (N whole GPUs, 1 to 8), a MIG "
+        "profile (1g.10gb) or vgpu:<memory>[/<cores>%%], e.g. 10x1g.10gb,4xvgpu:10Gi/30%%,2xgpu,3xgpu:8",
     )
     plan.add_argument(
         "--trace",

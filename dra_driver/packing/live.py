@@ -333,10 +333,14 @@ class LiveOrder:
         self.history.append(self._positions())
         seen = self.history[0]
         request = _only_request(claim)
-        options = state.fitting(request)
-        if not options:
-            return Refusal(f"request {request.name}: no device fits")
-        return Allocation((min(options, key=lambda r: seen[r.device]),))
+        # First fit in the order seen; several devices only for whole GPUs (gpu:8): no shared counters.
+        options = sorted(state.fitting(request), key=lambda r: seen[r.device])[: request.count]
+        if len(options) < request.count:
+            short = (
+                f"{len(options)} free devices fit, {request.count} needed" if options else "no device fits"
+            )
+            return Refusal(f"request {request.name}: {short}")
+        return Allocation(tuple(options))
 
 
 GIB = 2**30

@@ -48,10 +48,22 @@ MIB = 2**20
 class PlacedPod(msgspec.Struct, frozen=True):
     number: int
     shape: str
-    device: str
-    gpu: int
+    # The devices its claim got and the index of each one's GPU, in allocation order: one each,
+    # but for a pod of several whole GPUs (`gpu:8`).
+    devices: tuple[str, ...]
+    gpus: tuple[int, ...]
+    # What it holds over all its devices: bytes of memory, and percent of one GPU's cores summed
+    # (800 for eight whole GPUs).
     memory_bytes: int
     cores: int
+
+    @property
+    def device(self) -> str:
+        return self.devices[0]
+
+    @property
+    def gpu(self) -> int:
+        return self.gpus[0]
 
 
 class GroupOutcome(msgspec.Struct, frozen=True):
@@ -121,7 +133,7 @@ def _is_profile(profile: str) -> Callable[[Device], bool]:
 
 def _request(shape: PodShape, selector: Callable[[Device], bool]) -> Request:
     if shape.kind != "vgpu":
-        return Request(shape.kind, selector)
+        return Request(shape.kind, selector, count=shape.devices)
     capacity = {"memory": shape.memory_bytes}
     if shape.cores is not None:
         capacity["cores"] = shape.cores
@@ -274,17 +286,37 @@ def occupant_of(pool_device: Device, result: DeviceResult, label: str) -> Occupa
     return Occupant(result.device, label, device_memory(pool_device), cores.value if cores else ALL_CORES)
 
 
+def placed_pod(
+    number: int,
+    label: str,
+    allocation: Allocation,
+    devices: Mapping[str, Device],
+    gpu_index: Mapping[str, int],
+) -> tuple[PlacedPod, tuple[Occupant, ...]]:
+    """The pod an allocation placed, and what it occupies: one occupant per device it got."""
+    occupants = tuple(occupant_of(devices[result.device], result, label) for result in allocation.results)
+    gpus = tuple(gpu_index[device_gpu_uuid(devices[occupant.device])] for occupant in occupants)
+    memory = sum(occupant.memory_bytes for occupant in occupants)
+    cores = sum(occupant.cores for occupant in occupants)
+    return PlacedPod(number, label, tuple(o.device for o in occupants), gpus, memory, cores), occupants
+
+
+def _claim(shape: PodShape, on_gpu: str) -> Claim:
+    selector = _selector(shape)
+    if not on_gpu:
+        return Claim((_request(shape, selector),))
+    # A pod of several GPUs can use this one when it and enough others are free: one device
+    # here, the rest anywhere (the allocator never gives one device twice in a claim).
+    here = _request(replace(shape, devices=1), _on_gpu(selector, on_gpu))
+    rest = (Request("others", selector, count=shape.devices - 1),) if shape.devices > 1 else ()
+    return Claim((here, *rest))
+
+
 def shape_claims(groups: Iterable[PodGroup], on_gpu: str = "") -> dict[PodShape, Claim]:
     """One claim per distinct shape: equal pods share one selector, so the allocator model
-    finds their candidate devices once (`NodeState` caches them per selector)."""
-    claims = {}
-    for group in groups:
-        if group.shape not in claims:
-            selector = _selector(group.shape)
-            claims[group.shape] = Claim(
-                (_request(group.shape, _on_gpu(selector, on_gpu) if on_gpu else selector),)
-            )
-    return claims
+    finds their candidate devices once (`NodeState` caches them per selector). With `on_gpu`,
+    claims that must take a device of that GPU."""
+    return {group.shape: _claim(group.shape, on_gpu) for group in groups}
 
 
 def plan_pool(
@@ -317,20 +349,9 @@ def plan_pool(
                 refused[group.shape] = outcome.reason
                 break
             state.add(outcome)
-            (result,) = outcome.results
-            occupant = occupant_of(devices[result.device], result, group.shape.text)
-            occupants.append(occupant)
-            gpu = gpu_index[device_gpu_uuid(devices[occupant.device])]
-            placed.append(
-                PlacedPod(
-                    number,
-                    group.shape.text,
-                    occupant.device,
-                    gpu,
-                    occupant.memory_bytes,
-                    occupant.cores,
-                )
-            )
+            pod, held = placed_pod(number, group.shape.text, outcome, devices, gpu_index)
+            occupants += held
+            placed.append(pod)
             number += 1
         number += group.count - len(placed)
         outcomes.append(GroupOutcome(group, tuple(placed), refused.get(group.shape, "")))

@@ -1,12 +1,13 @@
-"""Pod shapes for `dra-driver plan`: `--pods 10x1g.10gb,4xvgpu:10Gi/30%,2xgpu`.
+"""Pod shapes for `dra-driver plan`: `--pods 10x1g.10gb,4xvgpu:10Gi/30%,2xgpu,3xgpu:8`.
 
-A shape is what one pod's claim asks for, in the words operators use: a whole GPU, a MIG
-profile, or a vGPU share of memory and (optionally) cores. The grammar is checked here, with no
-knowledge of the node, so a typo is reported before any hardware is read; whether a MIG profile
-exists is the node's question (`packing.planner`).
+A shape is what one pod's claim asks for, in the words operators use: a whole GPU (or several
+in the claim's one request: `gpu:8`), a MIG profile, or a vGPU share of memory and (optionally)
+cores. The grammar is checked here, with no knowledge of the node, so a typo is reported before
+any hardware is read; whether a MIG profile exists is the node's question (`packing.planner`).
 
     item   := [count "x"] kind            count: 1..MAX_COUNT, no leading zeros (default 1)
-    kind   := "gpu" | profile | "vgpu:" memory ["/" cores "%"]
+    kind   := "gpu" [":" gpus] | profile | "vgpu:" memory ["/" cores "%"]
+    gpus   := 1..MAX_GPUS_PER_POD, no leading zeros: whole GPUs in the one request (default 1)
     profile:= <n>"g."<m>"gb" ["+me" | "-me" ...]    e.g. 1g.10gb, 3g.40gb, 1g.10gb+me
     memory := a whole quantity: digits with Ki, Mi, Gi, Ti, k, M, G or T
     cores  := 1..100
@@ -24,13 +25,20 @@ ShapeKind = Literal["gpu", "mig", "vgpu"]
 # More pods than any node could hold by orders of magnitude, and small enough that a typo such as
 # an extra zero is caught before a plan loops over it.
 MAX_COUNT = 100_000
+# The largest NVIDIA nodes (DGX/HGX) have 8 GPUs, and one claim is allocated on one node: a pod
+# asking for more whole GPUs than a node has can never be placed, so it is a typo.
+MAX_GPUS_PER_POD = 8
 ALL_CORES = 100
 FLAG = "--pods"
 
 _ITEM = re.compile(r"(?:(?P<count>[0-9]+)x)?(?P<kind>.*)", re.S)
 _PROFILE = re.compile(r"[1-9][0-9]*g\.[1-9][0-9]*gb(?:[+-][a-z][a-z0-9.]*)*")
 _CORES = re.compile(r"(?P<digits>[0-9]+)%")
-_KIND_FORM = "gpu, a MIG profile such as 1g.10gb or 3g.40gb, or vgpu:<memory>[/<cores>%]"
+_GPUS = re.compile(r"[1-9][0-9]*")
+_KIND_FORM = (
+    f"gpu or gpu:<GPUs 1 to {MAX_GPUS_PER_POD}>, a MIG profile such as 1g.10gb or 3g.40gb, "
+    "or vgpu:<memory>[/<cores>%]"
+)
 
 
 class ShapeError(ValueError):
@@ -38,10 +46,12 @@ class ShapeError(ValueError):
 
 
 class PodShape(msgspec.Struct, frozen=True):
-    """What one pod asks for. `text` is the kind as written (`1g.10gb`, `vgpu:10Gi/30%`)."""
+    """What one pod asks for. `text` is the kind as written (`1g.10gb`, `vgpu:10Gi/30%`, `gpu:8`)."""
 
     kind: ShapeKind
     text: str
+    # How many devices the pod's one request takes: more than 1 only for whole GPUs (`gpu:N`).
+    devices: int = 1
     # MIG: the profile name.
     profile: str = ""
     # vGPU: the share's memory in bytes, and its cores in percent (None: not asked, so the
@@ -89,6 +99,19 @@ def _cores(text: str, where: str) -> int:
     return int(match["digits"])
 
 
+def _gpus(text: str, where: str) -> int:
+    digits = text.removeprefix("gpu:")
+    if (
+        not _GPUS.fullmatch(digits)
+        or len(digits) > len(str(MAX_GPUS_PER_POD))
+        or int(digits) > MAX_GPUS_PER_POD
+    ):
+        raise ShapeError(
+            f'{where}: gpus "{digits}": expected a whole number of GPUs from 1 to {MAX_GPUS_PER_POD}'
+        )
+    return int(digits)
+
+
 def _vgpu(text: str, where: str) -> PodShape:
     memory_text, slash, cores_text = text.removeprefix("vgpu:").partition("/")
     memory = _memory(memory_text, where)
@@ -99,6 +122,8 @@ def _vgpu(text: str, where: str) -> PodShape:
 def parse_shape(text: str, where: str) -> PodShape:
     if text == "gpu":
         return PodShape("gpu", text)
+    if text.startswith("gpu:"):
+        return PodShape("gpu", text, devices=_gpus(text, where))
     if text.startswith("vgpu:"):
         return _vgpu(text, where)
     if _PROFILE.fullmatch(text):
@@ -119,5 +144,7 @@ def parse_pods(text: str) -> tuple[PodGroup, ...]:
     """`--pods` as written: comma-separated items, spaces around them allowed. Raises
     ShapeError for the first bad item."""
     if not text.strip():
-        raise ShapeError(f"{FLAG}: expected at least one pod shape, e.g. 10x1g.10gb,4xvgpu:10Gi/30%,2xgpu")
+        raise ShapeError(
+            f"{FLAG}: expected at least one pod shape, e.g. 10x1g.10gb,4xvgpu:10Gi/30%,2xgpu,gpu:8"
+        )
     return tuple(parse_item(item.strip(), position) for position, item in enumerate(text.split(",")))

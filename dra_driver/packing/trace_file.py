@@ -3,7 +3,7 @@ checked here (pure: the command reads the YAML/JSON file, this module judges its
 
     arrivals:                 # required, 1..MAX_ARRIVALS entries
       - at: 0                 # seconds from the start, >= 0
-        pod: 1g.10gb          # one pod, spelled as a --pods kind (no count)
+        pod: 1g.10gb          # one pod, spelled as a --pods kind (no count); gpu:8: 8 GPUs
         duration: 3600        # seconds it holds its device, > 0; or:
       - at: 30
         pod: 3g.40gb

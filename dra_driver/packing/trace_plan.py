@@ -14,7 +14,7 @@ import msgspec
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Refusal
-from dra_driver.packing.layout import Occupant, device_gpu_uuid, gpu_layouts
+from dra_driver.packing.layout import Occupant, gpu_layouts
 from dra_driver.packing.live import GpuScorer, LiveOrder, ObservedState, agent_groups, grouped_layout
 from dra_driver.packing.planner import (
     GpuOutcome,
@@ -23,7 +23,7 @@ from dra_driver.packing.planner import (
     PlacedPod,
     PlanMode,
     gpu_outcome,
-    occupant_of,
+    placed_pod,
     shape_claims,
 )
 from dra_driver.packing.shapes import PodGroup, PodShape
@@ -102,7 +102,7 @@ def _replay(
     claims = shape_claims(groups)
     devices = {device.name: device for device in pool.devices}
     gpu_index = {layout.uuid: layout.index for layout in gpu_layouts(pool, ())}
-    held: dict[int, tuple[Allocation, Occupant]] = {}
+    held: dict[int, tuple[Allocation, tuple[Occupant, ...]]] = {}
     placed: dict[PodShape, list[PlacedPod]] = {group.shape: [] for group in groups}
     reasons: dict[PodShape, str] = {}
     refused = changes = 0
@@ -122,17 +122,13 @@ def _replay(
             else:
                 state.add(answer)
                 changes += 1
-                (result,) = answer.results
-                occupant = occupant_of(devices[result.device], result, event.shape.text)
-                held[event.pod] = (answer, occupant)
-                gpu = gpu_index[device_gpu_uuid(devices[result.device])]
-                placed[event.shape].append(
-                    PlacedPod(
-                        event.pod, event.shape.text, result.device, gpu, occupant.memory_bytes, occupant.cores
-                    )
-                )
+                pod, occupants = placed_pod(event.pod, event.shape.text, answer, devices, gpu_index)
+                held[event.pod] = (answer, occupants)
+                placed[event.shape].append(pod)
         if number == moment:
-            layouts = gpu_layouts(pool, [occupant for _, occupant in held.values()])
+            layouts = gpu_layouts(
+                pool, [occupant for _, occupants in held.values() for occupant in occupants]
+            )
             drawn = tuple(gpu_outcome(state, layout, groups) for layout in layouts)
     outcomes = tuple(
         GroupOutcome(group, tuple(placed[group.shape]), reasons.get(group.shape, "")) for group in groups

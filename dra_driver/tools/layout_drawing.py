@@ -60,7 +60,7 @@ BAR_AXIS = "memory, GiB (cores: the same width is 100 %)"
 
 def kind_of(label: str) -> str:
     """The key of KIND_COLOURS a pod shape's text falls under ("" for a claim's label)."""
-    if label == "gpu":
+    if label == "gpu" or label.startswith("gpu:"):
         return "gpu"
     if label.startswith("vgpu:"):
         return "vgpu"

@@ -27,7 +27,8 @@ def _aligned(rows: list[tuple[str, ...]]) -> Iterator[str]:
 
 
 def _where(outcome: GroupOutcome) -> str:
-    per_gpu = Counter(pod.gpu for pod in outcome.placed)
+    # A pod of several GPUs (gpu:8) counts on each GPU it holds.
+    per_gpu = Counter(gpu for pod in outcome.placed for gpu in pod.gpus)
     return ", ".join(f"GPU {gpu}: {count}" for gpu, count in sorted(per_gpu.items()))
 
 
@@ -46,7 +47,8 @@ def _mode_lines(plan: ModePlan, layout: bool) -> list[str]:
     shapes_on: dict[int, Counter[str]] = {}
     for outcome in plan.groups:
         for pod in outcome.placed:
-            shapes_on.setdefault(pod.gpu, Counter())[pod.shape] += 1
+            for gpu in pod.gpus:
+                shapes_on.setdefault(gpu, Counter())[pod.shape] += 1
     lines += _aligned(
         [
             ("GPU", "OFFERED AS", "USED", "FREE", "STRANDED", "PODS"),
@@ -87,7 +89,14 @@ def plan_document(node: str, groups: Sequence[PodGroup], plans: Sequence[ModePla
     return {
         "node": node,
         "pods": [
-            {"item": g.item, "count": g.count, "shape": g.shape.text, "kind": g.shape.kind} for g in groups
+            {
+                "item": g.item,
+                "count": g.count,
+                "shape": g.shape.text,
+                "kind": g.shape.kind,
+                "devices": g.shape.devices,
+            }
+            for g in groups
         ],
         "modes": [
             {
@@ -110,6 +119,9 @@ def plan_document(node: str, groups: Sequence[PodGroup], plans: Sequence[ModePla
                                 "pod": pod.number,
                                 "device": pod.device,
                                 "gpu": pod.gpu,
+                                # Every device and GPU: several for a gpu:N pod; device, gpu: the first.
+                                "devices": list(pod.devices),
+                                "gpus": list(pod.gpus),
                                 "memoryBytes": pod.memory_bytes,
                                 "cores": pod.cores,
                             }

@@ -62,6 +62,54 @@ def test_whole_mode_refuses_mig_shapes_with_the_models_reason_and_places_gpus_in
     assert plan.used_bytes == 3 * H100.memory_bytes
 
 
+def test_a_pod_of_eight_gpus_takes_all_eight_gpus_of_a_node_in_one_claim() -> None:
+    (plan,) = plan_node_modes(simulated_node("dgx-h100"), parse_pods("2xgpu:8"), DRIVER, ("gpu",))
+
+    (outcome,) = plan.groups
+    (pod,) = outcome.placed
+    assert pod.devices == tuple(f"gpu-{n}" for n in range(8))
+    assert pod.gpus == tuple(range(8)) and (pod.device, pod.gpu) == ("gpu-0", 0)
+    assert (pod.memory_bytes, pod.cores) == (8 * H100.memory_bytes, 800)
+    # The second needs eight more: none is free.
+    assert outcome.refused == 1
+    assert outcome.refusal == "request gpu: no free device fits device 1 of 8"
+    assert (plan.placed, plan.asked) == (1, 2)
+    assert plan.used_bytes == plan.memory_bytes == 8 * H100.memory_bytes
+    assert [gpu.layout.free_bytes for gpu in plan.gpus] == [0] * 8
+
+
+def test_a_pod_of_eight_gpus_is_refused_where_fewer_than_eight_are_free() -> None:
+    (plan,) = plan_node_modes(simulated_node("dgx-h100"), parse_pods("gpu,gpu:8"), DRIVER, ("gpu",))
+
+    one, eight = plan.groups
+    assert [pod.devices for pod in one.placed] == [("gpu-0",)]
+    assert eight.placed == () and eight.refusal == "request gpu: no free device fits device 8 of 8"
+    assert plan.used_bytes == H100.memory_bytes
+    # The seven free GPUs still take a one-GPU pod: not stranded.
+    assert [gpu.stranded_bytes for gpu in plan.gpus] == [0] * 8
+
+    (four,) = plan_node_modes(simulated_node("dgx-h100")[:4], parse_pods("gpu:8"), DRIVER, ("gpu",))
+    assert four.groups[0].placed == ()
+    assert four.groups[0].refusal == "request gpu: 4 of the node's devices match it, 8 needed"
+    # No eight-GPU pod can ever use these GPUs: all their memory is stranded.
+    assert [gpu.stranded_bytes for gpu in four.gpus] == [H100.memory_bytes] * 4
+
+
+def test_a_gpu_is_stranded_when_no_multi_gpu_pod_can_use_it_with_the_others_free() -> None:
+    (plan,) = plan_node_modes(simulated_node("dgx-h100"), parse_pods("gpu:3,gpu:4"), DRIVER, ("gpu",))
+
+    three, four = plan.groups
+    assert [pod.gpus for pod in three.placed] == [(0, 1, 2)]
+    assert [pod.gpus for pod in four.placed] == [(3, 4, 5, 6)]
+    assert [pod.memory_bytes for pod in four.placed] == [4 * H100.memory_bytes]
+    # GPU 7 is free, but a gpu:3 or gpu:4 pod needs more free GPUs than the one.
+    assert [gpu.stranded_bytes for gpu in plan.gpus] == [0] * 7 + [H100.memory_bytes]
+
+    (two,) = plan_node_modes(simulated_node("dgx-h100"), parse_pods("gpu:3,gpu:2"), DRIVER, ("gpu",))
+    # Three GPUs are free after the 3 and the 2: another gpu:3 fits on them, nothing stranded.
+    assert [gpu.stranded_bytes for gpu in two.gpus] == [0] * 8
+
+
 def test_vgpu_capacity_packs_shares_by_cores_and_strands_memory_no_share_can_use() -> None:
     (plan,) = plan_node_modes(
         simulated_node("dgx-h100"), parse_pods("5xvgpu:10Gi/30%"), DRIVER, ("vgpu-capacity",)
@@ -219,21 +267,22 @@ def wanted(shape: PodShape) -> Callable[[Device], bool]:
     return selector
 
 
-def one_by_one(pool: Pool, groups: Sequence[PodGroup]) -> list[list[str]]:
+def one_by_one(pool: Pool, groups: Sequence[PodGroup]) -> list[list[tuple[str, ...]]]:
     """The placements of asking the allocator model for every pod in turn, with nothing cached."""
     state = NodeState(pool)
-    placed: list[list[str]] = []
+    placed: list[list[tuple[str, ...]]] = []
     for group in groups:
         shape = group.shape
         devices = []
         for _ in range(group.count):
             capacity = {"memory": shape.memory_bytes} | ({"cores": shape.cores} if shape.cores else {})
-            request = Request(shape.kind, wanted(shape), capacity=capacity if shape.kind == "vgpu" else {})
+            vgpu = shape.kind == "vgpu"
+            request = Request(shape.kind, wanted(shape), shape.devices, capacity if vgpu else {})
             outcome = state.allocate(Claim((request,)))
             if isinstance(outcome, Refusal):
                 continue
             state.add(outcome)
-            devices.append(outcome.devices[0])
+            devices.append(outcome.devices)
         placed.append(devices)
     return placed
 
@@ -247,6 +296,8 @@ items = st.sampled_from(
         "7g.80gb",
         "2g.20gb",
         "gpu",
+        "gpu:2",
+        "2xgpu:3",
         "vgpu:10Gi/30%",
         "vgpu:30Gi",
         "3xvgpu:5Gi/10%",
@@ -265,4 +316,4 @@ def test_the_plan_is_the_allocator_models_answer_pod_by_pod(pods: list[str], mod
 
     plan = plan_pool(pool, groups, mode)  # type: ignore[arg-type]
 
-    assert [[pod.device for pod in outcome.placed] for outcome in plan.groups] == one_by_one(pool, groups)
+    assert [[pod.devices for pod in outcome.placed] for outcome in plan.groups] == one_by_one(pool, groups)

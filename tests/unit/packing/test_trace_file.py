@@ -32,6 +32,19 @@ def test_durations_and_named_departures_become_ordered_events() -> None:
     assert trace.events[1].shape == PodShape("mig", "1g.10gb", profile="1g.10gb")
 
 
+def test_an_arrival_may_ask_for_several_whole_gpus() -> None:
+    trace = parse_trace(
+        {"arrivals": [{"at": 0, "pod": "gpu:8", "duration": 60}, {"at": 1, "pod": " gpu:2 ", "name": "b"}]},
+        SOURCE,
+    )
+
+    assert [event.shape for event in trace.events] == [
+        PodShape("gpu", "gpu:8", devices=8),
+        PodShape("gpu", "gpu:2", devices=2),
+        None,
+    ]
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -72,6 +85,14 @@ def test_durations_and_named_departures_become_ordered_events() -> None:
             'arrivals[0].pod: kind "2x1g.10gb": expected gpu',
         ),
         ({"arrivals": [{"at": 0, "pod": "vgpu:10Gi/300%", "duration": 1}]}, "arrivals[0].pod"),
+        (
+            {"arrivals": [{"at": 0, "pod": "gpu", "duration": 1}, {"at": 0, "pod": "gpu:9", "duration": 1}]},
+            'arrivals[1].pod: gpus "9": expected a whole number of GPUs from 1 to 8',
+        ),
+        (
+            {"arrivals": [{"at": 0, "pod": "gpu:0", "duration": 1}]},
+            'arrivals[0].pod: gpus "0": expected a whole number of GPUs from 1 to 8',
+        ),
         (
             {"arrivals": [{"at": 0, "pod": "gpu"}]},
             "arrivals[0]: expected exactly one of duration (seconds) or name",

@@ -82,3 +82,30 @@ def test_the_live_replay_counts_the_slice_writes_of_a_churning_trace() -> None:
     assert static.slice_writes == 0 and live.slice_writes > 0
     assert live.changes == 2 * (80 - live.refused)  # every admitted pod leaves within the trace
     assert static.refused != live.refused or static.plan.groups != live.plan.groups
+
+
+def test_a_pod_of_eight_gpus_takes_every_gpu_in_both_orders_and_frees_them_when_it_leaves() -> None:
+    inventory = node_inventory(simulated_node("dgx-h100"), NodeConfig(default=GpuSettings(mode="gpu")))
+    trace = parse_trace(
+        {
+            "arrivals": [
+                {"at": 0, "pod": "gpu:8", "duration": 10},
+                {"at": 1, "pod": "gpu", "duration": 100},
+                {"at": 20, "pod": "gpu", "duration": 100},
+                {"at": 21, "pod": "gpu:8", "duration": 100},
+                {"at": 22, "pod": "gpu:4", "duration": 100},
+            ]
+        },
+        "t",
+    )
+    for replay in replay_trace(inventory, DRIVER, trace, "gpu"):
+        eights, ones, fours = replay.plan.groups
+        assert [pod.devices for pod in eights.placed] == [tuple(f"gpu-{n}" for n in range(8))]
+        assert [pod.gpus for pod in eights.placed] == [tuple(range(8))]
+        # The gpu at 1 finds none free; at 21 one GPU is taken, so the second gpu:8 is refused.
+        assert [pod.devices for pod in ones.placed] == [("gpu-0",)]
+        assert [pod.devices for pod in fours.placed] == [("gpu-1", "gpu-2", "gpu-3", "gpu-4")]
+        assert (replay.refused, replay.first_refusal_seconds) == (2, 1.0)
+        # Drawn at the first refusal (second 1): the gpu:8 holds all eight GPUs.
+        assert [gpu.layout.free_bytes for gpu in replay.plan.gpus] == [0] * 8
+        assert {o.label for gpu in replay.plan.gpus for o in gpu.layout.occupants} == {"gpu:8"}
