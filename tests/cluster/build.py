@@ -156,6 +156,16 @@ def node_components() -> list[Component]:
     ]
 
 
+def kwok_component() -> Component:
+    """kwok, for the cluster-scale benchmark only (tests/bench/cluster_scale): it keeps fake
+    Nodes Ready and their pods Running with no kubelet, so `make cluster` never builds it."""
+    return Component(
+        name="kwok",
+        module=MODULES / "kwok",
+        binaries={"sigs.k8s.io/kwok/cmd/kwok": "kwok"},
+    )
+
+
 def _say(message: str) -> None:
     print(f"cluster build: {message}", file=sys.stderr, flush=True)
 

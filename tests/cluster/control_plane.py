@@ -8,7 +8,7 @@ every component.
 """
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.cluster import processes
@@ -133,14 +133,19 @@ def start_api_server(layout: Layout, binaries: Mapping[str, Path], version: Kube
     processes.wait_until("ready", lambda: api_ready(layout), 180, layout, "kube-apiserver")
 
 
-def start_controllers(layout: Layout, binaries: Mapping[str, Path], version: KubernetesVersion) -> None:
-    """The controller-manager and the scheduler, each until its /healthz answers."""
+def start_controllers(
+    layout: Layout, binaries: Mapping[str, Path], version: KubernetesVersion, extra_flags: Sequence[str] = ()
+) -> None:
+    """The controller-manager and the scheduler, each until its /healthz answers; `extra_flags`
+    are given to both."""
     processes.start(
         layout,
         "kube-controller-manager",
-        controller_manager_argv(binaries["kube-controller-manager"], layout, version),
+        [*controller_manager_argv(binaries["kube-controller-manager"], layout, version), *extra_flags],
     )
-    processes.start(layout, "kube-scheduler", scheduler_argv(binaries["kube-scheduler"], layout, version))
+    processes.start(
+        layout, "kube-scheduler", [*scheduler_argv(binaries["kube-scheduler"], layout, version), *extra_flags]
+    )
     for name, port in (
         ("kube-controller-manager", CONTROLLER_MANAGER_PORT),
         ("kube-scheduler", SCHEDULER_PORT),

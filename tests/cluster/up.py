@@ -53,7 +53,7 @@ def running(layout: Layout) -> list[str]:
     return [name for name in SERVICES if processes.pid_of(layout, name) is not None]
 
 
-def _write_kubeconfigs(layout: Layout) -> None:
+def write_kubeconfigs(layout: Layout) -> None:
     pki = layout.pki
     for identity in client_identities(NODE_NAME):
         target = layout.kubeconfig(identity.stem)
@@ -90,7 +90,7 @@ def up(layout: Layout, version: KubernetesVersion) -> list[str]:
     agent_tar, agent_name = _step("agent image built", agent_image.build_agent_image)
     _step("pod network bridge made", node.make_bridge)
     _step("certificates made", lambda: make_pki(layout.pki, NODE_NAME))
-    _write_kubeconfigs(layout)
+    write_kubeconfigs(layout)
     # Written now, so a cluster that fails to come up can be looked at with its own kubectl.
     lines = environment_lines(layout, binaries)
     layout.environment_file.write_text("\n".join(lines) + "\n")
