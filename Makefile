@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo dist test test-deps lint unit bench protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
+.PHONY: demo dist test test-deps lint unit bench bench-cluster protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
@@ -84,6 +84,14 @@ bench: $(INSTALLED)
 	$(BIN)/python -m tests.bench.share_scale --output docs/bench/share-scale.json
 	$(BIN)/pip install --quiet -e '.[plot]'
 	$(BIN)/python -m tests.bench.packing --output docs/bench/packing.json
+
+## bench-cluster: the cluster-scale benchmark (docs/benchmarks.md, "Cluster scale"): the real
+## scheduler and controllers over 100 and 500 kwok nodes whose slices the agent's controller
+## publishes; builds kwok and the control plane when the cache lacks them; as root, hours (dynamic
+## MIG alone is 20 minutes a replay at 100 nodes: docs/cluster-scale.md)
+bench-cluster: test-deps $(INSTALLED)
+	$(BIN)/pip install --quiet -e '.[plot]'
+	$(BIN)/python -m tests.bench.cluster_scale --output docs/bench/cluster-utilization.json
 
 ## mock-nvml: build the mock libnvidia-ml.so.1 the NVML tests load (the tests build it too)
 MOCK_NVML := build/mock-nvml/libnvidia-ml.so.1
