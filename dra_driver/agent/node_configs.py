@@ -20,6 +20,7 @@ import structlog
 from msgspec.structs import replace
 
 from dra_driver.agent.node_watch import NodeFacts
+from dra_driver.claims.effect_entries import MigInstanceEntry, TimeSliceEntry
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.config.node_config_files import config_names, read_config_text
 from dra_driver.devices.config_files import (
@@ -31,7 +32,7 @@ from dra_driver.devices.config_files import (
 )
 from dra_driver.devices.naming import parse_device_name
 from dra_driver.devices.node_config import ConfigProblem, GpuPlan, plan_node
-from dra_driver.hardware.model import Gpu, Placement
+from dra_driver.hardware.model import Gpu
 from dra_driver.publish.capabilities import fall_back
 from dra_driver.publish.desired import ApiCapabilities
 
@@ -52,8 +53,8 @@ def gpus_in_use(records: Iterable[ClaimRecord], gpus: Sequence[Gpu]) -> frozense
             parsed = parse_device_name(device.device)
             if parsed is not None and parsed.minor in uuid_of_minor:
                 used.add(uuid_of_minor[parsed.minor])
-        used.update(instance.gpu_uuid for instance in record.mig_instances)
-        used.update(record.time_sliced_gpus)
+        used.update(entry.gpu_uuid for entry in record.entries(MigInstanceEntry))
+        used.update(entry.gpu_uuid for entry in record.entries(TimeSliceEntry))
     return frozenset(used)
 
 
@@ -65,9 +66,9 @@ def unclaimed_mig(gpus: Sequence[Gpu], records: Iterable[ClaimRecord]) -> tuple[
     start-up recovery, not handed out. Read once at start, so an instance made by hand while the
     agent runs is not seen until it restarts."""
     claimed = {
-        (instance.gpu_uuid, instance.profile_id, Placement(instance.placement_start, instance.placement_size))
+        (entry.gpu_uuid, entry.profile_id, entry.placement)
         for record in records
-        for instance in record.mig_instances
+        for entry in record.entries(MigInstanceEntry)
     }
     return tuple(
         replace(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
+from dra_driver.claims.effect_entries import GpuMpsEntry
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.sharing.sharing import gpu_daemon_key
 from dra_driver.config.settings import NodeSettings
@@ -114,7 +115,7 @@ class NodePool:
         """By GPU: the devices of the prepared vGPU shares that use its MPS daemon."""
         devices: dict[str, set[str]] = {}
         for record in self._engine.prepared_claims.values():
-            for gpu_uuid in record.mps_gpus:
+            for gpu_uuid in (entry.gpu_uuid for entry in record.entries(GpuMpsEntry)):
                 devices.setdefault(gpu_uuid, set()).update(
                     device.device for device in record.devices if device.pool == self._settings.node_name
                 )

@@ -6,6 +6,8 @@ the author asked (a GPU shared differently, a GPU offered in the wrong mode). On
 an operator reading errors from several files should meet one way of naming a field and of
 showing what was wrong with it.
 
+Formats declared as msgspec Structs are decoded by `typed_decode.typed`, in the same wording.
+
 Everything raises DecodeError(path, problem); each caller turns it into its own error type
 (kubelet claim error, node-config error, ...) and adds where the document came from.
 """

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import msgspec
 
 from dra_driver.claims.claim_object import AllocatedDevice
+from dra_driver.claims.effect_entries import MigInstanceEntry
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.opaque_config import ConfigEntry, DeviceConfig, VgpuConfig, effective_config
-from dra_driver.claims.records import MigInstanceRecord
 from dra_driver.claims.vgpu_grant import VgpuGrant, check_claim_grants, vgpu_grant
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device
@@ -30,7 +30,7 @@ class PlannedDevice(msgspec.Struct, frozen=True):
     origin: DeviceOrigin
     config: DeviceConfig
     # Dynamic MIG without admin access: the instance prepare creates.
-    create_mig: MigInstanceRecord | None = None
+    create_mig: MigInstanceEntry | None = None
     # Static MIG: the instance that already exists.
     existing_mig: MigInstance | None = None
     # A vGPU share without admin access: what it grants (its HAMi-core limits; what the record,
@@ -61,11 +61,11 @@ class PlannedDevice(msgspec.Struct, frozen=True):
         return f"{self.name}-{self.result.share_id}" if self.result.share_id else self.name
 
 
-def _mig_to_create(origin: DeviceOrigin, admin_access: bool) -> MigInstanceRecord | None:
+def _mig_to_create(origin: DeviceOrigin, admin_access: bool) -> MigInstanceEntry | None:
     """Admin access only watches the GPU (KEP-5018), so it never creates an instance."""
     if admin_access or not isinstance(origin, DynamicMig):
         return None
-    return MigInstanceRecord(
+    return MigInstanceEntry(
         origin.gpu.uuid, origin.profile.profile_id, origin.placement.start, origin.placement.size
     )
 

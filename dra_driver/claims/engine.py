@@ -29,10 +29,10 @@ is checked and taken in a short node-wide turn that first catches up with any pe
 
 The jobs around the protocol live next to it: claim_object.py (the claim, decoded once where it
 is fetched), claim_plan.py (every reason to refuse it, before any side effect), ownership.py (who
-holds which device, agreed with peer agents), side_effects.py (doing and undoing MIG, time
-slices, MPS, HAMi-core), recovery.py (start-up), prepared.py (a claim's CDI devices and record),
-calls.py (running a call's claims), status_writer.py (the claim's status.devices, written in the
-background after the answer).
+holds which device, agreed with peer agents), side_effects.py and effects/ (doing and undoing
+MIG, time slices, MPS, HAMi-core: one module per effect), recovery.py (start-up), prepared.py (a
+claim's CDI devices and record), calls.py (running a call's claims), status_writer.py (the
+claim's status.devices, written in the background after the answer).
 """
 
 from collections.abc import Sequence
@@ -60,6 +60,8 @@ from dra_driver.claims.edits.cdi import CdiSpec
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
 from dra_driver.claims.edits.gpu_edits import DeviceEdits
 from dra_driver.claims.edits.vgpu_edits import HamiCore
+from dra_driver.claims.effect_entries import MigInstanceEntry
+from dra_driver.claims.effects.contract import EffectRefused
 from dra_driver.claims.identity import ClaimRef, claim_ref
 from dra_driver.claims.ownership import DeviceOwnership
 from dra_driver.claims.prepared import claim_cdi_devices, metadata_devices, prepared_record
@@ -67,7 +69,7 @@ from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
 from dra_driver.claims.sharing.gpu_mps_daemons import DaemonReport, GpuMpsDaemons
-from dra_driver.claims.side_effects import ClaimSideEffects, MigCreateRefused, SharingControls
+from dra_driver.claims.side_effects import ClaimSideEffects, SharingControls
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.device_metadata import (
     RequestMetadata,
@@ -291,32 +293,23 @@ class ClaimEngine:
         self._effects.check_sharing(planned)  # refused before anything is reserved or created
         keys = tuple(key for device in planned if (key := device.exclusive_key))
         await self._ownership.reserve(ref, keys)
-        to_create = tuple(device.create_mig for device in planned if device.create_mig)
+        to_make = self._effects.claim_actions(planned)
         preparing = ClaimRecord(
-            claim=ref, devices=(), state="preparing", mig_instances=to_create, reserved=keys
+            claim=ref, devices=(), state="preparing", effects=self._effects.entries(to_make), reserved=keys
         )
         try:
-            if to_create:  # phase one: the instances are on record before they exist
+            if to_make:  # phase one: the MIG instances are on record before they exist
                 await self._records.write(preparing)
                 failpoints.reached("prepare.preparing-recorded")
-            created = await self._effects.create_mig_instances(ref, to_create)
+            created = await self._effects.apply(ref, to_make)
             sharing = self._effects.sharing_plan(ref, planned, created)
-            mps_gpus = tuple(
-                device.grant.gpu.uuid
-                for device in planned
-                if device.grant is not None and device.grant.enforcement == "mps"
-            )
-            if sharing.time_slices or sharing.mps or mps_gpus:  # ... and so is the sharing, before it is set
+            if sharing_actions := await self._effects.sharing_actions(sharing, planned):
+                # ... and so is the sharing, before it is set
                 preparing = replace(
-                    preparing,
-                    time_sliced_gpus=tuple(change.gpu_uuid for change in sharing.time_slices),
-                    mps=sharing.mps is not None,
-                    mps_gpus=mps_gpus,
-                    compute_modes=await self._effects.compute_modes_to_restore(sharing),
+                    preparing, effects=preparing.effects + self._effects.entries(sharing_actions)
                 )
                 await self._records.write(preparing)
-                await self._effects.apply_sharing(ref, sharing)
-                await self._effects.attach_gpu_daemons(ref, mps_gpus)
+                await self._effects.apply(ref, sharing_actions)
             vgpu = await self._effects.vgpu_edits(ref, planned)
             metadata = request_metadata(self._driver_name, ref, pod_claim, metadata_devices(planned, created))
             mounts = [(m.cdi_device, mount_edits(self._metadata.root, ref.uid, m)) for m in metadata]
@@ -334,8 +327,8 @@ class ClaimEngine:
             await self._write_prepared(  # phase two
                 ref, spec, record, metadata, first_record=not preparing.has_side_effects, ticket=ticket
             )
-        except MigCreateRefused as refused:
-            await self._roll_back(replace(preparing, mig_instances=refused.created))
+        except EffectRefused as refused:
+            await self._roll_back(preparing.without(refused.not_made))
             raise
         except BaseException:
             await self._roll_back(preparing)
@@ -347,7 +340,7 @@ class ClaimEngine:
                 "claim prepared",
                 pool=self._pool_name,
                 devices=[d.device for d in record.devices],
-                mig_instances_created=len(to_create),
+                mig_instances_created=len(preparing.entries(MigInstanceEntry)),
             )
             self._report_status(ref, claim, record)
 

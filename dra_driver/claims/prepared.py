@@ -11,15 +11,16 @@ from collections.abc import Mapping, Sequence
 from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.edits.cdi import CdiSpec, ContainerEdits
 from dra_driver.claims.edits.gpu_edits import DeviceEdits
-from dra_driver.claims.records import ClaimRecord, DeviceFacts, MigInstanceRecord, PreparedDevice
+from dra_driver.claims.effect_entries import EffectEntry
+from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
 from dra_driver.claims.sharing.sharing import SharingPlan
 from dra_driver.claims.status.device_metadata import MetadataDevice
 from dra_driver.devices.model import AttributeValue
 from dra_driver.devices.origins import DynamicMig, StaticMig
 from dra_driver.hardware.model import MigInstance
 
-# The MIG instances the prepare created, by what its record says of each.
-CreatedMig = Mapping[MigInstanceRecord, MigInstance]
+# The MIG instances the prepare created, by what its record says of each (effects.contract.Made).
+CreatedMig = Mapping[EffectEntry, MigInstance]
 
 # The claim-wide CDI device that connects every container of a claim to its MPS daemon.
 MPS_CDI_DEVICE = "mps"
@@ -99,11 +100,7 @@ def prepared_record(
     return ClaimRecord(
         claim=preparing.claim,
         devices=tuple(devices),
-        mig_instances=preparing.mig_instances,
-        time_sliced_gpus=preparing.time_sliced_gpus,
-        mps=preparing.mps,
-        mps_gpus=preparing.mps_gpus,
-        compute_modes=preparing.compute_modes,
+        effects=preparing.effects,
         generation=generation,
     )
 

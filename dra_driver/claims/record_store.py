@@ -22,7 +22,8 @@ from pathlib import Path
 import msgspec
 
 from dra_driver.base.compact_json import compact_json
-from dra_driver.claims.records import ClaimRecord, CorruptRecord, record_from_json
+from dra_driver.claims.record_codec import record_from_json, record_to_json
+from dra_driver.claims.records import ClaimRecord, CorruptRecord
 from dra_driver.state import durable_files
 from dra_driver.state.group_commit import GroupCommitter
 
@@ -52,7 +53,7 @@ def _decoded(path: durable_files.StrPath, data: bytes) -> ClaimRecord:
 
 
 def _encoded(record: ClaimRecord) -> bytes:
-    return compact_json(record.to_json())
+    return compact_json(record_to_json(record))
 
 
 class ClaimRecordStore:

@@ -68,15 +68,7 @@ class StartupRecovery:
         await self._remove_unowned(self._metadata.claim_uids(), self._remove_unowned_metadata)
         for leftovers in self._effects.leftovers():
             await self._remove_unowned(await leftovers.claim_uids(), leftovers.remove, leftovers.owned_by)
-        await self._effects.reconcile_gpu_daemons()
-        for record in self._ownership.prepared_claims.values():
-            if await self._effects.mps_daemon_gone(record):
-                log.error(
-                    "the MPS daemon of a prepared claim is gone; restart the claim's pods",
-                    claim_namespace=record.claim.namespace,
-                    claim_name=record.claim.name,
-                    claim_uid=record.claim.uid,
-                )
+        await self._effects.at_start(self._ownership.prepared_claims)
         return quarantined
 
     async def _roll_back_unfinished(self, claim_uid: str) -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.agent.node import NodeAgent
 from dra_driver.claims.calls import RawClaim
+from dra_driver.claims.effect_entries import MigInstanceEntry
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.record_store import ClaimRecordStore
-from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
+from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.source import OfflineClaimSource
 from dra_driver.config.settings import NodeSettings
 from dra_driver.hardware.simulated import SimulatedBackend
@@ -45,7 +46,7 @@ def claim_holding_the_instance_at_4(state_dir: Path, gpu_uuid: str) -> None:
         ClaimRecord(
             claim=ClaimRef("default", "earlier", EARLIER_UID),
             devices=(PreparedDevice(("gpu",), NODE, CLAIMED, ()),),
-            mig_instances=(MigInstanceRecord(gpu_uuid, 9, 4, 4),),
+            effects=(MigInstanceEntry(gpu_uuid, 9, 4, 4),),
         )
     )
 

@@ -17,9 +17,9 @@ from kubernetes import client
 from msgspec.structs import replace
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.claims.effect_entries import ComputeModeEntry
 from dra_driver.claims.engine import ClaimEngine, RawClaim, SharingControls
 from dra_driver.claims.record_store import ClaimRecordStore
-from dra_driver.claims.records import ComputeModeRecord
 from dra_driver.claims.sharing.mps import SIMULATED_SETTINGS_FILE, SimulatedMps
 from dra_driver.claims.sharing.mps_pod_spec import MpsPodSettings, daemon_pod_name
 from dra_driver.claims.sharing.mps_pods import MpsDaemonPods
@@ -138,9 +138,9 @@ def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprep
         # The claim's whole GPUs run only the MPS server's context while it is prepared.
         gpu_0, gpu_2 = simulated_node("t4x4")[0].uuid, simulated_node("t4x4")[2].uuid
         assert [await first.gpus.compute_mode(gpu) for gpu in (gpu_0, gpu_2)] == ["ExclusiveProcess"] * 2
-        assert first.engine.prepared_claims[uid].compute_modes == (
-            ComputeModeRecord(gpu_0, "Default"),
-            ComputeModeRecord(gpu_2, "Default"),
+        assert first.engine.prepared_claims[uid].entries(ComputeModeEntry) == (
+            ComputeModeEntry(gpu_0, "Default"),
+            ComputeModeEntry(gpu_2, "Default"),
         )
         await first.close()  # the agent goes (a rolling update)
 
@@ -249,7 +249,7 @@ def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_c
         gpu_1 = simulated_node("t4x4")[1].uuid
         await records.write(
             replace(
-                half, state="preparing", devices=(), compute_modes=(ComputeModeRecord(gpu_1, "Prohibited"),)
+                half, state="preparing", devices=(), compute_modes=(ComputeModeEntry(gpu_1, "Prohibited"),)
             )
         )
         await node.gpus.set_compute_mode(gpu_1, "ExclusiveProcess")

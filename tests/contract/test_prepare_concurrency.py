@@ -39,7 +39,7 @@ from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_driver._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from dra_driver._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from dra_driver.agent.gpu_platform import SIMULATED_HARDWARE_STATE
-from dra_driver.claims.records import record_from_json
+from dra_driver.claims.record_codec import record_from_json
 from dra_driver.claims.sharing.sharing import gpu_daemon_key
 from dra_driver.hardware.simulated_nodes import resolve_node_spec, simulated_gpus
 from dra_driver.tools.kubelet_client import DraApi

@@ -40,8 +40,10 @@ from dra_driver._proto.dra.v1 import api_pb2_grpc as v1_grpc
 from dra_driver._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from dra_driver._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from dra_driver.claims.edits.vgpu_edits import HamiCore
+from dra_driver.claims.effect_entries import ClaimMpsEntry, GpuMpsEntry, MigInstanceEntry, TimeSliceEntry
 from dra_driver.claims.engine import ClaimEngine, PrepareOutcome, RawClaim, SharingControls
-from dra_driver.claims.records import ClaimRecord, record_from_json
+from dra_driver.claims.record_codec import record_from_json
+from dra_driver.claims.records import ClaimRecord
 from dra_driver.claims.sharing.mps import SimulatedMps
 from dra_driver.claims.sharing.sharing import gpu_daemon_key
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig
@@ -503,7 +505,7 @@ class FuzzNode:
         assert spec_uids(self.root / "cdi") == set(records)
         named: dict[str, Counter[tuple[int, int, int]]] = {gpu: Counter() for gpu in DYNAMIC_GPUS}
         for record in records.values():
-            for instance in record.mig_instances:
+            for instance in record.entries(MigInstanceEntry):
                 named[instance.gpu_uuid][
                     (instance.profile_id, instance.placement_start, instance.placement_size)
                 ] += 1
@@ -512,12 +514,18 @@ class FuzzNode:
         assert all(count == 1 for counter in named.values() for count in counter.values()), named
         assert await self.static_instances() == static
 
-        with_mps = {uid for uid, record in records.items() if record.mps}
-        gpus = {gpu_daemon_key(gpu) for record in records.values() for gpu in record.mps_gpus}
+        with_mps = {uid for uid, record in records.items() if record.entries(ClaimMpsEntry)}
+        gpus = {
+            gpu_daemon_key(gpu)
+            for record in records.values()
+            for gpu in (e.gpu_uuid for e in record.entries(GpuMpsEntry))
+        }
         assert self.mps.claim_uids() == with_mps | gpus, "daemons of claims and GPUs in step with the records"
         assert all([await self.mps.is_running(uid) for uid in with_mps | gpus])
         sliced = {gpu.uuid for gpu in GPUS if await self.time_slicer.current(gpu.uuid) != "Default"}
-        assert sliced == {gpu for record in records.values() for gpu in record.time_sliced_gpus}
+        assert sliced == {
+            gpu for record in records.values() for gpu in (e.gpu_uuid for e in record.entries(TimeSliceEntry))
+        }
         hami_claims = self.root / "hami" / "claims"
         with_shares = {
             uid

@@ -5,7 +5,7 @@ daemon on the same GPU would only queue behind the first. A share's own limits t
 clients (sharing.vgpu_share_mps_edits), so the daemon needs no per-share settings, and it is
 started and stopped by whichever agent process prepares or unprepares a share on its GPU.
 
-Which claims use a GPU's daemon is in the durable claim records (`ClaimRecord.mps_gpus`,
+Which claims use a GPU's daemon is in the durable claim records (their `GpuMpsEntry`s,
 written "preparing" before the daemon is started): a restarted agent, or the other agent of a
 rolling update, decides from the same records. A per-GPU lock (a key of the node's shared claim
 locks) serialises "count the GPU's shares, then start or stop its daemon", so a prepare and the
@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 import structlog
 from msgspec.structs import replace
 
+from dra_driver.claims.effect_entries import GpuMpsEntry
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.opaque_config import OpaqueConfigError
@@ -131,9 +132,7 @@ class GpuMpsDaemons:
                 failpoints.reached("unprepare.gpu-mps-stopped")
                 self._report(gpu_uuid, None)
                 log.info("MPS daemon of a GPU stopped with its last vGPU share", gpu=gpu_uuid)
-            left = replace(
-                record, state="preparing", mps_gpus=tuple(g for g in record.mps_gpus if g != gpu_uuid)
-            )
+            left = replace(record.without((GpuMpsEntry(gpu_uuid),)), state="preparing")
             await self._write_record(left)
             self._changed(gpu_uuid, remove=claim_uid)
             return left
@@ -142,7 +141,7 @@ class GpuMpsDaemons:
         """The daemon key of every GPU that has or may have a daemon (`gpu_uuids`, the node's,
         and those the records name), to tell GPU daemons from claim daemons."""
         records = await asyncio.to_thread(self._read_records)
-        return self._keys(set(gpu_uuids) | {gpu for record in records.values() for gpu in record.mps_gpus})
+        return self._keys(set(gpu_uuids) | {gpu for record in records.values() for gpu in _gpus_of(record)})
 
     def _keys(self, gpu_uuids: Collection[str]) -> dict[str, str]:
         keys = {}
@@ -160,7 +159,7 @@ class GpuMpsDaemons:
         on that GPU; running pods of those shares need a restart)."""
         counters = {gpu: self._changes.read(key) for key, gpu in self._keys(gpu_uuids).items()}
         records = await asyncio.to_thread(self._read_records)
-        named = {gpu for record in records.values() for gpu in record.mps_gpus}
+        named = {gpu for record in records.values() for gpu in _gpus_of(record)}
         keys = self._keys(set(gpu_uuids) | named)
         for gpu_uuid, counter in counters.items():  # read before the records: a later change shows
             self._learn(gpu_uuid, counter, records)
@@ -210,7 +209,7 @@ class GpuMpsDaemons:
     def _learn(self, gpu_uuid: str, counter: int, records: Mapping[str, ClaimRecord]) -> None:
         """The GPU's users as `records` name them, valid while its counter is `counter` (read
         before the records)."""
-        self._users_of[gpu_uuid] = {uid for uid, record in records.items() if gpu_uuid in record.mps_gpus}
+        self._users_of[gpu_uuid] = {uid for uid, record in records.items() if gpu_uuid in _gpus_of(record)}
         self._seen[gpu_uuid] = counter
 
     def _changed(self, gpu_uuid: str, *, add: str | None = None, remove: str | None = None) -> None:
@@ -222,3 +221,8 @@ class GpuMpsDaemons:
         if remove is not None:
             users.discard(remove)
         self._seen[gpu_uuid] = self._changes.bump(self._key(gpu_uuid))
+
+
+def _gpus_of(record: ClaimRecord) -> tuple[str, ...]:
+    """The GPUs whose daemons the claim's shares go through."""
+    return tuple(entry.gpu_uuid for entry in record.entries(GpuMpsEntry))

@@ -9,8 +9,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan, unclaimed_mig
 from dra_driver.agent.node_watch import NodeFacts
+from dra_driver.claims.effect_entries import MigInstanceEntry
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.claims.records import ClaimRecord, MigInstanceRecord, PreparedDevice
+from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.devices.config_files import ConfigChoice
 from dra_driver.devices.inventory import build_inventory
 from dra_driver.devices.node_config import (
@@ -44,11 +45,11 @@ def offered(plans: tuple[GpuPlan, ...]) -> dict[str, GpuPlan]:
 
 
 def record(uid: str, *devices: str, mig_on: str | None = None) -> ClaimRecord:
-    mig = (MigInstanceRecord(mig_on, 19, 0, 1),) if mig_on else ()
+    mig = (MigInstanceEntry(mig_on, 19, 0, 1),) if mig_on else ()
     return ClaimRecord(
         claim=ClaimRef("default", uid, uid),
         devices=tuple(PreparedDevice(("r",), "node-a", device, ()) for device in devices),
-        mig_instances=mig,
+        effects=mig,
     )
 
 
@@ -69,7 +70,7 @@ def test_mig_instances_a_record_names_are_the_claims_and_the_others_are_foreign(
         claim=ClaimRef("default", "a", "a"),
         devices=(PreparedDevice(("r",), "node-a", "gpu-0-mig-3g40gb-4", ()),),
         state="preparing",  # half-prepared: rolled back at start, never handed out
-        mig_instances=(MigInstanceRecord(gpu.uuid, 9, 4, 4), MigInstanceRecord(MIXED[1].uuid, 19, 2, 1)),
+        effects=(MigInstanceEntry(gpu.uuid, 9, 4, 4), MigInstanceEntry(MIXED[1].uuid, 19, 2, 1)),
     )
     (left, other, *_) = unclaimed_mig(MIXED, [mine])
 

@@ -13,10 +13,11 @@ import pytest
 from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.edits.gpu_edits import NvmlEdits
 from dra_driver.claims.edits.vgpu_edits import HamiCore
+from dra_driver.claims.effect_entries import MigInstanceEntry, TimeSliceEntry
 from dra_driver.claims.engine import ClaimEngine, SharingControls
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.record_store import ClaimRecordStore
-from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
+from dra_driver.claims.records import ClaimRecord
 from dra_driver.claims.sharing.mps import SimulatedMps
 from dra_driver.devices.node_config import GpuEntry, GpuSettings, NodeConfig
 from dra_driver.hardware.model import ComputeMode, HardwareErrorReason, MigInstance, MigMode, Placement
@@ -145,9 +146,9 @@ def test_a_prepare_cut_short_is_rolled_back_at_the_next_start(tmp_path: Path) ->
     async def crash_after_creation() -> None:
         engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
         await engine.load_state()
-        wanted = MigInstanceRecord(gpu_2.uuid, 14, 4, 2)
+        wanted = MigInstanceEntry(gpu_2.uuid, 14, 4, 2)
         ClaimRecordStore(tmp_path / "state").save(
-            ClaimRecord(claim=claim_ref(*claim), devices=(), state="preparing", mig_instances=(wanted,))
+            ClaimRecord(claim=claim_ref(*claim), devices=(), state="preparing", effects=(wanted,))
         )
         await hardware.create_mig_instance(gpu_2.uuid, 14, Placement(4, 2))
 
@@ -317,7 +318,7 @@ def test_time_slicing_is_set_for_the_claim_and_restored_when_it_goes(tmp_path: P
         await engine.load_state()
         assert (await engine.prepare([claim]))[claim[2]].error == ""
         assert await slicer.current(gpu_1) == "Long"
-        assert engine.prepared_claims[claim[2]].time_sliced_gpus == (gpu_1,)
+        assert engine.prepared_claims[claim[2]].entries(TimeSliceEntry) == (TimeSliceEntry(gpu_1),)
         assert await engine.unprepare([claim]) == {claim[2]: ""}
         assert await slicer.current(gpu_1) == "Default"
 

@@ -14,10 +14,11 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.edits.cdi import CdiSpec
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
+from dra_driver.claims.effect_entries import MigInstanceEntry
 from dra_driver.claims.engine import ClaimEngine
 from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.record_store import ClaimRecordStore
-from dra_driver.claims.records import ClaimRecord, MigInstanceRecord
+from dra_driver.claims.records import ClaimRecord
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.model import Placement
 from dra_driver.hardware.simulated import SimulatedBackend
@@ -263,9 +264,9 @@ def test_a_prepare_cut_short_is_rolled_back_with_its_files(tmp_path: Path) -> No
     assert len(leave_orphan(tmp_path, claim[2])) == 2
 
     async def crash_after_the_files(hardware: SimulatedBackend) -> None:
-        wanted = MigInstanceRecord(gpu_2.uuid, 14, 4, 2)
+        wanted = MigInstanceEntry(gpu_2.uuid, 14, 4, 2)
         ClaimRecordStore(tmp_path / "state").save(
-            ClaimRecord(claim=claim_ref(*claim), devices=(), state="preparing", mig_instances=(wanted,))
+            ClaimRecord(claim=claim_ref(*claim), devices=(), state="preparing", effects=(wanted,))
         )
         await hardware.create_mig_instance(gpu_2.uuid, 14, Placement(4, 2))
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from dra_driver.claims.calls import RawClaim
+from dra_driver.claims.effect_entries import GpuMpsEntry
 from dra_driver.claims.engine import GPU_MPS_CHANGES, ClaimEngine, SharingControls
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.sharing import gpu_mps_daemons
@@ -314,7 +315,7 @@ def test_of_the_last_two_shares_undone_together_the_second_stops_the_daemon(
         )
         records = store.read_all()
         left = await daemons.detach(records[first.uid], GPU.uuid)
-        assert (left.state, left.mps_gpus) == ("preparing", ())
+        assert (left.state, left.entries(GpuMpsEntry)) == ("preparing", ())
         assert store.read(first.uid) == left
         assert entries(runtime_dir) == [gpu_daemon_key(GPU.uuid)], "the second share still uses it"
         await daemons.detach(records[second.uid], GPU.uuid)

@@ -7,17 +7,11 @@ from pathlib import Path
 import pytest
 from msgspec.structs import replace
 
+from dra_driver.claims.effect_entries import ClaimMpsEntry, ComputeModeEntry, MigInstanceEntry
 from dra_driver.claims.identity import claim_ref
+from dra_driver.claims.record_codec import record_from_json, record_to_json
 from dra_driver.claims.record_store import ABANDONED_WRITE_SECONDS, ClaimRecordStore
-from dra_driver.claims.records import (
-    ClaimRecord,
-    ComputeModeRecord,
-    CorruptRecord,
-    DeviceFacts,
-    MigInstanceRecord,
-    PreparedDevice,
-    record_from_json,
-)
+from dra_driver.claims.records import ClaimRecord, CorruptRecord, DeviceFacts, PreparedDevice
 from dra_driver.state.group_commit import GroupCommitter
 
 UID = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"
@@ -55,9 +49,9 @@ def test_unreadable_records_are_set_aside_and_named(tmp_path: Path) -> None:
     store.save(RECORD)
     other = "0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b"
     (store.directory / f"{other}.json").write_text('{"version": 1, "claim": {"namespace": "x"')
-    wrong_name = RECORD.to_json()
+    wrong_name = record_to_json(RECORD)
     (store.directory / "0e5a4b1c-0000-4f50-8a6b-7c8d9e0f1a2b.json").write_text(json.dumps(wrong_name))
-    bad_version = {**RECORD.to_json(), "version": 99}
+    bad_version = {**record_to_json(RECORD), "version": 99}
     (store.directory / "11111111-2222-4333-8444-555555555555.json").write_text(json.dumps(bad_version))
 
     records, quarantined = store.load_all()
@@ -71,7 +65,7 @@ def test_unreadable_records_are_set_aside_and_named(tmp_path: Path) -> None:
     }
     assert (
         problems["11111111-2222-4333-8444-555555555555.json.corrupt"]
-        == "version: expected one of (1, 2), got 99"
+        == "version: expected one of (1, 2, 3), got 99"
     )
     assert "does not match claim UID" in problems["0e5a4b1c-0000-4f50-8a6b-7c8d9e0f1a2b.json.corrupt"]
     assert store.load_all() == ({UID: RECORD}, [])  # set aside once, not reported forever
@@ -168,20 +162,24 @@ def test_two_phase_records_round_trip_with_their_mig_instances_and_version_1_sti
     preparing = replace(
         RECORD,
         state="preparing",
-        mig_instances=(MigInstanceRecord("GPU-1", profile_id=19, placement_start=3, placement_size=1),),
+        effects=(MigInstanceEntry("GPU-1", profile_id=19, placement_start=3, placement_size=1),),
     )
     store.save(preparing)
     assert store.load_all() == ({RECORD.claim.uid: preparing}, [])
 
-    old = {key: value for key, value in RECORD.to_json().items() if key not in ("state", "migInstances")}
+    old = {
+        key: value for key, value in record_to_json(RECORD).items() if key not in ("state", "migInstances")
+    }
     assert record_from_json({**old, "version": 1}) == RECORD
-    with pytest.raises(CorruptRecord, match=r"state: expected preparing or prepared, got 'half'"):
-        record_from_json({**RECORD.to_json(), "state": "half"})
+    with pytest.raises(
+        CorruptRecord, match=r"state: expected one of prepared, preparing, got the string \"half\""
+    ):
+        record_from_json({**record_to_json(RECORD), "state": "half"})
     with pytest.raises(CorruptRecord, match=r"migInstances\[0\].profileId: expected a non-negative integer"):
         record_from_json(
             {
-                **preparing.to_json(),
-                "migInstances": [{**preparing.mig_instances[0].to_json(), "profileId": True}],
+                **record_to_json(preparing),
+                "migInstances": [{**record_to_json(preparing)["migInstances"][0], "profileId": True}],
             }
         )
 
@@ -227,13 +225,16 @@ def test_the_compute_modes_to_restore_round_trip_and_a_bad_one_is_named(tmp_path
         claim=RECORD.claim,
         devices=(),
         state="preparing",
-        mps=True,
-        compute_modes=(ComputeModeRecord("GPU-a", "Default"), ComputeModeRecord("GPU-b", "Prohibited")),
+        effects=(
+            ClaimMpsEntry(),
+            ComputeModeEntry("GPU-a", "Default"),
+            ComputeModeEntry("GPU-b", "Prohibited"),
+        ),
     )
     store.save(record)
     assert store.read(UID) == record
-    assert replace(record, mps=False).has_side_effects
-    data = record.to_json()
+    assert record.without((ClaimMpsEntry(),)).has_side_effects
+    data = record_to_json(record)
     data["computeModes"][1]["restore"] = "Exclusive"
     with pytest.raises(CorruptRecord, match=r"computeModes\[1\]\.restore: expected one of Default, "):
         record_from_json(data)
@@ -249,7 +250,7 @@ def test_the_devices_facts_and_the_claims_generation_round_trip_and_older_record
     record = replace(RECORD, devices=(device,), generation=2)
     store.save(record)
     assert store.read(UID) == record
-    data = record.to_json()
+    data = record_to_json(record)
     assert data["devices"][0]["facts"] == {
         "type": "mig",
         "gpuUUID": "GPU-a",
@@ -257,7 +258,7 @@ def test_the_devices_facts_and_the_claims_generation_round_trip_and_older_record
         "migProfile": "1g.10gb",
         "migDeviceUUID": "MIG-b",
     }
-    older = record.to_json()
+    older = record_to_json(record)
     del older["devices"][0]["facts"], older["claimGeneration"]
     assert record_from_json(older) == RECORD
     data["devices"][0]["facts"]["gpuIndex"] = "3"
@@ -266,7 +267,7 @@ def test_the_devices_facts_and_the_claims_generation_round_trip_and_older_record
     ):
         record_from_json(data)
     with pytest.raises(CorruptRecord, match="claimGeneration: expected a non-negative integer"):
-        record_from_json({**RECORD.to_json(), "claimGeneration": -1})
+        record_from_json({**record_to_json(RECORD), "claimGeneration": -1})
 
 
 def test_unflushed_records_are_written_whole_and_never_flushed(

@@ -6,9 +6,9 @@ from msgspec.structs import replace
 
 from dra_driver.claims.claim_object import AllocatedDevice
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
+from dra_driver.claims.effect_entries import MigInstanceEntry
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.opaque_config import GpuConfig, MigDeviceConfig, VgpuConfig
-from dra_driver.claims.records import MigInstanceRecord
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.model import AttributeValue, Device, device_to_api
 from dra_driver.devices.node_config import NodeConfig
@@ -116,7 +116,7 @@ def test_each_mode_records_the_facts_prepare_needs() -> None:
     assert DynamicMig in origins
     name, origin = next((n, o) for n, o in dynamic.origin_of_device.items() if isinstance(o, DynamicMig))
     (planned,) = plan_claim(REF, [AllocatedDevice("r", POOL, name)], (), dynamic, DRIVER, POOL)
-    assert planned.create_mig == MigInstanceRecord(
+    assert planned.create_mig == MigInstanceEntry(
         origin.gpu.uuid, origin.profile.profile_id, origin.placement.start, origin.placement.size
     )
     assert isinstance(planned.config, MigDeviceConfig)
