@@ -53,6 +53,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dra_driver/kube/calls.py",
             "dra_driver/kube/kube_api.py",
             "dra_driver/kube/kube_http.py",
+            "dra_driver/kube/http_wire.py",
             "dra_driver/claims/source.py",
         ),
     ),
