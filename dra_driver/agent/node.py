@@ -1,80 +1,51 @@
 """`dra-driver node`: the node agent, wired together from its parts.
 
 The same assembly runs in a cluster (claims from the API server) and in the demo (claims from
-a file), so the demo exercises exactly the code kubelet talks to.
+a file), so the demo exercises exactly the code kubelet talks to. The claim engine behind
+kubelet's sockets is built in `claim_serving.py`; the process around a cluster's agent (signals,
+the API client, the probe endpoint) is `node_process.py`.
 """
 
 import asyncio
-import gc
-import os
-import signal
-from collections.abc import Coroutine, Sequence
-from pathlib import Path, PurePosixPath
-from typing import Any, TypeVar
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
 
 import structlog
 from msgspec.structs import replace
 
+from dra_driver.agent.claim_serving import claim_record_store, hami_core, serve_claims
 from dra_driver.agent.config_reports import PostEvent, ProblemReporter
 from dra_driver.agent.daemon_reports import DaemonReports
 from dra_driver.agent.errors import SetupError, StartupError
 from dra_driver.agent.gpu_platform import DriverWait, Platform, discover_gpus, open_platform
-from dra_driver.agent.kube_client import kubernetes_api_client
 from dra_driver.agent.mps_daemons import with_mps_pods
 from dra_driver.agent.node_configs import NamedConfigs, gpus_in_use, replan, unclaimed_mig
 from dra_driver.agent.node_watch import NodeFacts, follow_node
 from dra_driver.agent.pool import NodePool, log_fallback
 from dra_driver.agent.usage import usage_sampler
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
-from dra_driver.claims.edits.vgpu_edits import HamiCore, enforcement_off_message
 from dra_driver.claims.engine import ClaimEngine
-from dra_driver.claims.record_store import ClaimRecordStore
-from dra_driver.claims.source import ApiServerClaimSource, ClaimSource
+from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.config.node_config_files import load_node_config
 from dra_driver.config.settings import InventorySettings, NodeSettings
 from dra_driver.devices.config_files import ConfigChoice
 from dra_driver.devices.inventory import Inventory, build_inventory, node_inventory
-from dra_driver.devices.node_config import ConfigProblem, NodeConfigError, hami_core_missing
+from dra_driver.devices.node_config import NodeConfigError
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.health.monitor import HealthMonitor
-from dra_driver.kube.claim_api import ClaimApi
 from dra_driver.kube.errors import ApiError
-from dra_driver.kube.kube_api import KubeClient
 from dra_driver.kube.node_api import NodeApi
 from dra_driver.kube.pod_api import PodApi
 from dra_driver.kube.slice_api import SliceApi
-from dra_driver.kube.timeouts import TIMEOUTS
 from dra_driver.observability.metrics import AgentMetrics
-from dra_driver.observability.server import ObservabilityServer, Readiness, keep_heartbeat
+from dra_driver.observability.server import Readiness
 from dra_driver.plugin.server import KubeletPluginServer
-from dra_driver.plugin.sockets import SocketPathError
 from dra_driver.publish.desired import ApiCapabilities
 from dra_driver.state.boot_id import current_boot_id
-from dra_driver.state.group_commit import GroupCommitter
 
 log = structlog.get_logger("dra_driver.node")
-_Started = TypeVar("_Started")
-
-
-def hami_core(
-    settings: NodeSettings, inventory: Inventory, problems: Sequence[ConfigProblem]
-) -> HamiCore | None:
-    """HAMi-core where the operator installed it. A GPU of the config the agent starts with whose
-    vGPU shares it is to enforce (vgpu.enforcement: hami-core) on a node without it is a setup
-    error: planning (`plan_node`) left it out with a problem, which later configs only report;
-    shares left advisory (none) are logged."""
-    vgpu_plans = [plan for plan in inventory.plans if plan.mode.startswith("vgpu-")]
-    if settings.hami_core_library is not None:
-        return HamiCore(PurePosixPath(settings.hami_core_library), PurePosixPath(settings.hami_core_dir))
-    if needing := hami_core_missing(problems):
-        raise SetupError(
-            f"vgpu.enforcement: hami-core for {', '.join(gpu.label for gpu in needing)} needs "
-            "--hami-core-library; set it, or choose vgpu.enforcement mps or none in the node config"
-        )
-    if advisory := [plan.gpu for plan in vgpu_plans if plan.settings.enforcement == "none"]:
-        log.warning(enforcement_off_message(advisory))
-    return None
 
 
 async def discover_inventory(
@@ -177,7 +148,7 @@ class NodeAgent:
         for note in inventory.notes:
             log.warning("device left out", note=note)
         daemon_reports = DaemonReports()
-        engine, server = await _serve_claims(
+        engine, server = await serve_claims(
             settings,
             platform,
             cdi_specs,
@@ -318,75 +289,6 @@ class NodeAgent:
         await self.reporter.drain()
 
 
-def claim_record_store(settings: NodeSettings) -> ClaimRecordStore:
-    """Unflushed records unless `--flush-records` (record_store says why that is enough)."""
-    if settings.flush_records:
-        # Concurrent claims' flushed writes share one flush.
-        return ClaimRecordStore(settings.state_dir, GroupCommitter())
-    return ClaimRecordStore(settings.state_dir, flush=False)
-
-
-async def _serve_claims(
-    settings: NodeSettings,
-    platform: Platform,
-    cdi_specs: CdiSpecDirectory,
-    claim_source: ClaimSource,
-    metrics: AgentMetrics,
-    inventory: Inventory,
-    hami: HamiCore | None,
-    claim_status: ClaimStatusWriter | None = None,
-    daemon_reports: DaemonReports | None = None,
-) -> tuple[ClaimEngine, KubeletPluginServer]:
-    """The claim engine, its state restored from disk, behind kubelet's plugin sockets."""
-    engine = ClaimEngine(
-        driver_name=settings.driver_name,
-        pool_name=settings.node_name,
-        inventory=inventory,
-        edits=platform.edits,
-        claim_source=claim_source,
-        records=claim_record_store(settings),
-        cdi_specs=cdi_specs,
-        hardware=platform.hardware,
-        common_cdi_ids=platform.common_cdi_ids,
-        sharing=platform.sharing,
-        hami_core=hami,
-        metrics=metrics.claims,
-        claim_status=claim_status,
-        on_gpu_daemon=None if daemon_reports is None else daemon_reports.report,
-    )
-    try:
-        for quarantined in await engine.load_state(current_boot_id()):
-            log.error(
-                "unreadable claim record set aside", path=str(quarantined.path), problem=quarantined.problem
-            )
-        server = KubeletPluginServer(
-            driver_name=settings.driver_name,
-            registration_socket=settings.registration_socket,
-            dra_socket=settings.dra_socket,
-            engine=engine,
-        )
-        await server.start()
-    except BaseException as error:  # a failure, or a signal during start-up
-        engine.close()
-        await platform.close()
-        if isinstance(error, OSError | SocketPathError):
-            raise StartupError(str(error)) from error
-        raise
-    log.info(
-        "claims restored from state",
-        prepared_claims=len(engine.prepared_claims),
-        state_dir=str(settings.state_dir),
-    )
-    return engine, server
-
-
-def _pod_api(settings: NodeSettings, api_client: KubeClient) -> PodApi | None:
-    """Where MPS daemon pods are created (--mps-daemons pod, issue 26)."""
-    if settings.namespace is None:
-        return None
-    return PodApi(api_client, settings.namespace, settings.node_name)
-
-
 def initial_config(settings: NodeSettings) -> ConfigChoice:
     """The config at start. Named configs: none until the Node's label is read (follow_named_configs)."""
     if settings.node_configs is not None:
@@ -406,115 +308,3 @@ def _event_poster(slice_api: SliceApi) -> PostEvent:
             log.warning("could not post the Event on the Node", reason=reason, error=str(error))
 
     return post
-
-
-def _termination_signal() -> "asyncio.Future[signal.Signals]":
-    """A future set by the first SIGTERM or SIGINT; installed before anything starts, so a
-    signal during start-up still ends in an orderly stop."""
-    loop = asyncio.get_running_loop()
-    received: asyncio.Future[signal.Signals] = loop.create_future()
-
-    def on_signal(signum: signal.Signals) -> None:
-        if not received.done():
-            received.set_result(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, on_signal, signum)
-    return received
-
-
-async def started_unless_stopped(
-    starting: Coroutine[Any, Any, _Started], termination: "asyncio.Future[signal.Signals]"
-) -> _Started | None:
-    """The started agent, or None if a signal came first. Start-up can wait for long (for the
-    driver, for ever with a wrong --driver-root), so a signal cancels it wherever it is; each of
-    its phases closes what it opened when cancelled, and kubelet's SIGKILL is not needed."""
-    task = asyncio.create_task(starting, name="start-up")
-    await asyncio.wait((task, termination), return_when=asyncio.FIRST_COMPLETED)
-    if not task.done():
-        task.cancel()
-        try:
-            return await task  # an agent if start-up ended before the cancellation reached it
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                raise  # run_node itself was cancelled
-            return None
-    return task.result()
-
-
-async def run_node(settings: NodeSettings) -> None:
-    termination = _termination_signal()
-    api_client = await kubernetes_api_client(settings.kubeconfig)
-    # The claim GET's connection is made while the agent starts, not in kubelet's first prepare.
-    connecting = asyncio.create_task(api_client.open_ahead(), name="claim-get-connection")
-    metrics, readiness = AgentMetrics(), Readiness()
-    heartbeat = asyncio.create_task(keep_heartbeat(readiness), name="heartbeat")
-    endpoint = None
-    waiting_for_driver = False
-
-    def serve_probes_while_waiting(waiting: bool) -> None:
-        """/healthz answers while the agent waits for the driver: waiting is not a failure."""
-        nonlocal endpoint, waiting_for_driver
-        waiting_for_driver = waiting
-        if waiting:
-            endpoint = start_observability(settings, metrics, readiness)
-
-    try:
-        slice_api = SliceApi(api_client, settings.driver_name, settings.node_name)
-        starting = NodeAgent.start(
-            settings,
-            ApiServerClaimSource(api_client),
-            slice_api,
-            metrics,
-            readiness,
-            NodeApi(api_client, settings.node_name),
-            on_driver_wait=serve_probes_while_waiting,
-            claim_status=ClaimStatusWriter(
-                ClaimApi(api_client, TIMEOUTS.claim_status), settings.driver_name, metrics.claim_status
-            ),
-            pod_api=_pod_api(settings, api_client),
-        )
-        agent = await started_unless_stopped(starting, termination)
-        if agent is None:
-            during = "while waiting for the NVIDIA driver" if waiting_for_driver else "during start-up"
-            log.info(f"stopped {during}", signal=termination.result().name)
-            return
-        try:
-            # After the start, so a start that fails says so in exactly one line.
-            endpoint = endpoint or start_observability(settings, metrics, readiness)
-        except StartupError:
-            await agent.stop()
-            raise
-        # What start-up built (modules, catalog, inventory) lives as long as the agent: out of the
-        # collector's way, each collection walks only what calls allocate.
-        gc.freeze()
-        log.info(
-            "node agent running",
-            node=settings.node_name,
-            driver=settings.driver_name,
-            pid=os.getpid(),
-            event_loop=type(asyncio.get_running_loop()).__module__,
-        )
-        received = await termination
-        log.info("stopping after signal; in-flight calls finish first", signal=received.name)
-        await agent.stop()
-    finally:
-        connecting.cancel()
-        heartbeat.cancel()
-        await asyncio.gather(connecting, heartbeat, return_exceptions=True)
-        if endpoint is not None:
-            await asyncio.to_thread(endpoint.stop)
-        await api_client.close()
-
-
-def start_observability(
-    settings: NodeSettings, metrics: AgentMetrics, readiness: Readiness
-) -> ObservabilityServer | None:
-    if settings.metrics_address is None:
-        return None
-    endpoint = ObservabilityServer(settings.metrics_address, metrics.registry, readiness)
-    try:
-        endpoint.start()
-    except OSError as error:
-        raise StartupError(f"--metrics-address {settings.metrics_address}: cannot listen: {error}") from error
-    return endpoint

@@ -9,7 +9,7 @@ from dra_driver.claims.engine import ClaimEngine
 from dra_driver.config.settings import NodeSettings
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.usage import UsageReader
-from dra_driver.observability.metrics import UsageMetrics
+from dra_driver.observability.usage_metrics import UsageMetrics
 from dra_driver.usage.attribution import DeviceFacts
 from dra_driver.usage.facts import device_facts
 from dra_driver.usage.pod_resources import PodResourcesClient

@@ -12,7 +12,7 @@ from dra_driver.config.settings import node_settings
 def run(args: argparse.Namespace) -> int:
     with imports_frozen():  # the agent's modules: most of its time to serving
         from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
-        from dra_driver.agent.node import run_node  # noqa: PLC0415
+        from dra_driver.agent.node_process import run_node  # noqa: PLC0415
         from dra_driver.observability.logs import configure_logging  # noqa: PLC0415 - keep `--help` fast
 
     settings = node_settings(args, stderr_is_terminal=sys.stderr.isatty())

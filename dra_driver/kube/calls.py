@@ -14,8 +14,9 @@ import msgspec
 
 from dra_driver.base.json_object import JsonObject
 from dra_driver.kube.errors import TRANSPORT_ERRORS, ApiError
+from dra_driver.kube.http_wire import HttpAnswer
 from dra_driver.kube.kube_api import KubeClient, Query, call, open_watch
-from dra_driver.kube.kube_http import HttpAnswer, HttpStream
+from dra_driver.kube.kube_http import HttpStream
 from dra_driver.kube.timeouts import TIMEOUTS
 
 _Answer = TypeVar("_Answer", HttpAnswer, HttpStream, bytes)

@@ -19,7 +19,8 @@ from urllib.parse import quote
 
 from dra_driver import __version__
 from dra_driver.base.compact_json import compact_json
-from dra_driver.kube.kube_http import HttpAnswer, HttpStream, KeepAliveClient
+from dra_driver.kube.http_wire import HttpAnswer
+from dra_driver.kube.kube_http import HttpStream, KeepAliveClient
 from dra_driver.kube.server_access import ServerAccess
 
 Query = Iterable[tuple[str, str | int | bool]]

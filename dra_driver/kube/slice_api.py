@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 from dra_driver.base.json_object import JsonObject
 from dra_driver.kube.calls import WatchEvent, json_call, watch_events, watch_query
+from dra_driver.kube.http_wire import HttpAnswer
 from dra_driver.kube.kube_api import KubeClient, Query, call
-from dra_driver.kube.kube_http import HttpAnswer
 from dra_driver.kube.timeouts import TIMEOUTS
 
 EVENT_NAMESPACE = "default"

@@ -35,62 +35,25 @@ subrequests, adminAccess, tolerations, distinctAttribute, list-type attributes, 
 conditions, and the per-claim limit of 32 results.
 """
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 
-from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import AttributeValue, Device
-from dra_driver.devices.slices import PlannedSlice, SliceLayout, plan_slices
+from dra_driver.packing.allocator_values import (
+    Allocation,
+    Claim,
+    DeviceResult,
+    MatchAttribute,
+    Pool,
+    Refusal,
+    Request,
+    Selector,
+)
 from dra_driver.packing.capacity_policy import ModelCapacity, charges, model_capacity
 
-# A device class's and a request's CEL selectors, as one predicate (tests may compile real CEL).
-Selector = Callable[[Device], bool]
-
-
-def any_device(device: Device) -> bool:
-    return True
-
-
-class Request(msgspec.Struct, frozen=True):
-    name: str
-    selector: Selector = any_device
-    count: int = 1
-    # capacity.requests: capacity name -> amount (bytes for memory, plain numbers otherwise).
-    capacity: Mapping[str, int] = msgspec.field(default_factory=dict)
-
-
-class MatchAttribute(msgspec.Struct, frozen=True):
-    """All devices of the named requests (all requests when empty) share this attribute's value."""
-
-    attribute: str
-    requests: tuple[str, ...] = ()
-
-
-class Claim(msgspec.Struct, frozen=True):
-    requests: tuple[Request, ...]
-    constraints: tuple[MatchAttribute, ...] = ()
-
-
-class DeviceResult(msgspec.Struct, frozen=True):
-    request: str
-    device: str
-    # What a share of a shared device consumed; empty for a device allocated whole.
-    consumed: Mapping[str, int] = msgspec.field(default_factory=dict)
-
-
-class Allocation(msgspec.Struct, frozen=True):
-    results: tuple[DeviceResult, ...]
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        return tuple(result.device for result in self.results)
-
-
-class Refusal(msgspec.Struct, frozen=True):
-    """Why the claim does not fit now, in one line."""
-
-    reason: str
+# The values the model speaks in (allocator_values.py), where most callers import them from.
+__all__ = ["Allocation", "Claim", "DeviceResult", "MatchAttribute", "Pool", "Refusal", "Request", "Selector"]
 
 
 class _Entry(msgspec.Struct, frozen=True):
@@ -116,31 +79,6 @@ def _entry(device: Device) -> _Entry:
         capacities={name: model_capacity(capacity) for name, capacity in device.capacity.items()},
         untolerated_taint=any(taint.effect in ("NoSchedule", "NoExecute") for taint in device.taints),
     )
-
-
-class Pool(msgspec.Struct, frozen=True):
-    """One driver's pool on one node, with its devices in the order the allocator tries them."""
-
-    driver: str
-    devices: tuple[Device, ...]
-    counter_sets: Mapping[str, Mapping[str, int]]
-
-    @classmethod
-    def from_slices(cls, slices: Sequence[PlannedSlice], driver: str) -> "Pool":
-        """`slices` in plan order, which is their name order once published."""
-        return cls(
-            driver=driver,
-            devices=tuple(device for planned in slices for device in planned.devices),
-            counter_sets={
-                counter_set.name: dict(counter_set.counters)
-                for planned in slices
-                for counter_set in planned.counter_sets
-            },
-        )
-
-    @classmethod
-    def from_inventory(cls, inventory: Inventory, driver: str, layout: SliceLayout = "1.35") -> "Pool":
-        return cls.from_slices(plan_slices(inventory, layout), driver)
 
 
 def _attribute(device: Device, qualified: str, driver: str) -> AttributeValue | None:

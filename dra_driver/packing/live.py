@@ -3,11 +3,8 @@ node's state so that the scheduler's first fit takes what an online best fit wou
 not an agent feature (docs/benchmarks.md "Live order" says why the agent keeps the static
 order); it is in the wheel because `dra-driver plan --trace` replays traces with it.
 
-Online best fit (the issue's reference, `OnlineBestFit`): for each one-device claim, among the
-devices of the requested shape that fit now, the one after which the most placements of the
-largest shapes remain possible (largest first, then the next), ties to the static order. Taking
-a device only changes what its own GPU can still hold, so the score is the loss vector of that
-GPU alone (`GpuScorer`), memoised by the GPU's allocations.
+What an online best fit would take is `best_fit.py`'s: the reference (`OnlineBestFit`), and the
+per-GPU scorer (`GpuScorer`) the live order ranks fitting devices by.
 
 What the API imposes, and how the model follows it (`LiveOrder`):
 - The scheduler tries slices in name order and devices in listed order; the first fitting device
@@ -37,7 +34,7 @@ What the API imposes, and how the model follows it (`LiveOrder`):
 """
 
 import math
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
@@ -45,7 +42,6 @@ import msgspec
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device
-from dra_driver.devices.naming import gpu_device_name
 from dra_driver.devices.slices import (
     MAX_DEVICES_PER_SLICE,
     MAX_DEVICES_PER_SLICE_WITH_COUNTERS_OR_TAINTS,
@@ -56,131 +52,13 @@ from dra_driver.packing.allocator import (
     Claim,
     DeviceResult,
     NodeState,
-    Pool,
     Refusal,
     Request,
     Selector,
 )
+from dra_driver.packing.best_fit import GpuScorer, only_request
 
-# Placements of each scoring shape (largest first) that a GPU loses by one more allocation.
-Loss = tuple[int, ...]
 LiveMode = Literal["within", "regenerate"]
-
-
-def _consumed_key(result: DeviceResult) -> tuple[tuple[str, int], ...]:
-    return tuple(sorted(result.consumed.items()))
-
-
-class GpuScorer:
-    """Best-fit scores per GPU: the loss vector of one more allocation, over `probes` (one-device
-    requests, largest shape first). Follows the node's allocations through `add`/`remove`."""
-
-    def __init__(self, inventory: Inventory, driver: str, probes: Sequence[Request]) -> None:
-        self.probes = tuple(probes)
-        devices_of: dict[str, list[Device]] = {}
-        for device in inventory.devices:
-            devices_of.setdefault(inventory.gpu_of_device[device.name].uuid, []).append(device)
-        sets = {counter_set.name: counter_set for counter_set in inventory.counter_sets}
-        self._local: dict[str, NodeState] = {}
-        self._structure: dict[str, tuple[str, ...]] = {}
-        self._gpu_of: dict[str, str] = {}
-        self._position: dict[str, int] = {}
-        self._held: dict[str, Counter[tuple[int, tuple[tuple[str, int], ...]]]] = {}
-        for uuid, devices in devices_of.items():
-            gpu = inventory.gpu_of_device[devices[0].name]
-            used = {consumption.counter_set for device in devices for consumption in device.consumes_counters}
-            pool = Pool(driver, tuple(devices), {name: dict(sets[name].counters) for name in sorted(used)})
-            self._local[uuid] = NodeState(pool)
-            prefix = len(gpu_device_name(gpu))
-            # GPUs with the same devices (by name past the GPU's prefix) score alike: one memo.
-            self._structure[uuid] = tuple(device.name[prefix:] for device in devices)
-            self._held[uuid] = Counter()
-            for position, device in enumerate(devices):
-                self._gpu_of[device.name] = uuid
-                self._position[device.name] = position
-        self._counts: dict[tuple[object, ...], tuple[int, ...]] = {}
-        self._losses: dict[tuple[object, ...], Loss] = {}
-
-    def _signature(self, uuid: str) -> tuple[object, ...]:
-        return (self._structure[uuid], tuple(sorted(self._held[uuid].elements())))
-
-    def _change(self, allocation: Allocation, sign: int) -> None:
-        for result in allocation.results:
-            uuid = self._gpu_of[result.device]
-            local = Allocation((result,))
-            key = (self._position[result.device], _consumed_key(result))
-            if sign > 0:
-                self._local[uuid].add(local)
-                self._held[uuid][key] += 1
-            else:
-                self._local[uuid].remove(local)
-                self._held[uuid][key] -= 1
-                if not self._held[uuid][key]:
-                    del self._held[uuid][key]
-
-    def add(self, allocation: Allocation) -> None:
-        self._change(allocation, 1)
-
-    def remove(self, allocation: Allocation) -> None:
-        self._change(allocation, -1)
-
-    def _remaining(self, uuid: str) -> tuple[int, ...]:
-        local = self._local[uuid]
-        return tuple(len(local.fitting(probe)) for probe in self.probes)
-
-    def loss(self, result: DeviceResult) -> Loss:
-        """What taking `result` (a device that fits now) costs its GPU, largest shape first."""
-        uuid = self._gpu_of[result.device]
-        signature = self._signature(uuid)
-        key = (signature, self._position[result.device], _consumed_key(result))
-        if (known := self._losses.get(key)) is not None:
-            return known
-        before = self._counts.get(signature)
-        if before is None:
-            before = self._counts[signature] = self._remaining(uuid)
-        local = self._local[uuid]
-        single = Allocation((result,))
-        local.add(single)
-        after = self._remaining(uuid)
-        local.remove(single)
-        loss = tuple(was - now for was, now in zip(before, after, strict=True))
-        self._losses[key] = loss
-        return loss
-
-
-class ObservedState(NodeState):
-    """The node state with a scorer following it (the replay only talks to the state)."""
-
-    def __init__(self, pool: Pool, scorer: GpuScorer) -> None:
-        self.scorer = scorer
-        super().__init__(pool)
-
-    def add(self, allocation: Allocation) -> None:
-        super().add(allocation)
-        self.scorer.add(allocation)
-
-    def remove(self, allocation: Allocation) -> None:
-        super().remove(allocation)
-        self.scorer.remove(allocation)
-
-
-def _only_request(claim: Claim) -> Request:
-    (request,) = claim.requests
-    return request
-
-
-class OnlineBestFit:
-    """The issue's online best fit, as a chooser for `simulate.replay` (on an `ObservedState`)."""
-
-    def __init__(self, scorer: GpuScorer) -> None:
-        self.scorer = scorer
-
-    def __call__(self, state: NodeState, claim: Claim) -> Allocation | Refusal:
-        request = _only_request(claim)
-        options = state.fitting(request)
-        if not options:
-            return Refusal(f"request {request.name}: no device fits")
-        return Allocation((min(options, key=lambda r: (self.scorer.loss(r), state.index_of(r.device))),))
 
 
 class Layout(msgspec.Struct, frozen=True):
@@ -332,7 +210,7 @@ class LiveOrder:
             self._publish(state)
         self.history.append(self._positions())
         seen = self.history[0]
-        request = _only_request(claim)
+        request = only_request(claim)
         # First fit in the order seen; several devices only for whole GPUs (gpu:8): no shared counters.
         options = sorted(state.fitting(request), key=lambda r: seen[r.device])[: request.count]
         if len(options) < request.count:

@@ -14,8 +14,9 @@ import msgspec
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Refusal
+from dra_driver.packing.best_fit import GpuScorer, ObservedState
 from dra_driver.packing.layout import Occupant, gpu_layouts
-from dra_driver.packing.live import GpuScorer, LiveOrder, ObservedState, agent_groups, grouped_layout
+from dra_driver.packing.live import LiveOrder, agent_groups, grouped_layout
 from dra_driver.packing.planner import (
     GpuOutcome,
     GroupOutcome,

@@ -1,8 +1,8 @@
 """The ResourceSlice controller: keeps the API server's slices of this node equal to the plan.
 
 One watch (field selectors: our driver, our node; nothing cluster-wide) keeps a local copy of
-the stored slices. A sync compares that copy with the plan (`diff.plan_sync`, pure) and writes
-the difference. Syncs run from a rate-limited work queue:
+the stored slices (`slice_copy`, in resourceVersion order). A sync compares that copy with the
+plan (`diff.plan_sync`, pure) and writes the difference. Syncs run from a rate-limited work queue:
 - right away when the inventory changes;
 - `sync_delay` after someone else changed or deleted one of our slices (our own writes come back
   through the watch with the resourceVersion we already hold, so they schedule nothing, and a
@@ -55,6 +55,7 @@ from dra_driver.publish.diff import (
     Write,
     plan_sync,
 )
+from dra_driver.publish.slice_copy import StoredSlices
 from dra_driver.publish.workqueue import ShutDown, WorkQueue
 
 log = structlog.get_logger("dra_driver.publish")
@@ -68,16 +69,6 @@ CapabilityReport = Callable[[ApiCapabilities], None]
 
 class OutdatedList(Exception):
     """A list answered from before changes the watch has already shown."""
-
-
-def _version_number(resource_version: str) -> int:
-    """resourceVersions are opaque, but every real server uses etcd revisions; like client-go's
-    mutation cache we order them as integers, and treat anything else as newest."""
-    return int(resource_version) if resource_version.isdigit() else 2**63
-
-
-def _resource_version(obj: JsonObject) -> int:
-    return _version_number(str(obj.get("metadata", {}).get("resourceVersion", "")))
 
 
 class PublishStatus(msgspec.Struct):
@@ -116,18 +107,9 @@ class ResourceSliceController:
         self._queue: WorkQueue[str] = queue or WorkQueue()
         self.status = PublishStatus()
         self._owner: NodeOwner | None = None
-        self._stored: dict[str, JsonObject] = {}
-        self._listed_at = 0
-        # The newest resourceVersion of our slices a list, a watch event or a write's answer showed.
-        self._newest_seen = 0
+        self._copy = StoredSlices()
         self._stale = True
         self._adopted: dict[str, Adopted] = {}
-        # Slices we deleted whose DELETED event has not come yet: their older events, still on
-        # the way, must not bring them back into the copy.
-        self._deleted_by_us: set[str] = set()
-        # Slices another writer deleted, with the version of the delete: an answer to our write
-        # of one that arrives after the delete's event must not bring it back into the copy.
-        self._deleted_at: dict[str, int] = {}
         self._reported_unexplained = False
         self._last_dry_run: tuple[str, ...] | None = None
         self._sync_lock = asyncio.Lock()
@@ -204,54 +186,28 @@ class ResourceSliceController:
     async def _list_for_watch(self) -> str:
         async with self._sync_lock:
             if self._watch_position.resource_version is None:  # a sync may have listed meanwhile
-                # No watch runs now, so no event can be newer than this list: it is the truth
-                # even if versions went back (a restored etcd).
-                self._newest_seen = 0
+                self._copy.forget_newest()  # no watch runs now: no event is newer than this list
                 await self._list()
         return self._watch_position.resource_version or ""
 
     async def _list(self) -> None:
         items, resource_version = await self._api.list_slices()
-        listed_at = _version_number(resource_version)
-        if listed_at < self._newest_seen:
-            # A slow answer, overtaken by watch events of later changes: taking it would bring back
-            # what they changed (a slice deleted since), and the watch will not tell us again.
+        if self._copy.overtaken(resource_version):  # a slow answer, overtaken by watch events
             raise OutdatedList(
-                f"LIST resourceslices: answered at {resource_version}, older than {self._newest_seen}"
+                f"LIST resourceslices: answered at {resource_version}, older than {self._copy.newest_seen}"
             )
-        before = self._stored
-        self._stored = {str(item["metadata"]["name"]): item for item in items}
-        self._deleted_by_us.clear()
-        self._deleted_at.clear()
-        self._listed_at = self._newest_seen = listed_at
+        changed = self._copy.take_list(items, resource_version)
         self._watch_position.resource_version = resource_version
         self._stale = False
-        if before != self._stored:
+        if changed:
             self._queue.add(self.key)
 
     def _on_event(self, event: WatchEvent) -> None:
         """A change the watch shows (bookmarks, which change nothing of ours, do not come here:
         the loop moves the watch position on with them)."""
-        obj = event.object
-        name = str(obj.get("metadata", {}).get("name", ""))
-        version = _resource_version(obj)
-        self._newest_seen = max(self._newest_seen, version)
-        if version <= self._listed_at:
+        name = self._copy.take_event(event.kind, event.object)
+        if name is None:
             return
-        if name in self._deleted_by_us:
-            if event.kind == "DELETED":
-                self._deleted_by_us.discard(name)
-            return
-        held = self._stored.get(name)
-        if held is not None and _resource_version(held) >= version:
-            return  # our own write, already applied from its answer
-        if event.kind == "DELETED":
-            if held is None:
-                return
-            del self._stored[name]
-            self._deleted_at[name] = version
-        else:
-            self._stored[name] = obj
         log.info("resourceslice changed on the server; sync scheduled", slice=name, change=event.kind)
         self._queue.add_after(self.key, self._sync_delay)
 
@@ -277,7 +233,7 @@ class ResourceSliceController:
                 log.error("cannot publish this inventory", error=str(error), layout=layout)
                 return
             plan = plan_sync(
-                desired, PoolState(list(self._stored.values()), self._adopted), self._node_name, owner
+                desired, PoolState(list(self._copy.by_name.values()), self._adopted), self._node_name, owner
             )
             if self._dry_run is not None:
                 self._show_dry_run(plan)
@@ -334,8 +290,7 @@ class ResourceSliceController:
             match write:
                 case Delete(name=name, uid=uid, resource_version=version):
                     await self._api.delete_slice(name, uid, version)
-                    self._deleted_by_us.add(name)
-                    self._stored.pop(name, None)
+                    self._copy.deleted(name)
                     self._adopted.pop(name, None)
                 case Update(name=name, body=body):
                     self._accept(body, await self._api.replace_slice(name, body))
@@ -349,14 +304,7 @@ class ResourceSliceController:
         self._metrics.slice_writes.labels(verb=verb).inc()
 
     def _accept(self, sent: JsonObject, stored: JsonObject) -> None:
-        name = str(stored["metadata"]["name"])
-        version = _resource_version(stored)
-        held = self._stored.get(name)
-        known = _resource_version(held) if held is not None else self._deleted_at.get(name, 0)
-        if version > known:
-            # Else a watch event of a later change or delete (another writer's) overtook this answer.
-            self._stored[name] = stored
-        self._newest_seen = max(self._newest_seen, version)
+        name = self._copy.take_answer(stored)
         paths = dropped_fields(sent, stored)
         if not paths:
             self._adopted.pop(name, None)

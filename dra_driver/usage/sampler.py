@@ -18,7 +18,7 @@ import structlog
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.hardware.model import Gpu, HardwareError
 from dra_driver.hardware.usage import DeviceUsage, UsageReader
-from dra_driver.observability.metrics import UsageMetrics
+from dra_driver.observability.usage_metrics import UsageMetrics
 from dra_driver.usage.attribution import NO_POD, DeviceFacts, DeviceUser, UsageReport, attribute, gpu_rows
 from dra_driver.usage.cgroups import pods_by_uid, read_pod_cgroups
 from dra_driver.usage.pod_resources import PodResourcesClient, PodResourcesUnavailable

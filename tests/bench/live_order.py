@@ -29,13 +29,11 @@ from msgspec.structs import replace
 
 from dra_driver.devices.inventory import Inventory
 from dra_driver.packing.allocator import Pool
+from dra_driver.packing.best_fit import GpuScorer, ObservedState, OnlineBestFit
 from dra_driver.packing.live import (
-    GpuScorer,
     Layout,
     LiveMode,
     LiveOrder,
-    ObservedState,
-    OnlineBestFit,
     agent_groups,
     gpu_layout,
     grouped_layout,

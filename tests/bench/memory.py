@@ -64,7 +64,7 @@ FLOORS = {
     ),
     "what `dra-driver node` imports": (
         "import dra_driver.cli; dra_driver.cli.build_parser(); "
-        "import dra_driver.observability.logs, dra_driver.agent.node"
+        "import dra_driver.observability.logs, dra_driver.agent.node_process"
     ),
 }
 FLOOR_PROBE = """

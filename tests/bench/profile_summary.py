@@ -38,7 +38,14 @@ _NUMBERED_THREAD = re.compile(r"^(?P<stem>.*?)_?\d+$")
 # stack of almost everything, and the gRPC servicer of everything the engine does).
 COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("logging (structlog)", ("structlog/", "logging/", "dra_driver/observability/server.py")),
-    ("metrics", ("prometheus_client/", "dra_driver/observability/metrics.py")),
+    (
+        "metrics",
+        (
+            "prometheus_client/",
+            "dra_driver/observability/metrics.py",
+            "dra_driver/observability/usage_metrics.py",
+        ),
+    ),
     (
         "claim GET (kube_http, its asyncio streams, JSON)",
         (
@@ -46,6 +53,7 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "dra_driver/kube/calls.py",
             "dra_driver/kube/kube_api.py",
             "dra_driver/kube/kube_http.py",
+            "dra_driver/kube/http_wire.py",
             "dra_driver/claims/source.py",
         ),
     ),

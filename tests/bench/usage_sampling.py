@@ -39,7 +39,7 @@ from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.hardware.model import Gpu
 from dra_driver.hardware.nvml_library import load_nvml_library
 from dra_driver.hardware.simulated_nodes import DEFAULT_DRIVER_VERSION
-from dra_driver.observability.metrics import UsageMetrics
+from dra_driver.observability.usage_metrics import UsageMetrics
 from dra_driver.usage.facts import device_facts
 from tests.bench.report import host, publish
 from tests.support.mock_nvml import MockNode, make_driver_root

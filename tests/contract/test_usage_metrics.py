@@ -206,7 +206,7 @@ def test_without_kubelets_socket_a_sample_still_reports_claims_and_counts_the_fa
     from dra_driver.devices.inventory import node_inventory  # noqa: PLC0415
     from dra_driver.devices.node_config_decode import parse_node_config  # noqa: PLC0415
     from dra_driver.hardware.simulated_usage import SimulatedUsageReader  # noqa: PLC0415
-    from dra_driver.observability.metrics import UsageMetrics  # noqa: PLC0415
+    from dra_driver.observability.usage_metrics import UsageMetrics  # noqa: PLC0415
     from dra_driver.usage.facts import device_facts  # noqa: PLC0415
     from dra_driver.usage.pod_resources import PodResourcesClient  # noqa: PLC0415
     from dra_driver.usage.sampler import UsageSources, sample  # noqa: PLC0415

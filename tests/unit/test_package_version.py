@@ -13,7 +13,7 @@ def test_the_installed_metadata_carries_the_packages_version() -> None:
 
 def test_the_agent_never_imports_importlib_metadata() -> None:
     """It was imported for the version alone: 0.4-0.5 MiB of the agent's memory (issue 8)."""
-    program = "import sys, dra_driver.agent.node; print('importlib.metadata' in sys.modules)"
+    program = "import sys, dra_driver.agent.node_process; print('importlib.metadata' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
     )

@@ -1,5 +1,5 @@
 """A signal during start-up cancels it wherever it waits, and what the cancelled phase opened
-is closed again (node.started_unless_stopped)."""
+is closed again (node_process.started_unless_stopped)."""
 
 import asyncio
 import signal
@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from dra_driver.agent.errors import StartupError
-from dra_driver.agent.node import started_unless_stopped
+from dra_driver.agent.node_process import started_unless_stopped
 
 
 async def _race(start_after: float, signal_after: float | None, opened: list[str]) -> str | None:

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
+from dra_driver.agent.claim_serving import hami_core
 from dra_driver.agent.errors import SetupError
-from dra_driver.agent.node import hami_core
 from dra_driver.config.option_values import parse_hardware
 from dra_driver.config.settings import NodeSettings
 from dra_driver.devices.inventory import Inventory, build_inventory

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.agent.node import claim_record_store
+from dra_driver.agent.claim_serving import claim_record_store
 from dra_driver.config.option_table import AGENT_OPTIONS, add_agent_switches, add_options
 from dra_driver.config.settings import NodeSettings, SettingsError, node_settings
 

@@ -1,6 +1,7 @@
-"""dra_driver.kube.kube_http: the agent's keep-alive requests and watch streams, against the
-stand-in API server (the real REST protocol, served by aiohttp) and against a raw socket server
-that answers exactly the bytes a test scripts, well-formed or not, or plays a proxy."""
+"""dra_driver.kube.kube_http and the HTTP/1.1 it reads (kube.http_wire): the agent's keep-alive
+requests and watch streams, against the stand-in API server (the real REST protocol, served by
+aiohttp) and against a raw socket server that answers exactly the bytes a test scripts,
+well-formed or not, or plays a proxy."""
 
 import asyncio
 import json
@@ -16,14 +17,9 @@ from kubernetes import client
 
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.source import ApiServerClaimSource
+from dra_driver.kube.http_wire import MAX_BODY_BYTES, MAX_LINE_BYTES, HttpProtocolError
 from dra_driver.kube.kube_api import KubeClient
-from dra_driver.kube.kube_http import (
-    MAX_BODY_BYTES,
-    MAX_LINE_BYTES,
-    HttpProtocolError,
-    HttpStream,
-    KeepAliveClient,
-)
+from dra_driver.kube.kube_http import HttpStream, KeepAliveClient
 from dra_driver.kube.server_access import ServerAccess
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate

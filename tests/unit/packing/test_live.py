@@ -11,12 +11,10 @@ from dra_driver.devices.node_config import GpuSettings, NodeConfig, VgpuPartitio
 from dra_driver.devices.slices import MAX_DEVICES_PER_SLICE_WITH_COUNTERS_OR_TAINTS
 from dra_driver.hardware.model import Gpu
 from dra_driver.packing.allocator import Allocation, Claim, NodeState, Pool, Refusal
+from dra_driver.packing.best_fit import GpuScorer, ObservedState, OnlineBestFit
 from dra_driver.packing.live import (
-    GpuScorer,
     LiveMode,
     LiveOrder,
-    ObservedState,
-    OnlineBestFit,
     agent_groups,
     gpu_layout,
     grouped_layout,

@@ -11,7 +11,7 @@ from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.devices.inventory import node_inventory
 from dra_driver.devices.node_config_decode import parse_node_config
 from dra_driver.hardware.usage import DeviceUsage, ProcessUsage
-from dra_driver.observability.metrics import UsageMetrics
+from dra_driver.observability.usage_metrics import UsageMetrics
 from dra_driver.usage.attribution import NO_POD, ClaimRow, DeviceFacts, DeviceUser, attribute, gpu_rows
 from dra_driver.usage.facts import device_facts
 from tests.support.nodes import simulated_node
