@@ -42,7 +42,6 @@ import msgspec
 import structlog
 from msgspec.structs import replace
 
-from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.allocation import allocated_devices
 from dra_driver.claims.call_gate import CallGate, GateTicket
 from dra_driver.claims.calls import (
@@ -77,7 +76,6 @@ from dra_driver.claims.status.device_metadata import (
     pod_claim_name,
     request_metadata,
 )
-from dra_driver.claims.status.device_status import device_status_entries, has_status_facts
 from dra_driver.claims.status.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.devices.inventory import Inventory
@@ -355,28 +353,9 @@ class ClaimEngine:
         *,
         unless_pending: bool = False,
     ) -> None:
-        """Queues the claim's status.devices write (status_writer): nothing is sent before kubelet
-        has its answer, and nothing that happens to the write changes that answer. `claim`: as
-        prepare read it (None: the writer reads it). `unless_pending`: a write already queued
-        for the claim stands (it writes the same entries)."""
-        if self._claim_status is None or not record.devices:
-            return
-        if unless_pending and ref.uid in self._claim_status.pending:
-            return
-        if not has_status_facts(record):
-            log.info(
-                "claim status not written: the claim was prepared by an agent that kept no device "
-                "facts in its record",
-                claim_namespace=ref.namespace,
-                claim_name=ref.name,
-                claim_uid=ref.uid,
-            )
-            return
-
-        def entries(now: str) -> tuple[JsonObject, ...]:  # run by the writer, after the answer
-            return device_status_entries(self._driver_name, record, now=now)
-
-        self._claim_status.submit(ref, claim, entries)
+        """Queues the claim's status.devices write (status_writer.report) if this node writes them."""
+        if self._claim_status is not None:
+            self._claim_status.report(self._driver_name, ref, claim, record, unless_pending=unless_pending)
 
     async def _write_prepared(
         self,

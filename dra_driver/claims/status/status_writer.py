@@ -36,7 +36,8 @@ from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.claims.status.device_status import status_update
+from dra_driver.claims.records import ClaimRecord
+from dra_driver.claims.status.device_status import device_status_entries, has_status_facts, status_update
 from dra_driver.kube.claim_api import ClaimApi
 from dra_driver.kube.errors import ApiError
 from dra_driver.observability.metrics import ClaimStatusMetrics
@@ -103,6 +104,36 @@ class ClaimStatusWriter:
         )
         self._idle.clear()
         self._metrics.pending.set(len(self._pending))
+
+    def report(
+        self,
+        driver_name: str,
+        ref: ClaimRef,
+        claim: ResourceClaimView | None,
+        record: ClaimRecord,
+        *,
+        unless_pending: bool = False,
+    ) -> None:
+        """Queues the status.devices write of a prepared claim: nothing is sent before kubelet
+        has its answer, and nothing that happens to the write changes that answer. `claim`: as
+        prepare read it (None: the writer reads it). `unless_pending`: a write already queued
+        for the claim stands (it writes the same entries)."""
+        if not record.devices or (unless_pending and ref.uid in self.pending):
+            return
+        if not has_status_facts(record):
+            log.info(
+                "claim status not written: the claim was prepared by an agent that kept no device "
+                "facts in its record",
+                claim_namespace=ref.namespace,
+                claim_name=ref.name,
+                claim_uid=ref.uid,
+            )
+            return
+
+        def entries(now: str) -> tuple[JsonObject, ...]:  # run by the writer, after the answer
+            return device_status_entries(driver_name, record, now=now)
+
+        self.submit(ref, claim, entries)
 
     def cancel(self, claim_uid: str) -> None:
         """Drops the claim's pending write, if any, without waiting for it."""
