@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 from dra_driver.hardware.model import ComputeMode
 
@@ -22,7 +23,7 @@ READABLE_VERSIONS = (1, 2)
 RecordState = Literal["preparing", "prepared"]
 
 
-class CorruptRecord(ValueError):
+class CorruptRecord(OperatorFault, ValueError):
     """A record file that is not what this code writes."""
 
 

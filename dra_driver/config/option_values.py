@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.claims.edits.hami_core_hooks import hami_core_library_problem
 from dra_driver.config.node_config_files import config_file_names, load_node_config
@@ -28,11 +29,11 @@ HardwareKind = Literal["nvml", "simulated"]
 MpsDaemonMode = Literal["process", "pod"]
 
 
-class SettingsError(ValueError):
+class SettingsError(OperatorFault, ValueError):
     """An invalid option; the message is the single line printed before exiting."""
 
 
-class OptionProblem(ValueError):
+class OptionProblem(OperatorFault, ValueError):
     """What is wrong with one value, one argument per line; the option table prefixes its flag."""
 
 

@@ -24,6 +24,8 @@ from urllib.parse import unquote, urlsplit
 
 import msgspec
 
+from dra_driver.base.errors import TransientFault
+
 # A whole answer: lists included, the largest being every ResourceClaim of a large cluster (read
 # by `dra-driver plan`). A guard against a broken server, not a size any real answer nears.
 MAX_BODY_BYTES = 256 * 1024 * 1024
@@ -37,7 +39,7 @@ _HEX_DIGITS = b"0123456789abcdefABCDEF"
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 
 
-class HttpProtocolError(ValueError):
+class HttpProtocolError(TransientFault, ValueError):
     """The server's answer is not HTTP/1.x as this client reads it."""
 
 
