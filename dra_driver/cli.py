@@ -7,6 +7,7 @@ import sys
 from types import ModuleType
 
 from dra_driver import __version__
+from dra_driver.base.errors import DriverError, exit_code
 from dra_driver.commands.imports import imports_frozen
 
 # Each command's module under dra_driver.commands, by the name it registers. Some modules import
@@ -46,15 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     named = arguments[0] if arguments and arguments[0] in COMMANDS else None
     with imports_frozen():  # the command's modules, settings and options included
-        from dra_driver.config.settings import SettingsError  # noqa: PLC0415
-
         parser = build_parser(named)
         args = parser.parse_args(_dashed_values_joined(parser, arguments))
     try:
         code: int = args.run(args)
-    except SettingsError as error:
+    except DriverError as error:
         print(f"dra-driver {args.command}: {error}", file=sys.stderr)
-        return 2
+        return exit_code(error)
     return code
 
 

@@ -13,6 +13,8 @@ keeping the last without a word.
 
 import yaml
 
+from dra_driver.base.errors import OperatorFault
+
 # A ConfigMap holds at most 1 MiB in all, so no node config that can reach a node is larger; a
 # kubeconfig with a dozen clusters' certificates is tens of KiB.
 MAX_BYTES = 2**20
@@ -24,7 +26,7 @@ MAX_DEPTH = 32
 _LOADER = yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader
 
 
-class YamlProblem(ValueError):
+class YamlProblem(OperatorFault, ValueError):
     """Why the text is not a document the driver decodes, on one line without the file's name
     (the caller knows which file or flag it was)."""
 

@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, get_args
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.base.quantity import QUANTITY_FACTORS, WHOLE_SUFFIXES, parse_quantity
 
 _SHOWN_MAX = 80
@@ -23,7 +24,7 @@ _HUGE_INTEGER = "a number of more than 77 digits"
 _T = TypeVar("_T")
 
 
-class DecodeError(ValueError):
+class DecodeError(OperatorFault, ValueError):
     """`path` names the field (dotted, with [n] for list items; "" for the document itself)."""
 
     def __init__(self, path: str, problem: str) -> None:

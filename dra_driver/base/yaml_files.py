@@ -7,9 +7,10 @@ malformed file the same way; callers add which option and file it was.
 from pathlib import Path
 
 from dra_driver.base.bounded_yaml import MAX_BYTES, YamlProblem, load_bounded_yaml
+from dra_driver.base.errors import OperatorFault
 
 
-class YamlFileError(Exception):
+class YamlFileError(OperatorFault):
     """The file cannot be read or is not YAML; the message says which, without the path."""
 
 

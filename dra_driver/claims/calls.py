@@ -12,9 +12,7 @@ from typing import NamedTuple, TypeVar
 
 import structlog
 
-from dra_driver.claims.edits.cdi import InvalidCdiName
-from dra_driver.claims.errors import ClaimRejected
-from dra_driver.claims.identity import InvalidClaimIdentity
+from dra_driver.base.errors import ClaimFault
 from dra_driver.observability.logs import LogContext
 
 log = structlog.get_logger("dra_driver.claims")
@@ -28,10 +26,6 @@ class RawClaim(NamedTuple):
     uid: str
 
 
-# Refusals a claim can earn by what it asks for: logged as a warning, answered as they are. Any
-# other exception is a fault of ours, logged with its traceback.
-_EXPECTED_FAILURES = (InvalidClaimIdentity, ClaimRejected, InvalidCdiName)
-
 _T = TypeVar("_T")
 
 
@@ -42,8 +36,11 @@ def claim_context(raw: RawClaim) -> AbstractContextManager[None]:
 
 
 def failure_answer(action: str, error: Exception) -> str:
-    """Logs the failure of `action` for the claim in context, and returns what kubelet is told."""
-    if isinstance(error, _EXPECTED_FAILURES):
+    """Logs the failure of `action` for the claim in context, and returns what kubelet is told. A
+    ClaimFault is a refusal the claim earned by what it asks for: a warning, answered as it is.
+    Anything else is not the claim's doing (ours, the operator's, the moment's): logged with its
+    traceback, and answered as an internal error naming its class."""
+    if isinstance(error, ClaimFault):
         log.warning(f"{action} refused", reason=str(error))
         return str(error)
     log.exception(f"{action} failed unexpectedly")

@@ -3,10 +3,11 @@ costs no importer the code of the step that first needed it."""
 
 from typing import ClassVar
 
+from dra_driver.base.errors import ClaimFault
 from dra_driver.observability.error_reasons import ErrorReason
 
 
-class ClaimRejected(Exception):
+class ClaimRejected(ClaimFault):
     """This claim cannot be prepared; the message goes back to kubelet as the claim's error."""
 
     metric_reason: ClassVar[ErrorReason] = "claim_rejected"

@@ -4,11 +4,12 @@ from typing import ClassVar
 
 import msgspec
 
+from dra_driver.base.errors import ClaimFault
 from dra_driver.kube.k8s_names import dns_label_problem, dns_subdomain_problem, uid_problem
 from dra_driver.observability.error_reasons import ErrorReason
 
 
-class InvalidClaimIdentity(ValueError):
+class InvalidClaimIdentity(ClaimFault, ValueError):
     """A claim namespace, name or UID that Kubernetes itself would never produce."""
 
     metric_reason: ClassVar[ErrorReason] = "invalid_identity"

@@ -12,6 +12,7 @@ from typing import Literal, TypeVar
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.claims.effect_entries import EffectEntry
 from dra_driver.claims.identity import ClaimRef
 
@@ -20,7 +21,7 @@ RecordState = Literal["preparing", "prepared"]
 _Entry = TypeVar("_Entry", bound=EffectEntry)
 
 
-class CorruptRecord(ValueError):
+class CorruptRecord(OperatorFault, ValueError):
     """A record file that is not what this code writes."""
 
 

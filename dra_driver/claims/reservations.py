@@ -16,12 +16,13 @@ from collections.abc import Iterable, Iterator
 import msgspec
 
 from dra_driver.base.compact_json import compact_json
+from dra_driver.base.errors import OperatorFault
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 
 TABLE_VERSION = 1
 
 
-class InvalidReservationTable(ValueError):
+class InvalidReservationTable(OperatorFault, ValueError):
     """A reservation table that is not what this code writes."""
 
 

@@ -10,7 +10,6 @@ from dra_driver.config.settings import parse_hardware
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
     from dra_driver.observability.logs import configure_logging  # noqa: PLC0415
     from dra_driver.tools.demo import claim_choice, demo_claims, run_demo  # noqa: PLC0415
 
@@ -20,16 +19,10 @@ def run(args: argparse.Namespace) -> int:
     except OptionProblem as error:
         print(f"dra-driver demo: --cdi-dir: {error}", file=sys.stderr)
         return 2
-    try:
-        # Before anything is logged: a claim the node cannot take is the one line printed.
-        claims = run_coroutine(demo_claims(claim_choice(args.claim), hardware))
-        configure_logging("console", 0)
-        failed = run_coroutine(
-            run_demo(claims, hardware, run_container=not args.no_container, cdi_dir=cdi_dir)
-        )
-    except StartupError as error:
-        print(f"dra-driver demo: {error}", file=sys.stderr)
-        return 2 if isinstance(error, SetupError) else 1
+    # Before anything is logged: a claim the node cannot take is the one line printed (cli.main).
+    claims = run_coroutine(demo_claims(claim_choice(args.claim), hardware))
+    configure_logging("console", 0)
+    failed = run_coroutine(run_demo(claims, hardware, run_container=not args.no_container, cdi_dir=cdi_dir))
     for uid, error_text in failed.items():
         print(f"dra-driver demo: claim {uid} was not prepared: {error_text}", file=sys.stderr)
     return 1 if failed else 0

@@ -8,16 +8,14 @@ from dra_driver.config.settings import SettingsError
 
 
 def run(args: argparse.Namespace) -> int:
-    from dra_driver.health.simulated_faults import FaultError, SimulatedFault, submit_fault  # noqa: PLC0415
+    from dra_driver.health.simulated_faults import SimulatedFault, submit_fault  # noqa: PLC0415
 
     state_dir = Path(args.state_dir)
     if not state_dir.is_dir():
         raise SettingsError(f"--state-dir: {state_dir} is not a directory")
     fault = SimulatedFault(gpu=args.gpu, kind="lost" if args.lost else "xid", xid=args.xid or 0)
     try:
-        path = submit_fault(state_dir, fault)
-    except FaultError as error:
-        raise SettingsError(str(error)) from error
+        path = submit_fault(state_dir, fault)  # a FaultError names the flag: exit 2 (cli.main)
     except OSError as error:
         print(f"dra-driver simulate-fault: cannot queue the fault: {error}", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dra_driver.base.errors import OperatorFault, exit_code
 from dra_driver.base.kubernetes_versions import (
     DEFAULT_KUBERNETES,
     SUPPORTED_RANGE,
@@ -56,14 +57,15 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             sys.stdout.write(inventory_table(inventory, description))
-    except (StartupError, SlicePlanError, ApiError, PublishedSliceError) as error:
+    except (StartupError, SetupError, SlicePlanError, ApiError, PublishedSliceError) as error:
+        # The hint is for a run-time failure (no GPU to read), not for input that is wrong.
         hint = (
             _simulated_hint()
-            if settings.hardware.kind == "nvml" and not isinstance(error, SetupError)
+            if settings.hardware.kind == "nvml" and not isinstance(error, OperatorFault)
             else ""
         )
         print(f"dra-driver inspect: {error}{hint}", file=sys.stderr)
-        return 2 if isinstance(error, SetupError) else 1
+        return exit_code(error)
     return 0
 
 

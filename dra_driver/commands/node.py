@@ -11,17 +11,12 @@ from dra_driver.config.settings import node_settings
 
 def run(args: argparse.Namespace) -> int:
     with imports_frozen():  # the agent's modules: most of its time to serving
-        from dra_driver.agent.errors import SetupError, StartupError  # noqa: PLC0415
         from dra_driver.agent.node_process import run_node  # noqa: PLC0415
         from dra_driver.observability.logs import configure_logging  # noqa: PLC0415 - keep `--help` fast
 
     settings = node_settings(args, stderr_is_terminal=sys.stderr.isatty())
     configure_logging(settings.log_format, settings.verbosity)
-    try:
-        run_coroutine(run_node(settings))
-    except StartupError as error:
-        print(f"dra-driver node: {error}", file=sys.stderr)
-        return 2 if isinstance(error, SetupError) else 1
+    run_coroutine(run_node(settings))  # a failure to start: its one line and exit code (cli.main)
     return 0
 
 

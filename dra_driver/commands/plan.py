@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.base.errors import OperatorFault
 from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
 
@@ -32,7 +33,7 @@ OUTPUTS = ("table", "json", "layout", "svg", "png")
 SIMULATED = "simulated:"
 
 
-class _Invalid(Exception):
+class _Invalid(OperatorFault):
     """Input that cannot work: exit 2 with this line."""
 
 

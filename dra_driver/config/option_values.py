@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.claims.edits.hami_core_hooks import hami_core_library_problem
 from dra_driver.config.node_config_files import config_file_names, load_node_config
@@ -22,17 +23,17 @@ from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy, XidPolicyError,
 from dra_driver.kube.k8s_names import DNS_LABEL_MAX, dns_label_problem, dns_subdomain_problem, uid_problem
 from dra_driver.kube.kubeconfig import KubeconfigError, read_kubeconfig
 from dra_driver.observability.logs import LogFormat
-from dra_driver.observability.server import ListenAddress, MetricsAddressError, parse_metrics_address
+from dra_driver.observability.server import ListenAddress, parse_metrics_address
 
 HardwareKind = Literal["nvml", "simulated"]
 MpsDaemonMode = Literal["process", "pod"]
 
 
-class SettingsError(ValueError):
+class SettingsError(OperatorFault, ValueError):
     """An invalid option; the message is the single line printed before exiting."""
 
 
-class OptionProblem(ValueError):
+class OptionProblem(OperatorFault, ValueError):
     """What is wrong with one value, one argument per line; the option table prefixes its flag."""
 
 
@@ -192,11 +193,9 @@ class SecondsParser(msgspec.Struct, frozen=True):
 
 
 def metrics_address(value: str | None) -> ListenAddress | None:
-    """Its own error already names the flag (the observability module also checks it)."""
-    try:
-        return parse_metrics_address(value or "")
-    except MetricsAddressError as error:
-        raise SettingsError(str(error)) from error
+    """Its own error, an operator fault, already names the flag (the observability module also
+    checks it)."""
+    return parse_metrics_address(value or "")
 
 
 def xid_policy(value: str | None) -> XidPolicy:

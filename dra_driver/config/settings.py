@@ -23,7 +23,7 @@ from dra_driver.config.option_values import (
 from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
 from dra_driver.health.xid import DEFAULT_XID_POLICY, XidPolicy
 from dra_driver.kube.k8s_names import dns_subdomain_problem, driver_name_problem
-from dra_driver.kube.kubeconfig_choice import KubeconfigUnusable, choose_kubeconfig
+from dra_driver.kube.kubeconfig_choice import choose_kubeconfig
 from dra_driver.observability.logs import LogFormat
 from dra_driver.observability.server import ListenAddress
 from dra_driver.plugin.sockets import dra_socket_name, registration_socket_path, socket_path_problem
@@ -211,10 +211,7 @@ def cleanup_settings(args: argparse.Namespace) -> CleanupSettings:
         driver_name = args.driver_name
     else:
         node_name, driver_name = _identity(args)
-    try:
-        choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())
-    except KubeconfigUnusable as error:
-        raise SettingsError(str(error)) from error
+    choice = choose_kubeconfig(args.kubeconfig, os.environ, Path.home())  # KubeconfigUnusable names the flag
     return CleanupSettings(node_name, driver_name, choice.path, choice.note)
 
 

@@ -11,6 +11,7 @@ from typing import Literal, get_args
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.base.strict_decode import (
     quoted,
 )
@@ -32,7 +33,7 @@ MIB = 2**20
 _SHOWN_MAX = 80
 
 
-class NodeConfigError(ValueError):
+class NodeConfigError(OperatorFault, ValueError):
     """The node configuration is malformed or does not fit this node's GPUs: one line per problem."""
 
     def __init__(self, *problems: str) -> None:
@@ -40,7 +41,7 @@ class NodeConfigError(ValueError):
         self.problems = problems
 
 
-class _Misfit(Exception):
+class _Misfit(OperatorFault):
     """A setting that cannot be applied to one GPU; `setting` is its path in the file."""
 
     def __init__(self, setting: str, message: str) -> None:

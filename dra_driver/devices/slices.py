@@ -18,6 +18,7 @@ from typing import Any, Literal
 import msgspec
 from msgspec.structs import replace
 
+from dra_driver.base.errors import TransientFault
 from dra_driver.devices.attributes import PARTITION_TYPE
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import CounterSet, Device, counter_set_to_api, device_to_api
@@ -36,7 +37,7 @@ V134_MAX_CONSUMED_COUNTERS_PER_SLICE = 1024
 MAX_TAINTS_PER_DEVICE: Mapping[SliceLayout, int] = {"1.34": 4, "1.35": 16}
 
 
-class SlicePlanError(ValueError):
+class SlicePlanError(TransientFault, ValueError):
     """The inventory cannot be published within the API's limits for this layout."""
 
 

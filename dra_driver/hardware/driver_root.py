@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 import msgspec
 from msgspec.structs import replace
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.hardware.loader_cache import LOADER_CACHE, USUAL_LIBRARY_DIRS, cached_directories
 
 UNKNOWN_VERSION = "unknown"
@@ -114,7 +115,7 @@ class DriverDiscovery(msgspec.Struct, frozen=True):
     binary_dirs: tuple[str, ...]
 
 
-class UnusablePathError(Exception):
+class UnusablePathError(OperatorFault):
     def __init__(self, problem: UnusablePath) -> None:
         super().__init__(f"{problem.path}: {problem.reason}")
         self.problem = problem

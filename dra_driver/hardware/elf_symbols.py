@@ -22,6 +22,8 @@ from collections.abc import Iterable
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
+
 MAGIC = b"\x7fELF"
 # e_ident: EI_CLASS at 4 (1: 32-bit, 2: 64-bit), EI_DATA at 5 (1: little, 2: big endian).
 IDENT_SIZE = 16
@@ -36,7 +38,7 @@ STV_DEFAULT = 0
 STV_PROTECTED = 3
 
 
-class ElfError(ValueError):
+class ElfError(OperatorFault, ValueError):
     """What is wrong with the file, as words that follow its path (`<path>: <message>`)."""
 
 

@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 import msgspec
 from msgspec.structs import replace
 
+from dra_driver.base.errors import TransientFault
 from dra_driver.observability.error_reasons import ErrorReason
 
 # The time slice a GPU gives each process in turn, as the driver names its levels; opaque configs
@@ -41,7 +42,7 @@ class HardwareErrorReason(enum.Enum):
     OTHER = "other"
 
 
-class HardwareError(Exception):
+class HardwareError(TransientFault):
     """The hardware (or its simulation) could not be read or did not answer as expected."""
 
     metric_reason: ClassVar[ErrorReason] = "hardware"

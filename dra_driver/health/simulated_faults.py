@@ -19,6 +19,7 @@ from typing import Literal
 import msgspec
 import structlog
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.state import durable_files
@@ -40,7 +41,7 @@ class SimulatedFault(msgspec.Struct, frozen=True):
     xid: int = 0
 
 
-class FaultError(ValueError):
+class FaultError(OperatorFault, ValueError):
     """A fault that cannot be injected; the message names what is wrong."""
 
 

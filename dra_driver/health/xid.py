@@ -22,6 +22,7 @@ from itertools import combinations
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.base.strict_decode import DecodeError, items, mapping
 from dra_driver.devices.model import TaintEffect
 from dra_driver.devices.slices import SliceLayout
@@ -78,7 +79,7 @@ _EFFECTS: Mapping[XidClass, TaintEffect] = {
 }
 
 
-class XidPolicyError(ValueError):
+class XidPolicyError(OperatorFault, ValueError):
     """The operator's XID policy is malformed."""
 
 

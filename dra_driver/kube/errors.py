@@ -12,6 +12,8 @@ import asyncio
 import json
 from collections.abc import Mapping
 
+from dra_driver.base.errors import TransientFault
+
 # What a call raises when no (readable) answer came (kube_http). OSError: a connection refused or
 # reset, TLS trouble (ssl.SSLError), a proxy that refused the tunnel; ValueError: HttpProtocolError
 # (an answer that is not HTTP/1.x), and a header value that cannot be sent; IncompleteReadError: a
@@ -24,9 +26,11 @@ TRANSPORT_ERRORS = (OSError, TimeoutError, ValueError, asyncio.IncompleteReadErr
 FINAL_STATUSES = frozenset({400, 403, 405, 415, 422})
 
 
-class ApiError(Exception):
+class ApiError(TransientFault):
     """A failed call. `status` 0: no answer came; `reason`: the Status's reason ("Conflict"), ""
-    when the server sent none; `message`: why, as one phrase."""
+    when the server sent none; `message`: why, as one phrase. A TransientFault, since most calls
+    that fail are worth another (no answer, a conflict, 410, 5xx); `final` names the answers after
+    which the same request cannot succeed."""
 
     def __init__(self, call: str, status: int, reason: str, message: str) -> None:
         answer = " ".join(part for part in (f"API server answered {status}", reason) if part)

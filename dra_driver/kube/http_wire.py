@@ -14,6 +14,8 @@ from collections.abc import Mapping
 
 import msgspec
 
+from dra_driver.base.errors import TransientFault
+
 # A whole answer: lists included, the largest being every ResourceClaim of a large cluster (read
 # by `dra-driver plan`). A guard against a broken server, not a size any real answer nears.
 MAX_BODY_BYTES = 256 * 1024 * 1024
@@ -25,7 +27,7 @@ _NO_BODY_STATUSES = frozenset({204, 304})
 _HEX_DIGITS = b"0123456789abcdefABCDEF"
 
 
-class HttpProtocolError(ValueError):
+class HttpProtocolError(TransientFault, ValueError):
     """The server's answer is not HTTP/1.x as this client reads it."""
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 
-class KubeconfigUnusable(ValueError):
+
+class KubeconfigUnusable(OperatorFault, ValueError):
     """No kubeconfig can be used; the message names the flag or variable, so a command's option
     layer passes it on as its own invalid-option line (exit 2)."""
 

@@ -18,6 +18,8 @@ from typing import Protocol
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
+
 
 class Credentials(Protocol):
     async def authorization(self) -> str | None:
@@ -35,7 +37,7 @@ class StaticAuthorization(msgspec.Struct, frozen=True):
 NO_CREDENTIALS = StaticAuthorization()
 
 
-class ServerConfigError(ValueError):
+class ServerConfigError(OperatorFault, ValueError):
     """The API server's settings cannot be used; the message says which and why."""
 
 

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from dra_driver import __version__
+from dra_driver.base.errors import OperatorFault
 
 log = structlog.get_logger("dra_driver.observability")
 
@@ -39,7 +40,7 @@ STOP_POLL_SECONDS = 0.1
 TEXT = "text/plain; charset=utf-8"
 
 
-class MetricsAddressError(ValueError):
+class MetricsAddressError(OperatorFault, ValueError):
     """A bad --metrics-address; the message names the flag and what was expected."""
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dra_driver.base import quantity as quantities
+from dra_driver.base.errors import TransientFault
 from dra_driver.devices import attributes as names
 from dra_driver.devices.model import (
     AttributeValue,
@@ -29,7 +30,7 @@ _TYPES: Mapping[str, DeviceType] = {"gpu": "gpu", "mig": "mig", "vgpu": "vgpu"}
 _EFFECTS: Mapping[str, TaintEffect] = {"None": "None", "NoSchedule": "NoSchedule", "NoExecute": "NoExecute"}
 
 
-class PublishedSliceError(ValueError):
+class PublishedSliceError(TransientFault, ValueError):
     """A stored slice this tool cannot read (a quantity with a fraction, say)."""
 
 

@@ -18,6 +18,7 @@ from typing import Literal
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.base.quantity import UP_TO_TERA, parse_quantity
 
 ShapeKind = Literal["gpu", "mig", "vgpu"]
@@ -41,7 +42,7 @@ _KIND_FORM = (
 )
 
 
-class ShapeError(ValueError):
+class ShapeError(OperatorFault, ValueError):
     """One bad `--pods` item: the message names the item, the field and what was expected."""
 
 

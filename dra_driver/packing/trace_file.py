@@ -22,13 +22,14 @@ from collections.abc import Mapping
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.packing.shapes import PodShape, ShapeError, parse_shape
 
 MAX_ARRIVALS = 100_000
 _ARRIVAL_KEYS = ("at", "pod", "duration", "name")
 
 
-class TraceError(ValueError):
+class TraceError(OperatorFault, ValueError):
     """The trace cannot be replayed: the message names the file and the field."""
 
 

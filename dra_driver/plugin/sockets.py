@@ -11,6 +11,7 @@ import socket
 import stat
 from pathlib import Path
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.kube.k8s_names import UID_PATTERN
 
 # sockaddr_un.sun_path is 108 bytes including the terminating NUL, but gRPC's own address check
@@ -20,7 +21,7 @@ from dra_driver.kube.k8s_names import UID_PATTERN
 MAX_SOCKET_PATH_BYTES = 105
 
 
-class SocketPathError(ValueError):
+class SocketPathError(OperatorFault, ValueError):
     """A socket path that cannot be bound, or a non-socket file in the way."""
 
 

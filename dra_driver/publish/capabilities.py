@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from msgspec.structs import replace
 
+from dra_driver.base.errors import TransientFault
 from dra_driver.devices.node_config import GpuPlan, ResolvedMode, VgpuPartitionSize
 from dra_driver.hardware.model import Gpu
 
@@ -37,7 +38,7 @@ GIB = 2**30
 MAX_PATHS_DESCRIBED = 5
 
 
-class ServerVersionError(ValueError):
+class ServerVersionError(TransientFault, ValueError):
     """The API server's version cannot be read, or it cannot serve the driver's API version."""
 
 

@@ -24,6 +24,7 @@ import msgspec
 import structlog
 
 from dra_driver.base.backoff import Backoff
+from dra_driver.base.errors import TransientFault
 from dra_driver.base.json_object import JsonObject
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout, SlicePlanError, layout_for, plan_slices, slices_to_api
@@ -67,7 +68,7 @@ WATCH_RETRY = Backoff(first=0.1, cap=30.0)
 CapabilityReport = Callable[[ApiCapabilities], None]
 
 
-class OutdatedList(Exception):
+class OutdatedList(TransientFault):
     """A list answered from before changes the watch has already shown."""
 
 

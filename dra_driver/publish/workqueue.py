@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from dra_driver.base.backoff import Backoff
+from dra_driver.base.errors import TransientFault
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -58,7 +59,7 @@ class RateLimiter(Generic[Key]):
         return self._failures.get(key, 0)
 
 
-class ShutDown(Exception):
+class ShutDown(TransientFault):
     """The queue was shut down; workers stop."""
 
 

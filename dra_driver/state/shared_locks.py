@@ -29,6 +29,7 @@ from types import TracebackType
 import msgspec
 
 from dra_driver.base.backoff import Backoff
+from dra_driver.base.errors import OperatorFault
 from dra_driver.state.keyed_locks import KeyedLocks, KeyHold
 
 _FIRST_POLL_SECONDS = 0.001
@@ -41,7 +42,7 @@ _TABLE_HEADER = struct.Struct("<II")  # payload length, CRC-32 of the payload
 MAX_TABLE_BYTES = _TABLE_SLOTS[1] - _TABLE_SLOTS[0] - _TABLE_HEADER.size
 
 
-class InvalidSharedTable(ValueError):
+class InvalidSharedTable(OperatorFault, ValueError):
     """A table slot of the state lock file that is not what this code writes."""
 
 

@@ -21,6 +21,7 @@ from dra_driver._proto.dra.v1beta1 import api_pb2 as v1beta1_pb2
 from dra_driver._proto.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from dra_driver._proto.pluginregistration.v1 import api_pb2 as registration_pb2
 from dra_driver._proto.pluginregistration.v1 import api_pb2_grpc as registration_grpc
+from dra_driver.base.errors import TransientFault
 
 # Kubelet's timeouts (pluginmanager operation_generator.go, cm/dra/plugin).
 GET_INFO_TIMEOUT_SECONDS = 1.0
@@ -32,7 +33,7 @@ DraApi = Literal["v1", "v1beta1"]
 _DRA_MODULES = {"v1": (v1_pb2, v1_grpc), "v1beta1": (v1beta1_pb2, v1beta1_grpc)}
 
 
-class KubeletClientError(RuntimeError):
+class KubeletClientError(TransientFault, RuntimeError):
     """A call failed at the gRPC level, or the plugin broke the contract."""
 
 

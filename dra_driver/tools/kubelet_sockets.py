@@ -13,10 +13,11 @@ from pathlib import Path
 
 import msgspec
 
+from dra_driver.base.errors import TransientFault
 from dra_driver.plugin.sockets import DRA_SOCKETS_PATTERN, connect_problem, registration_sockets_pattern
 
 
-class NoLiveSocketError(RuntimeError):
+class NoLiveSocketError(TransientFault, RuntimeError):
     """No socket of the driver accepts connections; the message lists what was found."""
 
 

@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from dra_driver.base.errors import TransientFault
+
 IMAGE = "localhost/dra-driver-busybox:latest"
 BUSYBOX = Path("/bin/busybox")
 _APPLETS = ("sh", "env", "cat", "ls", "grep", "sort")
@@ -19,7 +21,7 @@ _CONTAINERS_CONF = "[containers]\ndefault_ulimits = []\n"
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 
 
-class PodmanError(RuntimeError):
+class PodmanError(TransientFault, RuntimeError):
     """podman is missing, or a podman command failed; the message says which and why."""
 
 

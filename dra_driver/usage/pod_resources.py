@@ -9,13 +9,14 @@ from pathlib import Path
 import grpc
 
 from dra_driver._proto.podresources.v1 import api_pb2, api_pb2_grpc
+from dra_driver.base.errors import TransientFault
 from dra_driver.usage.attribution import DeviceUser
 
 DEFAULT_POD_RESOURCES_SOCKET = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 CALL_TIMEOUT_SECONDS = 5.0
 
 
-class PodResourcesUnavailable(Exception):
+class PodResourcesUnavailable(TransientFault):
     """kubelet's PodResources socket did not answer (missing, refused, or too slow)."""
 
 

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 
 import msgspec
 
+from dra_driver.base.errors import ClaimFault
 from dra_driver.observability.error_reasons import ErrorReason
 
 CLAIM_CLASS = "claim"
@@ -34,7 +35,7 @@ _DEVICE_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._:-]*[A-Za-z0-9])?")
 HookName = Literal["prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"]
 
 
-class InvalidCdiName(ValueError):
+class InvalidCdiName(ClaimFault, ValueError):
     """A name the CDI rules (and so every container runtime) would refuse."""
 
     # Identity: a name is built from the claim's UID and device names, and breaks the rules only

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.claims.edits.cdi import ContainerEdits, DeviceNode
 
 CAPABILITIES_DIR = "driver/nvidia/capabilities"  # below the proc root
@@ -27,7 +28,7 @@ _MAX_MINOR = (1 << 20) - 1  # Linux minor numbers have 20 bits
 _MAX_MODE = 0o7777
 
 
-class CapabilityFileError(ValueError):
+class CapabilityFileError(OperatorFault, ValueError):
     """A capability file that is missing or says something other than what the driver writes."""
 
 

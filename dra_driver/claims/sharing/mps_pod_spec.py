@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 
+from dra_driver.base.errors import ClaimFault
 from dra_driver.claims.sharing.sharing import CONTAINER_SHM_DIRECTORY, MpsDaemonSpec
 from dra_driver.kube.k8s_names import uid_problem
 
@@ -40,7 +41,7 @@ POD_NAME_PREFIX = "mps-"
 CONTAINER_NAME = "mps-control-daemon"
 
 
-class InvalidDaemonPod(ValueError):
+class InvalidDaemonPod(ClaimFault, ValueError):
     """Something a daemon pod cannot be made from (a claim UID that is no UID)."""
 
 

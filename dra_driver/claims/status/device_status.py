@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from dra_driver.base.compact_json import compact_json
+from dra_driver.base.errors import ClaimFault
 from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
@@ -39,7 +40,7 @@ class EntryKey(msgspec.Struct, frozen=True):
     share_id: str | None
 
 
-class StatusTooLarge(ValueError):
+class StatusTooLarge(ClaimFault, ValueError):
     """An entry's data would exceed what the API server stores."""
 
 

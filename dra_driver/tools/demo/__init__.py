@@ -57,8 +57,8 @@ def claim_choice(value: str) -> ClaimKind | Path:
 
 
 async def demo_claims(choice: ClaimKind | Path, hardware: str) -> DemoClaims:
-    """Raises SettingsError (exit 2) for a claim file that cannot be read or a kind the node
-    cannot offer; SetupError for a hardware description that is no node."""
+    """Raises SettingsError (exit 2) for a claim file that cannot be read, SampleClaimError (exit 2)
+    for a kind the node cannot offer, SetupError for a hardware description that is no node."""
     if isinstance(choice, Path) and (specs := _unallocated(choice)) is not None:
         gpus = await _node_gpus(hardware)
         try:
@@ -77,10 +77,8 @@ async def demo_claims(choice: ClaimKind | Path, hardware: str) -> DemoClaims:
             raise SettingsError(f"--claim: claim file {choice}: holds no ResourceClaim")
         return DemoClaims(source)
     gpus = await _node_gpus(hardware)
-    try:
-        chosen = sample_claim(choice, gpus, DEMO_NODE, DEFAULT_DRIVER_NAME, str(parse_hardware(hardware)))
-    except SampleClaimError as error:
-        raise SettingsError(str(error)) from error
+    # Its SampleClaimError names --claim already.
+    chosen = sample_claim(choice, gpus, DEMO_NODE, DEFAULT_DRIVER_NAME, str(parse_hardware(hardware)))
     key = (chosen.claim["metadata"]["namespace"], chosen.claim["metadata"]["name"])
     return DemoClaims(OfflineClaimSource({key: chosen.claim}), chosen.node_config, (chosen.claim,))
 

@@ -19,6 +19,7 @@ from typing import Any, get_args
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.devices.classes import SHARING_CLASSES, class_name, device_classes, sharing_class_name
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device, DeviceType
@@ -131,7 +132,7 @@ def example_claims(
     raise SampleClaimError(f"claim file: {node} cannot offer the {kind} devices these claims ask for")
 
 
-class _NotEnough(Exception):
+class _NotEnough(OperatorFault):
     pass
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.devices.classes import class_name
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.model import Device, quantity
@@ -36,7 +37,7 @@ VGPU_SHARE_ID = "2e4f6a8c-0b1d-4e3f-a5c7-9d1b3f5a7c9e"
 VGPU_CORES_PERCENT = 25
 
 
-class SampleClaimError(ValueError):
+class SampleClaimError(OperatorFault, ValueError):
     """The node cannot offer the kind of device asked for; the message says why and what would."""
 
 
