@@ -47,7 +47,7 @@ def _shown_by(devices: Sequence[Device]) -> bool:
 
 MODE = DeviceMode(
     name=NAME,
-    description="one shareable device; claims take memory and cores from it (MIG off)",
+    description="one shareable device that claims take memory and cores from (MIG off)",
     in_mig_mode=False,
     auto=False,
     blocks=frozenset({"vgpu"}),
