@@ -7,7 +7,6 @@ Pure data and pure functions of the GPU and its settings: the agent and the offl
 """
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
@@ -46,8 +45,7 @@ class PlanAsks(msgspec.Struct, frozen=True):
     vgpus: tuple[tuple[int, int | None], ...] = ()
 
 
-@dataclass(frozen=True, kw_only=True)
-class DeviceMode:
+class DeviceMode(msgspec.Struct, frozen=True, kw_only=True):
     """One way of offering a GPU. Every field is required: a new mode states each part."""
 
     # The node config's `mode` value, and one line for `plan --help` and the docs.
