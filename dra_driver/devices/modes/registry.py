@@ -48,8 +48,9 @@ def names_where(modes: Sequence[DeviceMode]) -> str:
     return " or ".join(mode.name for mode in modes)
 
 
-def mig_modes(in_mig_mode: bool = True) -> tuple[DeviceMode, ...]:
-    return tuple(mode for mode in MODES if mode.in_mig_mode == in_mig_mode)
+def mig_modes() -> tuple[DeviceMode, ...]:
+    """The modes a GPU in MIG mode can be offered in."""
+    return tuple(mode for mode in MODES if mode.in_mig_mode)
 
 
 def taking(block: SettingsBlock) -> tuple[DeviceMode, ...]:
