@@ -21,6 +21,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.base.errors import OperatorFault
 from dra_driver.commands.event_loop import run_coroutine
 from dra_driver.devices.config_files import DEFAULT_NODE_CONFIG_LABEL
+from dra_driver.devices.modes.registry import MODE_NAMES, MODES
 
 if TYPE_CHECKING:
     from dra_driver.devices.inventory import Inventory
@@ -289,9 +290,10 @@ def add_parser(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     plan.add_argument(
         "--mode",
         action="append",
-        choices=("gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"),
+        choices=MODE_NAMES,
         help="plan only this way of offering the GPUs (repeatable); default: every way they allow. "
-        "A GPU with MIG instances is planned as its instances in every mode",
+        "A GPU with MIG instances is planned as its instances in every mode. "
+        + "; ".join(f"{mode.name}: {mode.description}" for mode in MODES).replace("%", "%%"),
     )
     plan.add_argument(
         "--node-config",

@@ -17,6 +17,7 @@ from dra_driver.config.node_config_files import config_file_names, config_names
 from dra_driver.devices.config_files import CONFIG_SUFFIX, config_file_problems, parse_config_text
 from dra_driver.devices.gpu_selection import catalog_model
 from dra_driver.devices.inventory import build_inventory
+from dra_driver.devices.modes.registry import AUTO, mode_named
 from dra_driver.devices.node_config import GpuEntry, NodeConfig, NodeConfigError, describe_gpu, plan_node
 from dra_driver.devices.node_config_checks import offline_problems
 from dra_driver.hardware.catalog import GpuModel, gpu_models
@@ -55,7 +56,7 @@ def _sample_gpu(model: GpuModel, mode: str) -> Gpu:
     if model.mig is None:
         mig_mode = MigMode.UNSUPPORTED
     else:
-        mig_mode = MigMode.ENABLED if mode.startswith("mig-") else MigMode.DISABLED
+        mig_mode = MigMode.ENABLED if mode_named(mode).in_mig_mode else MigMode.DISABLED
     spec = SimulatedNodeSpec(f"catalog model {model.key}", (GpuGroupSpec(model, 1, mig_mode),))
     return simulated_gpus("validate-config", spec)[0]
 
@@ -64,7 +65,7 @@ def catalog_problems(config: NodeConfig, hami_core: bool = True) -> Iterator[str
     """Model and productName entries that no GPU of their model could take."""
     for entry in config.gpus:
         model = _model_of_entry(entry)
-        if model is None or entry.settings.mode == "auto":
+        if model is None or entry.settings.mode == AUTO:
             continue
         gpu = _sample_gpu(model, entry.settings.mode)
         for problem in plan_node(NodeConfig(gpus=(entry,)), (gpu,), hami_core=hami_core).problems:

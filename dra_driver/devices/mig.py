@@ -25,7 +25,15 @@ from dra_driver.devices.gpus import parent_attributes, shared_gpu_attributes
 from dra_driver.devices.model import AttributeValue, Capacity, CounterConsumption, CounterSet, Device
 from dra_driver.devices.naming import counter_set_name, mig_device_name
 from dra_driver.devices.origins import DynamicMig, StaticMig
-from dra_driver.hardware.model import Gpu, MigInstance, MigProfile, MigResources, Placement, mig_capacity
+from dra_driver.hardware.model import (
+    Gpu,
+    MigInstance,
+    MigMode,
+    MigProfile,
+    MigResources,
+    Placement,
+    mig_capacity,
+)
 
 # MigResources field -> (capacity name, counter name): capacity names are C identifiers, counter
 # names DNS labels. The order is the order the counters are published in.
@@ -119,6 +127,12 @@ def dynamic_mig_device(origin: DynamicMig) -> Device:
         capacity=_mig_capacity(profile, profile.multiprocessors),
         consumes_counters=(_placement_consumption(gpu, profile, placement),),
     )
+
+
+def has_instances(gpu: Gpu) -> bool:
+    """A GPU in MIG mode with instances: the agent offers only its instances (mode auto or
+    mig-static), so a plan never offers it whole or shared unless the operator destroys them."""
+    return gpu.mig_mode is MigMode.ENABLED and bool(gpu.mig_instances)
 
 
 def usable_static_instance(instance: MigInstance) -> bool:

@@ -7,7 +7,6 @@ prepared; the other GPUs go on.
 """
 
 from collections.abc import Sequence
-from typing import Literal, get_args
 
 import msgspec
 
@@ -16,19 +15,44 @@ from dra_driver.base.strict_decode import (
     quoted,
 )
 from dra_driver.devices.gpu_selection import select_entries
-from dra_driver.devices.order import PackingPolicy
+from dra_driver.devices.gpu_settings import (
+    MIB,
+    Enforcement,
+    GpuSettings,
+    Mode,
+    ResolvedMode,
+    VgpuPartitionSize,
+    describe_gpu,
+)
+from dra_driver.devices.modes.contract import DeviceMode
+from dra_driver.devices.modes.registry import AUTO, CONFIG_MODES, auto_mode, find_mode, mig_modes, names_where
 from dra_driver.hardware.model import Gpu, MigMode
 
-Mode = Literal["auto", "gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
-ResolvedMode = Literal["gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions"]
-# What holds a vGPU share to its limits. mps: NVIDIA's MPS, one control daemon per GPU, which
-# enforced both the SM share and the memory limit on the H200 (docs/hardware.md); hami-core: the
-# preloaded HAMi-core library, which held memory there but not compute; none: the limits are
-# only advisory environment variables.
-Enforcement = Literal["mps", "hami-core", "none"]
-MODES: tuple[str, ...] = get_args(Mode)
+# The settings' names too: node_config is where the rest of the code (and the tests) read the
+# node config's vocabulary from, although the settings sit below the modes (gpu_settings).
+__all__ = [
+    "HAMI_CORE_SETTING",
+    "MIB",
+    "MODES",
+    "ConfigProblem",
+    "Enforcement",
+    "GpuEntry",
+    "GpuPlan",
+    "GpuSettings",
+    "Mode",
+    "NodeConfig",
+    "NodeConfigError",
+    "NodePlan",
+    "ResolvedMode",
+    "VgpuPartitionSize",
+    "describe_gpu",
+    "hami_core_missing",
+    "plan_gpus",
+    "plan_node",
+]
+# What the node config's `mode` accepts: auto, then every registered mode.
+MODES: tuple[str, ...] = CONFIG_MODES
 HAMI_CORE_SETTING = "vgpu.enforcement"
-MIB = 2**20
 # A selector longer than this is quoted and cut short in messages (a UUID is 40 characters).
 _SHOWN_MAX = 80
 
@@ -47,25 +71,6 @@ class _Misfit(OperatorFault):
     def __init__(self, setting: str, message: str) -> None:
         super().__init__(f"{setting}: {message}")
         self.setting = setting
-
-
-class VgpuPartitionSize(msgspec.Struct, frozen=True):
-    memory_bytes: int
-    # Percent of the GPU's SMs; None = the partition's share of memory.
-    cores: int | None = None
-
-
-class GpuSettings(msgspec.Struct, frozen=True):
-    mode: Mode = "auto"
-    # Capacity mode: the granularity of memory requests.
-    memory_step: int = MIB
-    partitions: tuple[VgpuPartitionSize, ...] = ()
-    # Dynamic MIG: profile names to publish; empty = all.
-    mig_profiles: tuple[str, ...] = ()
-    # Where the scheduler's first fit puts claims that share GPUs (devices.order).
-    packing: PackingPolicy = "binpack"
-    # vGPU modes: how shares are held to their limits.
-    enforcement: Enforcement = "mps"
 
 
 class GpuEntry(msgspec.Struct, frozen=True):
@@ -126,67 +131,43 @@ class NodePlan(msgspec.Struct, frozen=True):
     problems: tuple[ConfigProblem, ...] = ()
 
 
-def describe_gpu(gpu: Gpu) -> str:
-    return f"GPU {gpu.index} ({gpu.product_name}, {gpu.uuid})"
-
-
-def _resolve_mode(gpu: Gpu, settings: GpuSettings, where: str) -> ResolvedMode:
-    mode = settings.mode
+def _resolve_mode(gpu: Gpu, settings: GpuSettings, where: str) -> DeviceMode:
+    name = settings.mode
     setting = f"{where}.mode"
-    if mode == "auto":
-        return "mig-static" if gpu.mig_mode is MigMode.ENABLED else "gpu"
-    if mode.startswith("mig-"):
+    if name == AUTO:
+        return auto_mode(gpu)
+    mode = find_mode(name)
+    if mode is None:
+        raise _Misfit(setting, f"{quoted(name)} is not one of {', '.join(MODES)}")
+    if mode.in_mig_mode:
         if gpu.mig_mode is MigMode.UNSUPPORTED:
-            raise _Misfit(setting, f"{mode} on {describe_gpu(gpu)}: this GPU does not support MIG")
+            raise _Misfit(setting, f"{name} on {describe_gpu(gpu)}: this GPU does not support MIG")
         if gpu.mig_mode is MigMode.DISABLED:
             raise _Misfit(
                 setting,
-                f"{mode} on {describe_gpu(gpu)}: MIG mode is disabled on this GPU; "
+                f"{name} on {describe_gpu(gpu)}: MIG mode is disabled on this GPU; "
                 f"enable it first (nvidia-smi -i {gpu.index} -mig 1)",
             )
     elif gpu.mig_mode is MigMode.ENABLED:
         raise _Misfit(
             setting,
-            f"{mode} on {describe_gpu(gpu)}: MIG mode is enabled, so the GPU cannot be used "
-            "whole or shared; use mode mig-static or mig-dynamic, or disable MIG mode",
+            f"{name} on {describe_gpu(gpu)}: MIG mode is enabled, so the GPU cannot be used "
+            f"whole or shared; use mode {names_where(mig_modes())}, or disable MIG mode",
         )
     return mode
 
 
-def _check_fits(gpu: Gpu, mode: ResolvedMode, settings: GpuSettings, where: str, hami_core: bool) -> None:
-    if mode.startswith("vgpu-") and settings.enforcement == "hami-core" and not hami_core:
+def _check_fits(gpu: Gpu, mode: DeviceMode, settings: GpuSettings, where: str, hami_core: bool) -> None:
+    """The check every mode that takes vGPU settings shares, then the mode's own."""
+    if "vgpu" in mode.blocks and settings.enforcement == "hami-core" and not hami_core:
         raise _Misfit(
             f"{where}.{HAMI_CORE_SETTING}",
             f"hami-core on {describe_gpu(gpu)} needs --hami-core-library, which this node's agent "
             "was not given, so every share's prepare would be refused; set it, or choose "
             "vgpu.enforcement mps or none",
         )
-    if mode == "vgpu-partitions":
-        sizes = set()
-        for number, partition in enumerate(settings.partitions):
-            setting = f"{where}.vgpu.partitions[{number}].memory"
-            if partition.memory_bytes > gpu.memory_bytes:
-                raise _Misfit(
-                    setting,
-                    f"{partition.memory_bytes // MIB}Mi does not fit {describe_gpu(gpu)}, "
-                    f"which has {gpu.memory_bytes // MIB}Mi",
-                )
-            if partition.memory_bytes in sizes:
-                raise _Misfit(setting, f"two partition sizes with the same memory on {describe_gpu(gpu)}")
-            sizes.add(partition.memory_bytes)
-    if mode == "vgpu-capacity" and settings.memory_step > gpu.memory_bytes:
-        raise _Misfit(
-            f"{where}.vgpu.memoryStep",
-            f"{settings.memory_step // MIB}Mi is more than {describe_gpu(gpu)} has",
-        )
-    if mode == "mig-dynamic":
-        known = {profile.name for profile in gpu.mig_profiles}
-        if unknown := sorted(set(settings.mig_profiles) - known):
-            raise _Misfit(
-                f"{where}.mig.profiles",
-                f"[{', '.join(quoted(name) for name in unknown)}] not offered by {describe_gpu(gpu)}; "
-                f"its profiles: {', '.join(sorted(known))}",
-            )
+    if (unfit := mode.fits(gpu, settings, where)) is not None:
+        raise _Misfit(unfit.setting, unfit.message)
 
 
 def _plan_one(gpu: Gpu, where: str, settings: GpuSettings, hami_core: bool) -> GpuPlan | ConfigProblem:
@@ -195,7 +176,7 @@ def _plan_one(gpu: Gpu, where: str, settings: GpuSettings, hami_core: bool) -> G
         _check_fits(gpu, mode, settings, where, hami_core)
     except _Misfit as misfit:
         return ConfigProblem(misfit.setting, str(misfit), gpu)
-    return GpuPlan(gpu=gpu, mode=mode, settings=settings)
+    return GpuPlan(gpu=gpu, mode=mode.name, settings=settings)
 
 
 def plan_node(config: NodeConfig, gpus: Sequence[Gpu], *, hami_core: bool = True) -> NodePlan:

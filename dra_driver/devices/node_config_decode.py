@@ -15,6 +15,8 @@ from dra_driver.base.strict_decode import (
     mapping,
     quoted,
 )
+from dra_driver.devices.modes.contract import DeviceMode, SettingsBlock
+from dra_driver.devices.modes.registry import AUTO, CONFIG_MODES, MODES, find_mode, names_where, taking
 from dra_driver.devices.node_config import (
     MIB,
     Enforcement,
@@ -27,6 +29,8 @@ from dra_driver.devices.node_config import (
 )
 from dra_driver.devices.order import PackingPolicy
 from dra_driver.hardware.catalog import gpu_models
+
+_MODE_OPTIONS = {name: name for name in CONFIG_MODES}
 
 
 def _bytes(value: object, where: str) -> int:
@@ -142,14 +146,15 @@ def _profiles(mig: Mapping[str, Any], where: str) -> tuple[str, ...]:
 def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
     found = _Found()
     mode: Mode | None = found.take(
-        lambda: _decoded_choice(raw.get("mode", "auto"), f"{where}.mode", literal_options(Mode)), None
+        lambda: _decoded_choice(raw.get("mode", AUTO), f"{where}.mode", _MODE_OPTIONS), None
     )
+    described = find_mode(mode) if mode is not None else None
     vgpu = _fields(raw.get("vgpu", {}), f"{where}.vgpu", ("memoryStep", "partitions", "enforcement"), found)
     mig = _fields(raw.get("mig", {}), f"{where}.mig", ("profiles",), found)
-    if mode is not None and vgpu and not str(mode).startswith("vgpu-"):
-        found.add(f"{where}.vgpu: only allowed with mode vgpu-capacity or vgpu-partitions")
-    if mode is not None and mig and mode != "mig-dynamic":
-        found.add(f"{where}.mig: only allowed with mode mig-dynamic")
+    blocks: tuple[tuple[SettingsBlock, Mapping[str, Any]], ...] = (("vgpu", vgpu), ("mig", mig))
+    for block, given in blocks:
+        if mode is not None and given and (described is None or block not in described.blocks):
+            found.add(f"{where}.{block}: only allowed with mode {names_where(taking(block))}")
     memory_step = found.take(lambda: _memory_step(vgpu, where), MIB)
     no_entries: list[Any] = []
     entries = found.take(lambda: _list(vgpu.get("partitions", []), f"{where}.vgpu.partitions"), no_entries)
@@ -158,10 +163,11 @@ def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
         for number, entry in enumerate(entries)
         if (partition := _partition_of(entry, f"{where}.vgpu.partitions[{number}]", found)) is not None
     )
-    if mode == "vgpu-partitions" and not entries:
-        found.add(f"{where}.vgpu.partitions: mode vgpu-partitions needs at least one partition size")
-    if mode is not None and "partitions" in vgpu and mode != "vgpu-partitions":
-        found.add(f"{where}.vgpu.partitions: only allowed with mode vgpu-partitions")
+    if described is not None and described.partitions and not entries:
+        found.add(f"{where}.vgpu.partitions: mode {mode} needs at least one partition size")
+    if mode is not None and "partitions" in vgpu and (described is None or not described.partitions):
+        partitioned = names_where([each for each in MODES if each.partitions])
+        found.add(f"{where}.vgpu.partitions: only allowed with mode {partitioned}")
     enforcement: Enforcement = found.take(
         lambda: _decoded_choice(
             vgpu.get("enforcement", "mps"), f"{where}.vgpu.enforcement", literal_options(Enforcement)
@@ -171,8 +177,8 @@ def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
     no_profiles: tuple[str, ...] = ()
     profiles = found.take(lambda: _profiles(mig, where), no_profiles)
     packing: PackingPolicy = "binpack"
-    if (decoded_mode := mode) is not None:
-        packing = found.take(lambda: _packing(raw, decoded_mode, where), "binpack")
+    if mode is not None:
+        packing = found.take(lambda: _packing(raw, described, where), "binpack")
     found.raise_any()
     assert mode is not None  # a mode that did not decode is a problem raised above
     return GpuSettings(
@@ -185,19 +191,16 @@ def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
     )
 
 
-def _packing(raw: Mapping[str, Any], mode: Mode, where: str) -> PackingPolicy:
+def _packing(raw: Mapping[str, Any], mode: DeviceMode | None, where: str) -> PackingPolicy:
+    """`mode` None: auto, whose modes all allow either packing."""
     try:
         packing: PackingPolicy = choice(
             raw.get("packing", "binpack"), f"{where}.packing", literal_options(PackingPolicy)
         )
     except DecodeError as error:
         raise NodeConfigError(str(error)) from error
-    if packing == "spread" and mode == "vgpu-capacity":
-        raise NodeConfigError(
-            f"{where}.packing: spread needs a device per tenant slot (mode vgpu-partitions or "
-            "mig-dynamic); with vgpu-capacity each GPU is one device and the scheduler fills the "
-            "first GPU that fits"
-        )
+    if packing == "spread" and mode is not None and mode.no_spread:
+        raise NodeConfigError(f"{where}.packing: {mode.no_spread}")
     return packing
 
 

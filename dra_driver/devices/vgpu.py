@@ -11,6 +11,7 @@ Two ways to publish them, because clusters differ:
 from collections.abc import Iterator
 
 from dra_driver.devices import attributes as names
+from dra_driver.devices.gpu_settings import Enforcement, VgpuPartitionSize
 from dra_driver.devices.gpus import (
     gpu_identity_attributes,
     parent_attributes,
@@ -26,7 +27,6 @@ from dra_driver.devices.model import (
     ValidRange,
 )
 from dra_driver.devices.naming import counter_set_name, gpu_device_name, vgpu_partition_name, vgpu_size_token
-from dra_driver.devices.node_config import Enforcement, VgpuPartitionSize
 from dra_driver.devices.origins import VgpuPartition
 from dra_driver.hardware.model import Gpu
 

@@ -8,16 +8,17 @@ memory slices when no counter set lists them) come from the GPU catalog by produ
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Literal
 
 import msgspec
 
 from dra_driver.devices import attributes as names
 from dra_driver.devices.model import Device
+from dra_driver.devices.modes.registry import layout_kind_of
 from dra_driver.hardware.catalog import GpuModel, gpu_models
 from dra_driver.packing.allocator import Pool
 
-LayoutKind = Literal["whole", "mig", "vgpu-capacity", "vgpu-partitions"]
+# How a GPU is drawn: one of registry.layout_kinds(), each mode naming its own (devices.modes).
+LayoutKind = str
 MEMORY_SLICE = re.compile(r"memory-slice-([0-9]+)")
 _COMPUTE = re.compile(r"([0-9]+)g\.")
 
@@ -100,16 +101,6 @@ def device_memory(device: Device) -> int:
     return capacity.value if capacity is not None else 0
 
 
-def _kind(devices: Iterable[Device]) -> LayoutKind:
-    types = {device.attributes.get(names.TYPE) for device in devices}
-    if "mig" in types:
-        return "mig"
-    if "vgpu" in types:
-        shared = any(device.allow_multiple_allocations for device in devices)
-        return "vgpu-capacity" if shared else "vgpu-partitions"
-    return "whole"
-
-
 def _gpu_memory(devices: Iterable[Device], pool: Pool, model: GpuModel | None) -> int:
     for device in devices:
         if device.attributes.get(names.TYPE) in ("gpu", "vgpu") and names.UUID in device.attributes:
@@ -152,7 +143,7 @@ def _layout(
     first = devices[0]
     product = str(first.attributes.get(names.PRODUCT_NAME, ""))
     model = _catalog_model(product)
-    kind = _kind(devices)
+    kind = layout_kind_of(devices)
     blocks: list[MigBlock] = []
     occupants: list[Occupant] = []
     for device in devices:

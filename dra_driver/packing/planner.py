@@ -13,21 +13,22 @@ asked for, or the rest of a GPU whose cores a vGPU share has taken).
 """
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Literal
 
 import msgspec
 from msgspec.structs import replace
 
 from dra_driver.devices import attributes as names
 from dra_driver.devices.inventory import Inventory
+from dra_driver.devices.mig import has_instances
 from dra_driver.devices.model import Device
+from dra_driver.devices.modes.contract import DeviceMode, PlanAsks
+from dra_driver.devices.modes.registry import MODES, auto_mode, mode_named
 from dra_driver.devices.node_config import (
     GpuEntry,
     GpuPlan,
     GpuSettings,
     NodeConfig,
     NodePlan,
-    VgpuPartitionSize,
     plan_node,
 )
 from dra_driver.hardware.model import Gpu, MigMode
@@ -37,12 +38,9 @@ from dra_driver.packing.layout import GpuLayout, Occupant, device_gpu_uuid, devi
 from dra_driver.packing.shapes import ALL_CORES, PodGroup, PodShape, ShapeError
 from dra_driver.publish.desired import ApiCapabilities, desired_pool
 
-# "node-config": every GPU as a node config file says; "published": as a live node publishes.
-PlanMode = Literal[
-    "gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions", "node-config", "published"
-]
-MODES: tuple[PlanMode, ...] = ("gpu", "mig-static", "mig-dynamic", "vgpu-capacity", "vgpu-partitions")
-MIB = 2**20
+# What a plan's column is: a registered mode's name (devices.modes.registry), "node-config"
+# (every GPU as a node config file says) or "published" (as a live node publishes).
+PlanMode = str
 
 
 class PlacedPod(msgspec.Struct, frozen=True):
@@ -179,53 +177,34 @@ def gpu_profiles(gpus: Iterable[Gpu]) -> dict[str, list[str]]:
     return {gpu.product_name: [p.name for p in gpu.mig_profiles] for gpu in gpus if gpu.mig_profiles}
 
 
-def _partition_sizes(groups: Iterable[PodGroup], gpu: Gpu) -> tuple[VgpuPartitionSize, ...]:
-    """One partition size per vGPU memory size asked for, with the most cores any of its pods
-    asks for (None: its share of the GPU), so every vGPU shape has a partition that fits it."""
-    cores: dict[int, int | None] = {}
-    for group in groups:
-        shape = group.shape
-        if shape.kind != "vgpu" or shape.memory_bytes > gpu.memory_bytes:
-            continue
-        memory = -(-shape.memory_bytes // MIB) * MIB
-        asked = [c for c in (cores.get(memory), shape.cores) if c is not None]
-        cores[memory] = max(asked) if asked else None
-    return tuple(VgpuPartitionSize(memory, cores[memory]) for memory in sorted(cores))
+def plan_asks(groups: Iterable[PodGroup]) -> PlanAsks:
+    """What the pods ask for that a mode's settings depend on (the vGPU sizes to cut)."""
+    return PlanAsks(tuple((g.shape.memory_bytes, g.shape.cores) for g in groups if g.shape.kind == "vgpu"))
 
 
-def has_instances(gpu: Gpu) -> bool:
-    """A GPU in MIG mode with instances: the agent offers only its instances (mode auto or
-    mig-static), so a plan never offers it whole or shared unless the operator destroys them."""
-    return gpu.mig_mode is MigMode.ENABLED and bool(gpu.mig_instances)
-
-
-def _mode_settings(gpu: Gpu, mode: PlanMode, groups: Sequence[PodGroup]) -> tuple[Gpu, GpuSettings]:
+def _mode_settings(gpu: Gpu, mode: DeviceMode, asks: PlanAsks) -> tuple[Gpu, GpuSettings]:
     """The GPU as it would be in this mode (MIG mode switched as an operator would), and its
     settings; a GPU with MIG instances keeps them, and one that cannot be offered in the mode is
-    offered whole."""
+    offered whole (as mode auto offers a GPU with MIG off)."""
     if has_instances(gpu):
-        return gpu, GpuSettings(mode="mig-static")
-    mig_mode = MigMode.UNSUPPORTED if not gpu.mig_profiles else MigMode.DISABLED
-    if mode == "mig-dynamic" and gpu.mig_profiles:
-        return replace(gpu, mig_mode=MigMode.ENABLED, mig_instances=()), GpuSettings(mode="mig-dynamic")
-    gpu = replace(gpu, mig_mode=mig_mode, mig_instances=())
-    if mode == "vgpu-capacity":
-        return gpu, GpuSettings(mode="vgpu-capacity")
-    if mode == "vgpu-partitions" and (sizes := _partition_sizes(groups, gpu)):
-        return gpu, GpuSettings(mode="vgpu-partitions", partitions=sizes)
-    return gpu, GpuSettings(mode="gpu")
+        return gpu, GpuSettings(mode=auto_mode(gpu).name)
+    mig_off = MigMode.UNSUPPORTED if not gpu.mig_profiles else MigMode.DISABLED
+    whole = replace(gpu, mig_mode=mig_off, mig_instances=())
+    moded = replace(gpu, mig_mode=MigMode.ENABLED, mig_instances=()) if mode.in_mig_mode else whole
+    settings = mode.planned(moded, asks) if gpu.mig_profiles or not mode.in_mig_mode else None
+    if settings is None:
+        return whole, GpuSettings(mode=auto_mode(whole).name)
+    return moded, settings
 
 
-def _mode_note(plan: GpuPlan, mode: PlanMode) -> str:
+def _mode_note(plan: GpuPlan, mode: DeviceMode) -> str:
     gpu = f"{plan.gpu.label} ({plan.gpu.product_name})"
-    if plan.mode == "mig-static":
+    if has_instances(plan.gpu):
         return (
-            f"{gpu} has MIG instances, so it is planned as they are (mig-static); "
-            f"destroy them to offer it as {mode}"
+            f"{gpu} has MIG instances, so it is planned as they are ({plan.mode}); "
+            f"destroy them to offer it as {mode.name}"
         )
-    if mode == "mig-static":
-        return f"{gpu} has no MIG instances; offered whole"
-    return f"{gpu} cannot be offered as {mode}; offered whole"
+    return f"{gpu} {mode.not_planned}; offered whole"
 
 
 def _published(node_plan: NodePlan, driver: str) -> tuple[Inventory, tuple[str, ...]]:
@@ -240,14 +219,17 @@ def mode_inventory(
     gpus: Sequence[Gpu], mode: PlanMode, groups: Sequence[PodGroup], driver: str
 ) -> tuple[Inventory, tuple[str, ...]]:
     """What the agent would publish with every GPU in `mode`, and notes on GPUs that cannot be."""
-    moded = [_mode_settings(gpu, mode, groups) for gpu in gpus]
+    described = mode_named(mode)
+    asks = plan_asks(groups)
+    moded = [_mode_settings(gpu, described, asks) for gpu in gpus]
     entries = tuple(
         GpuEntry(where=f"gpus[{number}]", index=gpu.index, uuid=None, settings=settings)
         for number, (gpu, settings) in enumerate(moded)
     )
     node_plan = plan_node(NodeConfig(gpus=entries), [gpu for gpu, _ in moded])
     inventory, notes = _published(node_plan, driver)
-    return inventory, (*notes, *(_mode_note(plan, mode) for plan in node_plan.plans if plan.mode != mode))
+    moved = (_mode_note(plan, described) for plan in node_plan.plans if plan.mode != mode)
+    return inventory, (*notes, *moved)
 
 
 def mode_pool(
@@ -267,14 +249,11 @@ def config_inventory(
 
 
 def modes_for(gpus: Sequence[Gpu], groups: Sequence[PodGroup]) -> tuple[PlanMode, ...]:
-    """Every mode that can serve some shape: static MIG only where a GPU has instances, dynamic
-    MIG only where a GPU supports it, vGPU partitions only when vGPU shapes say which sizes to cut."""
-    wanted: dict[PlanMode, bool] = {
-        "mig-static": any(has_instances(gpu) for gpu in gpus),
-        "mig-dynamic": any(gpu.mig_profiles for gpu in gpus),
-        "vgpu-partitions": any(group.shape.kind == "vgpu" for group in groups),
-    }
-    return tuple(mode for mode in MODES if wanted.get(mode, True))
+    """Every mode that can serve some shape, in the registry's order: static MIG only where a GPU
+    has instances, dynamic MIG only where a GPU supports it, vGPU partitions only when vGPU shapes
+    say which sizes to cut (each mode's `serves`)."""
+    asks = plan_asks(groups)
+    return tuple(mode.name for mode in MODES if mode.serves(gpus, asks))
 
 
 def occupant_of(pool_device: Device, result: DeviceResult, label: str) -> Occupant:

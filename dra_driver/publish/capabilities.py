@@ -13,13 +13,13 @@ Pure functions: the controller does the requests, logging and events.
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard, get_args
 
 from msgspec.structs import replace
 
 from dra_driver.base.errors import TransientFault
-from dra_driver.devices.node_config import GpuPlan, ResolvedMode, VgpuPartitionSize
-from dra_driver.hardware.model import Gpu
+from dra_driver.devices.modes.registry import MODES, mode_named
+from dra_driver.devices.node_config import GpuPlan, ResolvedMode
 
 ApiFeature = Literal[
     "DRAConsumableCapacity", "DRAPartitionableDevices", "DRADeviceTaints", "DRAPartitionableDevicesType"
@@ -34,7 +34,6 @@ PARTITION_TYPE_SINCE = (1, 37)
 
 # resource.k8s.io/v1, the only version the driver publishes, is served from this release.
 OLDEST_SERVER = (1, 34)
-GIB = 2**30
 MAX_PATHS_DESCRIBED = 5
 
 
@@ -190,21 +189,22 @@ def describe_drops(paths: Sequence[str], features: frozenset[ApiFeature]) -> str
     return f"the API server dropped fields of the ResourceSlice it stored: {shown}; {cause}"
 
 
-def default_partition_sizes(gpu: Gpu) -> tuple[VgpuPartitionSize, ...]:
-    """Sizes for a GPU configured for capacity mode, which names none: a half, a quarter and an
-    eighth of its memory in whole GiB cover large and small requests alike. A size that rounds to
-    0 is left out; the others always differ, as each is at least twice the next."""
-    sizes = (gpu.memory_bytes // divisor // GIB * GIB for divisor in (2, 4, 8))
-    return tuple(VgpuPartitionSize(memory_bytes) for memory_bytes in sizes if memory_bytes)
+def _gate(name: str) -> ApiFeature:
+    """A mode's fallback gate (devices.modes), which the devices layer names as a string."""
+    if not _is_feature(name):
+        known = ", ".join(get_args(ApiFeature))
+        raise ValueError(f"{name!r} is not a feature gate this driver knows: {known}")
+    return name
 
 
-# The next mode to try when the server cannot store a mode's devices, and the gate that needs to be on.
-# Capacity mode needs no shared counters, so only consumable capacity being off moves it, and it
-# lands on partitions, which then need shared counters in their turn.
+def _is_feature(name: str) -> TypeGuard[ApiFeature]:
+    return name in get_args(ApiFeature)
+
+
+# The next mode to try when the server cannot store a mode's devices, and the gate that needs to
+# be on, by mode (each mode's module says why).
 _FALLBACKS: Mapping[ResolvedMode, tuple[ResolvedMode, ApiFeature]] = {
-    "vgpu-capacity": ("vgpu-partitions", "DRAConsumableCapacity"),
-    "vgpu-partitions": ("gpu", "DRAPartitionableDevices"),
-    "mig-dynamic": ("mig-static", "DRAPartitionableDevices"),
+    mode.name: (mode.fallback.mode, _gate(mode.fallback.gate)) for mode in MODES if mode.fallback is not None
 }
 _DROPPED_BY: Mapping[ApiFeature, str] = {
     "DRAConsumableCapacity": "consumable-capacity fields",
@@ -241,9 +241,7 @@ def _fall_back_plan(
         gates.append(step[1])
     if not gates:
         return plan, None
-    settings = replace(plan.settings, mode=mode)
-    if mode == "vgpu-partitions" and not settings.partitions:
-        settings = replace(settings, partitions=default_partition_sizes(plan.gpu))
+    settings = mode_named(mode).entered(plan.gpu, replace(plan.settings, mode=mode))
     dropped = [f"{_DROPPED_BY[gate]} (feature gate {gate} is off)" for gate in gates if gate not in broken]
     reasons = [broken[gate] for gate in gates if gate in broken]
     if dropped:

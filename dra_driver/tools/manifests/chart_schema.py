@@ -12,11 +12,14 @@ on the node and `manifests` offline.
 """
 
 import copy
+from collections.abc import Sequence
 from typing import Any, get_args
 
 from dra_driver.base.quantity import UP_TO_TERA
 from dra_driver.devices.extended_resources import catalog_mig_profiles
-from dra_driver.devices.node_config import MODES, Enforcement
+from dra_driver.devices.modes.contract import DeviceMode, SettingsBlock
+from dra_driver.devices.modes.registry import CONFIG_MODES, MODES, taking
+from dra_driver.devices.node_config import Enforcement
 from dra_driver.devices.order import PackingPolicy
 from dra_driver.hardware.catalog import gpu_models
 from dra_driver.hardware.simulated_nodes import MAX_SIMULATED_GPUS, node_profiles
@@ -45,7 +48,7 @@ def _bytes(minimum_mib: int) -> dict[str, Any]:
 def _settings_properties() -> dict[str, Any]:
     profiles = list(catalog_mig_profiles())
     return {
-        "mode": {"enum": list(MODES)},
+        "mode": {"enum": list(CONFIG_MODES)},
         "vgpu": {
             "type": "object",
             "additionalProperties": False,
@@ -87,24 +90,27 @@ def _settings_rules() -> list[dict[str, Any]]:
     def mode_is_not(*modes: str) -> dict[str, Any]:
         return {"not": {"required": ["mode"], "properties": {"mode": {"enum": list(modes)}}}}
 
-    vgpu_modes = [mode for mode in MODES if mode.startswith("vgpu-")]
+    def one_of(modes: Sequence[DeviceMode]) -> dict[str, Any]:
+        names = [mode.name for mode in modes]
+        return {"const": names[0]} if len(names) == 1 else {"enum": names}
+
+    def block_needs_its_modes(block: SettingsBlock) -> dict[str, Any]:
+        return {
+            "if": {"required": [block]},
+            "then": {"required": ["mode"], "properties": {"mode": one_of(taking(block))}},
+        }
+
+    partitioned = [mode for mode in MODES if mode.partitions]
     return [
+        *(block_needs_its_modes(block) for block in get_args(SettingsBlock)),
         {
-            "if": {"required": ["vgpu"]},
-            "then": {"required": ["mode"], "properties": {"mode": {"enum": vgpu_modes}}},
-        },
-        {
-            "if": {"required": ["mig"]},
-            "then": {"required": ["mode"], "properties": {"mode": {"const": "mig-dynamic"}}},
-        },
-        {
-            "if": {"required": ["mode"], "properties": {"mode": {"const": "vgpu-partitions"}}},
+            "if": {"required": ["mode"], "properties": {"mode": one_of(partitioned)}},
             "then": {"required": ["vgpu"], "properties": {"vgpu": {"required": ["partitions"]}}},
             "else": {"properties": {"vgpu": {"not": {"required": ["partitions"]}}}},
         },
         {
             "if": {"required": ["packing"], "properties": {"packing": {"const": "spread"}}},
-            "then": mode_is_not("vgpu-capacity"),
+            "then": mode_is_not(*(mode.name for mode in MODES if mode.no_spread)),
         },
     ]
 

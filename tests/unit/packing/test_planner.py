@@ -312,8 +312,8 @@ def test_the_plan_is_the_allocator_models_answer_pod_by_pod(pods: list[str], mod
     anyway must give the same placements."""
     gpus = simulated_node("dgx-h100")[:2]
     groups = parse_pods(",".join(pods))
-    pool, _ = mode_pool(gpus, mode, groups, DRIVER)  # type: ignore[arg-type]
+    pool, _ = mode_pool(gpus, mode, groups, DRIVER)
 
-    plan = plan_pool(pool, groups, mode)  # type: ignore[arg-type]
+    plan = plan_pool(pool, groups, mode)
 
     assert [[pod.devices for pod in outcome.placed] for outcome in plan.groups] == one_by_one(pool, groups)

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from msgspec.structs import replace
 
 from dra_driver.devices.inventory import build_inventory
+from dra_driver.devices.modes.vgpu_partitions import default_partition_sizes
 from dra_driver.devices.node_config import (
     GpuEntry,
     GpuPlan,
@@ -27,7 +28,6 @@ from dra_driver.publish.capabilities import (
     DISPLAY_ONLY_FEATURES,
     ApiFeature,
     ServerVersionError,
-    default_partition_sizes,
     describe_drops,
     dropped_fields,
     fall_back,
