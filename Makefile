@@ -88,7 +88,7 @@ bench: $(INSTALLED)
 ## bench-cluster: the cluster-scale benchmark (docs/benchmarks.md, "Cluster scale"): the real
 ## scheduler and controllers over 100 and 500 kwok nodes whose slices the agent's controller
 ## publishes; builds kwok and the control plane when the cache lacks them; as root, hours (dynamic
-## MIG alone is 20 minutes a replay at 100 nodes: docs/cluster-scale.md)
+## MIG alone is 20 minutes a replay at 100 nodes: docs/benchmarks.md, "Cluster scale")
 bench-cluster: test-deps $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[plot]'
 	$(BIN)/python -m tests.bench.cluster_scale --output docs/bench/cluster-utilization.json

@@ -4,7 +4,7 @@ The node agent's work is many small socket exchanges (kubelet's gRPC calls, the 
 API watches), and the standard loop does the bookkeeping of each in Python: its scheduling,
 selector and stream transports. uvloop does the same in C; under it a 1-claim prepare and
 unprepare costs the whole agent 2.5 M instead of 3.1 M instructions, an 8-claim call 14.4 M
-instead of 15.5 M (docs/benchmarks.md, issue 31's eighth round). The other commands run on it
+instead of 15.5 M (docs/benchmarks-history.md, issue 31's eighth round). The other commands run on it
 too, so that the demo, which assembles the agent as a node does, and the test suite
 (tests/conftest.py) see the loop the agent runs on.
 

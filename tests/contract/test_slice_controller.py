@@ -450,6 +450,7 @@ def _while_our_update_answer_is_held(server: ApiServer, other_writer: OtherWrite
         async with publishing(server, MIG_NODE, sync_delay=0.05) as published:
             await published.converged(server, MIG_NODE)
             puts = server.request_count("PUT", SLICES)
+            writes = server.writes(SLICES)
             server.faults.answer_delay_methods = frozenset({"PUT"})
             server.faults.answer_delay_seconds = 0.5
             published.controller.set_inventory(changed)
@@ -457,7 +458,8 @@ def _while_our_update_answer_is_held(server: ApiServer, other_writer: OtherWrite
             await until(lambda: server.request_count("PUT", SLICES) > puts and server.writes(SLICES) > 0)
             server.faults.answer_delay_methods = frozenset()
             other_writer(next(s for s in stored_slices(server) if s["metadata"]["name"].startswith("00000")))
-            await asyncio.sleep(0.6)  # our answer has arrived by now
+            # The server counts a write as it answers it: the other writer's, then our late one.
+            await until(lambda: server.writes(SLICES) >= writes + 2)
             await published.converged(server, changed, within=5)
 
     run(scenario)

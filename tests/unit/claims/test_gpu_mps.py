@@ -1,7 +1,6 @@
 """vGPU shares under vgpu.enforcement mps, with real simulated MPS control daemons: one daemon
 per GPU, shared by every share on it, each share's containers with limits of their own."""
 
-import asyncio
 import contextlib
 import json
 import os
@@ -127,7 +126,7 @@ def gauge(metrics: ClaimMetrics) -> float | None:
     return metrics.registry.get_sample_value("dra_driver_gpu_mps_daemon_up", {"gpu": GPU.uuid})
 
 
-def test_two_shares_of_one_gpu_get_their_own_limits_through_one_daemon(
+async def test_two_shares_of_one_gpu_get_their_own_limits_through_one_daemon(
     tmp_path: Path, runtime_dir: Path
 ) -> None:
     claims = MemoryClaims()
@@ -135,57 +134,51 @@ def test_two_shares_of_one_gpu_get_their_own_limits_through_one_daemon(
     second = share(claims, "b", "4Gi", "50", SHARES[1])
     metrics = ClaimMetrics()
 
-    async def scenario() -> None:
-        engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), metrics)
-        await engine.load_state()
-        outcomes = await engine.prepare([first, second])
-        assert [outcome.error for outcome in outcomes.values()] == ["", ""]
-        assert entries(runtime_dir) == [gpu_daemon_key(GPU.uuid)]
-        assert gauge(metrics) == 1
+    engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), metrics)
+    await engine.load_state()
+    outcomes = await engine.prepare([first, second])
+    assert [outcome.error for outcome in outcomes.values()] == ["", ""]
+    assert entries(runtime_dir) == [gpu_daemon_key(GPU.uuid)]
+    assert gauge(metrics) == 1
 
-        for claim in (first, second):
-            assert run_client(container_env(tmp_path, claim)).returncode == 0
-        settings = daemon_settings(runtime_dir)
-        assert settings["visible_devices"] == GPU.uuid
-        assert [
-            (c["active_thread_percentage"], c["pinned_device_mem_limit"]) for c in settings["clients"]
-        ] == [
-            (25, "0=8192M"),
-            (50, "0=4096M"),
-        ]
-        daemon = settings["pid"]
+    for claim in (first, second):
+        assert run_client(container_env(tmp_path, claim)).returncode == 0
+    settings = daemon_settings(runtime_dir)
+    assert settings["visible_devices"] == GPU.uuid
+    assert [(c["active_thread_percentage"], c["pinned_device_mem_limit"]) for c in settings["clients"]] == [
+        (25, "0=8192M"),
+        (50, "0=4096M"),
+    ]
+    daemon = settings["pid"]
 
-        assert await engine.unprepare([first]) == {first.uid: ""}
-        assert daemon_settings(runtime_dir)["pid"] == daemon, "the other share still uses the daemon"
-        assert await engine.unprepare([second]) == {second.uid: ""}
-        assert entries(runtime_dir) == [], "the last share's unprepare stops the GPU's daemon"
-        assert gauge(metrics) is None
-        engine.close()
-
-    asyncio.run(scenario())
+    assert await engine.unprepare([first]) == {first.uid: ""}
+    assert daemon_settings(runtime_dir)["pid"] == daemon, "the other share still uses the daemon"
+    assert await engine.unprepare([second]) == {second.uid: ""}
+    assert entries(runtime_dir) == [], "the last share's unprepare stops the GPU's daemon"
+    assert gauge(metrics) is None
+    engine.close()
 
 
 @pytest.mark.skipif(os.getuid() != 0 or not SYSTEM_PYTHON.exists(), reason="runs a client as another user")
-def test_a_client_of_another_user_waits_for_the_first_users_server(tmp_path: Path, runtime_dir: Path) -> None:
+async def test_a_client_of_another_user_waits_for_the_first_users_server(
+    tmp_path: Path, runtime_dir: Path
+) -> None:
     claims = MemoryClaims()
     first = share(claims, "a", "8Gi", "25", SHARES[0])
     second = share(claims, "b", "4Gi", "50", SHARES[1])
 
-    async def scenario() -> None:
-        engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
-        await engine.load_state()
-        await engine.prepare([first, second])
-        assert run_client(container_env(tmp_path, first)).returncode == 0
-        queued = run_client(container_env(tmp_path, second), user=65534)
-        assert queued.returncode == 3
-        assert queued.stdout.startswith(f"queued: the server of uid {os.getuid()} serves 1 clients")
-        await engine.unprepare([first, second])
-        engine.close()
-
-    asyncio.run(scenario())
+    engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
+    await engine.load_state()
+    await engine.prepare([first, second])
+    assert run_client(container_env(tmp_path, first)).returncode == 0
+    queued = run_client(container_env(tmp_path, second), user=65534)
+    assert queued.returncode == 3
+    assert queued.stdout.startswith(f"queued: the server of uid {os.getuid()} serves 1 clients")
+    await engine.unprepare([first, second])
+    engine.close()
 
 
-def test_a_daemon_that_died_shows_in_the_metric_at_start_and_the_next_prepare_restarts_it(
+async def test_a_daemon_that_died_shows_in_the_metric_at_start_and_the_next_prepare_restarts_it(
     tmp_path: Path, runtime_dir: Path
 ) -> None:
     claims = MemoryClaims()
@@ -193,38 +186,35 @@ def test_a_daemon_that_died_shows_in_the_metric_at_start_and_the_next_prepare_re
     second = share(claims, "b", "4Gi", "50", SHARES[1])
     directories = MpsDirectories(runtime_dir, gpu_daemon_key(GPU.uuid))
 
-    async def scenario() -> None:
-        engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
-        await engine.load_state()
-        assert (await engine.prepare([first]))[first.uid].error == ""
-        pid = daemon_pid(directories)
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        assert await wait_until(lambda: gone(pid), 5, 0.01)
-        engine.close()
+    engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
+    await engine.load_state()
+    assert (await engine.prepare([first]))[first.uid].error == ""
+    pid = daemon_pid(directories)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    assert await wait_until(lambda: gone(pid), 5, 0.01)
+    engine.close()
 
-        metrics = ClaimMetrics()
-        broken = engine_for(tmp_path, claims, MpsControlDaemons(runtime_dir, ["false"], {}), metrics)
-        await broken.load_state()
-        assert gauge(metrics) == 0, "start-up finds the GPU's daemon dead"
-        error = (await broken.prepare([second]))[second.uid].error
-        assert f"the MPS control daemon of GPU {GPU.uuid}, which enforces its vGPU shares" in error
-        assert "the next prepare on this GPU tries again" in error
-        assert gauge(metrics) == 0 and first.uid in broken.prepared_claims
-        broken.close()
+    metrics = ClaimMetrics()
+    broken = engine_for(tmp_path, claims, MpsControlDaemons(runtime_dir, ["false"], {}), metrics)
+    await broken.load_state()
+    assert gauge(metrics) == 0, "start-up finds the GPU's daemon dead"
+    error = (await broken.prepare([second]))[second.uid].error
+    assert f"the MPS control daemon of GPU {GPU.uuid}, which enforces its vGPU shares" in error
+    assert "the next prepare on this GPU tries again" in error
+    assert gauge(metrics) == 0 and first.uid in broken.prepared_claims
+    broken.close()
 
-        restarted = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), metrics)
-        await restarted.load_state()
-        assert (await restarted.prepare([second]))[second.uid].error == ""
-        assert daemon_pid(directories) not in (None, pid)
-        assert gauge(metrics) == 1
-        await restarted.unprepare([first, second])
-        restarted.close()
-
-    asyncio.run(scenario())
+    restarted = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), metrics)
+    await restarted.load_state()
+    assert (await restarted.prepare([second]))[second.uid].error == ""
+    assert daemon_pid(directories) not in (None, pid)
+    assert gauge(metrics) == 1
+    await restarted.unprepare([first, second])
+    restarted.close()
 
 
-def test_a_daemon_that_cannot_start_fails_the_prepare_clearly_and_leaves_nothing(
+async def test_a_daemon_that_cannot_start_fails_the_prepare_clearly_and_leaves_nothing(
     tmp_path: Path, runtime_dir: Path
 ) -> None:
     claims = MemoryClaims()
@@ -242,14 +232,14 @@ def test_a_daemon_that_cannot_start_fails_the_prepare_clearly_and_leaves_nothing
         engine.close()
         return error
 
-    error = asyncio.run(scenario())
+    error = await scenario()
     assert f"the MPS control daemon of GPU {GPU.uuid}, which enforces its vGPU shares" in error
     assert "did not start" in error and "the next prepare on this GPU tries again" in error
     assert gauge(metrics) is None, "no share uses the GPU's daemon: it has no series"
     assert entries(runtime_dir) == []
 
 
-def test_a_share_past_the_mps_client_limit_is_refused_naming_the_limit(
+async def test_a_share_past_the_mps_client_limit_is_refused_naming_the_limit(
     tmp_path: Path, runtime_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(gpu_mps_daemons, "MPS_CLIENTS_PER_GPU", 1)
@@ -269,26 +259,23 @@ def test_a_share_past_the_mps_client_limit_is_refused_naming_the_limit(
         engine.close()
         return error
 
-    error = asyncio.run(scenario())
+    error = await scenario()
     assert f"GPU {GPU.uuid} already has 1 prepared vGPU shares under vgpu.enforcement mps" in error
     assert "one MPS server takes at most 1 clients per GPU" in error
 
 
-def test_start_up_stops_the_daemon_of_a_gpu_no_share_uses(tmp_path: Path, runtime_dir: Path) -> None:
+async def test_start_up_stops_the_daemon_of_a_gpu_no_share_uses(tmp_path: Path, runtime_dir: Path) -> None:
     claims = MemoryClaims()
 
-    async def scenario() -> None:
-        runner = SimulatedMps(runtime_dir)
-        await runner.start(gpu_daemon_spec(runtime_dir, GPU.uuid))
-        engine = engine_for(tmp_path, claims, runner, ClaimMetrics())
-        await engine.load_state()
-        assert entries(runtime_dir) == []
-        engine.close()
-
-    asyncio.run(scenario())
+    runner = SimulatedMps(runtime_dir)
+    await runner.start(gpu_daemon_spec(runtime_dir, GPU.uuid))
+    engine = engine_for(tmp_path, claims, runner, ClaimMetrics())
+    await engine.load_state()
+    assert entries(runtime_dir) == []
+    engine.close()
 
 
-def test_of_the_last_two_shares_undone_together_the_second_stops_the_daemon(
+async def test_of_the_last_two_shares_undone_together_the_second_stops_the_daemon(
     tmp_path: Path, runtime_dir: Path
 ) -> None:
     """Two unprepares of a GPU's last shares, each deciding while the other's record is still on
@@ -299,33 +286,30 @@ def test_of_the_last_two_shares_undone_together_the_second_stops_the_daemon(
     second = share(claims, "b", "4Gi", "50", SHARES[1])
     store = ClaimRecordStore(tmp_path / "state")
 
-    async def scenario() -> None:
-        engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
-        await engine.load_state()
-        await engine.prepare([first, second])
-        engine.close()
-        locks = ClaimLocks(tmp_path / "other.locks")
-        daemons = GpuMpsDaemons(
-            SimulatedMps(runtime_dir),
-            locks,
-            store.read_all,
-            store.write,
-            lambda *_: None,
-            ChangeCounters(tmp_path / "state" / GPU_MPS_CHANGES),
-        )
-        records = store.read_all()
-        left = await daemons.detach(records[first.uid], GPU.uuid)
-        assert (left.state, left.entries(GpuMpsEntry)) == ("preparing", ())
-        assert store.read(first.uid) == left
-        assert entries(runtime_dir) == [gpu_daemon_key(GPU.uuid)], "the second share still uses it"
-        await daemons.detach(records[second.uid], GPU.uuid)
-        assert entries(runtime_dir) == [], "no daemon outlives the GPU's last shares"
-        locks.close()
-
-    asyncio.run(scenario())
+    engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
+    await engine.load_state()
+    await engine.prepare([first, second])
+    engine.close()
+    locks = ClaimLocks(tmp_path / "other.locks")
+    daemons = GpuMpsDaemons(
+        SimulatedMps(runtime_dir),
+        locks,
+        store.read_all,
+        store.write,
+        lambda *_: None,
+        ChangeCounters(tmp_path / "state" / GPU_MPS_CHANGES),
+    )
+    records = store.read_all()
+    left = await daemons.detach(records[first.uid], GPU.uuid)
+    assert (left.state, left.entries(GpuMpsEntry)) == ("preparing", ())
+    assert store.read(first.uid) == left
+    assert entries(runtime_dir) == [gpu_daemon_key(GPU.uuid)], "the second share still uses it"
+    await daemons.detach(records[second.uid], GPU.uuid)
+    assert entries(runtime_dir) == [], "no daemon outlives the GPU's last shares"
+    locks.close()
 
 
-def test_a_share_another_agent_process_prepared_meanwhile_keeps_the_daemon_running(
+async def test_a_share_another_agent_process_prepared_meanwhile_keeps_the_daemon_running(
     tmp_path: Path, runtime_dir: Path
 ) -> None:
     """Each process counts a GPU's shares from memory, so one that learned them before a peer
@@ -336,26 +320,23 @@ def test_a_share_another_agent_process_prepared_meanwhile_keeps_the_daemon_runni
     second = share(claims, "b", "4Gi", "50", SHARES[1])
     store = ClaimRecordStore(tmp_path / "state")
 
-    async def scenario() -> None:
-        engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
-        await engine.load_state()
-        await engine.prepare([first])
-        locks = ClaimLocks(tmp_path / "state" / "claim.locks")
-        peer = GpuMpsDaemons(
-            SimulatedMps(runtime_dir),
-            locks,
-            store.read_all,
-            store.write,
-            lambda *_: None,
-            ChangeCounters(tmp_path / "state" / GPU_MPS_CHANGES),
-        )
-        await peer.reconcile([GPU.uuid])  # the peer knows the GPU's one share
-        await engine.prepare([second])
-        await peer.detach(store.read_all()[first.uid], GPU.uuid)
-        assert entries(runtime_dir) == [gpu_daemon_key(GPU.uuid)], "the share prepared meanwhile uses it"
-        await engine.unprepare([second])
-        assert entries(runtime_dir) == [], "the engine then counts the share the peer took out"
-        locks.close()
-        engine.close()
-
-    asyncio.run(scenario())
+    engine = engine_for(tmp_path, claims, SimulatedMps(runtime_dir), ClaimMetrics())
+    await engine.load_state()
+    await engine.prepare([first])
+    locks = ClaimLocks(tmp_path / "state" / "claim.locks")
+    peer = GpuMpsDaemons(
+        SimulatedMps(runtime_dir),
+        locks,
+        store.read_all,
+        store.write,
+        lambda *_: None,
+        ChangeCounters(tmp_path / "state" / GPU_MPS_CHANGES),
+    )
+    await peer.reconcile([GPU.uuid])  # the peer knows the GPU's one share
+    await engine.prepare([second])
+    await peer.detach(store.read_all()[first.uid], GPU.uuid)
+    assert entries(runtime_dir) == [gpu_daemon_key(GPU.uuid)], "the share prepared meanwhile uses it"
+    await engine.unprepare([second])
+    assert entries(runtime_dir) == [], "the engine then counts the share the peer took out"
+    locks.close()
+    engine.close()

@@ -68,16 +68,16 @@ def simulated(runtime_dir: Path) -> Iterator[SimulatedMps]:
 # --- SimulatedMps -----------------------------------------------------------------------------------
 
 
-def test_start_runs_a_daemon_that_received_the_claims_settings(simulated: SimulatedMps) -> None:
+async def test_start_runs_a_daemon_that_received_the_claims_settings(simulated: SimulatedMps) -> None:
     daemons = simulated
     spec = spec_for(daemons)
 
-    asyncio.run(daemons.start(spec))
+    await daemons.start(spec)
 
     pid = daemon_pid(spec)
     assert process_state(pid) is not None
     assert pid != os.getpid() and os.getppid() != pid
-    assert asyncio.run(daemons.is_running(CLAIM))
+    assert await daemons.is_running(CLAIM)
     settings = json.loads((spec.directories.pipe / SIMULATED_SETTINGS_FILE).read_text())
     assert settings == {
         "pid": pid,
@@ -96,13 +96,13 @@ def test_start_runs_a_daemon_that_received_the_claims_settings(simulated: Simula
     assert spec.directories.shm.is_dir()
 
 
-def test_starting_again_keeps_the_running_daemon(simulated: SimulatedMps) -> None:
+async def test_starting_again_keeps_the_running_daemon(simulated: SimulatedMps) -> None:
     daemons = simulated
     spec = spec_for(daemons)
-    asyncio.run(daemons.start(spec))
+    await daemons.start(spec)
     first = daemon_pid(spec)
 
-    asyncio.run(daemons.start(spec))
+    await daemons.start(spec)
 
     assert daemon_pid(spec) == first
     assert process_state(first) is not None
@@ -110,73 +110,77 @@ def test_starting_again_keeps_the_running_daemon(simulated: SimulatedMps) -> Non
     assert settings["commands"] == list(spec.control_commands())  # not applied twice
 
 
-def test_stop_ends_the_daemon_and_removes_its_directories_and_may_come_twice(simulated: SimulatedMps) -> None:
+async def test_stop_ends_the_daemon_and_removes_its_directories_and_may_come_twice(
+    simulated: SimulatedMps,
+) -> None:
     daemons = simulated
     spec = spec_for(daemons)
-    asyncio.run(daemons.start(spec))
+    await daemons.start(spec)
     pid = daemon_pid(spec)
 
-    asyncio.run(daemons.stop(CLAIM))
+    await daemons.stop(CLAIM)
 
     assert process_state(pid) is None
     assert not spec.directories.root.exists()
-    assert not asyncio.run(daemons.is_running(CLAIM))
-    asyncio.run(daemons.stop(CLAIM))
+    assert not await daemons.is_running(CLAIM)
+    await daemons.stop(CLAIM)
     assert daemons.claim_uids() == set()
 
 
-def test_each_claim_has_its_own_daemon(simulated: SimulatedMps) -> None:
+async def test_each_claim_has_its_own_daemon(simulated: SimulatedMps) -> None:
     daemons = simulated
     first, second = spec_for(daemons, CLAIM), spec_for(daemons, OTHER_CLAIM)
-    asyncio.run(daemons.start(first))
-    asyncio.run(daemons.start(second))
+    await daemons.start(first)
+    await daemons.start(second)
     assert daemon_pid(first) != daemon_pid(second)
 
-    asyncio.run(daemons.stop(CLAIM))
+    await daemons.stop(CLAIM)
 
     assert process_state(daemon_pid(second)) is not None
     assert daemons.claim_uids() == {OTHER_CLAIM}
 
 
-def test_a_restarted_agent_finds_the_daemon_and_stops_it(simulated: SimulatedMps) -> None:
+async def test_a_restarted_agent_finds_the_daemon_and_stops_it(simulated: SimulatedMps) -> None:
     spec = spec_for(simulated)
-    asyncio.run(simulated.start(spec))
+    await simulated.start(spec)
     pid = daemon_pid(spec)
 
     after_restart = SimulatedMps(simulated.runtime_dir)
     assert after_restart.claim_uids() == {CLAIM}
-    assert asyncio.run(after_restart.is_running(CLAIM))
-    asyncio.run(after_restart.stop(CLAIM))
+    assert await after_restart.is_running(CLAIM)
+    await after_restart.stop(CLAIM)
 
     assert process_state(pid) is None
     assert not spec.directories.root.exists()
 
 
-def test_a_daemon_that_died_is_replaced_by_start_and_cleaned_up_by_stop(simulated: SimulatedMps) -> None:
+async def test_a_daemon_that_died_is_replaced_by_start_and_cleaned_up_by_stop(
+    simulated: SimulatedMps,
+) -> None:
     daemons = simulated
     spec = spec_for(daemons)
-    asyncio.run(daemons.start(spec))
+    await daemons.start(spec)
     crashed = daemon_pid(spec)
     os.kill(crashed, signal.SIGKILL)  # the test's own daemon, killed as a crash would
     for _ in range(500):
         if process_state(crashed) is None:
             break
-        asyncio.run(asyncio.sleep(0.01))
+        await asyncio.sleep(0.01)
 
     mounted = {path: path.stat().st_ino for path in (spec.directories.pipe, spec.directories.shm)}
     (spec.directories.shm / "cuda.shm.0.1.1").write_text("left by the server that died")
 
-    assert not asyncio.run(daemons.is_running(CLAIM))
-    asyncio.run(daemons.start(spec))
+    assert not await daemons.is_running(CLAIM)
+    await daemons.start(spec)
     assert daemon_pid(spec) != crashed
-    assert asyncio.run(daemons.is_running(CLAIM))
+    assert await daemons.is_running(CLAIM)
     # Same directories, so containers that have them mounted reach the new daemon; emptied, logs kept.
     assert {path: path.stat().st_ino for path in mounted} == mounted
     assert list(spec.directories.shm.iterdir()) == []
     assert len((spec.directories.log / "control.log").read_text().splitlines()) == 2 * len(
         spec.control_commands()
     )
-    asyncio.run(daemons.stop(CLAIM))
+    await daemons.stop(CLAIM)
     assert not spec.directories.root.exists()
 
 
@@ -198,12 +202,12 @@ def test_a_pid_file_naming_an_unrelated_process_is_not_trusted(simulated: Simula
 
 
 @pytest.mark.parametrize("uid", ["../../etc", "..", "", CLAIM.upper(), f"{CLAIM}/pipe"])
-def test_a_bad_claim_uid_is_refused_before_any_path_is_built(simulated: SimulatedMps, uid: str) -> None:
+async def test_a_bad_claim_uid_is_refused_before_any_path_is_built(simulated: SimulatedMps, uid: str) -> None:
     daemons = simulated
 
     for call in (daemons.stop(uid), daemons.is_running(uid)):
         with pytest.raises(InvalidClaimIdentity, match="is not a Kubernetes UID"):
-            asyncio.run(call)
+            await call
     assert not daemons.runtime_dir.exists()
 
 
@@ -224,11 +228,11 @@ def test_a_runtime_dir_too_long_for_the_daemons_socket_is_refused(tmp_path: Path
         SimulatedMps(tmp_path / ("x" * 80))
 
 
-def test_a_spec_for_another_runtime_dir_is_refused(runtime_dir: Path) -> None:
+async def test_a_spec_for_another_runtime_dir_is_refused(runtime_dir: Path) -> None:
     spec = spec_for(SimulatedMps(runtime_dir / "elsewhere"))
 
     with pytest.raises(ValueError, match="is not under"):
-        asyncio.run(SimulatedMps(runtime_dir).start(spec))
+        await SimulatedMps(runtime_dir).start(spec)
     assert not spec.directories.root.exists()
 
 
@@ -308,23 +312,23 @@ def test_nvidia_mps_starts_the_drivers_control_daemon_then_sets_its_defaults(
     stop_all(daemons)
 
 
-def test_nvidia_mps_stop_sends_quit_with_the_claims_pipe_directory(
+async def test_nvidia_mps_stop_sends_quit_with_the_claims_pipe_directory(
     driver_root: Path, runtime_dir: Path
 ) -> None:
     spec = spec_for(nvidia_mps(driver_root, runtime_dir))
-    asyncio.run(nvidia_mps(driver_root, runtime_dir).start(spec))
+    await nvidia_mps(driver_root, runtime_dir).start(spec)
     pid = daemon_pid(spec)
 
-    asyncio.run(nvidia_mps(driver_root, runtime_dir).stop(CLAIM))  # a new object, as after a restart
+    await nvidia_mps(driver_root, runtime_dir).stop(CLAIM)  # a new object, as after a restart
 
     assert calls(driver_root)[-1] == f"stdin quit|{spec.directories.pipe}"
     assert process_state(pid) is None
     assert not spec.directories.root.exists()
-    asyncio.run(nvidia_mps(driver_root, runtime_dir).stop(CLAIM))
+    await nvidia_mps(driver_root, runtime_dir).stop(CLAIM)
     assert calls(driver_root)[-1] == f"stdin quit|{spec.directories.pipe}"  # nothing sent the second time
 
 
-def test_a_refused_setting_stops_the_daemon_and_leaves_nothing(
+async def test_a_refused_setting_stops_the_daemon_and_leaves_nothing(
     fake_nvidia: NvidiaMps, driver_root: Path
 ) -> None:
     (driver_root / "refuse").touch()
@@ -332,7 +336,7 @@ def test_a_refused_setting_stops_the_daemon_and_leaves_nothing(
     spec = spec_for(daemons)
 
     with pytest.raises(HardwareError) as error:
-        asyncio.run(daemons.start(spec))
+        await daemons.start(spec)
 
     assert str(error.value) == (
         f"the MPS control daemon for claim {CLAIM} refused 'set_default_active_thread_percentage 30' "
@@ -340,10 +344,10 @@ def test_a_refused_setting_stops_the_daemon_and_leaves_nothing(
     )
     assert calls(driver_root)[-1] == f"stdin quit|{spec.directories.pipe}"
     assert not spec.directories.root.exists()
-    assert not asyncio.run(daemons.is_running(CLAIM))
+    assert not await daemons.is_running(CLAIM)
 
 
-def test_a_daemon_that_cannot_start_is_reported_with_what_it_said(
+async def test_a_daemon_that_cannot_start_is_reported_with_what_it_said(
     driver_root: Path, runtime_dir: Path
 ) -> None:
     (driver_root / "broken").touch()
@@ -351,10 +355,10 @@ def test_a_daemon_that_cannot_start_is_reported_with_what_it_said(
     spec = spec_for(daemons)
 
     with pytest.raises(HardwareError, match=r"did not start \(.*nvidia-cuda-mps-control -d: exit status 2\)"):
-        asyncio.run(daemons.start(spec))
+        await daemons.start(spec)
 
     with pytest.raises(HardwareError, match="cannot start: no devices"):
-        asyncio.run(daemons.start(spec))
+        await daemons.start(spec)
     assert not spec.directories.root.exists()
 
 

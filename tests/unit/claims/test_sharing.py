@@ -1,6 +1,5 @@
 """Sharing plans (pure) and the two time slicers: in memory, and nvidia-smi played by a real script."""
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -253,7 +252,7 @@ def test_only_mig_devices_carry_a_mig_uuid(device_type: DeviceType, mig_uuid: st
 # --- SimulatedTimeSlicer ----------------------------------------------------------------------------
 
 
-def test_simulated_time_slicer_remembers_each_gpus_interval_and_the_history() -> None:
+async def test_simulated_time_slicer_remembers_each_gpus_interval_and_the_history() -> None:
     slicer = SimulatedTimeSlicer(GPU[:2])
 
     async def scenario() -> list[TimeSliceInterval]:
@@ -262,7 +261,7 @@ def test_simulated_time_slicer_remembers_each_gpus_interval_and_the_history() ->
         await slicer.set_time_slice(GPU[0], "Short")
         return [await slicer.current(GPU[0]), await slicer.current(GPU[1])]
 
-    assert asyncio.run(scenario()) == ["Short", "Default"]
+    assert await scenario() == ["Short", "Default"]
     assert slicer.history == (
         TimeSliceSetting(GPU[1], "Long"),
         TimeSliceSetting(GPU[1], "Default"),
@@ -270,16 +269,16 @@ def test_simulated_time_slicer_remembers_each_gpus_interval_and_the_history() ->
     )
 
 
-def test_simulated_time_slicer_knows_only_whole_gpus() -> None:
+async def test_simulated_time_slicer_knows_only_whole_gpus() -> None:
     slicer = SimulatedTimeSlicer(GPU[:1])
 
     with pytest.raises(HardwareError, match="no GPU with UUID MIG-") as error:
-        asyncio.run(slicer.set_time_slice(MIG[0], "Long"))
+        await slicer.set_time_slice(MIG[0], "Long")
     assert error.value.reason is HardwareErrorReason.NOT_FOUND
     assert slicer.history == ()
 
 
-def test_simulated_time_slicer_injected_failures_change_nothing_and_add_up() -> None:
+async def test_simulated_time_slicer_injected_failures_change_nothing_and_add_up() -> None:
     slicer = SimulatedTimeSlicer(GPU[:1])
     slicer.fail_next(HardwareErrorReason.NO_PERMISSION)
     slicer.fail_next(HardwareErrorReason.GPU_LOST)
@@ -291,13 +290,13 @@ def test_simulated_time_slicer_injected_failures_change_nothing_and_add_up() -> 
             return error.reason
         return None
 
-    assert [asyncio.run(attempt()) for _ in range(3)] == [
+    assert [await attempt() for _ in range(3)] == [
         HardwareErrorReason.NO_PERMISSION,
         HardwareErrorReason.GPU_LOST,
         None,
     ]
     assert slicer.history == (TimeSliceSetting(GPU[0], "Medium"),)
-    assert asyncio.run(slicer.current(GPU[0])) == "Medium"
+    assert await slicer.current(GPU[0]) == "Medium"
 
 
 # --- NvidiaSmiTimeSlicer, with a real nvidia-smi stand-in ------------------------------------------
@@ -321,15 +320,13 @@ def fake_driver_root(root: Path, nvidia_smi: str, *, with_nvml: bool = False) ->
 RECORDING = 'printf "%s|%s|%s|%s\\n" "$0" "$*" "$LD_PRELOAD" "$PATH" >> "$CALLS"\n'
 
 
-def test_nvidia_smi_gets_the_level_of_each_interval_and_the_drivers_nvml(tmp_path: Path) -> None:
+async def test_nvidia_smi_gets_the_level_of_each_interval_and_the_drivers_nvml(tmp_path: Path) -> None:
     calls = fake_driver_root(tmp_path, RECORDING, with_nvml=True)
     slicer = NvidiaSmiTimeSlicer(discover_driver(tmp_path, "unknown"))
 
-    async def scenario() -> None:
-        for interval in ("Default", "Short", "Medium", "Long"):
-            await slicer.set_time_slice(GPU[7], interval)
+    for interval in ("Default", "Short", "Medium", "Long"):
+        await slicer.set_time_slice(GPU[7], interval)
 
-    asyncio.run(scenario())
     smi = f"{tmp_path}/usr/bin/nvidia-smi"
     preload = f"{tmp_path}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{VERSION}"
     path = f"{SYSTEM_PATH}:{tmp_path}/usr/bin"
@@ -338,14 +335,14 @@ def test_nvidia_smi_gets_the_level_of_each_interval_and_the_drivers_nvml(tmp_pat
     ]
 
 
-def test_nvidia_smi_failure_is_reported_with_its_stderr(tmp_path: Path) -> None:
+async def test_nvidia_smi_failure_is_reported_with_its_stderr(tmp_path: Path) -> None:
     calls = fake_driver_root(
         tmp_path, RECORDING + 'echo "Insufficient Permissions" >&2\necho "ignored" \nexit 3\n'
     )
     slicer = NvidiaSmiTimeSlicer(discover_driver(tmp_path, "unknown"))
 
     with pytest.raises(HardwareError) as error:
-        asyncio.run(slicer.set_time_slice(GPU[1], "Short"))
+        await slicer.set_time_slice(GPU[1], "Short")
     assert str(error.value) == (
         f"setting the time slice of GPU {GPU[1]} to Short (nvidia-smi compute-policy --set-timeslice=1) "
         "failed with exit status 3: Insufficient Permissions"
@@ -353,25 +350,25 @@ def test_nvidia_smi_failure_is_reported_with_its_stderr(tmp_path: Path) -> None:
     assert len(calls.read_text().splitlines()) == 1
 
 
-def test_nvidia_smi_is_never_run_for_a_mig_device_or_an_option_lookalike(tmp_path: Path) -> None:
+async def test_nvidia_smi_is_never_run_for_a_mig_device_or_an_option_lookalike(tmp_path: Path) -> None:
     calls = fake_driver_root(tmp_path, RECORDING)
     slicer = NvidiaSmiTimeSlicer(discover_driver(tmp_path, "unknown"))
 
     for uuid in (MIG[0], "--help", GPU[0].upper()):
         with pytest.raises(HardwareError, match="is not the UUID of a whole GPU") as error:
-            asyncio.run(slicer.set_time_slice(uuid, "Long"))
+            await slicer.set_time_slice(uuid, "Long")
         assert error.value.reason is HardwareErrorReason.INVALID_ARGUMENT
     assert not calls.exists()
 
 
-def test_a_hung_nvidia_smi_is_killed_at_the_timeout_with_what_it_started(tmp_path: Path) -> None:
+async def test_a_hung_nvidia_smi_is_killed_at_the_timeout_with_what_it_started(tmp_path: Path) -> None:
     pid_file = tmp_path / "smi.pid"
     fake_driver_root(tmp_path, f"sleep 60 &\necho $! > {pid_file}\nwait\n")
     slicer = NvidiaSmiTimeSlicer(discover_driver(tmp_path, "unknown"), timeout_s=0.5)
 
     started = time.monotonic()
     with pytest.raises(HardwareError, match=r"did not finish within 0.5 s and was killed"):
-        asyncio.run(slicer.set_time_slice(GPU[0], "Long"))
+        await slicer.set_time_slice(GPU[0], "Long")
     assert time.monotonic() - started < 10
     assert gone(int(pid_file.read_text()))
 
@@ -385,20 +382,20 @@ def gone(pid: int) -> bool:
     return False
 
 
-def test_current_time_slice_is_read_from_the_policy_list(tmp_path: Path) -> None:
+async def test_current_time_slice_is_read_from_the_policy_list(tmp_path: Path) -> None:
     calls = fake_driver_root(tmp_path, RECORDING + 'echo "GPU  0: Timeslice: Medium"\n')
     slicer = NvidiaSmiTimeSlicer(discover_driver(tmp_path, "unknown"))
 
-    assert asyncio.run(slicer.current(GPU[2])) == "Medium"
+    assert await slicer.current(GPU[2]) == "Medium"
     assert calls.read_text().split("|")[1] == f"compute-policy -i {GPU[2]} --list"
 
 
-def test_a_policy_list_without_one_time_slice_is_an_error(tmp_path: Path) -> None:
+async def test_a_policy_list_without_one_time_slice_is_an_error(tmp_path: Path) -> None:
     fake_driver_root(tmp_path, 'echo "No compute policies"\n')
     slicer = NvidiaSmiTimeSlicer(discover_driver(tmp_path, "unknown"))
 
     with pytest.raises(HardwareError, match="did not show one time slice: No compute policies"):
-        asyncio.run(slicer.current(GPU[2]))
+        await slicer.current(GPU[2])
 
 
 @pytest.mark.parametrize(
@@ -424,7 +421,7 @@ def test_a_driver_root_without_nvidia_smi_fails_at_construction(tmp_path: Path) 
     assert error.value.reason is HardwareErrorReason.LIBRARY_NOT_FOUND
 
 
-def test_nvidia_smi_goes_through_the_runner_it_is_given(tmp_path: Path) -> None:
+async def test_nvidia_smi_goes_through_the_runner_it_is_given(tmp_path: Path) -> None:
     fake_driver_root(tmp_path, "")
     seen: list[tuple[list[str], float]] = []
 
@@ -435,30 +432,30 @@ def test_nvidia_smi_goes_through_the_runner_it_is_given(tmp_path: Path) -> None:
         return await run_command(argv, env=env, timeout_s=timeout_s, stdin=stdin)
 
     slicer = NvidiaSmiTimeSlicer(discover_driver(tmp_path, "unknown"), timeout_s=7, run=logging_runner)
-    asyncio.run(slicer.set_time_slice(GPU[0], "Medium"))
+    await slicer.set_time_slice(GPU[0], "Medium")
 
     assert seen == [(["compute-policy", "-i", GPU[0], "--set-timeslice=2"], 7)]
 
 
-def test_run_command_feeds_stdin_and_returns_both_streams() -> None:
-    result = asyncio.run(
-        run_command(["/bin/sh", "-c", "cat; echo oops >&2; exit 5"], env={}, timeout_s=10, stdin="hello\n")
+async def test_run_command_feeds_stdin_and_returns_both_streams() -> None:
+    result = await run_command(
+        ["/bin/sh", "-c", "cat; echo oops >&2; exit 5"], env={}, timeout_s=10, stdin="hello\n"
     )
 
     assert result == CommandResult(5, "hello\n", "oops\n")
     assert result.output() == "oops"
 
 
-def test_a_program_that_exits_without_reading_its_input_is_answered() -> None:
+async def test_a_program_that_exits_without_reading_its_input_is_answered() -> None:
     """The MPS control program exits at once when no daemon serves its pipe directory, its command
     unread: its exit status and output come back, not the failed write of its input."""
-    result = asyncio.run(
-        run_command(["/bin/sh", "-c", "echo gone; exit 3"], env={}, timeout_s=10, stdin="quit\n" * 50000)
+    result = await run_command(
+        ["/bin/sh", "-c", "echo gone; exit 3"], env={}, timeout_s=10, stdin="quit\n" * 50000
     )
 
     assert result == CommandResult(3, "gone\n", "")
 
 
-def test_a_program_that_cannot_start_is_a_hardware_error(tmp_path: Path) -> None:
+async def test_a_program_that_cannot_start_is_a_hardware_error(tmp_path: Path) -> None:
     with pytest.raises(HardwareError, match=f"cannot run {tmp_path}/missing"):
-        asyncio.run(run_command([str(tmp_path / "missing")], env={}, timeout_s=10))
+        await run_command([str(tmp_path / "missing")], env={}, timeout_s=10)

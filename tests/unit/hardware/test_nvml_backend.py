@@ -695,10 +695,10 @@ def test_an_nvml_error_during_discovery_names_the_call_and_the_gpu(
     assert raised.value.reason is HardwareErrorReason.NO_PERMISSION
 
 
-def test_a_gpu_lost_during_discovery_is_left_out(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
+async def test_a_gpu_lost_during_discovery_is_left_out(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
     nvml.failures["nvmlDeviceGetPciInfo"] = pynvml.NVML_ERROR_GPU_IS_LOST
 
-    assert asyncio.run(backend.discover()) == ()
+    assert await backend.discover() == ()
 
 
 @pytest.mark.parametrize(("content", "node"), [("1\n", 1), ("0\n", 0), ("-1\n", None), (None, None)])
@@ -774,7 +774,7 @@ def test_every_nvml_call_runs_on_the_nvml_thread(nvml: ScriptedNvml, backend: Nv
     ],
     ids=["overlap", "bad-placement", "unknown-profile", "mig-off", "no-mig"],
 )
-def test_a_refused_creation_says_why_and_changes_nothing(
+async def test_a_refused_creation_says_why_and_changes_nothing(
     nvml: ScriptedNvml,
     backend: NvmlBackend,
     mig_mode: int | None,
@@ -786,19 +786,19 @@ def test_a_refused_creation_says_why_and_changes_nothing(
     nvml.mig_mode = mig_mode
 
     with pytest.raises(HardwareError) as raised:
-        asyncio.run(backend.create_mig_instance(GPU_UUID, profile_id, placement))
+        await backend.create_mig_instance(GPU_UUID, profile_id, placement)
     assert raised.value.reason is reason
     assert GPU_UUID in str(raised.value)
     assert list(nvml.gpu_instances) == [1]
 
 
-def test_a_failed_compute_instance_removes_the_new_gpu_instance(
+async def test_a_failed_compute_instance_removes_the_new_gpu_instance(
     nvml: ScriptedNvml, backend: NvmlBackend
 ) -> None:
     nvml.failures["nvmlGpuInstanceCreateComputeInstance"] = pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
 
     with pytest.raises(HardwareError) as raised:
-        asyncio.run(backend.create_mig_instance(GPU_UUID, 9, Placement(4, 4)))
+        await backend.create_mig_instance(GPU_UUID, 9, Placement(4, 4))
     assert raised.value.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES
     assert str(raised.value).startswith(
         f"NVML nvmlGpuInstanceCreateComputeInstance(profile {CI_ID_OFFSET + 2}) "
@@ -808,12 +808,12 @@ def test_a_failed_compute_instance_removes_the_new_gpu_instance(
     assert nvml.gpu_instances == {}
 
 
-def test_a_failed_rollback_is_noted_on_the_error(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
+async def test_a_failed_rollback_is_noted_on_the_error(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
     nvml.failures["nvmlGpuInstanceCreateComputeInstance"] = pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
     nvml.failures["nvmlGpuInstanceDestroy"] = pynvml.NVML_ERROR_UNKNOWN
 
     with pytest.raises(HardwareError) as raised:
-        asyncio.run(backend.create_mig_instance(GPU_UUID, 9, Placement(4, 4)))
+        await backend.create_mig_instance(GPU_UUID, 9, Placement(4, 4))
     assert raised.value.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES
     (note,) = raised.value.__notes__
     assert note.startswith(
@@ -822,13 +822,13 @@ def test_a_failed_rollback_is_noted_on_the_error(nvml: ScriptedNvml, backend: Nv
     assert list(nvml.gpu_instances) == [1]
 
 
-def test_destroying_a_mig_instance_removes_its_compute_instances_first(
+async def test_destroying_a_mig_instance_removes_its_compute_instances_first(
     nvml: ScriptedNvml, backend: NvmlBackend
 ) -> None:
     kept = nvml.add_gpu_instance(19, start=0)
     removed = nvml.add_gpu_instance(9, start=4)
 
-    asyncio.run(backend.destroy_mig_instance(GPU_UUID, removed))
+    await backend.destroy_mig_instance(GPU_UUID, removed)
 
     assert list(nvml.gpu_instances) == [kept]
     called = nvml.called()
@@ -836,12 +836,12 @@ def test_destroying_a_mig_instance_removes_its_compute_instances_first(
 
 
 @pytest.mark.parametrize("gpu_instance_id", [5, 99], ids=["unused-id", "impossible-id"])
-def test_destroying_an_unknown_gpu_instance_is_not_found(
+async def test_destroying_an_unknown_gpu_instance_is_not_found(
     nvml: ScriptedNvml, backend: NvmlBackend, gpu_instance_id: int
 ) -> None:
     nvml.add_gpu_instance(9, start=0)
     with pytest.raises(HardwareError) as raised:
-        asyncio.run(backend.destroy_mig_instance(GPU_UUID, gpu_instance_id))
+        await backend.destroy_mig_instance(GPU_UUID, gpu_instance_id)
     assert raised.value.reason is HardwareErrorReason.NOT_FOUND
     assert str(raised.value).startswith(f"GPU instance {gpu_instance_id} does not exist on GPU {GPU_UUID}")
     assert list(nvml.gpu_instances) == [1]

@@ -229,7 +229,7 @@ async def rest(source: HealthEventSource) -> list[HealthEvent]:
     return [event async for event in source]
 
 
-def test_xids_of_every_gpu_arrive_in_order_stamped_on_arrival(nvml: ScriptedEventNvml) -> None:
+async def test_xids_of_every_gpu_arrive_in_order_stamped_on_arrival(nvml: ScriptedEventNvml) -> None:
     async def scenario() -> list[HealthEvent]:
         async with started(listener()) as events:
             nvml.wait_until(lambda: nvml.watched() == [[0, 1, 2]])
@@ -240,14 +240,14 @@ def test_xids_of_every_gpu_arrive_in_order_stamped_on_arrival(nvml: ScriptedEven
             await events.stop()
             return got + await rest(events)
 
-    assert asyncio.run(scenario()) == [
+    assert await scenario() == [
         XidEvent(UUIDS[1], 48, NOW),
         XidEvent(UUIDS[0], 13, NOW),
         XidEvent(UUIDS[2], 94, NOW),
     ]
 
 
-def test_stop_ends_the_thread_promptly_and_releases_nvml(nvml: ScriptedEventNvml) -> None:
+async def test_stop_ends_the_thread_promptly_and_releases_nvml(nvml: ScriptedEventNvml) -> None:
     async def scenario() -> float:
         async with started(listener()) as events:
             nvml.wait_until(lambda: nvml.called("nvmlEventSetWait_v2") > 2)
@@ -257,14 +257,14 @@ def test_stop_ends_the_thread_promptly_and_releases_nvml(nvml: ScriptedEventNvml
             assert await rest(events) == []
             return took
 
-    assert asyncio.run(scenario()) < 1.0
+    assert await scenario() < 1.0
     assert nvml.sets == {}
     assert nvml.called("nvmlEventSetFree") == 1
     assert nvml.called("nvmlShutdown") == nvml.called("nvmlInit") == 1
     assert {thread for _name, thread in nvml.calls} == {"nvml-events"}
 
 
-def test_gpus_without_xid_events_are_skipped_saying_why(nvml: ScriptedEventNvml) -> None:
+async def test_gpus_without_xid_events_are_skipped_saying_why(nvml: ScriptedEventNvml) -> None:
     nvml.gpus[0].supported = pynvml.nvmlEventTypeAll & ~XID
     nvml.gpus[2].register_error = pynvml.NVML_ERROR_NOT_SUPPORTED
 
@@ -276,7 +276,7 @@ def test_gpus_without_xid_events_are_skipped_saying_why(nvml: ScriptedEventNvml)
             return [got]
 
     with capture_logs() as logs:
-        assert asyncio.run(scenario()) == [XidEvent(UUIDS[1], 92, NOW)]
+        assert await scenario() == [XidEvent(UUIDS[1], 92, NOW)]
     skipped = [(entry["gpu"], entry["event"]) for entry in logs if "gpu" in entry]
     assert skipped == [
         (UUIDS[0], "GPU does not report XID events; its faults will not taint its devices"),
@@ -285,7 +285,7 @@ def test_gpus_without_xid_events_are_skipped_saying_why(nvml: ScriptedEventNvml)
     assert "Not Supported" in next(entry["error"] for entry in logs if "error" in entry)
 
 
-def test_with_no_gpu_to_watch_the_iteration_ends(nvml: ScriptedEventNvml) -> None:
+async def test_with_no_gpu_to_watch_the_iteration_ends(nvml: ScriptedEventNvml) -> None:
     for gpu in nvml.gpus:
         gpu.supported = 0
 
@@ -294,12 +294,12 @@ def test_with_no_gpu_to_watch_the_iteration_ends(nvml: ScriptedEventNvml) -> Non
             return await asyncio.wait_for(rest(events), 5)
 
     with capture_logs() as logs:
-        assert asyncio.run(scenario()) == []
+        assert await scenario() == []
     assert logs[-1]["event"] == "no GPU reports XID events; their faults will not taint devices"
     assert nvml.sets == {}
 
 
-def test_xid_79_is_a_lost_gpu_and_the_others_are_still_watched(nvml: ScriptedEventNvml) -> None:
+async def test_xid_79_is_a_lost_gpu_and_the_others_are_still_watched(nvml: ScriptedEventNvml) -> None:
     async def scenario() -> list[HealthEvent]:
         async with started(listener()) as events:
             nvml.wait_until(lambda: nvml.watched() == [[0, 1, 2]])
@@ -310,10 +310,10 @@ def test_xid_79_is_a_lost_gpu_and_the_others_are_still_watched(nvml: ScriptedEve
             got = [lost, await next_event(events)]
             return got
 
-    assert asyncio.run(scenario()) == [GpuLost(UUIDS[0], NOW), XidEvent(UUIDS[2], 48, NOW)]
+    assert await scenario() == [GpuLost(UUIDS[0], NOW), XidEvent(UUIDS[2], 48, NOW)]
 
 
-def test_a_gpu_lost_during_a_wait_is_found_and_left_out(nvml: ScriptedEventNvml) -> None:
+async def test_a_gpu_lost_during_a_wait_is_found_and_left_out(nvml: ScriptedEventNvml) -> None:
     async def scenario() -> list[HealthEvent]:
         async with started(listener()) as events:
             nvml.wait_until(lambda: nvml.watched() == [[0, 1, 2]])
@@ -324,10 +324,10 @@ def test_a_gpu_lost_during_a_wait_is_found_and_left_out(nvml: ScriptedEventNvml)
             got = [lost, await next_event(events)]
             return got
 
-    assert asyncio.run(scenario()) == [GpuLost(UUIDS[1], NOW), XidEvent(UUIDS[0], 95, NOW)]
+    assert await scenario() == [GpuLost(UUIDS[1], NOW), XidEvent(UUIDS[0], 95, NOW)]
 
 
-def test_a_gpu_lost_before_registration_is_reported_lost(nvml: ScriptedEventNvml) -> None:
+async def test_a_gpu_lost_before_registration_is_reported_lost(nvml: ScriptedEventNvml) -> None:
     nvml.gpus[2].lost = True
 
     async def scenario() -> list[HealthEvent]:
@@ -337,10 +337,10 @@ def test_a_gpu_lost_before_registration_is_reported_lost(nvml: ScriptedEventNvml
             await events.stop()
             return [lost, *await rest(events)]
 
-    assert asyncio.run(scenario()) == [GpuLost(UUIDS[2], NOW)]
+    assert await scenario() == [GpuLost(UUIDS[2], NOW)]
 
 
-def test_a_gpu_without_a_handle_is_skipped_and_the_others_watched(nvml: ScriptedEventNvml) -> None:
+async def test_a_gpu_without_a_handle_is_skipped_and_the_others_watched(nvml: ScriptedEventNvml) -> None:
     nvml.gpus[1].gone = True
 
     async def scenario() -> list[HealthEvent]:
@@ -350,12 +350,12 @@ def test_a_gpu_without_a_handle_is_skipped_and_the_others_watched(nvml: Scripted
             return [await next_event(events)]
 
     with capture_logs() as logs:
-        assert asyncio.run(scenario()) == [XidEvent(UUIDS[2], 92, NOW)]
+        assert await scenario() == [XidEvent(UUIDS[2], 92, NOW)]
     (skipped,) = [entry for entry in logs if "gpu_index" in entry]
     assert (skipped["event"], skipped["gpu_index"]) == ("GPU is lost; its XIDs cannot be watched", 1)
 
 
-def test_a_lost_gpu_nvml_cannot_point_at_is_retried_not_guessed(nvml: ScriptedEventNvml) -> None:
+async def test_a_lost_gpu_nvml_cannot_point_at_is_retried_not_guessed(nvml: ScriptedEventNvml) -> None:
     nvml.fail_next_wait(pynvml.NVML_ERROR_GPU_IS_LOST)
 
     async def scenario() -> list[HealthEvent]:
@@ -367,12 +367,14 @@ def test_a_lost_gpu_nvml_cannot_point_at_is_retried_not_guessed(nvml: ScriptedEv
             return [got, *await rest(events)]
 
     with capture_logs() as logs:
-        assert asyncio.run(scenario()) == [XidEvent(UUIDS[0], 74, NOW)]
+        assert await scenario() == [XidEvent(UUIDS[0], 74, NOW)]
     assert any(entry["event"].startswith("NVML says a GPU is lost, yet every GPU answers") for entry in logs)
 
 
 @pytest.mark.parametrize("failing", ["nvmlInit", "nvmlEventSetCreate", "nvmlDeviceGetCount"])
-def test_an_nvml_failure_is_logged_and_the_watch_starts_over(nvml: ScriptedEventNvml, failing: str) -> None:
+async def test_an_nvml_failure_is_logged_and_the_watch_starts_over(
+    nvml: ScriptedEventNvml, failing: str
+) -> None:
     nvml.failures[failing] = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
 
     async def scenario() -> list[HealthEvent]:
@@ -386,7 +388,7 @@ def test_an_nvml_failure_is_logged_and_the_watch_starts_over(nvml: ScriptedEvent
             return [got]
 
     with capture_logs() as logs:
-        assert asyncio.run(scenario()) == [XidEvent(UUIDS[1], 119, NOW)]
+        assert await scenario() == [XidEvent(UUIDS[1], 119, NOW)]
     failures = [entry for entry in logs if entry["event"].startswith("watching NVML for XID events failed")]
     assert len(failures) >= 2
     assert failures[0]["log_level"] == "error"
@@ -395,7 +397,7 @@ def test_an_nvml_failure_is_logged_and_the_watch_starts_over(nvml: ScriptedEvent
     assert nvml.called("nvmlShutdown") == succeeded
 
 
-def test_a_failed_wait_is_logged_and_watching_goes_on(nvml: ScriptedEventNvml) -> None:
+async def test_a_failed_wait_is_logged_and_watching_goes_on(nvml: ScriptedEventNvml) -> None:
     async def scenario() -> list[HealthEvent]:
         async with started(listener()) as events:
             nvml.wait_until(lambda: nvml.watched() == [[0, 1, 2]])
@@ -406,20 +408,20 @@ def test_a_failed_wait_is_logged_and_watching_goes_on(nvml: ScriptedEventNvml) -
             return [got]
 
     with capture_logs() as logs:
-        assert asyncio.run(scenario()) == [XidEvent(UUIDS[2], 140, NOW)]
+        assert await scenario() == [XidEvent(UUIDS[2], 140, NOW)]
     assert any(entry["event"].startswith("watching NVML for XID events failed") for entry in logs)
     # The failed round released what it held before the next one began.
     assert nvml.called("nvmlEventSetFree") == 2
     assert nvml.called("nvmlShutdown") == nvml.called("nvmlInit") == 2
 
 
-def test_stop_before_start_ends_the_iteration() -> None:
+async def test_stop_before_start_ends_the_iteration() -> None:
     async def scenario() -> list[HealthEvent]:
         events = listener()
         await events.stop()
         return await rest(events)
 
-    assert asyncio.run(scenario()) == []
+    assert await scenario() == []
 
 
 @pytest.mark.parametrize(
@@ -435,8 +437,8 @@ def backend() -> Iterator[SimulatedBackend]:
     yield SimulatedBackend("node-a", resolve_node_spec("t4x4"))
 
 
-def test_simulated_faults_arrive_like_nvml_events(backend: SimulatedBackend) -> None:
-    gpus = [gpu.uuid for gpu in asyncio.run(backend.discover())]
+async def test_simulated_faults_arrive_like_nvml_events(backend: SimulatedBackend) -> None:
+    gpus = [gpu.uuid for gpu in await backend.discover()]
 
     async def scenario() -> list[HealthEvent]:
         async with started(SimulatedEvents(backend, interval_seconds=0.01, clock=lambda: NOW)) as events:
@@ -450,7 +452,7 @@ def test_simulated_faults_arrive_like_nvml_events(backend: SimulatedBackend) -> 
             await events.stop()
             return got + await rest(events)
 
-    assert asyncio.run(scenario()) == [
+    assert await scenario() == [
         XidEvent(gpus[0], 48, NOW),
         XidEvent(gpus[1], 13, NOW),
         GpuLost(gpus[2], NOW),
@@ -458,7 +460,7 @@ def test_simulated_faults_arrive_like_nvml_events(backend: SimulatedBackend) -> 
     ]
 
 
-def test_stopping_the_simulated_source_ends_its_iteration(backend: SimulatedBackend) -> None:
+async def test_stopping_the_simulated_source_ends_its_iteration(backend: SimulatedBackend) -> None:
     async def scenario() -> list[HealthEvent]:
         async with started(SimulatedEvents(backend, interval_seconds=10.0)) as events:
             await asyncio.sleep(0)
@@ -467,4 +469,4 @@ def test_stopping_the_simulated_source_ends_its_iteration(backend: SimulatedBack
             assert time.monotonic() - began < 1.0
             return await rest(events)
 
-    assert asyncio.run(scenario()) == []
+    assert await scenario() == []

@@ -83,39 +83,39 @@ def free_port_url() -> str:
 
 
 @pytest.mark.parametrize("failed", [failed_call, failed_lean_get], ids=["REST layer", "lean pool"])
-def test_a_refused_connection_is_no_answer(failed: object) -> None:
-    error = asyncio.run(failed(free_port_url()))  # type: ignore[operator]
+async def test_a_refused_connection_is_no_answer(failed: object) -> None:
+    error = await failed(free_port_url())  # type: ignore[operator]
 
     assert predicates(error) == {"no_answer"}
     assert str(error).startswith("GET thing: no answer: ")
 
 
 @pytest.mark.parametrize("failed", [failed_call, failed_lean_get], ids=["REST layer", "lean pool"])
-def test_a_connection_closed_before_the_answer_is_no_answer(failed: object) -> None:
+async def test_a_connection_closed_before_the_answer_is_no_answer(failed: object) -> None:
     async def run() -> ApiError:
         async with server(None) as url:
             return await failed(url)  # type: ignore[operator,no-any-return]
 
-    assert predicates(asyncio.run(run())) == {"no_answer"}
+    assert predicates(await run()) == {"no_answer"}
 
 
 @pytest.mark.parametrize("failed", [failed_call, failed_lean_get], ids=["REST layer", "lean pool"])
-def test_a_timeout_is_no_answer(failed: object) -> None:
+async def test_a_timeout_is_no_answer(failed: object) -> None:
     async def run() -> ApiError:
         async with server(None, hang=True) as url:
             return await failed(url, 0.2)  # type: ignore[operator,no-any-return]
 
-    error = asyncio.run(run())
+    error = await run()
     assert predicates(error) == {"no_answer"}
     assert error.message  # a TimeoutError says nothing: its type name stands in
 
 
-def test_an_answer_that_is_not_http_is_no_answer_in_the_lean_pool() -> None:
+async def test_an_answer_that_is_not_http_is_no_answer_in_the_lean_pool() -> None:
     async def run() -> ApiError:
         async with server(b"SSH-2.0-OpenSSH\r\n\r\n") as url:
             return await failed_lean_get(url)
 
-    error = asyncio.run(run())
+    error = await run()
     assert predicates(error) == {"no_answer"}
     assert "status line" in error.message
 
@@ -134,12 +134,12 @@ def test_an_answer_that_is_not_http_is_no_answer_in_the_lean_pool() -> None:
         (503, "ServiceUnavailable", set()),
     ],
 )
-def test_each_status_answers_its_predicate(status: int, reason: str, expected: set[str]) -> None:
+async def test_each_status_answers_its_predicate(status: int, reason: str, expected: set[str]) -> None:
     async def run() -> ApiError:
         async with server(http_answer(status, status_object(status, reason))) as url:
             return await failed_call(url)
 
-    error = asyncio.run(run())
+    error = await run()
     assert predicates(error) == expected
     assert (error.call, error.status, error.reason, error.message) == (
         "GET thing",
@@ -150,21 +150,21 @@ def test_each_status_answers_its_predicate(status: int, reason: str, expected: s
     assert str(error) == f"GET thing: API server answered {status} {reason}: said {status}"
 
 
-def test_an_answer_without_a_status_object_still_says_something() -> None:
+async def test_an_answer_without_a_status_object_still_says_something() -> None:
     async def run() -> ApiError:
         async with server(
             b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 11\r\nConnection: close\r\n\r\nproxy error"
         ) as url:
             return await failed_call(url)
 
-    assert str(asyncio.run(run())) == "GET thing: API server answered 502: proxy error"
+    assert str(await run()) == "GET thing: API server answered 502: proxy error"
 
 
-def test_an_expected_status_with_a_body_that_is_not_json_is_an_error_of_that_status() -> None:
+async def test_an_expected_status_with_a_body_that_is_not_json_is_an_error_of_that_status() -> None:
     async def run() -> ApiError:
         async with server(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\n<html") as url:
             return await failed_call(url)
 
-    error = asyncio.run(run())
+    error = await run()
     assert (error.status, predicates(error)) == (200, set())
     assert error.message.startswith("invalid JSON: ")

@@ -515,7 +515,7 @@ class FakeClock:
         return self.now
 
 
-def test_a_rotated_token_file_is_read_again_after_a_minute(tmp_path: Path) -> None:
+async def test_a_rotated_token_file_is_read_again_after_a_minute(tmp_path: Path) -> None:
     token, clock = tmp_path / "token", FakeClock()
     token.write_text("one\n")
     credentials = RotatedToken(token, "tokenFile", clock=clock)
@@ -535,7 +535,7 @@ def test_a_rotated_token_file_is_read_again_after_a_minute(tmp_path: Path) -> No
         found.append(await credentials.authorization())
         return found
 
-    assert asyncio.run(authorizations()) == [
+    assert await authorizations() == [
         "Bearer one",
         "Bearer one",
         "Bearer two",
@@ -564,14 +564,14 @@ def _service_account(directory: Path) -> Path:
     return directory
 
 
-def test_in_cluster_the_server_is_the_kubernetes_service_with_the_service_accounts_ca_and_token(
+async def test_in_cluster_the_server_is_the_kubernetes_service_with_the_service_accounts_ca_and_token(
     tmp_path: Path,
 ) -> None:
     account = _service_account(tmp_path)
     server = in_cluster_server(SERVICE_ENV, account)
     assert (server.url, server.ca_file) == ("https://10.96.0.1:443", str(account / "ca.crt"))
     assert isinstance(server.credentials, RotatedToken)
-    assert asyncio.run(server.credentials.authorization()) == "Bearer sa-token"
+    assert await server.credentials.authorization() == "Bearer sa-token"
     ipv6 = in_cluster_server({**SERVICE_ENV, "KUBERNETES_SERVICE_HOST": "fd00::1"}, account)
     assert ipv6.url == "https://[fd00::1]:443"
 

@@ -97,7 +97,7 @@ async def get_from(server: RawServer, path: str = "/x") -> tuple[int, bytes]:
         await pool.close()
 
 
-def test_the_claim_comes_back_as_the_official_client_reads_it() -> None:
+async def test_the_claim_comes_back_as_the_official_client_reads_it() -> None:
     """The same object the official client reads, for a claim that is there; "not found" for one
     that is not, from the stand-in API server."""
     server = ApiServer().start()
@@ -121,7 +121,7 @@ def test_the_claim_comes_back_as_the_official_client_reads_it() -> None:
                 await kube.close()
             return found, str(missing.value)
 
-        claim, missing = asyncio.run(ours())
+        claim, missing = await ours()
     finally:
         server.stop()
     assert claim == official
@@ -129,7 +129,7 @@ def test_the_claim_comes_back_as_the_official_client_reads_it() -> None:
     assert "not found" in missing
 
 
-def test_the_request_carries_the_headers_host_and_server_path_prefix() -> None:
+async def test_the_request_carries_the_headers_host_and_server_path_prefix() -> None:
     async def scenario() -> bytes:
         async with raw_server(always(answer())) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}/k8s/clusters/c-1/", ssl_context=None)
@@ -139,14 +139,14 @@ def test_the_request_carries_the_headers_host_and_server_path_prefix() -> None:
             await pool.close()
             return server.requests[0]
 
-    request = asyncio.run(scenario())
+    request = await scenario()
     lines = request.decode().split("\r\n")
     assert lines[0] == "GET /k8s/clusters/c-1/api/v1/x%2Fy HTTP/1.1"
     assert lines[1].startswith("Host: 127.0.0.1:")
     assert lines[2:4] == ["Accept: application/json", "Authorization: Bearer t"]
 
 
-def test_one_connection_serves_call_after_call() -> None:
+async def test_one_connection_serves_call_after_call() -> None:
     async def scenario() -> tuple[int, int, list[int]]:
         async with raw_server(always(answer())) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
@@ -154,10 +154,10 @@ def test_one_connection_serves_call_after_call() -> None:
             await pool.close()
             return server.connections, pool.connections_opened, statuses
 
-    assert asyncio.run(scenario()) == (1, 1, [200] * 5)
+    assert await scenario() == (1, 1, [200] * 5)
 
 
-def test_concurrent_calls_open_no_more_connections_than_allowed() -> None:
+async def test_concurrent_calls_open_no_more_connections_than_allowed() -> None:
     async def scenario() -> tuple[int, list[int]]:
         async with raw_server(always(answer()), hold_seconds=0.05) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None, max_connections=2)
@@ -165,12 +165,12 @@ def test_concurrent_calls_open_no_more_connections_than_allowed() -> None:
             await pool.close()
             return server.most_open, [got.status for got in answers]
 
-    most_open, statuses = asyncio.run(scenario())
+    most_open, statuses = await scenario()
     assert most_open == 2 and statuses == [200] * 6
 
 
 @pytest.mark.parametrize("reset", [False, True], ids=["hung-up", "reset"])
-def test_a_connection_the_server_ended_while_idle_is_replaced(reset: bool) -> None:
+async def test_a_connection_the_server_ended_while_idle_is_replaced(reset: bool) -> None:
     """Keep-alive timeouts: the server hangs up after each answer without saying so; or it resets
     the connection (RST), as an API server that crashed or lost the connection leaves it."""
 
@@ -187,10 +187,10 @@ def test_a_connection_the_server_ended_while_idle_is_replaced(reset: bool) -> No
             await pool.close()
             return statuses, server.connections
 
-    assert asyncio.run(scenario()) == ([200] * 3, 3)
+    assert await scenario() == ([200] * 3, 3)
 
 
-def test_a_reused_connection_that_fails_mid_request_is_retried_on_a_new_one() -> None:
+async def test_a_reused_connection_that_fails_mid_request_is_retried_on_a_new_one() -> None:
     """The server drops the connection on the second request without answering: a GET is
     idempotent, so the pool asks again on a fresh connection."""
 
@@ -204,10 +204,10 @@ def test_a_reused_connection_that_fails_mid_request_is_retried_on_a_new_one() ->
             await pool.close()
             return statuses, server.connections
 
-    assert asyncio.run(scenario()) == ([200, 200], 2)
+    assert await scenario() == ([200, 200], 2)
 
 
-def test_connection_close_is_honoured() -> None:
+async def test_connection_close_is_honoured() -> None:
     async def scenario() -> int:
         async with raw_server(always(answer(extra="Connection: close\r\n"))) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
@@ -216,7 +216,7 @@ def test_connection_close_is_honoured() -> None:
             await pool.close()
             return pool.connections_opened
 
-    assert asyncio.run(scenario()) == 3
+    assert await scenario() == 3
 
 
 CHUNKED = (
@@ -239,12 +239,12 @@ INTERIM_FIRST = b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + answer(b"the
     ],
     ids=["chunked", "until-close", "interim-answer-first", "no-content", "not-found", "http-1.0"],
 )
-def test_each_way_http_frames_a_body(wire: bytes, close: bool, body: bytes) -> None:
+async def test_each_way_http_frames_a_body(wire: bytes, close: bool, body: bytes) -> None:
     async def scenario() -> tuple[int, bytes]:
         async with raw_server(always(wire, close)) as server:
             return await get_from(server)
 
-    status, got = asyncio.run(scenario())
+    status, got = await scenario()
     assert got == body
     assert status == int(wire.rsplit(b"HTTP/1.", 1)[1][2:5])
 
@@ -280,18 +280,18 @@ def test_each_way_http_frames_a_body(wire: bytes, close: bool, body: bytes) -> N
         "compressed-chunked",
     ],
 )
-def test_an_answer_that_is_not_http_is_an_error_naming_the_part(wire: bytes, named: str) -> None:
+async def test_an_answer_that_is_not_http_is_an_error_naming_the_part(wire: bytes, named: str) -> None:
     async def scenario() -> str:
         async with raw_server(always(wire)) as server:
             with pytest.raises(HttpProtocolError) as raised:
                 await get_from(server)
             return str(raised.value)
 
-    message = asyncio.run(scenario())
+    message = await scenario()
     assert message.startswith(named), message
 
 
-def test_a_broken_answer_closes_its_connection_and_the_next_call_gets_a_new_one() -> None:
+async def test_a_broken_answer_closes_its_connection_and_the_next_call_gets_a_new_one() -> None:
     def broken_first(n: int, _request: bytes) -> tuple[bytes, bool]:
         return (b"HTTP/1.1 abc\r\n\r\n", False) if n == 0 else (answer(), False)
 
@@ -304,19 +304,19 @@ def test_a_broken_answer_closes_its_connection_and_the_next_call_gets_a_new_one(
             await pool.close()
             return status, server.connections
 
-    assert asyncio.run(scenario()) == (200, 2)
+    assert await scenario() == (200, 2)
 
 
-def test_an_answer_cut_short_is_a_connection_error() -> None:
+async def test_an_answer_cut_short_is_a_connection_error() -> None:
     async def scenario() -> None:
         async with raw_server(always(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort", True)) as server:
             await get_from(server)
 
     with pytest.raises(ConnectionResetError, match="mid-answer"):
-        asyncio.run(scenario())
+        await scenario()
 
 
-def test_no_answer_in_time_is_a_timeout_and_the_connection_is_not_kept() -> None:
+async def test_no_answer_in_time_is_a_timeout_and_the_connection_is_not_kept() -> None:
     async def scenario() -> int:
         async with raw_server(always(answer()), hold_seconds=1.0) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
@@ -326,10 +326,10 @@ def test_no_answer_in_time_is_a_timeout_and_the_connection_is_not_kept() -> None
             await pool.close()
             return idle
 
-    assert asyncio.run(scenario()) == 0
+    assert await scenario() == 0
 
 
-def test_a_header_value_with_a_line_break_is_refused_before_sending() -> None:
+async def test_a_header_value_with_a_line_break_is_refused_before_sending() -> None:
     async def scenario() -> int:
         async with raw_server(always(answer())) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
@@ -338,7 +338,7 @@ def test_a_header_value_with_a_line_break_is_refused_before_sending() -> None:
             await pool.close()
             return len(server.requests)
 
-    assert asyncio.run(scenario()) == 0
+    assert await scenario() == 0
 
 
 @pytest.mark.parametrize("server", ["ftp://host", "https://", "host:443"])
@@ -347,7 +347,7 @@ def test_a_server_url_that_is_not_http_is_refused(server: str) -> None:
         KeepAliveClient(server, ssl_context=None)
 
 
-def test_a_connection_opened_ahead_serves_the_first_get() -> None:
+async def test_a_connection_opened_ahead_serves_the_first_get() -> None:
     """Opened while the agent starts, so kubelet's first prepare does not wait for the handshakes."""
 
     async def scenario() -> tuple[int, int, int, int]:
@@ -359,10 +359,10 @@ def test_a_connection_opened_ahead_serves_the_first_get() -> None:
             await pool.close()
             return opened_ahead, pool.connections_opened, server.connections, status
 
-    assert asyncio.run(scenario()) == (1, 1, 1, 200)
+    assert await scenario() == (1, 1, 1, 200)
 
 
-def test_a_connection_that_cannot_be_opened_ahead_is_left_to_the_first_get() -> None:
+async def test_a_connection_that_cannot_be_opened_ahead_is_left_to_the_first_get() -> None:
     async def scenario() -> int:
         server = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
@@ -373,10 +373,10 @@ def test_a_connection_that_cannot_be_opened_ahead_is_left_to_the_first_get() -> 
         await pool.close()
         return pool.connections_opened
 
-    assert asyncio.run(scenario()) == 0
+    assert await scenario() == 0
 
 
-def test_a_request_body_is_sent_with_its_length() -> None:
+async def test_a_request_body_is_sent_with_its_length() -> None:
     async def scenario() -> bytes:
         async with raw_server(always(answer(status="201 Created"))) as server:
             pool = KeepAliveClient(f"http://127.0.0.1:{server.port}", ssl_context=None)
@@ -387,14 +387,14 @@ def test_a_request_body_is_sent_with_its_length() -> None:
             assert got.status == 201
             return server.requests[0]
 
-    head, _, body = asyncio.run(scenario()).partition(b"\r\n\r\n")
+    head, _, body = (await scenario()).partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
     assert lines[0] == "POST /x?dryRun=All HTTP/1.1"
     assert lines[2:] == ["Content-Type: application/json", "Content-Length: 7"]
     assert body == b'{"a":1}'
 
 
-def test_a_post_on_a_reused_connection_that_fails_is_not_sent_twice() -> None:
+async def test_a_post_on_a_reused_connection_that_fails_is_not_sent_twice() -> None:
     """The server may have applied it before the connection broke: the caller hears of the
     failure (and says "no answer") rather than the pool creating the object twice."""
 
@@ -410,7 +410,7 @@ def test_a_post_on_a_reused_connection_that_fails_is_not_sent_twice() -> None:
             await pool.close()
             return len(server.requests), server.connections
 
-    assert asyncio.run(scenario()) == (2, 1)
+    assert await scenario() == (2, 1)
 
 
 def chunked(*pieces: bytes) -> bytes:
@@ -452,7 +452,7 @@ def stream_refusal(wire: bytes, time_limit: float = 5) -> str:
     ],
     ids=["chunked", "length", "to-the-end"],
 )
-def test_a_stream_comes_line_by_line_however_it_is_framed(framing: bytes) -> None:
+async def test_a_stream_comes_line_by_line_however_it_is_framed(framing: bytes) -> None:
     """A watch: events split across chunks are joined, the last line may lack its newline."""
 
     async def scenario() -> tuple[int, list[bytes], bytes]:
@@ -461,7 +461,7 @@ def test_a_stream_comes_line_by_line_however_it_is_framed(framing: bytes) -> Non
                 lines = [line async for line in _lines(stream)]
             return stream.status, lines, server.requests[0].split(b"\r\n")[0]
 
-    status, lines, request_line = asyncio.run(scenario())
+    status, lines, request_line = await scenario()
     assert (status, request_line) == (200, b"GET /w?watch=true HTTP/1.1")
     assert lines == [b'{"a":1}\n', b'{"b":2}\n', b'{"c":3}']
 
@@ -471,18 +471,15 @@ async def _lines(stream: HttpStream) -> AsyncIterator[bytes]:
         yield line
 
 
-def test_a_stream_that_goes_quiet_past_its_deadline_times_out() -> None:
-    async def scenario() -> None:
-        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b'8\r\n{"a":1}\n\r\n'
-        async with raw_server(always(head)) as server, stream_from(server, 0.3) as stream:
-            assert await stream.readline() == b'{"a":1}\n'
-            with pytest.raises(TimeoutError):
-                await stream.readline()
-
-    asyncio.run(scenario())
+async def test_a_stream_that_goes_quiet_past_its_deadline_times_out() -> None:
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b'8\r\n{"a":1}\n\r\n'
+    async with raw_server(always(head)) as server, stream_from(server, 0.3) as stream:
+        assert await stream.readline() == b'{"a":1}\n'
+        with pytest.raises(TimeoutError):
+            await stream.readline()
 
 
-def test_a_refused_stream_gives_its_whole_answer() -> None:
+async def test_a_refused_stream_gives_its_whole_answer() -> None:
     """410 Gone and the like: the Status object the caller words its error from."""
 
     async def scenario() -> tuple[int, bytes]:
@@ -490,10 +487,10 @@ def test_a_refused_stream_gives_its_whole_answer() -> None:
         async with raw_server(refusal) as server, stream_from(server) as stream:
             return stream.status, await stream.read_all()
 
-    assert asyncio.run(scenario()) == (410, b'{"code":410}')
+    assert await scenario() == (410, b'{"code":410}')
 
 
-def test_through_a_proxy_a_plain_http_request_names_the_whole_url() -> None:
+async def test_through_a_proxy_a_plain_http_request_names_the_whole_url() -> None:
     """RFC 9112 3.2.2: the proxy is sent the absolute URL, and the credentials the proxy URL
     carries as Proxy-Authorization."""
 
@@ -508,7 +505,7 @@ def test_through_a_proxy_a_plain_http_request_names_the_whole_url() -> None:
             await pool.close()
             return proxy.requests[0]
 
-    lines = asyncio.run(scenario()).decode().split("\r\n")
+    lines = (await scenario()).decode().split("\r\n")
     assert lines[0] == "GET http://apiserver.test:8080/prefix/version HTTP/1.1"
     assert "Host: apiserver.test:8080" in lines
     assert "Proxy-Authorization: Basic dXNlcjpwYSBzcw==" in lines  # user:pa ss
@@ -536,7 +533,7 @@ def test_a_watch_chunk_larger_than_an_event_can_be_is_refused_before_it_is_read(
     assert "chunk size" in stream_refusal(wire)
 
 
-def test_a_list_far_larger_than_any_object_is_read_whole() -> None:
+async def test_a_list_far_larger_than_any_object_is_read_whole() -> None:
     """Lists (every ResourceClaim of a cluster, for `dra-driver plan`) may be far above the 1.5 MiB
     of one object, and above a watch event's limit."""
     body = b"[" + b"0," * (MAX_LINE_BYTES // 2 + 1024) + b"0]"
@@ -546,5 +543,5 @@ def test_a_list_far_larger_than_any_object_is_read_whole() -> None:
             got = await get_from(server)
             return got[0], len(got[1])
 
-    assert asyncio.run(scenario()) == (200, len(body))
+    assert await scenario() == (200, len(body))
     assert MAX_BODY_BYTES > len(body) > MAX_LINE_BYTES

@@ -260,14 +260,14 @@ def test_inline_client_credentials_become_files_only_this_process_can_read() -> 
     assert Path(access.client_key).resolve().name.startswith("memfd:kubeconfig-client-key")
 
 
-def test_the_token_file_is_read_at_once_and_trimmed(tmp_path: Path) -> None:
+async def test_the_token_file_is_read_at_once_and_trimmed(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("abc\n")
     access = configure(StaticKubeconfig(SERVER, token_file=tmp_path / "token"))
     (tmp_path / "token").unlink()  # read already: within the minute it is not read again
-    assert asyncio.run(access.credentials.authorization()) == "Bearer abc"
+    assert await access.credentials.authorization() == "Bearer abc"
 
 
-def test_a_token_file_rewritten_on_disk_is_read_again_after_a_minute(tmp_path: Path) -> None:
+async def test_a_token_file_rewritten_on_disk_is_read_again_after_a_minute(tmp_path: Path) -> None:
     """As client-go does, so that a rotated token is picked up; the file is the one named relative
     to the kubeconfig's directory, not to the working directory."""
     (tmp_path / "conf" / "secrets").mkdir(parents=True)
@@ -275,7 +275,7 @@ def test_a_token_file_rewritten_on_disk_is_read_again_after_a_minute(tmp_path: P
     token_file.write_text("first\n")
     path = tmp_path / "conf" / "kubeconfig"
     path.write_text(yaml.safe_dump(kubeconfig({"server": SERVER}, {"tokenFile": "secrets/token"})))
-    token = asyncio.run(load_kubeconfig(path)).credentials
+    token = (await load_kubeconfig(path)).credentials
     assert isinstance(token, RotatedToken)
     later = [0.0]
     token._clock = lambda: time.monotonic() + later[0]
@@ -288,7 +288,7 @@ def test_a_token_file_rewritten_on_disk_is_read_again_after_a_minute(tmp_path: P
         seen.append(await token.authorization())
         return seen
 
-    assert asyncio.run(headers()) == ["Bearer first", "Bearer first", "Bearer second"]
+    assert await headers() == ["Bearer first", "Bearer first", "Bearer second"]
 
 
 @pytest.mark.parametrize(
@@ -329,7 +329,7 @@ def exec_plugin(token: str) -> dict[str, Any]:
     }
 
 
-def test_an_exec_user_is_loaded_by_the_clients_own_loader(tmp_path: Path) -> None:
+async def test_an_exec_user_is_loaded_by_the_clients_own_loader(tmp_path: Path) -> None:
     """The code here runs no plugins: a token from one proves the client's loader ran, and that the
     credentials it leaves behind hand that token on."""
     path = tmp_path / "kubeconfig"
@@ -339,7 +339,7 @@ def test_an_exec_user_is_loaded_by_the_clients_own_loader(tmp_path: Path) -> Non
         access = await load_kubeconfig(path)
         return access, await access.credentials.authorization()
 
-    access, authorization = asyncio.run(loaded())
+    access, authorization = await loaded()
     assert access.url == SERVER
     assert authorization == "Bearer from-exec"
 
@@ -366,7 +366,7 @@ def counting_exec_plugin(directory: Path, expires: str) -> dict[str, Any]:
     [("2000-01-01T00:00:00Z", ["Bearer t2", "Bearer t3"], 3), ("2999-01-01T00:00:00Z", ["Bearer t1"] * 2, 1)],
     ids=["expired", "valid"],
 )
-def test_an_exec_plugin_runs_again_once_its_credential_has_expired(
+async def test_an_exec_plugin_runs_again_once_its_credential_has_expired(
     tmp_path: Path, expires: str, tokens: list[str], runs: int
 ) -> None:
     """The official loader runs the plugin when it loads and sets no refresh hook: a long-running
@@ -380,26 +380,26 @@ def test_an_exec_plugin_runs_again_once_its_credential_has_expired(
         access = await load_kubeconfig(path)
         return [await access.credentials.authorization() for _ in range(2)]
 
-    assert asyncio.run(headers()) == tokens  # the load ran it once already
+    assert await headers() == tokens  # the load ran it once already
     assert (tmp_path / "plugin.sh.runs").read_text().strip() == str(runs)
 
 
-def test_an_exec_plugin_that_fails_stops_the_start(tmp_path: Path) -> None:
+async def test_an_exec_plugin_that_fails_stops_the_start(tmp_path: Path) -> None:
     """The official loader only logs a failing plugin; the agent would run without credentials."""
     plugin = {**exec_plugin("unused"), "args": ["-c", "echo broken >&2; exit 3"]}
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(kubeconfig({"server": SERVER}, {"exec": plugin})))
     with pytest.raises(ServerConfigError, match="exec: the credential plugin gave no token"):
-        asyncio.run(load_kubeconfig(path))
+        await load_kubeconfig(path)
 
 
-def test_a_certificate_ssl_cannot_load_stops_the_start(tmp_path: Path) -> None:
+async def test_a_certificate_ssl_cannot_load_stops_the_start(tmp_path: Path) -> None:
     path = tmp_path / "kubeconfig"
     path.write_text(
         yaml.safe_dump(kubeconfig({"server": SERVER, "certificate-authority-data": b64(PEM)}, {}))
     )
     with pytest.raises(StartupError, match=f"^--kubeconfig {path}: cannot set up TLS for the Kubernetes API"):
-        asyncio.run(kubernetes_api_client(path))
+        await kubernetes_api_client(path)
 
 
 # -- against the client's loader and a real TLS server ------------------------------------------------
@@ -498,7 +498,9 @@ async def _as_theirs_is_used(configuration: Any) -> dict[str, object]:
     }
 
 
-def test_static_kubeconfigs_configure_the_client_as_its_own_loader_does(pki: Pki, tmp_path: Path) -> None:
+async def test_static_kubeconfigs_configure_the_client_as_its_own_loader_does(
+    pki: Pki, tmp_path: Path
+) -> None:
     async def both(path: Path) -> tuple[dict[str, object], dict[str, object]]:
         ours, theirs = await load_kubeconfig(path), Configuration()
         await client_load_kube_config(config_file=str(path), client_configuration=theirs)
@@ -509,7 +511,7 @@ def test_static_kubeconfigs_configure_the_client_as_its_own_loader_does(pki: Pki
     for name, document in _static_kubeconfigs(pki, tmp_path).items():
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(document))
-        ours, theirs = asyncio.run(both(path))
+        ours, theirs = await both(path)
         assert ours == theirs, name
         authorizations[name] = ours["authorization"]
     # The headers agree because both send one, not because neither does.
@@ -580,7 +582,9 @@ NAMED: dict[str, object] = {"tls-server-name": "apiserver.test"}  # the name the
 
 
 @pytest.mark.usefixtures("no_proxy")
-def test_the_agent_talks_tls_with_a_client_certificate_from_inline_data(pki: Pki, tmp_path: Path) -> None:
+async def test_the_agent_talks_tls_with_a_client_certificate_from_inline_data(
+    pki: Pki, tmp_path: Path
+) -> None:
     path = tmp_path / "kubeconfig"
 
     async def version_call() -> tuple[dict[str, Any], int, list[dict[str, object]]]:
@@ -593,7 +597,7 @@ def test_the_agent_talks_tls_with_a_client_certificate_from_inline_data(pki: Pki
             finally:
                 await client.close()
 
-    version, opened, seen = asyncio.run(version_call())
+    version, opened, seen = await version_call()
     assert version == {"major": "1", "minor": "35"}
     assert opened == 1  # over our own pool
     assert seen[0]["authorization"] == "Bearer abc"
@@ -631,7 +635,7 @@ async def tunnelling_proxy() -> AsyncIterator[tuple[int, list[str]]]:
         yield server.sockets[0].getsockname()[1], asked
 
 
-def test_the_agent_talks_tls_to_the_server_through_a_proxys_tunnel(pki: Pki, tmp_path: Path) -> None:
+async def test_the_agent_talks_tls_to_the_server_through_a_proxys_tunnel(pki: Pki, tmp_path: Path) -> None:
     """proxy-url with an https server: the TLS handshake (server name, CA, client certificate)
     runs inside the tunnel the proxy opened, end to end with the server."""
     path = tmp_path / "kubeconfig"
@@ -647,7 +651,7 @@ def test_the_agent_talks_tls_to_the_server_through_a_proxys_tunnel(pki: Pki, tmp
             finally:
                 await client.close()
 
-    version, asked, seen = asyncio.run(version_call())
+    version, asked, seen = await version_call()
     assert version == {"major": "1", "minor": "35"}
     assert len(asked) == 1 and asked[0].startswith("CONNECT 127.0.0.1:") and asked[0].endswith(" HTTP/1.1")
     assert seen[0]["authorization"] == "Bearer abc"
@@ -655,7 +659,7 @@ def test_the_agent_talks_tls_to_the_server_through_a_proxys_tunnel(pki: Pki, tmp
 
 
 @pytest.mark.usefixtures("no_proxy")
-def test_an_exec_user_talks_tls_with_the_token_of_its_plugin(pki: Pki, tmp_path: Path) -> None:
+async def test_an_exec_user_talks_tls_with_the_token_of_its_plugin(pki: Pki, tmp_path: Path) -> None:
     """The client's loader reads the file (its CA and client pair to temporary files); our client
     takes them from it, and the plugin's token."""
     path = tmp_path / "kubeconfig"
@@ -670,14 +674,16 @@ def test_an_exec_user_talks_tls_with_the_token_of_its_plugin(pki: Pki, tmp_path:
             finally:
                 await client.close()
 
-    version, seen = asyncio.run(version_call())
+    version, seen = await version_call()
     assert version == {"major": "1", "minor": "35"}
     assert seen[0]["authorization"] == "Bearer from-exec"
     assert seen[0]["peer"] and "apiserver.test" in str(seen[0]["peer"])
 
 
 @pytest.mark.usefixtures("no_proxy")
-def test_the_server_certificate_is_checked_against_the_ca_and_the_name(pki: Pki, tmp_path: Path) -> None:
+async def test_the_server_certificate_is_checked_against_the_ca_and_the_name(
+    pki: Pki, tmp_path: Path
+) -> None:
     """Without tls-server-name the name is 127.0.0.1, which the certificate does not carry; with
     another CA, the certificate is unknown: either way a call has no answer, and says why."""
     path = tmp_path / "kubeconfig"
@@ -698,7 +704,7 @@ def test_the_server_certificate_is_checked_against_the_ca_and_the_name(pki: Pki,
             assert seen == []  # no request got through
         return raised
 
-    raised = asyncio.run(failures())
+    raised = await failures()
     assert [(error.status, type(error.__cause__)) for error in raised] == [
         (0, ssl.SSLCertVerificationError)
     ] * 2
@@ -706,7 +712,7 @@ def test_the_server_certificate_is_checked_against_the_ca_and_the_name(pki: Pki,
 
 
 @pytest.mark.usefixtures("no_proxy")
-def test_the_pool_checks_the_certificate_as_configured(pki: Pki, tmp_path: Path) -> None:
+async def test_the_pool_checks_the_certificate_as_configured(pki: Pki, tmp_path: Path) -> None:
     """What OpenSSL says, request by request on the pool itself: the name, then the CA; and
     insecure-skip-tls-verify (with no CA) checks neither, the client certificate still sent."""
     path = tmp_path / "kubeconfig"
@@ -729,7 +735,7 @@ def test_the_pool_checks_the_certificate_as_configured(pki: Pki, tmp_path: Path)
                     await client.close()
         return outcomes, seen
 
-    outcomes, seen = asyncio.run(attempts())
+    outcomes, seen = await attempts()
     # Without tls-server-name the name checked is 127.0.0.1 (OpenSSL's X509_V_ERR_IP_ADDRESS_MISMATCH);
     # with the other CA the server's self-signed certificate is unknown (DEPTH_ZERO_SELF_SIGNED_CERT).
     assert outcomes == [(200, "35"), 64, 18, (200, "35")]

@@ -141,8 +141,8 @@ def test_a_position_someone_else_listed_for_is_watched_from_without_a_list() -> 
     assert script.watched_from[0] == "42"
 
 
-def test_against_the_api_server_an_expired_watch_lists_again(apiserver: ApiServer) -> None:
-    asyncio.run(_expired_against_the_server(apiserver))
+async def test_against_the_api_server_an_expired_watch_lists_again(apiserver: ApiServer) -> None:
+    await _expired_against_the_server(apiserver)
 
 
 async def _expired_against_the_server(apiserver: ApiServer) -> None:

@@ -56,8 +56,8 @@ async def _a_key_is_queued_once_and_re_added_keys_wait_for_the_worker() -> None:
     assert await asyncio.wait_for(queue.get(), 1) == "pool"
 
 
-def test_a_key_is_queued_once_and_re_added_keys_wait_for_the_worker() -> None:
-    asyncio.run(_a_key_is_queued_once_and_re_added_keys_wait_for_the_worker())
+async def test_a_key_is_queued_once_and_re_added_keys_wait_for_the_worker() -> None:
+    await _a_key_is_queued_once_and_re_added_keys_wait_for_the_worker()
 
 
 async def _add_after_keeps_the_earliest_time_and_add_rate_limited_backs_off() -> None:
@@ -79,8 +79,8 @@ async def _add_after_keeps_the_earliest_time_and_add_rate_limited_backs_off() ->
     assert queue.add_rate_limited("pool") == pytest.approx(0.1)
 
 
-def test_add_after_keeps_the_earliest_time_and_add_rate_limited_backs_off() -> None:
-    asyncio.run(_add_after_keeps_the_earliest_time_and_add_rate_limited_backs_off())
+async def test_add_after_keeps_the_earliest_time_and_add_rate_limited_backs_off() -> None:
+    await _add_after_keeps_the_earliest_time_and_add_rate_limited_backs_off()
 
 
 async def _shut_down_wakes_waiting_workers_and_drops_timers() -> None:
@@ -96,5 +96,5 @@ async def _shut_down_wakes_waiting_workers_and_drops_timers() -> None:
     assert not queue.pending_retry("pool")
 
 
-def test_shut_down_wakes_waiting_workers_and_drops_timers() -> None:
-    asyncio.run(_shut_down_wakes_waiting_workers_and_drops_timers())
+async def test_shut_down_wakes_waiting_workers_and_drops_timers() -> None:
+    await _shut_down_wakes_waiting_workers_and_drops_timers()

@@ -38,7 +38,7 @@ def counted_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return fsynced
 
 
-def test_concurrent_replacements_share_flushes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_concurrent_replacements_share_flushes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fsynced = counted_fsyncs(monkeypatch)
     synced: list[int] = []
     real_syncfs = group_commit.load_syncfs()
@@ -59,7 +59,7 @@ def test_concurrent_replacements_share_flushes(tmp_path: Path, monkeypatch: pyte
         await committer.close()
         return outcomes
 
-    assert asyncio.run(scenario()) == [None] * 64
+    assert await scenario() == [None] * 64
     assert committer.operations == 64
     assert 1 <= committer.flushes <= 8
     assert [path.read_text() for path in paths] == [f"record {n}" for n in range(64)]
@@ -70,17 +70,17 @@ def test_concurrent_replacements_share_flushes(tmp_path: Path, monkeypatch: pyte
     assert temporaries(tmp_path) == []
 
 
-def test_batches_are_bounded_and_follow_each_other(tmp_path: Path) -> None:
+async def test_batches_are_bounded_and_follow_each_other(tmp_path: Path) -> None:
     committer = GroupCommitter(max_batch=4)
 
     async def scenario() -> list[BaseException | None]:
         return await settle([committer.replace(tmp_path / f"f{n}", b"x") for n in range(10)])
 
-    assert asyncio.run(scenario()) == [None] * 10
+    assert await scenario() == [None] * 10
     assert (committer.flushes, committer.operations) == (3, 10)
 
 
-def test_nobody_hears_done_before_data_rename_and_directory_are_durable(
+async def test_nobody_hears_done_before_data_rename_and_directory_are_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Events: W(rite temporary) F(lush) R(ename) D(irectory fsync), and each caller's return."""
@@ -120,16 +120,14 @@ def test_nobody_hears_done_before_data_rename_and_directory_are_durable(
         await committer.replace(path, b"data")
         events.append(("done", str(path)))
 
-    async def scenario() -> None:
-        # Half at once, half trickling in while batches are being flushed.
-        first = [asyncio.create_task(put(path)) for path in paths[:12]]
-        rest = []
-        for path in paths[12:]:
-            await asyncio.sleep(0.001)
-            rest.append(asyncio.create_task(put(path)))
-        await asyncio.gather(*first, *rest)
+    # Half at once, half trickling in while batches are being flushed.
+    first = [asyncio.create_task(put(path)) for path in paths[:12]]
+    rest = []
+    for path in paths[12:]:
+        await asyncio.sleep(0.001)
+        rest.append(asyncio.create_task(put(path)))
+    await asyncio.gather(*first, *rest)
 
-    asyncio.run(scenario())
     assert committer.flushes > 1
     worker = "".join(kind for kind, _ in events if kind != "done")
     assert re.fullmatch(r"(W+FR+D+)+", worker), worker  # batches never overlap, phases in order
@@ -143,7 +141,7 @@ def test_nobody_hears_done_before_data_rename_and_directory_are_durable(
         assert at_write < at_flush < at_rename < at_directory < at_done, path
 
 
-def test_same_path_follows_submission_order(tmp_path: Path) -> None:
+async def test_same_path_follows_submission_order(tmp_path: Path) -> None:
     replaced, removed, recreated = tmp_path / "replaced", tmp_path / "removed", tmp_path / "recreated"
     recreated.write_bytes(b"old")
     committer = GroupCommitter()
@@ -160,7 +158,7 @@ def test_same_path_follows_submission_order(tmp_path: Path) -> None:
             ]
         )
 
-    assert asyncio.run(scenario()) == [None] * 6
+    assert await scenario() == [None] * 6
     # The second operation on `replaced` starts the next batch, and the rest join it.
     assert (committer.operations, committer.flushes) == (6, 2)
     assert replaced.read_bytes() == b"B"
@@ -169,13 +167,13 @@ def test_same_path_follows_submission_order(tmp_path: Path) -> None:
     assert temporaries(tmp_path) == []
 
 
-def test_removing_a_missing_file_is_fine(tmp_path: Path) -> None:
+async def test_removing_a_missing_file_is_fine(tmp_path: Path) -> None:
     committer = GroupCommitter()
-    asyncio.run(committer.remove(tmp_path / "never-written"))
+    await committer.remove(tmp_path / "never-written")
     assert committer.flushes == 0
 
 
-def test_a_failing_write_fails_only_its_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_failing_write_fails_only_its_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real_write = os.write
 
     def write(fd: int, data: bytes | memoryview) -> int:
@@ -199,7 +197,7 @@ def test_a_failing_write_fails_only_its_caller(tmp_path: Path, monkeypatch: pyte
             ]
         )
 
-    outcomes = asyncio.run(scenario())
+    outcomes = await scenario()
     assert committer.flushes == 1
     assert outcomes[0] is None and outcomes[2] is None and outcomes[4] is None and outcomes[5] is None
     assert isinstance(outcomes[1], FileNotFoundError)
@@ -209,7 +207,7 @@ def test_a_failing_write_fails_only_its_caller(tmp_path: Path, monkeypatch: pyte
     assert temporaries(tmp_path) == []
 
 
-def test_a_failing_flush_fails_the_whole_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_failing_flush_fails_the_whole_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     failures = [OSError(errno.EIO, os.strerror(errno.EIO))]
 
     def syncfs(fd: int) -> None:
@@ -233,7 +231,7 @@ def test_a_failing_flush_fails_the_whole_batch(tmp_path: Path, monkeypatch: pyte
             ]
         )
 
-    outcomes = asyncio.run(scenario())
+    outcomes = await scenario()
     assert all(isinstance(outcome, OSError) and outcome.errno == errno.EIO for outcome in outcomes)
     assert len({id(outcome) for outcome in outcomes}) == 4  # each caller raises its own exception
     assert existing.read_bytes() == b"old"
@@ -242,11 +240,11 @@ def test_a_failing_flush_fails_the_whole_batch(tmp_path: Path, monkeypatch: pyte
     assert doomed.read_bytes() == b"still here"  # nothing of a failed batch is applied
     assert temporaries(tmp_path) == []
     # The committer itself is fine: the next batch flushes and lands.
-    asyncio.run(committer.replace(existing, b"new"))
+    await committer.replace(existing, b"new")
     assert existing.read_bytes() == b"new"
 
 
-def test_a_failing_directory_fsync_reports_its_directory_not_durable(
+async def test_a_failing_directory_fsync_reports_its_directory_not_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bad, good = tmp_path / "bad", tmp_path / "good"
@@ -265,12 +263,14 @@ def test_a_failing_directory_fsync_reports_its_directory_not_durable(
     async def scenario() -> list[BaseException | None]:
         return await settle([committer.replace(bad / "x", b"x"), committer.replace(good / "y", b"y")])
 
-    outcomes = asyncio.run(scenario())
+    outcomes = await scenario()
     assert isinstance(outcomes[0], OSError) and outcomes[0].errno == errno.EIO
     assert outcomes[1] is None
 
 
-def test_without_syncfs_each_temporary_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_without_syncfs_each_temporary_is_fsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fsynced = counted_fsyncs(monkeypatch)
     monkeypatch.setattr(group_commit, "load_syncfs", lambda: None)
     committer = GroupCommitter()
@@ -279,14 +279,14 @@ def test_without_syncfs_each_temporary_is_fsynced(tmp_path: Path, monkeypatch: p
     async def scenario() -> list[BaseException | None]:
         return await settle([committer.replace(path, path.name.encode()) for path in paths])
 
-    assert asyncio.run(scenario()) == [None] * 16
+    assert await scenario() == [None] * 16
     assert committer.flushes == 1
     assert len(fsynced) == 16 + 1  # every temporary, then the directory once
     assert [path.read_bytes() for path in paths] == [path.name.encode() for path in paths]
     assert temporaries(tmp_path) == []
 
 
-def test_creations_are_durable_with_one_flush_and_no_directory_fsync(
+async def test_creations_are_durable_with_one_flush_and_no_directory_fsync(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """syncfs ends with a journal commit, which carries the new names: one commit per batch."""
@@ -316,14 +316,14 @@ def test_creations_are_durable_with_one_flush_and_no_directory_fsync(
     async def scenario() -> list[BaseException | None]:
         return await settle([committer.create(path, path.name.encode()) for path in paths])
 
-    assert asyncio.run(scenario()) == [None] * 8
+    assert await scenario() == [None] * 8
     assert committer.flushes == 1 and "".join(events) == "L" * 8 + "F", events
     assert [path.read_bytes() for path in paths] == [path.name.encode() for path in paths]
     assert all(path.stat().st_mode & 0o777 == 0o600 and path.stat().st_nlink == 1 for path in paths)
     assert temporaries(tmp_path) == []
 
 
-def test_creating_a_file_that_exists_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+async def test_creating_a_file_that_exists_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     existing = tmp_path / "claim.json"
     existing.write_bytes(b"old")
     committer = GroupCommitter()
@@ -331,19 +331,19 @@ def test_creating_a_file_that_exists_is_refused_and_changes_nothing(tmp_path: Pa
     async def scenario() -> list[BaseException | None]:
         return await settle([committer.create(existing, b"new"), committer.create(tmp_path / "new", b"new")])
 
-    refused, created = asyncio.run(scenario())
+    refused, created = await scenario()
     assert isinstance(refused, FileExistsError) and created is None
     assert existing.read_bytes() == b"old" and (tmp_path / "new").read_bytes() == b"new"
     assert temporaries(tmp_path) == []
 
 
-def test_without_syncfs_a_creation_fsyncs_its_file_and_directory(
+async def test_without_syncfs_a_creation_fsyncs_its_file_and_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     fsynced = counted_fsyncs(monkeypatch)
     monkeypatch.setattr(group_commit, "load_syncfs", lambda: None)
     committer = GroupCommitter()
-    asyncio.run(committer.create(tmp_path / "claim", b"data"))
+    await committer.create(tmp_path / "claim", b"data")
     assert len(fsynced) == 2  # the file, then its directory
     assert (tmp_path / "claim").read_bytes() == b"data"
 
@@ -376,7 +376,7 @@ async def cancelled(task: asyncio.Task[None]) -> bool:
     return False
 
 
-def test_a_caller_cancelled_while_waiting_for_a_batch_withdraws_its_operation(
+async def test_a_caller_cancelled_while_waiting_for_a_batch_withdraws_its_operation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     blocked = BlockedFlush(monkeypatch)
@@ -384,23 +384,21 @@ def test_a_caller_cancelled_while_waiting_for_a_batch_withdraws_its_operation(
     target.write_bytes(b"old")
     committer = GroupCommitter()
 
-    async def scenario() -> None:
-        in_flight = asyncio.create_task(committer.replace(tmp_path / "other", b"other"))
-        await blocked.wait_entered()
-        waiting = asyncio.create_task(committer.replace(target, b"new"))
-        await asyncio.sleep(0)  # submitted, queued behind the batch in flight
-        assert await cancelled(waiting)
-        blocked.release.set()
-        await in_flight
-        await committer.close()
+    in_flight = asyncio.create_task(committer.replace(tmp_path / "other", b"other"))
+    await blocked.wait_entered()
+    waiting = asyncio.create_task(committer.replace(target, b"new"))
+    await asyncio.sleep(0)  # submitted, queued behind the batch in flight
+    assert await cancelled(waiting)
+    blocked.release.set()
+    await in_flight
+    await committer.close()
 
-    asyncio.run(scenario())
     assert target.read_bytes() == b"old"
     assert committer.operations == 1
     assert temporaries(tmp_path) == []
 
 
-def test_a_caller_cancelled_during_its_batch_still_gets_a_whole_write(
+async def test_a_caller_cancelled_during_its_batch_still_gets_a_whole_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     blocked = BlockedFlush(monkeypatch)
@@ -408,19 +406,17 @@ def test_a_caller_cancelled_during_its_batch_still_gets_a_whole_write(
     target.write_bytes(b"old")
     committer = GroupCommitter()
 
-    async def scenario() -> None:
-        caller = asyncio.create_task(committer.replace(target, b"new"))
-        await blocked.wait_entered()
-        assert await cancelled(caller)
-        blocked.release.set()
-        await committer.close()
+    caller = asyncio.create_task(committer.replace(target, b"new"))
+    await blocked.wait_entered()
+    assert await cancelled(caller)
+    blocked.release.set()
+    await committer.close()
 
-    asyncio.run(scenario())
     assert target.read_bytes() == b"new"
     assert temporaries(tmp_path) == []
 
 
-def test_cancelling_at_any_moment_leaves_old_or_new_content(tmp_path: Path) -> None:
+async def test_cancelling_at_any_moment_leaves_old_or_new_content(tmp_path: Path) -> None:
     chooser = random.Random(7)
     versions = [b"old" * 1000]  # large enough that a torn write would show
     targets = [tmp_path / f"claim-{n}" for n in range(8)]
@@ -428,23 +424,21 @@ def test_cancelling_at_any_moment_leaves_old_or_new_content(tmp_path: Path) -> N
         target.write_bytes(versions[0])
     committer = GroupCommitter()
 
-    async def scenario() -> None:
-        for round_ in range(40):
-            versions.append(b"new %d" % round_ * 1000)
-            callers = [asyncio.create_task(committer.replace(target, versions[-1])) for target in targets]
-            for _ in range(chooser.randrange(6)):
-                await asyncio.sleep(0)
-            for caller in chooser.sample(callers, 4):
-                caller.cancel()
-            await asyncio.gather(*callers, return_exceptions=True)
-            assert all(target.read_bytes() in versions for target in targets)
-        await committer.close()
+    for round_ in range(40):
+        versions.append(b"new %d" % round_ * 1000)
+        callers = [asyncio.create_task(committer.replace(target, versions[-1])) for target in targets]
+        for _ in range(chooser.randrange(6)):
+            await asyncio.sleep(0)
+        for caller in chooser.sample(callers, 4):
+            caller.cancel()
+        await asyncio.gather(*callers, return_exceptions=True)
+        assert all(target.read_bytes() in versions for target in targets)
+    await committer.close()
 
-    asyncio.run(scenario())
     assert temporaries(tmp_path) == []
 
 
-def test_a_closed_committer_refuses_work(tmp_path: Path) -> None:
+async def test_a_closed_committer_refuses_work(tmp_path: Path) -> None:
     committer = GroupCommitter()
 
     async def scenario(call: Callable[[], Awaitable[None]]) -> None:
@@ -452,7 +446,7 @@ def test_a_closed_committer_refuses_work(tmp_path: Path) -> None:
         await call()
 
     with pytest.raises(RuntimeError, match="closed"):
-        asyncio.run(scenario(lambda: committer.replace(tmp_path / "late", b"x")))
+        await scenario(lambda: committer.replace(tmp_path / "late", b"x"))
     assert not (tmp_path / "late").exists()
 
 
@@ -461,7 +455,7 @@ def test_max_batch_must_be_positive() -> None:
         GroupCommitter(max_batch=0)
 
 
-def test_operations_fail_clearly_when_no_worker_thread_can_start(
+async def test_operations_fail_clearly_when_no_worker_thread_can_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gone = ThreadPoolExecutor()
@@ -475,13 +469,13 @@ def test_operations_fail_clearly_when_no_worker_thread_can_start(
         await committer.close()  # nothing left running: returns at once
         return outcomes
 
-    outcomes = asyncio.run(scenario())
+    outcomes = await scenario()
     assert all(isinstance(outcome, RuntimeError) for outcome in outcomes), outcomes
     assert all("group commit stopped" in str(outcome) for outcome in outcomes), outcomes
     assert not (tmp_path / "a").exists()
 
 
-def test_a_batch_that_raises_fails_its_callers_and_the_next_batch_still_lands(
+async def test_a_batch_that_raises_fails_its_callers_and_the_next_batch_still_lands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real_commit = group_commit._commit
@@ -502,7 +496,7 @@ def test_a_batch_that_raises_fails_its_callers_and_the_next_batch_still_lands(
         second = await asyncio.wait_for(settle([committer.replace(tmp_path / "b", b"2")]), 5)
         return first[0], second[0]
 
-    first, second = asyncio.run(scenario())
+    first, second = await scenario()
     assert isinstance(first, RuntimeError) and "ZeroDivisionError" in str(first), first
     assert second is None
     assert (tmp_path / "b").read_bytes() == b"2"
@@ -536,7 +530,7 @@ def test_flush_ahead_syncs_the_directory_s_filesystem_in_a_worker_and_returns_at
     assert committer.flushes == 0  # not a batch
 
 
-def test_a_failing_flush_ahead_is_left_to_the_first_batch(
+async def test_a_failing_flush_ahead_is_left_to_the_first_batch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tried = threading.Event()
@@ -551,5 +545,5 @@ def test_a_failing_flush_ahead_is_left_to_the_first_batch(
     committer.flush_ahead(tmp_path)
     assert tried.wait(10)
 
-    outcome = asyncio.run(settle([committer.create(tmp_path / "record", b"new")]))
+    outcome = await settle([committer.create(tmp_path / "record", b"new")])
     assert isinstance(outcome[0], OSError) and outcome[0].errno == errno.EIO

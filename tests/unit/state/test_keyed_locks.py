@@ -3,7 +3,7 @@ import asyncio
 from dra_driver.state.keyed_locks import KeyedLocks
 
 
-def test_one_key_is_exclusive_and_other_keys_run_alongside() -> None:
+async def test_one_key_is_exclusive_and_other_keys_run_alongside() -> None:
     async def scenario() -> list[str]:
         locks = KeyedLocks()
         events: list[str] = []
@@ -18,12 +18,12 @@ def test_one_key_is_exclusive_and_other_keys_run_alongside() -> None:
         assert len(locks) == 0  # nothing kept once nobody holds or waits
         return events
 
-    events = asyncio.run(scenario())
+    events = await scenario()
     assert events.index("a1 out") < events.index("a2 in")
     assert events.index("b1 in") < events.index("a1 out")
 
 
-def test_a_failing_holder_releases_the_key() -> None:
+async def test_a_failing_holder_releases_the_key() -> None:
     async def scenario() -> int:
         locks = KeyedLocks()
 
@@ -35,10 +35,10 @@ def test_a_failing_holder_releases_the_key() -> None:
         assert all(isinstance(r, ValueError) for r in results)
         return len(locks)
 
-    assert asyncio.run(scenario()) == 0
+    assert await scenario() == 0
 
 
-def test_a_waiter_cancelled_before_its_turn_leaves_no_key_behind() -> None:
+async def test_a_waiter_cancelled_before_its_turn_leaves_no_key_behind() -> None:
     async def scenario() -> list[int]:
         locks = KeyedLocks()
         held = asyncio.Event()
@@ -64,4 +64,4 @@ def test_a_waiter_cancelled_before_its_turn_leaves_no_key_behind() -> None:
         await first
         return [*sizes, len(locks)]
 
-    assert asyncio.run(scenario()) == [1, 0]
+    assert await scenario() == [1, 0]

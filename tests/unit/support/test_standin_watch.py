@@ -200,7 +200,7 @@ async def events_until_bookmark(response: aiohttp.ClientResponse, version: int) 
     raise AssertionError(f"no bookmark at {version} in {events}")
 
 
-def test_raw_aio_lines_carry_live_events_and_bookmarks(server: ApiServer, kubeconfig: Path) -> None:
+async def test_raw_aio_lines_carry_live_events_and_bookmarks(server: ApiServer, kubeconfig: Path) -> None:
     since = current_version(server)
 
     async def scenario() -> tuple[list[dict[str, Any]], int]:
@@ -220,7 +220,7 @@ def test_raw_aio_lines_carry_live_events_and_bookmarks(server: ApiServer, kubeco
             response.release()
             return first + later, version
 
-    events, created = asyncio.run(scenario())
+    events, created = await scenario()
 
     assert events[0] == {
         "type": "BOOKMARK",
@@ -239,7 +239,7 @@ def test_raw_aio_lines_carry_live_events_and_bookmarks(server: ApiServer, kubeco
     assert version_of(events[-1]) == created + 1
 
 
-def test_the_aio_watch_class_reads_the_stream(server: ApiServer, kubeconfig: Path) -> None:
+async def test_the_aio_watch_class_reads_the_stream(server: ApiServer, kubeconfig: Path) -> None:
     names = sorted(create(server, slice_body())["metadata"]["name"] for _ in range(2))
 
     async def scenario() -> list[tuple[str, str]]:
@@ -252,10 +252,10 @@ def test_the_aio_watch_class_reads_the_stream(server: ApiServer, kubeconfig: Pat
                         stream.stop()
             return seen
 
-    assert asyncio.run(scenario()) == [("ADDED", name) for name in names]
+    assert await scenario() == [("ADDED", name) for name in names]
 
 
-def test_timeout_seconds_ends_the_stream_cleanly(server: ApiServer, kubeconfig: Path) -> None:
+async def test_timeout_seconds_ends_the_stream_cleanly(server: ApiServer, kubeconfig: Path) -> None:
     async def scenario() -> tuple[bytes, float]:
         async with aio_slices(kubeconfig) as slices:
             started = time.monotonic()
@@ -266,14 +266,14 @@ def test_timeout_seconds_ends_the_stream_cleanly(server: ApiServer, kubeconfig: 
             response.release()
             return line, time.monotonic() - started
 
-    line, elapsed = asyncio.run(scenario())
+    line, elapsed = await scenario()
 
     assert line == b""  # no bookmarks asked for, no changes: nothing, then the end
     assert 1 <= elapsed < 3
     assert server.open_watches == 0
 
 
-def test_expire_watches_sends_410_and_ends_every_watch(server: ApiServer, kubeconfig: Path) -> None:
+async def test_expire_watches_sends_410_and_ends_every_watch(server: ApiServer, kubeconfig: Path) -> None:
     async def scenario() -> tuple[dict[str, Any], bytes]:
         async with aio_slices(kubeconfig) as slices:
             response = await slices.list_resource_slice_without_preload_content(
@@ -287,7 +287,7 @@ def test_expire_watches_sends_410_and_ends_every_watch(server: ApiServer, kubeco
             return error[0], end
 
     since = current_version(server)
-    error, end = asyncio.run(scenario())
+    error, end = await scenario()
 
     assert error == {
         "type": "ERROR",
@@ -319,14 +319,12 @@ def test_drop_watches_cuts_the_connection(server: ApiServer, kubeconfig: Path) -
     assert server.open_watches == 0
 
 
-def test_a_watch_whose_client_leaves_is_no_longer_open(server: ApiServer, kubeconfig: Path) -> None:
-    async def scenario() -> None:
-        async with aio_slices(kubeconfig) as slices:
-            response = await slices.list_resource_slice_without_preload_content(watch=True)
-            assert server.open_watches == 1
-            response.close()
+async def test_a_watch_whose_client_leaves_is_no_longer_open(server: ApiServer, kubeconfig: Path) -> None:
+    async with aio_slices(kubeconfig) as slices:
+        response = await slices.list_resource_slice_without_preload_content(watch=True)
+        assert server.open_watches == 1
+        response.close()
 
-    asyncio.run(scenario())
     wait_until(lambda: server.open_watches == 0, timeout=2)
 
 
