@@ -249,7 +249,10 @@ def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_c
         gpu_1 = simulated_node("t4x4")[1].uuid
         await records.write(
             replace(
-                half, state="preparing", devices=(), compute_modes=(ComputeModeEntry(gpu_1, "Prohibited"),)
+                half,
+                state="preparing",
+                devices=(),
+                effects=(*half.effects, ComputeModeEntry(gpu_1, "Prohibited")),
             )
         )
         await node.gpus.set_compute_mode(gpu_1, "ExclusiveProcess")
