@@ -23,6 +23,7 @@ from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.config.settings import NodeSettings
 from dra_driver.devices.inventory import Inventory
+from dra_driver.devices.modes.registry import taking
 from dra_driver.devices.node_config import ConfigProblem, hami_core_missing
 from dra_driver.observability.metrics import AgentMetrics
 from dra_driver.plugin.server import KubeletPluginServer
@@ -40,7 +41,8 @@ def hami_core(
     vGPU shares it is to enforce (vgpu.enforcement: hami-core) on a node without it is a setup
     error: planning (`plan_node`) left it out with a problem, which later configs only report;
     shares left advisory (none) are logged."""
-    vgpu_plans = [plan for plan in inventory.plans if plan.mode.startswith("vgpu-")]
+    vgpu_modes = {mode.name for mode in taking("vgpu")}
+    vgpu_plans = [plan for plan in inventory.plans if plan.mode in vgpu_modes]
     if settings.hami_core_library is not None:
         return HamiCore(PurePosixPath(settings.hami_core_library), PurePosixPath(settings.hami_core_dir))
     if needing := hami_core_missing(problems):
