@@ -90,6 +90,7 @@ async def serve_claims(
         metrics=metrics.claims,
         claim_status=claim_status,
         on_gpu_daemon=None if daemon_reports is None else daemon_reports.report,
+        pci=platform.pci,
     )
     try:
         for quarantined in await engine.load_state(current_boot_id()):

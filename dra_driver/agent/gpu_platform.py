@@ -30,7 +30,9 @@ from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.driver_root import DriverDiscovery, device_root, discover_driver
 from dra_driver.hardware.health_events import HealthEventSource, SimulatedEvents
 from dra_driver.hardware.model import Gpu, HardwareError
+from dra_driver.hardware.pci_binding import PciBinding
 from dra_driver.hardware.simulated import SimulatedBackend
+from dra_driver.hardware.simulated_pci import SimulatedPciBinding, make_pci_tree
 from dra_driver.hardware.simulated_usage import SimulatedUsageReader
 from dra_driver.hardware.time_slicing import NvidiaSmiTimeSlicer, SimulatedTimeSlicer
 from dra_driver.hardware.usage import UsageReader
@@ -38,6 +40,9 @@ from dra_driver.health.simulated_faults import apply_pending_faults, open_inbox
 
 if TYPE_CHECKING:
     from dra_driver.hardware.nvml import NvmlBackend
+
+# Under a simulated node's state directory: its sysfs PCI tree (hardware/simulated_pci).
+SIMULATED_SYSFS = "simulated-sysfs"
 
 log = structlog.get_logger("dra_driver.node")
 
@@ -72,6 +77,8 @@ class Platform(msgspec.Struct, frozen=True):
     common_cdi_ids: tuple[str, ...] = ()
     # Work that runs as long as the agent (a simulated node's fault inbox).
     background: tuple[tuple[str, Background], ...] = ()
+    # Where GPUs are bound to vfio-pci for VMs (mode vfio).
+    pci: PciBinding | None = None
 
     async def close(self) -> None:
         await self.hardware.close()
@@ -181,6 +188,7 @@ async def _real(
         usage_reader=lambda: _nvml_usage_reader(settings.driver_root),
         mps_pods_privileged=True,
         common_cdi_ids=(cdi.common_device_id(settings.driver_name),),
+        pci=PciBinding(settings.sysfs_root),
     )
 
 
@@ -223,6 +231,9 @@ async def _simulated(settings: NodeSettings, hardware: SimulatedBackend, gpus: t
     by_index = {str(gpu.index): gpu.uuid for gpu in gpus}
     # Before the agent says it runs, so that a fault sent once it does is always taken.
     open_inbox(settings.state_dir, by_index)
+    # The GPUs' PCI entries, made up as the kernel would show them, for mode vfio.
+    sysfs = settings.state_dir / SIMULATED_SYSFS
+    await asyncio.to_thread(make_pci_tree, sysfs, gpus)
 
     async def take_faults() -> None:
         while True:
@@ -244,4 +255,5 @@ async def _simulated(settings: NodeSettings, hardware: SimulatedBackend, gpus: t
         ),
         mps_pods_privileged=False,
         background=(("fault-inbox", take_faults),),
+        pci=SimulatedPciBinding(sysfs),
     )

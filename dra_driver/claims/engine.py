@@ -80,6 +80,7 @@ from dra_driver.claims.status.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
+from dra_driver.hardware.pci_binding import PciBinding
 from dra_driver.observability.metrics import ClaimMetrics
 from dra_driver.state import failpoints
 from dra_driver.state.change_counters import ChangeCounters
@@ -121,12 +122,14 @@ class ClaimEngine:
         metrics: ClaimMetrics | None = None,
         claim_status: ClaimStatusWriter | None = None,
         on_gpu_daemon: DaemonReport | None = None,
+        pci: PciBinding | None = None,
     ) -> None:
         """`hardware`: where MIG instances are created (None: a node without dynamic MIG).
         `common_cdi_ids`: CDI devices every prepared device also needs (the node-wide spec).
         `claim_status`: writes the status.devices of prepared claims (None: not written).
         `on_gpu_daemon`: told, besides the metrics, whether each GPU's MPS daemon answers (the
-        device health of its vGPU shares)."""
+        device health of its vGPU shares). `pci`: where GPUs are bound to vfio-pci for VMs (None:
+        a node without mode vfio)."""
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._inventory = inventory
@@ -161,6 +164,7 @@ class ClaimEngine:
             sharing=sharing,
             hami_core=hami_core,
             gpu_mps=self._gpu_mps,
+            pci=pci,
         )
         self._recovery = StartupRecovery(
             records=records,
@@ -289,9 +293,10 @@ class ClaimEngine:
         if not planned:
             return ClaimRecord(claim=ref, devices=())  # nothing of ours in this claim
         self._effects.check_sharing(planned)  # refused before anything is reserved or created
+        # Read before anything is reserved: a GPU to give to a VM refused here holds nothing.
+        to_make = await self._effects.claim_actions(ref, planned)
         keys = tuple(key for device in planned if (key := device.exclusive_key))
         await self._ownership.reserve(ref, keys)
-        to_make = self._effects.claim_actions(planned)
         preparing = ClaimRecord(
             claim=ref, devices=(), state="preparing", effects=self._effects.entries(to_make), reserved=keys
         )

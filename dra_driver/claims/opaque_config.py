@@ -178,6 +178,8 @@ _FITTING_KIND: Mapping[DeviceType, type[DeviceConfig]] = {
     "gpu": GpuConfig,
     "mig": MigDeviceConfig,
     "vgpu": VgpuConfig,
+    # A GPU given to a VM: no setting of it applies (side_effects refuses any but the default).
+    "vfio": GpuConfig,
 }
 
 

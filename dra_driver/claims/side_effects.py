@@ -21,8 +21,10 @@ from dra_driver.claims.effect_entries import EffectEntry, GpuMpsEntry, MigInstan
 from dra_driver.claims.effects.compute_mode import ExclusiveProcessModes
 from dra_driver.claims.effects.contract import Leftovers, Made
 from dra_driver.claims.effects.registry import NodeControls, SharingControls, node_effects
+from dra_driver.claims.effects.vfio import VfioBindings
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
+from dra_driver.claims.opaque_config import GpuConfig
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
 from dra_driver.claims.sharing.sharing import (
@@ -36,6 +38,7 @@ from dra_driver.claims.vgpu_grant import VgpuGrant
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError
+from dra_driver.hardware.pci_binding import PciBinding
 
 __all__ = ["ClaimSideEffects", "SharingControls"]
 
@@ -52,6 +55,7 @@ class ClaimSideEffects:
         sharing: SharingControls | None,
         hami_core: HamiCore | None,
         gpu_mps: GpuMpsDaemons | None,
+        pci: PciBinding | None = None,
     ) -> None:
         """`inventory`: to name a destroyed MIG instance's device in the log, and the GPUs whose
         MPS daemons are not claims' (`gpu_mps`: the daemons of vGPU shares under MPS, run by
@@ -66,6 +70,7 @@ class ClaimSideEffects:
                 sharing=sharing,
                 hami_core=hami_core,
                 gpu_mps=gpu_mps,
+                pci=pci,
                 mig_device_name=self._mig_device_name,
                 gpu_uuids=self._gpu_uuids,
             )
@@ -76,11 +81,17 @@ class ClaimSideEffects:
 
     # -- doing ---------------------------------------------------------------------------------
 
-    @staticmethod
-    def claim_actions(planned: tuple[PlannedDevice, ...]) -> tuple[object, ...]:
-        """Pure: what the claim's devices need made before anything else (the MIG instances to
-        create), in the plan's order."""
-        return tuple(device.create_mig for device in planned if device.create_mig)
+    async def claim_actions(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> tuple[object, ...]:
+        """What the claim's devices need made before anything else: the MIG instances to create,
+        and the GPUs to give to a VM (with the driver each has now, which the record keeps)."""
+        to_vm = [device.gpu.pci_bus_id for device in planned if device.to_vm]
+        vfio = next((effect for effect in self._effects if isinstance(effect, VfioBindings)), None)
+        if to_vm and vfio is None:
+            raise ClaimRejected(f"claim {ref}: this node cannot bind GPUs to vfio-pci")
+        return (
+            *(device.create_mig for device in planned if device.create_mig),
+            *(() if vfio is None or not to_vm else await vfio.actions(ref, to_vm)),
+        )
 
     def entries(self, actions: Sequence[object]) -> tuple[EffectEntry, ...]:
         """What the record says of `actions`, in the order they are applied."""
@@ -112,6 +123,12 @@ class ClaimSideEffects:
         """Pure: refuses what sharing_plan would refuse, before any side effect (its reasons are
         in the claim's configs alone). A MIG instance yet to be created has no UUID: its
         placeholder says so in the message that lists the claim's devices."""
+        for device in planned:
+            if device.to_vm and device.config != GpuConfig():
+                raise ClaimRejected(
+                    f"device {device.name} is given to a VM (mode vfio), which no sharing setting "
+                    "applies to; remove the claim's GpuConfig for it"
+                )
         if self._sharing is not None:
             check_sharing(_shared_devices(planned, lambda _: "a MIG instance not created yet"))
 
@@ -191,7 +208,7 @@ def _shared_devices(
     """The claim's devices as sharing sees them; admin access only watches (KEP-5018)."""
     shared = []
     for device in planned:
-        if device.result.admin_access:
+        if device.result.admin_access or device.to_vm:
             continue
         mig_uuid = None
         if device.device.type == "mig":

@@ -5,7 +5,7 @@ A test holds `PUBLISHED` equal to what the device model publishes on every simul
 """
 
 # Every device: what it is.
-TYPE = "type"  # "gpu", "mig" or "vgpu" (devices/model.py DeviceType)
+TYPE = "type"  # "gpu", "mig", "vgpu" or "vfio" (devices/model.py DeviceType)
 UUID = "uuid"
 # Whole GPUs (and vGPU-capacity GPUs): where they are.
 INDEX = "index"
@@ -22,6 +22,8 @@ CUDA_COMPUTE_CAPABILITY = "cudaComputeCapability"
 DRIVER_VERSION = "driverVersion"
 CUDA_DRIVER_VERSION = "cudaDriverVersion"
 FABRIC_CLIQUE = "fabricClique"
+# Mode vfio: the IOMMU group a VM is given the GPU through (/dev/vfio/<group>).
+IOMMU_GROUP = "iommuGroup"
 # MIG devices.
 PROFILE = "profile"
 PROFILE_ID = "profileId"
@@ -54,6 +56,7 @@ LEGACY_NUMA_NODE = "numaNode"
 PUBLISHED = frozenset(
     {
         TYPE,
+        IOMMU_GROUP,
         UUID,
         INDEX,
         MINOR,

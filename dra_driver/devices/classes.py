@@ -41,6 +41,11 @@ from dra_driver.kube.k8s_names import driver_name_problem
 
 APP_NAME = "dra-driver"
 
+# The types whose classes are shipped: the devices containers use. A GPU given to a VM (type
+# "vfio") gets no shipped class until mode vfio has run on real hardware (docs/configuration.md
+# shows the class to create for it).
+CONTAINER_DEVICE_TYPES: tuple[DeviceType, ...] = tuple(t for t in get_args(DeviceType) if t != "vfio")
+
 
 def class_name(device_type: DeviceType, driver_name: str) -> str:
     """The device type under the driver's domain: driver `gpu.dra-driver.dev` has classes
@@ -168,7 +173,7 @@ def device_classes(driver_name: str, extended: ExtendedResources | None = None) 
             selector(device_type, driver_name),
             GPU_RESOURCE_NAME if extended is not None and device_type == "gpu" else None,
         )
-        for device_type in get_args(DeviceType)
+        for device_type in CONTAINER_DEVICE_TYPES
     ]
     classes += [
         _device_class(

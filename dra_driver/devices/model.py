@@ -19,7 +19,7 @@ class Version(msgspec.Struct, frozen=True):
 
 AttributeValue = str | int | bool | Version
 
-DeviceType = Literal["gpu", "mig", "vgpu"]
+DeviceType = Literal["gpu", "mig", "vgpu", "vfio"]
 TaintEffect = Literal["None", "NoSchedule", "NoExecute"]
 
 

@@ -32,7 +32,15 @@ from typing import Literal
 
 from dra_driver.devices.model import Device
 from dra_driver.devices.naming import natural_key
-from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig, VgpuPartition, VgpuShare, WholeGpu
+from dra_driver.devices.origins import (
+    DeviceOrigin,
+    DynamicMig,
+    StaticMig,
+    VfioGpu,
+    VgpuPartition,
+    VgpuShare,
+    WholeGpu,
+)
 from dra_driver.hardware.model import MigProfile, Placement
 
 PackingPolicy = Literal["binpack", "spread"]
@@ -90,7 +98,7 @@ def _within_gpu(origin: DeviceOrigin, profiles: Sequence[MigProfile], packed: bo
             )
         case VgpuPartition(memory_bytes=memory, slot=slot):
             return (0, memory, slot)
-        case VgpuShare() | WholeGpu():
+        case VgpuShare() | WholeGpu() | VfioGpu():
             # Last on its GPU: it is the GPU whole (or all of it shared).
             return (1,)
 

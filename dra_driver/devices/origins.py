@@ -22,6 +22,15 @@ class WholeGpu(msgspec.Struct, frozen=True):
     device_type: ClassVar[DeviceType] = "gpu"
 
 
+class VfioGpu(msgspec.Struct, frozen=True):
+    """A GPU offered whole to a VM (mode vfio): prepare binds it to vfio-pci."""
+
+    gpu: Gpu
+    iommu_group: int
+
+    device_type: ClassVar[DeviceType] = "vfio"
+
+
 class StaticMig(msgspec.Struct, frozen=True):
     """A MIG instance that already exists (mode mig-static): prepare uses it, never creates it."""
 
@@ -62,4 +71,4 @@ class VgpuPartition(msgspec.Struct, frozen=True):
     device_type: ClassVar[DeviceType] = "vgpu"
 
 
-DeviceOrigin = WholeGpu | StaticMig | DynamicMig | VgpuShare | VgpuPartition
+DeviceOrigin = WholeGpu | VfioGpu | StaticMig | DynamicMig | VgpuShare | VgpuPartition

@@ -185,6 +185,8 @@ class Gpu(msgspec.Struct, frozen=True):
     mig_instances: tuple[MigInstance, ...] = ()
     # "<cluster UUID>.<clique ID>" where NVML reports an NVLink fabric clique (e.g. GB200 NVL).
     fabric_clique: str | None = None
+    # The IOMMU group the kernel put the GPU in (None: the IOMMU is off), for mode vfio.
+    iommu_group: int | None = None
 
     @property
     def label(self) -> str:

@@ -93,6 +93,19 @@ def pcie_root_of(bus_id: str, sysfs_devices: Path = SYSFS_PCI_DEVICES) -> str:
     return roots[0]
 
 
+def iommu_group_of(bus_id: str, sysfs_devices: Path = SYSFS_PCI_DEVICES) -> int | None:
+    """The GPU's IOMMU group (sysfs links it to /sys/kernel/iommu_groups/<n>); None with the IOMMU
+    off, where the link is missing."""
+    link = sysfs_devices / bus_id / "iommu_group"
+    try:
+        target = link.readlink()
+    except FileNotFoundError:
+        return None
+    if not target.name.isdigit():
+        raise HardwareError(f"{link} links to {str(target)!r}, not an IOMMU group")
+    return int(target.name)
+
+
 def numa_node_of(bus_id: str, sysfs_devices: Path = SYSFS_PCI_DEVICES) -> int | None:
     """The NUMA node the kernel ties the GPU to. NVML has no call for it; sysfs writes -1 where the
     platform has no affinity (one socket, many VMs), and kernels built without NUMA omit the file."""

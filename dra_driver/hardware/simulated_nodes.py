@@ -283,6 +283,7 @@ def _simulated_gpu(node_name: str, spec: SimulatedNodeSpec, index: int, group: G
         memory_bytes=model.memory_bytes,
         multiprocessors=model.multiprocessors,
         pci_bus_id=f"0000:{bus:02x}:00.0",
+        iommu_group=bus,
         pcie_root=f"pci0000:{0x10 * (index // 2):02x}",
         # Two sockets: the first half of the GPUs hangs off the first.
         numa_node=index * 2 // sum(g.count for g in spec.groups),

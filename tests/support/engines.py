@@ -21,6 +21,7 @@ from dra_driver.config.option_values import parse_hardware
 from dra_driver.config.settings import NodeSettings
 from dra_driver.devices.inventory import Inventory, node_inventory
 from dra_driver.devices.node_config import NodeConfig
+from dra_driver.hardware.pci_binding import PciBinding
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from dra_driver.observability.metrics import ClaimMetrics
@@ -53,6 +54,7 @@ def simulated_engine(
     flush: bool = True,
     claim_status: ClaimStatusWriter | None = None,
     metrics: ClaimMetrics | None = None,
+    pci: PciBinding | None = None,
 ) -> ClaimEngine:
     """An engine whose records are in `root`/state and CDI specs in `root`/cdi, so two engines
     on one root stand for two agents sharing a node's state directory. `inventory`: the devices
@@ -72,6 +74,7 @@ def simulated_engine(
         hami_core=hami_core,
         claim_status=claim_status,
         metrics=metrics,
+        pci=pci,
     )
 
 

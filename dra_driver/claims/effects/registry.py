@@ -16,9 +16,11 @@ from dra_driver.claims.effects.gpu_mps_share import GpuMpsShares
 from dra_driver.claims.effects.hami_core import HamiCoreDirectories
 from dra_driver.claims.effects.mig_instance import MigInstances
 from dra_driver.claims.effects.time_slice import TimeSlices
+from dra_driver.claims.effects.vfio import VfioBindings
 from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
 from dra_driver.claims.sharing.mps import MpsDaemonRunner
 from dra_driver.hardware.backend import ComputeModes, HardwareBackend
+from dra_driver.hardware.pci_binding import PciBinding
 from dra_driver.hardware.time_slicing import TimeSlicer
 
 
@@ -40,6 +42,8 @@ class NodeControls(msgspec.Struct, frozen=True):
     sharing: SharingControls | None
     hami_core: HamiCore | None
     gpu_mps: GpuMpsDaemons | None
+    # Where GPUs are bound to vfio-pci for VMs (mode vfio).
+    pci: PciBinding | None
     # The published device a MIG instance stands for, and the node's GPUs, for log lines and sweeps.
     mig_device_name: Callable[[MigInstanceEntry], str]
     gpu_uuids: Callable[[], Collection[str]]
@@ -51,6 +55,7 @@ def node_effects(node: NodeControls) -> tuple[SideEffect[Any], ...]:
     sharing = node.sharing
     effects: list[SideEffect[Any] | None] = [
         MigInstances(node.hardware, node.pool_name, node.mig_device_name),
+        None if node.pci is None else VfioBindings(node.pci),
         None if sharing is None else TimeSlices(sharing.time_slicer),
         None
         if sharing is None or sharing.compute_modes is None

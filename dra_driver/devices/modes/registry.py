@@ -6,7 +6,7 @@ the chart schema read. A new mode is a module of its own (contract.DeviceMode) a
 from collections.abc import Sequence
 
 from dra_driver.devices.model import Device
-from dra_driver.devices.modes import gpu, mig_dynamic, mig_static, vgpu_capacity, vgpu_partitions
+from dra_driver.devices.modes import gpu, mig_dynamic, mig_static, vfio, vgpu_capacity, vgpu_partitions
 from dra_driver.devices.modes.contract import DeviceMode, SettingsBlock
 from dra_driver.hardware.model import Gpu, MigMode
 
@@ -16,6 +16,7 @@ MODES: tuple[DeviceMode, ...] = (
     mig_dynamic.MODE,
     vgpu_capacity.MODE,
     vgpu_partitions.MODE,
+    vfio.MODE,
 )
 # Not a mode of its own: the node config's default, which picks a mode by the GPU's MIG state.
 AUTO = "auto"

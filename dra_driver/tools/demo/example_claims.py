@@ -15,16 +15,24 @@ devices is the same.
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, get_args
+from typing import Any
 
 import msgspec
 
 from dra_driver.base.errors import OperatorFault
-from dra_driver.devices.classes import SHARING_CLASSES, class_name, device_classes, sharing_class_name
+from dra_driver.devices.classes import (
+    CONTAINER_DEVICE_TYPES,
+    SHARING_CLASSES,
+    class_name,
+    device_classes,
+    sharing_class_name,
+)
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device, DeviceType
 from dra_driver.hardware.model import Gpu
 from dra_driver.tools.demo.sample_claims import (
+    CLAIM_KINDS,
+    ClaimKind,
     SampleClaimError,
     allocated_claim,
     candidate_configs,
@@ -74,8 +82,9 @@ def unallocated_specs(documents: Sequence[object]) -> list[tuple[str, dict[str, 
     return specs or None
 
 
-def _kind_of_class(driver: str) -> dict[str, DeviceType]:
-    kinds: dict[str, DeviceType] = {class_name(t, driver): t for t in get_args(DeviceType)}
+def _kind_of_class(driver: str) -> dict[str, ClaimKind]:
+    """The demo's kinds of claim by class (a VM's GPU, type vfio, is not one: no container gets it)."""
+    kinds = {class_name(t, driver): CLAIM_KINDS[t] for t in CONTAINER_DEVICE_TYPES if t in CLAIM_KINDS}
     kinds.update({sharing_class_name(prefix, driver): "gpu" for prefix in SHARING_CLASSES})
     return kinds
 

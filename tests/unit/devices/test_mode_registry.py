@@ -16,7 +16,7 @@ import pytest
 from dra_driver.cli import build_parser
 from dra_driver.devices.gpu_settings import GpuSettings
 from dra_driver.devices.inventory import build_inventory
-from dra_driver.devices.modes import gpu
+from dra_driver.devices.model import DeviceType
 from dra_driver.devices.modes.contract import DeviceMode, PlanAsks
 from dra_driver.devices.modes.registry import (
     AUTO,
@@ -160,18 +160,25 @@ def test_the_configuration_docs_table_lists_auto_and_the_registrys_modes_in_orde
     assert tuple(rows[: len(CONFIG_MODES)]) == CONFIG_MODES
 
 
+# Mode names that are device types too ("gpu", "vfio"): as such they name a type, not a mode.
+_ALSO_DEVICE_TYPES = set(MODE_NAMES) & set(get_args(DeviceType))
+
+
 def _mode_constants(nodes: list[ast.expr]) -> set[str]:
     return {
         node.value
         for node in nodes
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in MODE_NAMES
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value in MODE_NAMES
+        and node.value not in _ALSO_DEVICE_TYPES
     }
 
 
 def mode_literals(source: str) -> list[str]:
     """Where a source names several modes in one collection (or Literal), compares a value with a
     mode's name, or tells modes apart by prefix: each a list or branch the registry should hold.
-    "gpu" alone is also a device type, so a comparison with it is not counted."""
+    "gpu" and "vfio" are also device types, so they are not counted."""
     found = []
     for node in ast.walk(ast.parse(source)):
         line = getattr(node, "lineno", 0)
@@ -183,7 +190,7 @@ def mode_literals(source: str) -> list[str]:
         if len(_mode_constants(elements)) >= 2:
             found.append(f"line {line}: names {sorted(_mode_constants(elements))}")
         if isinstance(node, ast.Compare):
-            named = _mode_constants([node.left, *node.comparators]) - {gpu.NAME}
+            named = _mode_constants([node.left, *node.comparators])
             if named:
                 found.append(f"line {line}: compares with {sorted(named)}")
         if isinstance(node, ast.MatchValue) and _mode_constants([node.value]):
@@ -200,7 +207,7 @@ def mode_literals(source: str) -> list[str]:
 
 def test_the_check_finds_the_lists_and_branches_it_looks_for() -> None:
     assert mode_literals('MODES = ("gpu", "mig-static", "vgpu-capacity")\n')
-    assert mode_literals('Mode = Literal["auto", "gpu", "mig-dynamic"]\n')
+    assert mode_literals('Mode = Literal["auto", "mig-static", "mig-dynamic"]\n')
     assert mode_literals('if mode == "vgpu-partitions":\n    pass\n')
     assert mode_literals('match mode:\n    case "mig-static":\n        pass\n')
     assert mode_literals('if mode.startswith("vgpu-"):\n    pass\n')
