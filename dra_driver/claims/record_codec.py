@@ -11,6 +11,7 @@ version 3, which 0.1.0 sets aside as unreadable, naming the version (docs/operat
 from typing import Annotated, Any
 
 import msgspec
+from msgspec.structs import astuple
 
 from dra_driver.base.strict_decode import DecodeError
 from dra_driver.base.typed_decode import typed
@@ -194,49 +195,16 @@ def _entries_of(wire: _Layout2) -> tuple[EffectEntry, ...]:
 
 
 def _device_of(wire: _Device) -> PreparedDevice:
-    facts = wire.facts
-    return PreparedDevice(
-        request_names=wire.request_names,
-        pool=wire.pool,
-        device=wire.device,
-        cdi_device_ids=wire.cdi_device_ids,
-        # Version 1 records (whole GPUs) held their device exclusively and did not say so.
-        exclusive_key=wire.device if wire.exclusive_key is msgspec.UNSET else wire.exclusive_key,
-        share_id=wire.share_id,
-        memory_limit_bytes=wire.memory_limit_bytes,
-        cores_limit=wire.cores_limit,
-        facts=None
-        if facts is None
-        else DeviceFacts(
-            facts.type,
-            facts.gpu_uuid,
-            facts.gpu_index,
-            facts.mig_profile,
-            facts.mig_device_uuid,
-            facts.admin_access,
-        ),
-    )
+    """The record's device; the wire's fields are the model's, in the model's order."""
+    fields = dict(zip(wire.__struct_fields__, astuple(wire), strict=True))
+    # Version 1 records (whole GPUs) held their device exclusively and did not say so.
+    if wire.exclusive_key is msgspec.UNSET:
+        fields["exclusive_key"] = wire.device
+    fields["facts"] = None if wire.facts is None else DeviceFacts(*astuple(wire.facts))
+    return PreparedDevice(**fields)
 
 
 def _wire_device(device: PreparedDevice) -> _Device:
-    facts = device.facts
-    return _Device(
-        request_names=device.request_names,
-        pool=device.pool,
-        device=device.device,
-        cdi_device_ids=device.cdi_device_ids,
-        exclusive_key=device.exclusive_key,
-        share_id=device.share_id,
-        memory_limit_bytes=device.memory_limit_bytes,
-        cores_limit=device.cores_limit,
-        facts=None
-        if facts is None
-        else _Facts(
-            facts.type,
-            facts.gpu_uuid,
-            facts.gpu_index,
-            facts.mig_profile,
-            facts.mig_device_uuid,
-            facts.admin_access,
-        ),
-    )
+    fields = dict(zip(device.__struct_fields__, astuple(device), strict=True))
+    fields["facts"] = None if device.facts is None else _Facts(*astuple(device.facts))
+    return _Device(**fields)

@@ -124,12 +124,16 @@ def render_node(node_name: str, spec: SimulatedNodeSpec) -> str:
 
 
 def make_sysfs(root: Path, gpus: Iterable[Gpu]) -> Path:
-    """A sysfs with each GPU's PCI device under its PCIe root and its NUMA node, as the simulated
-    backend reports them; returns the directory to pass as the sysfs root."""
+    """A sysfs with each GPU's PCI device under its PCIe root, its NUMA node and its IOMMU group, as
+    the simulated backend reports them; returns the directory to pass as the sysfs root."""
     for gpu in gpus:
         device = root / "devices" / gpu.pcie_root / gpu.pci_bus_id
         device.mkdir(parents=True, exist_ok=True)
         (device / "numa_node").write_text(f"{-1 if gpu.numa_node is None else gpu.numa_node}\n")
+        if gpu.iommu_group is not None:
+            group = root / "kernel" / "iommu_groups" / str(gpu.iommu_group)
+            group.mkdir(parents=True, exist_ok=True)
+            (device / "iommu_group").symlink_to(group)
         link = root / "bus" / "pci" / "devices" / gpu.pci_bus_id
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(device)
