@@ -37,6 +37,8 @@ READABLE_VERSIONS = (1, 2, 3)
 # The entries the version 2 layout has fields for.
 _LAYOUT_2_KINDS = (MigInstanceEntry, TimeSliceEntry, ComputeModeEntry, ClaimMpsEntry, GpuMpsEntry)
 
+_ENCODER = msgspec.json.Encoder()
+
 _Count = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -142,7 +144,18 @@ def record_from_json(data: object) -> ClaimRecord:
     )
 
 
+def record_bytes(record: ClaimRecord) -> bytes:
+    """The record file's bytes, as compact JSON (encoded from the Structs, on the prepare path)."""
+    return _ENCODER.encode(_wire(record))
+
+
 def record_to_json(record: ClaimRecord) -> dict[str, Any]:
+    """The record as parsed JSON holds it."""
+    built: dict[str, Any] = msgspec.to_builtins(_wire(record))
+    return built
+
+
+def _wire(record: ClaimRecord) -> "_Layout2 | _Layout3":
     """In version 2 while the record's effects fit it, else version 3 (see the module docstring)."""
     claim = _Claim(record.claim.namespace, record.claim.name, record.claim.uid)
     devices = tuple(_wire_device(device) for device in record.devices)
@@ -176,8 +189,7 @@ def record_to_json(record: ClaimRecord) -> dict[str, Any]:
             reserved=record.reserved,
             generation=record.generation,
         )
-    built: dict[str, Any] = msgspec.to_builtins(wire)
-    return built
+    return wire
 
 
 def _entries_of(wire: _Layout2) -> tuple[EffectEntry, ...]:

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from dra_driver.base.compact_json import compact_json
-from dra_driver.claims.record_codec import record_from_json, record_to_json
+from dra_driver.claims.record_codec import record_bytes, record_from_json
 from dra_driver.claims.records import ClaimRecord, CorruptRecord
 from dra_driver.state import durable_files
 from dra_driver.state.group_commit import GroupCommitter
@@ -53,7 +52,7 @@ def _decoded(path: durable_files.StrPath, data: bytes) -> ClaimRecord:
 
 
 def _encoded(record: ClaimRecord) -> bytes:
-    return compact_json(record_to_json(record))
+    return record_bytes(record)
 
 
 class ClaimRecordStore:
