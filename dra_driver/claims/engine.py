@@ -30,9 +30,10 @@ is checked and taken in a short node-wide turn that first catches up with any pe
 The jobs around the protocol live next to it: claim_object.py (the claim, decoded once where it
 is fetched), claim_plan.py (every reason to refuse it, before any side effect), ownership.py (who
 holds which device, agreed with peer agents), side_effects.py and effects/ (doing and undoing
-MIG, time slices, MPS, HAMi-core: one module per effect), recovery.py (start-up), prepared.py (a
-claim's CDI devices and record), calls.py (running a call's claims), status_writer.py (the
-claim's status.devices, written in the background after the answer).
+MIG, time slices, MPS, HAMi-core: one module per effect), recovery.py (start-up), unprepare.py
+(the undoing), prepared.py (a claim's CDI devices and record), prepared_files.py (writing them),
+calls.py (running a call's claims), status_writer.py (the claim's status.devices, written in the
+background after the answer).
 """
 
 from collections.abc import Sequence
@@ -55,7 +56,6 @@ from dra_driver.claims.calls import (
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
 from dra_driver.claims.edits import cdi
-from dra_driver.claims.edits.cdi import CdiSpec
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
 from dra_driver.claims.edits.gpu_edits import DeviceEdits
 from dra_driver.claims.edits.vgpu_edits import HamiCore
@@ -64,6 +64,7 @@ from dra_driver.claims.effects.contract import EffectRefused
 from dra_driver.claims.identity import ClaimRef, claim_ref
 from dra_driver.claims.ownership import DeviceOwnership
 from dra_driver.claims.prepared import claim_cdi_devices, metadata_devices, prepared_record
+from dra_driver.claims.prepared_files import PreparedFiles
 from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
@@ -71,13 +72,13 @@ from dra_driver.claims.sharing.gpu_mps_daemons import DaemonReport, GpuMpsDaemon
 from dra_driver.claims.side_effects import ClaimSideEffects, SharingControls
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.device_metadata import (
-    RequestMetadata,
     mount_edits,
     pod_claim_name,
     request_metadata,
 )
 from dra_driver.claims.status.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
+from dra_driver.claims.unprepare import ClaimUnpreparer
 from dra_driver.devices.inventory import Inventory
 from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.pci_binding import PciBinding
@@ -165,6 +166,17 @@ class ClaimEngine:
             hami_core=hami_core,
             gpu_mps=self._gpu_mps,
             pci=pci,
+        )
+        self._files = PreparedFiles(records, cdi_specs, self._metadata)
+        self._unpreparer = ClaimUnpreparer(
+            records=records,
+            cdi_specs=cdi_specs,
+            metadata=self._metadata,
+            claim_locks=self._claim_locks,
+            ownership=self._ownership,
+            effects=self._effects,
+            metrics=self._metrics,
+            claim_status=claim_status,
         )
         self._recovery = StartupRecovery(
             records=records,
@@ -327,7 +339,7 @@ class ClaimEngine:
                 [m.request for m in metadata],
                 generation=claim.generation,
             )
-            await self._write_prepared(  # phase two
+            await self._files.write_prepared(  # phase two
                 ref, spec, record, metadata, first_record=not preparing.has_side_effects, ticket=ticket
             )
         except EffectRefused as refused:
@@ -362,32 +374,6 @@ class ClaimEngine:
         if self._claim_status is not None:
             self._claim_status.report(self._driver_name, ref, claim, record, unless_pending=unless_pending)
 
-    async def _write_prepared(
-        self,
-        ref: ClaimRef,
-        spec: CdiSpec,
-        record: ClaimRecord,
-        metadata: tuple[RequestMetadata, ...],
-        *,
-        first_record: bool,
-        ticket: GateTicket | None,
-    ) -> None:
-        """`first_record`: no "preparing" record was written (nothing had side effects), so the
-        claim has no record file yet: the one written now is created, not replaced. `ticket`: the
-        claim's passage through its call's gate (see call_gate), None for a call of one claim.
-        The metadata files go first, so no spec ever mounts a file that is not there yet."""
-        self._metadata.write(ref.uid, metadata)
-        failpoints.reached("prepare.metadata-written")
-        self._cdi_specs.write(ref.uid, spec)
-        failpoints.reached("prepare.cdi-written")
-        if ticket is not None:
-            await ticket.arrive()
-        if first_record:
-            await self._records.create(record)
-        else:
-            await self._records.write(record)
-        failpoints.reached("prepare.prepared-recorded")
-
     async def _roll_back(self, record: ClaimRecord) -> None:
         """Undoes a "preparing" record (see the module docstring for the order), then gives up the
         devices it holds. Each step is safe to repeat."""
@@ -400,49 +386,6 @@ class ClaimEngine:
     # -- unprepare -----------------------------------------------------------------------------
 
     async def unprepare(self, claims: Sequence[RawClaim]) -> dict[str, str]:
-        """Undoes prepare from local records alone; a claim we never prepared succeeds."""
-        after = AfterAnswer()
-        errors = await to_the_end(concurrently([self._unprepare_one(raw, after) for raw in claims]), after)
-        return {raw.uid: error for raw, error in zip(claims, errors, strict=True)}
-
-    async def _unprepare_one(self, raw: RawClaim, after: AfterAnswer) -> str:
-        with claim_context(raw), self._metrics.unprepare_duration.time():
-            return await self._unprepare_checked(raw, after)
-
-    async def _unprepare_checked(self, raw: RawClaim, after: AfterAnswer) -> str:
-        try:
-            ref = claim_ref(*raw)
-            if self._claim_status is not None:
-                self._claim_status.cancel(ref.uid)  # a pending status write is moot now
-            async with self._claim_locks.hold(ref.uid):
-                record = self._records.read(ref.uid)
-                if record is None:
-                    # A crash between writing the spec and the record leaves a spec nobody owns.
-                    self._cdi_specs.remove(ref.uid)
-                    self._metadata.remove(ref.uid)
-                    return ""
-                if record.has_side_effects:
-                    # From here on the claim's side effects are in doubt: a crash before the end
-                    # leaves a record the next start rolls back, never one that looks prepared.
-                    await self._records.write(replace(record, state="preparing"))
-                await self._effects.undo(record)
-                await self._remove_prepared(record)
-                await self._ownership.release(record.claim)
-            after.leave(lambda: log.info("claim unprepared"))
-            return ""
-        except Exception as error:
-            self._metrics.unprepare_failed(error)
-            return failure_answer("unprepare", error)
-
-    async def _remove_prepared(self, record: ClaimRecord) -> None:
-        # The record goes first: a crash in between leaves a spec and metadata files no record
-        # owns, which the next start (or an unprepare of the unknown claim) removes. The other way
-        # round would leave a record that answers a re-prepare with CDI IDs whose spec is gone.
-        claim_uid = record.claim.uid
-        await self._records.erase(claim_uid)
-        failpoints.reached("unprepare.record-deleted")
-        self._cdi_specs.remove(claim_uid)
-        failpoints.reached("unprepare.cdi-removed")
-        # The record names the requests, so no search of the directory for the claim's files.
-        self._metadata.remove(claim_uid, {name for device in record.devices for name in device.request_names})
-        failpoints.reached("unprepare.metadata-removed")
+        """Undoes prepare from local records alone (unprepare.py); a claim we never prepared
+        succeeds."""
+        return await self._unpreparer.unprepare(claims)
