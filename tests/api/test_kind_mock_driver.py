@@ -58,9 +58,12 @@ def test_the_archive_holds_the_driver_root_and_the_mocks_files_and_nothing_else(
         assert members[f"{root}/usr/bin/{program}"].mode & 0o111
     assert all(member.uid == 0 and member.gid == 0 for member in members.values())
     # make_sysfs links absolutely: the archive's links point where the files land on the worker.
-    links = [member.linkname for member in members.values() if member.issym() and "/sys/" in member.name]
+    links = [member.linkname for member in members.values() if member.issym() and "/sys/bus/" in member.name]
     assert len(links) == len(e2e_node_gpus(NODE))
     assert all(link.startswith(f"{mock_driver.MOCK_DIR}/sys/devices/") for link in links)
+    groups = [member.linkname for member in members.values() if member.name.endswith("/iommu_group")]
+    assert len(groups) == len(e2e_node_gpus(NODE))
+    assert all(link.startswith(f"{mock_driver.MOCK_DIR}/sys/kernel/iommu_groups/") for link in groups)
 
 
 def test_every_device_node_a_cdi_spec_can_name_is_a_null_device_below_the_driver_root(
