@@ -9,7 +9,7 @@ that the claim's "preparing" record names a change before it happens (see engine
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -19,7 +19,7 @@ from dra_driver.claims.edits.vgpu_edits import HamiCore, MpsShareEdits, vgpu_cla
 from dra_driver.claims.edits.vgpu_host import create_host_entries
 from dra_driver.claims.effect_entries import EffectEntry, GpuMpsEntry, MigInstanceEntry
 from dra_driver.claims.effects.compute_mode import ExclusiveProcessModes
-from dra_driver.claims.effects.contract import Leftovers, Made
+from dra_driver.claims.effects.contract import Leftovers, Made, SideEffect
 from dra_driver.claims.effects.registry import NodeControls, SharingControls, node_effects
 from dra_driver.claims.effects.vfio import VfioBindings
 from dra_driver.claims.errors import ClaimRejected
@@ -75,6 +75,9 @@ class ClaimSideEffects:
                 gpu_uuids=self._gpu_uuids,
             )
         )
+        # The effects prepare asks for actions before the record is written, found once.
+        self._vfio = _one_of(self._effects, VfioBindings)
+        self._modes = _one_of(self._effects, ExclusiveProcessModes)
 
     def use_inventory(self, inventory: Inventory) -> None:
         self._inventory = inventory
@@ -85,7 +88,7 @@ class ClaimSideEffects:
         """What the claim's devices need made before anything else: the MIG instances to create,
         and the GPUs to give to a VM (with the driver each has now, which the record keeps)."""
         to_vm = [device.gpu.pci_bus_id for device in planned if device.to_vm]
-        vfio = next((effect for effect in self._effects if isinstance(effect, VfioBindings)), None)
+        vfio = self._vfio
         if to_vm and vfio is None:
             raise ClaimRejected(f"claim {ref}: this node cannot bind GPUs to vfio-pci")
         return (
@@ -137,7 +140,7 @@ class ClaimSideEffects:
     ) -> tuple[object, ...]:
         """The plan's changes as actions, with the compute modes to restore read now (they go on
         record before they change), and the GPUs of the claim's vGPU shares under MPS."""
-        modes = next((effect for effect in self._effects if isinstance(effect, ExclusiveProcessModes)), None)
+        modes = self._modes
         return (
             *plan.time_slices,
             *(() if modes is None else await modes.actions(plan.exclusive_process_gpus)),
@@ -200,6 +203,14 @@ class ClaimSideEffects:
 
     def _gpu_uuids(self) -> set[str]:
         return {plan.gpu.uuid for plan in self._inventory.plans}
+
+
+_Effect = TypeVar("_Effect", bound=SideEffect[Any])
+
+
+def _one_of(effects: Sequence[SideEffect[Any]], kind: type[_Effect]) -> _Effect | None:
+    """The node's effect of `kind`, if the node can make it (registry.node_effects)."""
+    return next((effect for effect in effects if isinstance(effect, kind)), None)
 
 
 def _shared_devices(
