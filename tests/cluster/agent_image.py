@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tests.cluster import oci
@@ -87,25 +87,29 @@ PYTHON_DIRECTORIES = (
 _TICK_SECONDS = 30.0
 
 
-def build_agent_image() -> tuple[Path, str]:
+def build_agent_image(
+    overlay: Callable[[Path], None] | None = None, flavour: str = "e2e"
+) -> tuple[Path, str]:
     """The OCI layout tar and the image's name, built where the cache lacks them. The wheel is
-    built every time: its contents are the key."""
+    built every time: its contents are the key. `overlay` edits the copy of the sources the wheel
+    is built from (a benchmark's variant of the agent: tests/bench/pod_start); `flavour` names
+    the image and keeps one tar of its own kind, so a variant does not evict the e2e image."""
     images = cache_root() / "images"
     images.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="dra-driver-wheel-") as scratch:
         with _step("wheel"):
-            wheel = _build_wheel(Path(scratch))
+            wheel = _build_wheel(Path(scratch), overlay)
         key = _key(
             _wheel_digest(wheel), _rootfs_key(), Path(__file__).read_bytes(), Path(oci.__file__).read_bytes()
         )
-        name = f"{IMAGE_REPOSITORY}:e2e-{key[:12]}"
-        target = images / f"dra-driver-e2e-{key[:12]}.tar"
+        name = f"{IMAGE_REPOSITORY}:{flavour}-{key[:12]}"
+        target = images / f"dra-driver-{flavour}-{key[:12]}.tar"
         if target.is_file():
             _say(f"{name} is cached: {target}")
             return target, name
         with _locked(images):
             if not target.is_file():
-                _build_image(images, wheel, name, target)
+                _build_image(images, wheel, name, target, flavour)
     return target, name
 
 
@@ -114,7 +118,7 @@ def _rootfs_key() -> str:
     return _key(SUITE, VARIANT, repr(PACKAGES), *STRIPPED)
 
 
-def _build_image(images: Path, wheel: Path, name: str, target: Path) -> None:
+def _build_image(images: Path, wheel: Path, name: str, target: Path, flavour: str) -> None:
     if os.geteuid() != 0:
         raise BuildError("debootstrap and chroot need root: run as root")
     for killed in images.glob(".build-*"):  # scratch of killed builds: the lock says none runs
@@ -134,11 +138,11 @@ def _build_image(images: Path, wheel: Path, name: str, target: Path) -> None:
                 oci.write_image(target, name, layer, entrypoint=ENTRYPOINT, cmd=CMD, env=ENV)
             except (OSError, ValueError) as error:
                 raise BuildError(f"layer: {error}") from error
-    _keep_only(images, "dra-driver-e2e-*.tar", target)
+    _keep_only(images, f"dra-driver-{flavour}-*.tar", target)
     _say(f"{name}: {target.stat().st_size / 2**20:.0f} MiB in {target}")
 
 
-def _build_wheel(scratch: Path) -> Path:
+def _build_wheel(scratch: Path, overlay: Callable[[Path], None] | None) -> Path:
     source = scratch / "source"
     source.mkdir()
     for name in WHEEL_SOURCES:
@@ -147,6 +151,8 @@ def _build_wheel(scratch: Path) -> Path:
             shutil.copytree(origin, source / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(origin, source / name)
+    if overlay is not None:
+        overlay(source)
     out = scratch / "wheel"
     _run(
         "wheel",

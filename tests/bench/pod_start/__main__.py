@@ -1,0 +1,162 @@
+"""Pod start latency on the real local cluster, for the agent as it ships and for variants with
+one hand-built hot-path piece swapped for its plain form (issue 50, part 6; docs/benchmarks.md,
+"Pod start on the real cluster").
+
+    python -m tests.bench.pod_start --pods 10 --rounds 2 --output docs/bench/pod-start.json
+
+As root: brings the local cluster up as `make cluster` does (tests/cluster, Kubernetes 1.37 by
+default), then for each round and each variant (the order reversed every other round, so a slow
+stretch of the machine falls on all of them) builds the variant's agent image, rolls it out with
+the chart, starts one pod of each size unrecorded, and then `--pods` pods of one whole GPU and as
+many of eight dynamic-MIG 1g.10gb claims, one at a time, each timed from its create request to
+Running and deleted, its claims waited out, before the next. Kubelet's own DRA histograms (its
+NodePrepareResources gRPC calls to the driver) are read before and after each size. The cluster is
+taken down at the end unless `--keep`.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dra_driver import DEFAULT_DRIVER_NAME
+from tests.bench.pod_start.pods import MIG_1G, WHOLE_GPU, Cluster, mean_per_call
+from tests.bench.pod_start.variants import VARIANTS, Variant, variants_named
+from tests.cluster import agent_image, driver, node
+from tests.cluster.build import build_all
+from tests.cluster.layout import Layout
+from tests.cluster.teardown import tear_down
+from tests.cluster.up import kubectl_argv, up
+from tests.cluster.versions import KubernetesVersion, kubernetes_version
+
+SIZES = ((1, WHOLE_GPU), (8, MIG_1G))
+
+
+def say(message: str) -> None:
+    print(f"pod start: {message}", file=sys.stderr, flush=True)
+
+
+def deploy(variant: Variant, layout: Layout, version: KubernetesVersion) -> str:
+    """Rolls the variant's agent out; returns its image."""
+    binaries = build_all(version)
+    tar, image = agent_image.build_agent_image(variant.overlay, flavour=f"bench-{variant.name}")
+    node.import_images(layout, binaries, [tar])
+    values = driver.local_values(image, layout, version)
+    values["flushRecords"] = variant.flush_records
+    driver.install_chart(layout.kubeconfig("admin"), values)
+    kubectl = kubectl_argv(layout, binaries)
+    driver.wait_for_rollout(kubectl)
+    driver.wait_for_slices(kubectl)
+    return image
+
+
+def measure(cluster: Cluster, variant: Variant, round_index: int, pods: int) -> dict[str, Any]:
+    block: dict[str, Any] = {"variant": variant.name, "round": round_index}
+    for claims, template in SIZES:
+        name = f"{variant.name}-r{round_index}-{claims}"
+        # Unrecorded: the first pod after a rollout also waits for kubelet to find the new plugin.
+        cluster.start_pod(f"{name}-warm", template, claims)
+        cluster.stop_pod(f"{name}-warm")
+        before = cluster.kubelet_dra_seconds(DEFAULT_DRIVER_NAME)
+        seconds = []
+        for index in range(pods):
+            seconds.append(cluster.start_pod(f"{name}-{index}", template, claims))
+            cluster.stop_pod(f"{name}-{index}")
+        after = cluster.kubelet_dra_seconds(DEFAULT_DRIVER_NAME)
+        block[f"claims_{claims}"] = {
+            "pod_start_s": [round(value, 4) for value in seconds],
+            "kubelet_dra": mean_per_call(before, after),
+        }
+        p50_ms = statistics.median(seconds) * 1000
+        say(f"{variant.name} round {round_index}, {claims} claim(s): p50 {p50_ms:.0f} ms")
+    return block
+
+
+def summary(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per variant and size, every round's pods pooled: p50, p90 and mean; and kubelet's mean
+    NodePrepareResources call."""
+    result: dict[str, Any] = {}
+    for block in blocks:
+        for claims, _ in SIZES:
+            entry = result.setdefault(block["variant"], {}).setdefault(
+                f"claims_{claims}", {"pod_start_s": [], "prepare_ms": []}
+            )
+            part = block[f"claims_{claims}"]
+            entry["pod_start_s"].extend(part["pod_start_s"])
+            entry["prepare_ms"].extend(
+                value["mean_ms"]
+                for key, value in part["kubelet_dra"].items()
+                if "NodePrepareResources" in key
+            )
+    for sizes in result.values():
+        for entry in sizes.values():
+            seconds = sorted(entry.pop("pod_start_s"))
+            prepare = entry.pop("prepare_ms")
+            entry.update(
+                pods=len(seconds),
+                p50_ms=round(statistics.median(seconds) * 1000, 1),
+                p90_ms=round(seconds[int(0.9 * (len(seconds) - 1))] * 1000, 1),
+                mean_ms=round(statistics.fmean(seconds) * 1000, 1),
+                kubelet_prepare_call_mean_ms=round(statistics.fmean(prepare), 3) if prepare else None,
+            )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.pod_start", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--pods", type=int, default=10, help="recorded pods per size, variant and round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variants", default=",".join(variant.name for variant in VARIANTS))
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--keep", action="store_true", help="leave the cluster up at the end")
+    args = parser.parse_args(argv)
+    try:
+        variants = variants_named(args.variants.split(","))
+    except ValueError as error:
+        print(f"pod start: {error}", file=sys.stderr)
+        return 2
+    if args.pods < 1 or args.rounds < 1:
+        print("pod start: --pods and --rounds: expected at least 1", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print(
+            "pod start: run as root: the local cluster's kubelet, containerd and runc need it",
+            file=sys.stderr,
+        )
+        return 1
+    layout, version = Layout.from_environment(), kubernetes_version()
+    started = time.monotonic()
+    up(layout, version)
+    cluster = Cluster(str(layout.kubeconfig("admin")))
+    cluster.set_up()
+    blocks: list[dict[str, Any]] = []
+    try:
+        for round_index in range(args.rounds):
+            for variant in variants if round_index % 2 == 0 else list(reversed(variants)):
+                image = deploy(variant, layout, version)
+                say(f"{variant.name} ({variant.what}) rolled out: {image}")
+                blocks.append(measure(cluster, variant, round_index, args.pods))
+                report = {
+                    "kubernetes": version.release,
+                    "pods_per_size_per_round": args.pods,
+                    "variants": {variant.name: variant.what for variant in variants},
+                    "summary": summary(blocks),
+                    "blocks": blocks,
+                    "elapsed_s": round(time.monotonic() - started),
+                }
+                args.output.write_text(json.dumps(report, indent=1) + "\n")
+    finally:
+        if not args.keep:
+            tear_down(layout)
+    say(f"done in {time.monotonic() - started:.0f}s: {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
