@@ -67,10 +67,12 @@ class Cluster:
     """The API calls of the benchmark, through the official client and the admin kubeconfig."""
 
     def __init__(self, kubeconfig: str) -> None:
-        self.api = client.ApiClient(client.Configuration())
         from kubernetes import config  # noqa: PLC0415
 
-        config.load_kube_config(config_file=kubeconfig, client_configuration=self.api.configuration)
+        configuration = client.Configuration()
+        # Loaded before the client is made: the client's connection pool takes the CA from it.
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        self.api = client.ApiClient(configuration)
         self.core = client.CoreV1Api(self.api)
         self.resource = client.ResourceV1Api(self.api)
         self.objects = client.CustomObjectsApi(self.api)
