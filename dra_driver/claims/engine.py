@@ -305,14 +305,13 @@ class ClaimEngine:
                 failpoints.reached("prepare.preparing-recorded")
             created = await self._effects.apply(ref, to_make)
             sharing = self._effects.sharing_plan(ref, planned, created)
-            if sharing_actions := await self._effects.sharing_actions(sharing, planned):
-                # ... and so is the sharing, before it is set
-                preparing = replace(
-                    preparing, effects=preparing.effects + self._effects.entries(sharing_actions)
-                )
-                await self._records.write(preparing)
+            if sharing_actions := await self._effects.sharing_actions(ref, sharing, planned):
+                # ... and so is the sharing, before it is set (a HAMi-core directory needs no entry)
+                if sharing_entries := self._effects.entries(sharing_actions):
+                    preparing = replace(preparing, effects=preparing.effects + sharing_entries)
+                    await self._records.write(preparing)
                 await self._effects.apply(ref, sharing_actions)
-            vgpu = await self._effects.vgpu_edits(ref, planned)
+            vgpu = self._effects.vgpu_edits(ref, planned)
             metadata = request_metadata(self._driver_name, ref, pod_claim, metadata_devices(planned, created))
             mounts = [(m.cdi_device, mount_edits(self._metadata.root, ref.uid, m)) for m in metadata]
             devices = claim_cdi_devices(self._edits, planned, created, vgpu, sharing, mounts)
