@@ -7,7 +7,15 @@ list kept by hand:
 - kubelet hears a `ClaimFault`'s message as it is, and "internal error during ..." for anything
   else (claims/calls.py, `failure_answer`);
 - a command exits 2 with an `OperatorFault`'s one line, and 1 with any other `DriverError`'s
-  (cli.py, `main`).
+  (cli.py, `main`);
+- a loop that retries (the claim status writer, the slice controller, the list-and-watch loop)
+  retries a `TransientFault` and gives up on a `ClaimFault` or `OperatorFault`. The one
+  exception, named in kube/errors.py (`KEPT_TRYING`): the loops that keep the agent's view of
+  the API server for its lifetime retry the server's final answers too.
+
+A family of errors whose branch depends on the case (kube's `ApiError`, by the answer's status)
+sits on the root itself and is never an instance of its own: it makes the member of the branch
+the case calls for, so `except` catches the family and `isinstance` asks the branch.
 
 A class keeps a builtin base (ValueError, RuntimeError, OSError) as its second base where callers
 or tests catch it by that one. A lower layer's error that the layer above gives a different

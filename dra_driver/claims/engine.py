@@ -55,6 +55,7 @@ from dra_driver.claims.calls import (
 )
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.claim_plan import PlannedDevice, plan_claim
+from dra_driver.claims.claim_state import ClaimState
 from dra_driver.claims.edits import cdi
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
 from dra_driver.claims.edits.gpu_edits import DeviceEdits
@@ -168,25 +169,11 @@ class ClaimEngine:
             pci=pci,
         )
         self._files = PreparedFiles(records, cdi_specs, self._metadata)
-        self._unpreparer = ClaimUnpreparer(
-            records=records,
-            cdi_specs=cdi_specs,
-            metadata=self._metadata,
-            claim_locks=self._claim_locks,
-            ownership=self._ownership,
-            effects=self._effects,
-            metrics=self._metrics,
-            claim_status=claim_status,
+        state = ClaimState(
+            records, cdi_specs, self._metadata, self._claim_locks, self._ownership, self._effects
         )
-        self._recovery = StartupRecovery(
-            records=records,
-            cdi_specs=cdi_specs,
-            metadata=self._metadata,
-            claim_locks=self._claim_locks,
-            ownership=self._ownership,
-            effects=self._effects,
-            roll_back=self._roll_back,
-        )
+        self._unpreparer = ClaimUnpreparer(state, self._metrics, claim_status)
+        self._recovery = StartupRecovery(state, self._roll_back)
 
     def _gpu_daemon_report(self, gpu_uuid: str, up: bool | None) -> None:
         self._metrics.gpu_mps_daemon(gpu_uuid, up)
@@ -318,14 +305,13 @@ class ClaimEngine:
                 failpoints.reached("prepare.preparing-recorded")
             created = await self._effects.apply(ref, to_make)
             sharing = self._effects.sharing_plan(ref, planned, created)
-            if sharing_actions := await self._effects.sharing_actions(sharing, planned):
-                # ... and so is the sharing, before it is set
-                preparing = replace(
-                    preparing, effects=preparing.effects + self._effects.entries(sharing_actions)
-                )
-                await self._records.write(preparing)
+            if sharing_actions := await self._effects.sharing_actions(ref, sharing, planned):
+                # ... and so is the sharing, before it is set (a HAMi-core directory needs no entry)
+                if sharing_entries := self._effects.entries(sharing_actions):
+                    preparing = replace(preparing, effects=preparing.effects + sharing_entries)
+                    await self._records.write(preparing)
                 await self._effects.apply(ref, sharing_actions)
-            vgpu = await self._effects.vgpu_edits(ref, planned)
+            vgpu = self._effects.vgpu_edits(ref, planned)
             metadata = request_metadata(self._driver_name, ref, pod_claim, metadata_devices(planned, created))
             mounts = [(m.cdi_device, mount_edits(self._metadata.root, ref.uid, m)) for m in metadata]
             devices = claim_cdi_devices(self._edits, planned, created, vgpu, sharing, mounts)

@@ -18,62 +18,43 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from dra_driver.claims.calls import RawClaim, claim_context
-from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
-from dra_driver.claims.ownership import DeviceOwnership
-from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
+from dra_driver.claims.claim_state import ClaimState
+from dra_driver.claims.record_store import QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord
-from dra_driver.claims.side_effects import ClaimSideEffects
-from dra_driver.claims.status.metadata_files import DeviceMetadataDirectory
-from dra_driver.state.shared_locks import ClaimLocks
 
 log = structlog.get_logger("dra_driver.claims")
 
 
 class StartupRecovery:
-    def __init__(
-        self,
-        *,
-        records: ClaimRecordStore,
-        cdi_specs: CdiSpecDirectory,
-        metadata: DeviceMetadataDirectory,
-        claim_locks: ClaimLocks,
-        ownership: DeviceOwnership,
-        effects: ClaimSideEffects,
-        roll_back: Callable[[ClaimRecord], Awaitable[None]],
-    ) -> None:
+    def __init__(self, state: ClaimState, roll_back: Callable[[ClaimRecord], Awaitable[None]]) -> None:
         """`roll_back`: the engine's undo of a "preparing" record, called under the claim's lock
         (the order of its steps is the record protocol's, so it stays with the protocol)."""
-        self._records = records
-        self._cdi_specs = cdi_specs
-        self._metadata = metadata
-        self._claim_locks = claim_locks
-        self._ownership = ownership
-        self._effects = effects
+        self._state = state
         self._roll_back = roll_back
 
     async def run(self, boot_id: str | None) -> list[QuarantinedRecord]:
         """Returns the records set aside as unreadable, for the caller to report."""
-        if boot_id is not None and await asyncio.to_thread(self._records.boot_changed, boot_id):
+        if boot_id is not None and await asyncio.to_thread(self._state.records.boot_changed, boot_id):
             # No peer can be working on these: one started since the reboot would have recorded
             # the new boot ID already. They are dropped unread: a record written without a flush
             # may have been cut short by the reboot, and is not a corrupt one to report.
-            dropped = await asyncio.to_thread(self._records.drop_all)
+            dropped = await asyncio.to_thread(self._state.records.drop_all)
             log.warning("the node rebooted since the last run; prepared claims are forgotten", claims=dropped)
-        records, quarantined = await asyncio.to_thread(self._records.load_all)
+        records, quarantined = await asyncio.to_thread(self._state.records.load_all)
         for uid, record in records.items():
             if record.state == "preparing":
                 await self._roll_back_unfinished(uid)
-        await self._ownership.catch_up()
-        await self._remove_unowned(self._cdi_specs.claim_uids(), self._remove_unowned_spec)
-        await self._remove_unowned(self._metadata.claim_uids(), self._remove_unowned_metadata)
-        for leftovers in self._effects.leftovers():
+        await self._state.ownership.catch_up()
+        await self._remove_unowned(self._state.cdi_specs.claim_uids(), self._remove_unowned_spec)
+        await self._remove_unowned(self._state.metadata.claim_uids(), self._remove_unowned_metadata)
+        for leftovers in self._state.effects.leftovers():
             await self._remove_unowned(await leftovers.claim_uids(), leftovers.remove, leftovers.owned_by)
-        await self._effects.at_start(self._ownership.prepared_claims)
+        await self._state.effects.at_start(self._state.ownership.prepared_claims)
         return quarantined
 
     async def _roll_back_unfinished(self, claim_uid: str) -> None:
-        async with self._claim_locks.hold(claim_uid):
-            record = self._records.read(claim_uid)
+        async with self._state.claim_locks.hold(claim_uid):
+            record = self._state.records.read(claim_uid)
             if record is None or record.state != "preparing":
                 return
             claim = record.claim
@@ -90,20 +71,23 @@ class StartupRecovery:
         """Runtime state (specs, directories, daemons) of claims whose record does not own it.
         Each is checked again under the claim's lock: a peer may be preparing the claim now."""
         for uid in claim_uids:
-            seen = self._ownership.seen(uid)
+            seen = self._state.ownership.seen(uid)
             if seen is not None and owns(seen):
                 continue
-            async with self._claim_locks.hold(uid):
-                record = self._records.read(uid)
+            async with self._state.claim_locks.hold(uid):
+                record = self._state.records.read(uid)
                 if record is None or not owns(record):
                     await remove(uid)
 
     async def _remove_unowned_spec(self, claim_uid: str) -> None:
-        log.info("removing CDI spec no prepared claim owns", path=str(self._cdi_specs.path_for(claim_uid)))
-        self._cdi_specs.remove(claim_uid)
+        log.info(
+            "removing CDI spec no prepared claim owns", path=str(self._state.cdi_specs.path_for(claim_uid))
+        )
+        self._state.cdi_specs.remove(claim_uid)
 
     async def _remove_unowned_metadata(self, claim_uid: str) -> None:
         log.info(
-            "removing device metadata files no prepared claim owns", directory=str(self._metadata.directory)
+            "removing device metadata files no prepared claim owns",
+            directory=str(self._state.metadata.directory),
         )
-        self._metadata.remove(claim_uid)
+        self._state.metadata.remove(claim_uid)

@@ -7,7 +7,6 @@ order and undoes a record's entries in the reverse order. The engine decides whe
 that the claim's "preparing" record names a change before it happens (see engine.py).
 """
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -16,10 +15,10 @@ import structlog
 from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.edits.cdi import ContainerEdits
 from dra_driver.claims.edits.vgpu_edits import HamiCore, MpsShareEdits, vgpu_claim_edits
-from dra_driver.claims.edits.vgpu_host import create_host_entries
 from dra_driver.claims.effect_entries import EffectEntry, GpuMpsEntry, MigInstanceEntry
 from dra_driver.claims.effects.compute_mode import ExclusiveProcessModes
 from dra_driver.claims.effects.contract import Leftovers, Made, SideEffect
+from dra_driver.claims.effects.hami_core import HamiCoreHostEntries
 from dra_driver.claims.effects.registry import NodeControls, SharingControls, node_effects
 from dra_driver.claims.effects.vfio import VfioBindings
 from dra_driver.claims.errors import ClaimRejected
@@ -98,7 +97,12 @@ class ClaimSideEffects:
 
     def entries(self, actions: Sequence[object]) -> tuple[EffectEntry, ...]:
         """What the record says of `actions`, in the order they are applied."""
-        return tuple(effect.entry(action) for effect in self._effects for action in effect.mine(actions))
+        return tuple(
+            effect.entry(action)
+            for effect in self._effects
+            if effect.recorded
+            for action in effect.mine(actions)
+        )
 
     async def apply(self, ref: ClaimRef, actions: Sequence[object]) -> Made:
         """Applies `actions` effect by effect, in the registry's order; an action no effect of
@@ -136,10 +140,11 @@ class ClaimSideEffects:
             check_sharing(_shared_devices(planned, lambda _: "a MIG instance not created yet"))
 
     async def sharing_actions(
-        self, plan: SharingPlan, planned: tuple[PlannedDevice, ...]
+        self, ref: ClaimRef, plan: SharingPlan, planned: tuple[PlannedDevice, ...]
     ) -> tuple[object, ...]:
         """The plan's changes as actions, with the compute modes to restore read now (they go on
-        record before they change), and the GPUs of the claim's vGPU shares under MPS."""
+        record before they change), the GPUs of the claim's vGPU shares under MPS, and the
+        HAMi-core directory its vGPU edits mount (effects/hami_core, last in the registry)."""
         modes = self._modes
         return (
             *plan.time_slices,
@@ -150,19 +155,28 @@ class ClaimSideEffects:
                 for device in planned
                 if device.grant is not None and device.grant.enforcement == "mps"
             ),
+            *self._hami_core_actions(ref, planned),
         )
 
-    async def vgpu_edits(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ContainerEdits:
-        """The HAMi-core limits every container of the claim gets with its vGPU devices (granted
-        in the plan), in the order CUDA enumerates them; with HAMi-core configured, also the
-        library, the preload file and the claim's shared directory, created on the host here (no
-        record names it: effects/hami_core finds it by claim UID)."""
+    def _hami_core_actions(
+        self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]
+    ) -> tuple[HamiCoreHostEntries, ...]:
+        """The host entries of the claim's vGPU edits, where HAMi-core enforces its shares."""
+        shares = [device.grant for device in planned if device.grant]
+        if not shares or self._hami_core is None:
+            return ()
+        host = vgpu_claim_edits(ref.uid, shares, self._hami_core, self._mps_share_edits()).host_entries
+        return (HamiCoreHostEntries(host),) if host else ()
+
+    def vgpu_edits(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> ContainerEdits:
+        """Pure: the HAMi-core limits every container of the claim gets with its vGPU devices
+        (granted in the plan), in the order CUDA enumerates them; with HAMi-core configured, also
+        the library, the preload file and the claim's shared directory, which `sharing_actions`
+        had made on the host (effects/hami_core)."""
         shares = [device.grant for device in planned if device.grant]
         if not shares:
             return ContainerEdits()
-        claim_edits = vgpu_claim_edits(ref.uid, shares, self._hami_core, self._mps_share_edits())
-        await asyncio.to_thread(create_host_entries, claim_edits.host_entries)
-        return claim_edits.edits
+        return vgpu_claim_edits(ref.uid, shares, self._hami_core, self._mps_share_edits()).edits
 
     def _mps_share_edits(self) -> MpsShareEdits | None:
         if self._sharing is None:

@@ -20,40 +20,21 @@ from dra_driver.claims.calls import (
     failure_answer,
     to_the_end,
 )
-from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
+from dra_driver.claims.claim_state import ClaimState
 from dra_driver.claims.identity import claim_ref
-from dra_driver.claims.ownership import DeviceOwnership
-from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord
-from dra_driver.claims.side_effects import ClaimSideEffects
-from dra_driver.claims.status.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.observability.metrics import ClaimMetrics
 from dra_driver.state import failpoints
-from dra_driver.state.shared_locks import ClaimLocks
 
 log = structlog.get_logger("dra_driver.claims")
 
 
 class ClaimUnpreparer:
     def __init__(
-        self,
-        *,
-        records: ClaimRecordStore,
-        cdi_specs: CdiSpecDirectory,
-        metadata: DeviceMetadataDirectory,
-        claim_locks: ClaimLocks,
-        ownership: DeviceOwnership,
-        effects: ClaimSideEffects,
-        metrics: ClaimMetrics,
-        claim_status: ClaimStatusWriter | None,
+        self, state: ClaimState, metrics: ClaimMetrics, claim_status: ClaimStatusWriter | None
     ) -> None:
-        self._records = records
-        self._cdi_specs = cdi_specs
-        self._metadata = metadata
-        self._claim_locks = claim_locks
-        self._ownership = ownership
-        self._effects = effects
+        self._state = state
         self._metrics = metrics
         self._claim_status = claim_status
 
@@ -72,20 +53,20 @@ class ClaimUnpreparer:
             ref = claim_ref(*raw)
             if self._claim_status is not None:
                 self._claim_status.cancel(ref.uid)  # a pending status write is moot now
-            async with self._claim_locks.hold(ref.uid):
-                record = self._records.read(ref.uid)
+            async with self._state.claim_locks.hold(ref.uid):
+                record = self._state.records.read(ref.uid)
                 if record is None:
                     # A crash between writing the spec and the record leaves a spec nobody owns.
-                    self._cdi_specs.remove(ref.uid)
-                    self._metadata.remove(ref.uid)
+                    self._state.cdi_specs.remove(ref.uid)
+                    self._state.metadata.remove(ref.uid)
                     return ""
                 if record.has_side_effects:
                     # From here on the claim's side effects are in doubt: a crash before the end
                     # leaves a record the next start rolls back, never one that looks prepared.
-                    await self._records.write(replace(record, state="preparing"))
-                await self._effects.undo(record)
+                    await self._state.records.write(replace(record, state="preparing"))
+                await self._state.effects.undo(record)
                 await self._remove_prepared(record)
-                await self._ownership.release(record.claim)
+                await self._state.ownership.release(record.claim)
             after.leave(lambda: log.info("claim unprepared"))
             return ""
         except Exception as error:
@@ -97,10 +78,12 @@ class ClaimUnpreparer:
         # owns, which the next start (or an unprepare of the unknown claim) removes. The other way
         # round would leave a record that answers a re-prepare with CDI IDs whose spec is gone.
         claim_uid = record.claim.uid
-        await self._records.erase(claim_uid)
+        await self._state.records.erase(claim_uid)
         failpoints.reached("unprepare.record-deleted")
-        self._cdi_specs.remove(claim_uid)
+        self._state.cdi_specs.remove(claim_uid)
         failpoints.reached("unprepare.cdi-removed")
         # The record names the requests, so no search of the directory for the claim's files.
-        self._metadata.remove(claim_uid, {name for device in record.devices for name in device.request_names})
+        self._state.metadata.remove(
+            claim_uid, {name for device in record.devices for name in device.request_names}
+        )
         failpoints.reached("unprepare.metadata-removed")

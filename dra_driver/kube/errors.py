@@ -6,13 +6,20 @@ with an unexpected status with the reason and message of the Status object the s
 callers branch on the predicates below and never on transport exceptions or status numbers, and
 they word their own messages from the fields (the claim source, for one, says "not found (deleted,
 or never created)").
+
+Whether another try can help is the one thing the status decides here and nowhere else: each
+ApiError is made as one of two members of the family, by `FINAL_STATUSES`. A `TransientApiError`
+(no answer, 401, a conflict, 410, 429, 5xx) is a TransientFault, so the loops that retry by
+branch retry it; a `FinalApiError` (the request is malformed, RBAC refuses it, the object or the
+resource is not there) is an OperatorFault, which the same request cannot get past. `except
+ApiError` still catches both.
 """
 
 import asyncio
 import json
 from collections.abc import Mapping
 
-from dra_driver.base.errors import TransientFault
+from dra_driver.base.errors import DriverError, OperatorFault, TransientFault
 
 # What a call raises when no (readable) answer came (kube_http). OSError: a connection refused or
 # reset, TLS trouble (ssl.SSLError), a proxy that refused the tunnel; ValueError: HttpProtocolError
@@ -21,16 +28,23 @@ from dra_driver.base.errors import TransientFault
 TRANSPORT_ERRORS = (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError)
 
 # Answers after which retrying the same request cannot help: it is malformed, RBAC refuses the
-# agent, the server refuses the content. 401 is not among them: a projected token that expired is
-# read afresh by the next request.
-FINAL_STATUSES = frozenset({400, 403, 405, 415, 422})
+# agent, the object or the resource is not there, the server refuses the content. 401 is not among
+# them: a projected token that expired is read afresh by the next request.
+FINAL_STATUSES = frozenset({400, 403, 404, 405, 415, 422})
 
 
-class ApiError(TransientFault):
+class ApiError(DriverError):
     """A failed call. `status` 0: no answer came; `reason`: the Status's reason ("Conflict"), ""
-    when the server sent none; `message`: why, as one phrase. A TransientFault, since most calls
-    that fail are worth another (no answer, a conflict, 410, 5xx); `final` names the answers after
-    which the same request cannot succeed."""
+    when the server sent none; `message`: why, as one phrase.
+
+    The family of the two below, never an instance of its own: `ApiError(...)` makes the member
+    that `status` calls for, so a branch is chosen once, here, however the error is made."""
+
+    def __new__(cls, call: str, status: int, reason: str, message: str) -> "ApiError":
+        member = cls
+        if cls is ApiError:
+            member = FinalApiError if status in FINAL_STATUSES else TransientApiError
+        return super().__new__(member, call, status, reason, message)
 
     def __init__(self, call: str, status: int, reason: str, message: str) -> None:
         answer = " ".join(part for part in (f"API server answered {status}", reason) if part)
@@ -64,10 +78,14 @@ class ApiError(TransientFault):
         """409: the object changed since it was read (or exists already); read it again."""
         return self.status == 409
 
-    @property
-    def final(self) -> bool:
-        """Retrying the same request cannot help (see FINAL_STATUSES)."""
-        return self.status in FINAL_STATUSES
+
+class TransientApiError(ApiError, TransientFault):
+    """No answer, or an answer that the next try may not get (a conflict, 410, 429, 5xx)."""
+
+
+class FinalApiError(ApiError, OperatorFault):
+    """An answer the same request gets again (FINAL_STATUSES): what fixes it is the operator's
+    (RBAC, the server's version) or the caller's (the object is gone)."""
 
 
 def status_reason_and_message(body: bytes) -> tuple[str, str]:
@@ -85,3 +103,12 @@ def status_reason_and_message(body: bytes) -> tuple[str, str]:
         reason if isinstance(reason, str) else "",
         message if isinstance(message, str) else body[:200].decode(errors="replace"),
     )
+
+
+# What a loop that keeps a view of the server, or the server's slices, right for the agent's
+# lifetime (`kube.watching`, the slice controller) tries again at its backoff: every
+# TransientFault, and the server's final answers as well. A final answer's remedy (RBAC, the
+# server's version) is changed outside the agent and shows at the next try without a restart,
+# while a loop that ended would leave the node unwatched or unpublished in silence. Anything
+# else (a ClaimFault, an OperatorFault of the agent's own input, a bug) ends the loop.
+KEPT_TRYING: tuple[type[DriverError], ...] = (TransientFault, FinalApiError)

@@ -4,8 +4,9 @@ A list gives the objects and the resourceVersion to watch from; the watch then r
 change after it, and every event (a bookmark too) moves that version on, so a watch the server
 ends (its timeout) continues where it stopped. A watch too old to continue (410, `expired`)
 lists again at once: the list reports everything as it is now, so nothing the lost watch missed
-stays missed. Any other failure waits the shared backoff, longer after each failure in a row and
-from the start again once an event arrives.
+stays missed. Any other failure that `KEPT_TRYING` names (a TransientFault, of the list too, or
+the server's final answer) waits the shared backoff, longer after each failure in a row and from
+the start again once an event arrives; anything else ends the loop.
 """
 
 import asyncio
@@ -16,7 +17,7 @@ from structlog.typing import FilteringBoundLogger
 
 from dra_driver.base.backoff import Backoff
 from dra_driver.kube.calls import WatchEvent
-from dra_driver.kube.errors import ApiError
+from dra_driver.kube.errors import KEPT_TRYING, ApiError
 
 
 class WatchPosition(msgspec.Struct):
@@ -53,8 +54,8 @@ async def list_and_watch(
                 if event.kind != "BOOKMARK":
                     on_event(event)
             # The server ended the watch (its timeout): go on from where it stopped.
-        except ApiError as error:
-            if error.expired:
+        except KEPT_TRYING as error:  # a TransientFault (ApiError or not), or the server's final answer
+            if isinstance(error, ApiError) and error.expired:
                 log.info(f"{what} watch expired; listing again", error=str(error))
                 position.resource_version = None
                 continue

@@ -29,14 +29,13 @@ from dra_driver.base.json_object import JsonObject
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.slices import SliceLayout, SlicePlanError, layout_for, plan_slices, slices_to_api
 from dra_driver.kube.calls import WatchEvent
-from dra_driver.kube.errors import ApiError
+from dra_driver.kube.errors import KEPT_TRYING, ApiError
 from dra_driver.kube.slice_api import SliceApi
 from dra_driver.kube.watching import WatchPosition, list_and_watch
 from dra_driver.observability.metrics import PublishMetrics
 from dra_driver.publish.capabilities import (
     DISPLAY_ONLY_FEATURES,
     ApiFeature,
-    ServerVersionError,
     describe_drops,
     dropped_fields,
     features_behind,
@@ -158,7 +157,7 @@ class ResourceSliceController:
                 return
             try:
                 await self._sync()
-            except (ApiError, ServerVersionError, OutdatedList) as error:
+            except KEPT_TRYING as error:  # a TransientFault, or the server's final answer
                 delay = self._queue.add_rate_limited(key)
                 log.warning(
                     "resourceslice sync failed; retrying",

@@ -8,8 +8,9 @@ boundary (a program can talk to the driver directly), it keeps cooperative workl
 share.
 
 Everything here is data in, data out: the claim's plan turns allocation results into grants
-(vgpu_grant.py, where every refusal is); the engine hands them to `vgpu_claim_edits`, creates the
-host files and directories that come back, and puts the edits in the claim's CDI spec.
+(vgpu_grant.py, where every refusal is); the engine hands them to `vgpu_claim_edits`, the
+HAMi-core effect (effects/hami_core.py) makes the host files and directories that come back, and
+the edits go in the claim's CDI spec.
 
 The index of a share is the position of its GPU in the order the container's CUDA enumerates
 devices. That order is made deterministic, and equal to ours, by sorting shares by PCI bus id

@@ -46,11 +46,6 @@ class Leftovers(msgspec.Struct, frozen=True):
     owned_by: Callable[[ClaimRecord], bool]
 
 
-class NoAction:
-    """The actions of an effect made outside the loop (never made: such an effect only undoes and
-    sweeps)."""
-
-
 class SideEffect(abc.ABC, Generic[ActionT]):
     """One kind of change a prepare makes on the node. `action_type`: what the engine hands to
     `apply` (the change with everything it needs); `entry` is what the record keeps of it."""
@@ -58,6 +53,10 @@ class SideEffect(abc.ABC, Generic[ActionT]):
     action_type: type[ActionT]
     # What the effect does, for the claim's error when the hardware refuses it.
     doing = "set up GPU sharing"
+    # False: what the effect makes is found by claim UID alone (its `leftovers` own it for any
+    # record, and its undo runs for every claim), so no entry names it and none has to be on
+    # record before it is made; `entries` leaves it out (effects/hami_core).
+    recorded = True
 
     @abc.abstractmethod
     def entry(self, action: ActionT) -> EffectEntry:

@@ -1,31 +1,49 @@
-"""A claim's HAMi-core directory on the host (its shared usage region).
+"""A claim's HAMi-core directory on the host (its preload file and shared usage region).
 
-It is made with the claim's vGPU edits (side_effects.vgpu_edits: the edits name its files), so it
-takes no action here, and no record entry names it: it is found by claim UID, removed with every
-claim's undo (there may be none), and swept at start where no record owns it.
+Made by `apply`, as every effect's change is, from the host entries the claim's vGPU edits name
+(edits/vgpu_edits.py: the CDI spec mounts them, so they exist before it is written). What it
+makes is found by claim UID, not by a record entry (`recorded` False): a crash after `apply` and
+before any record leaves a directory that start-up sweeps (no record owns it), and every claim's
+undo removes it (there may be none), so no entry has to be on disk before it is made.
 """
 
 import asyncio
 from collections.abc import Sequence
 
-from dra_driver.claims.edits.vgpu_edits import HamiCore
-from dra_driver.claims.edits.vgpu_host import claim_directory_uids, remove_claim_directory
+import msgspec
+
+from dra_driver.claims.edits.vgpu_edits import HamiCore, HostEntry
+from dra_driver.claims.edits.vgpu_host import (
+    claim_directory_uids,
+    create_host_entries,
+    remove_claim_directory,
+)
 from dra_driver.claims.effect_entries import EffectEntry
-from dra_driver.claims.effects.contract import Leftovers, Made, NoAction, SideEffect
+from dra_driver.claims.effects.contract import Leftovers, Made, SideEffect
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.records import ClaimRecord
 
 
-class HamiCoreDirectories(SideEffect[NoAction]):
-    action_type = NoAction
+class HamiCoreHostEntries(msgspec.Struct, frozen=True):
+    """The action: the claim's directory, preload file and cache directory, and the node-wide
+    lock directory, as `vgpu_claim_edits` names them."""
+
+    entries: tuple[HostEntry, ...]
+
+
+class HamiCoreDirectories(SideEffect[HamiCoreHostEntries]):
+    action_type = HamiCoreHostEntries
+    recorded = False
 
     def __init__(self, hami_core: HamiCore) -> None:
         self._hami_core = hami_core
 
-    def entry(self, action: NoAction) -> EffectEntry:
+    def entry(self, action: HamiCoreHostEntries) -> EffectEntry:
         raise TypeError("a HAMi-core directory is found by claim UID, not recorded")
 
-    async def apply(self, ref: ClaimRef, actions: Sequence[NoAction]) -> Made:
+    async def apply(self, ref: ClaimRef, actions: Sequence[HamiCoreHostEntries]) -> Made:
+        for action in actions:
+            await asyncio.to_thread(create_host_entries, action.entries)
         return {}
 
     async def undo(self, record: ClaimRecord) -> ClaimRecord:

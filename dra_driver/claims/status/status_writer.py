@@ -32,9 +32,9 @@ from datetime import UTC, datetime
 import structlog
 
 from dra_driver.base.backoff import Backoff
+from dra_driver.base.errors import ClaimFault, DriverError, TransientFault
 from dra_driver.base.json_object import JsonObject
 from dra_driver.claims.claim_object import ResourceClaimView
-from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.claims.status.device_status import device_status_entries, has_status_facts, status_update
@@ -61,6 +61,21 @@ EntryBuilder = Callable[[str], tuple[JsonObject, ...]]
 
 def _rfc3339_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ended_by(error: DriverError) -> tuple[str, str] | None:
+    """The result and the log line of a failure after which the write is given up; None: it is
+    tried again. Chosen by branch, as every retry is (base/errors.py): a TransientFault (no
+    answer, a conflict, 5xx) is tried again; a claim gone or, as read now, not decodable (a
+    ClaimFault: not the claim prepare decoded), or a write the API server refuses (FinalApiError:
+    RBAC, a field it rejects), gets the same answer at every try."""
+    if isinstance(error, ApiError) and error.not_found:
+        return "dropped", "claim status not written: the claim is gone"
+    if isinstance(error, ClaimFault):
+        return "dropped", "claim status not written: the claim as read cannot be decoded"
+    if not isinstance(error, TransientFault):
+        return "rejected", "claim status not written: the API server refused it"
+    return None
 
 
 class ClaimStatusWriter:
@@ -205,21 +220,15 @@ class ClaimStatusWriter:
                 else:
                     self._count("unchanged")
                 return
-            except ClaimRejected as error:  # as read now: not the claim prepare decoded
-                self._count("dropped")
-                bound.info("claim status not written: the claim as read cannot be decoded", error=str(error))
-                return
-            except ApiError as error:
+            except DriverError as error:
                 current = None
-                if error.not_found:
-                    self._count("dropped")
-                    bound.info("claim status not written: the claim is gone")
+                ended = _ended_by(error)
+                if ended is not None:
+                    result, why = ended
+                    self._count(result)
+                    (bound.error if result == "rejected" else bound.info)(why, error=str(error))
                     return
-                if error.final:
-                    self._count("rejected")
-                    bound.error("claim status not written: the API server refused it", error=str(error))
-                    return
-                if error.conflict:
+                if isinstance(error, ApiError) and error.conflict:
                     self._count("conflict")
                     conflicts += 1
                     if conflicts <= IMMEDIATE_CONFLICT_RETRIES:

@@ -9,9 +9,12 @@ from types import ModuleType
 
 import dra_driver
 from dra_driver.base.errors import ClaimFault, DriverError, OperatorFault, TransientFault
+from dra_driver.kube.errors import ApiError, FinalApiError, TransientApiError
 
 BRANCHES = (ClaimFault, OperatorFault, TransientFault)
 ROOT_MODULE = "dra_driver.base.errors"
+# On the root, under no branch: each is made as one of its members, each under one branch.
+FAMILIES = (ApiError,)
 
 
 def _modules() -> list[ModuleType]:
@@ -41,14 +44,38 @@ def test_every_error_class_is_under_the_root_and_exactly_one_branch() -> None:
             branch.__name__ for branch in BRANCHES if issubclass(error, branch)
         ]
         for error in classes
-        if not issubclass(error, DriverError) or sum(issubclass(error, branch) for branch in BRANCHES) != 1
+        if error not in FAMILIES
+        and (not issubclass(error, DriverError) or sum(issubclass(error, branch) for branch in BRANCHES) != 1)
     }
     assert misplaced == {}
 
 
-def test_the_root_has_exactly_the_three_branches() -> None:
-    assert set(DriverError.__subclasses__()) == set(BRANCHES)
+def test_the_root_has_exactly_the_three_branches_and_the_families() -> None:
+    assert set(DriverError.__subclasses__()) == set(BRANCHES) | set(FAMILIES)
     assert all(branch.__bases__ == (DriverError,) for branch in BRANCHES)
+
+
+def test_a_family_is_made_as_one_of_its_members_never_as_itself() -> None:
+    """ApiError(...) with a status the same request may pass is transient; with a final one it is
+    the operator's (kube/errors.py, FINAL_STATUSES)."""
+    made = {
+        status: ApiError("GET thing", status, "", "said so") for status in (0, 401, 409, 410, 429, 500, 503)
+    }
+    made |= {
+        status: ApiError("GET thing", status, "", "said so") for status in (400, 403, 404, 405, 415, 422)
+    }
+    assert all(type(error) is not ApiError for error in made.values())
+    assert {status for status, error in made.items() if isinstance(error, TransientFault)} == {
+        0,
+        401,
+        409,
+        410,
+        429,
+        500,
+        503,
+    }
+    assert all(isinstance(made[status], FinalApiError) for status in (400, 403, 404, 405, 415, 422))
+    assert all(isinstance(error, TransientApiError | FinalApiError) for error in made.values())
 
 
 def test_classes_that_callers_catch_by_a_builtin_keep_it() -> None:

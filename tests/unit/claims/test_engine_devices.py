@@ -14,8 +14,9 @@ from dra_driver.claims.calls import RawClaim
 from dra_driver.claims.edits.gpu_edits import NvmlEdits
 from dra_driver.claims.edits.vgpu_edits import HamiCore
 from dra_driver.claims.effect_entries import MigInstanceEntry, TimeSliceEntry
+from dra_driver.claims.effects.hami_core import HamiCoreDirectories
 from dra_driver.claims.engine import ClaimEngine, SharingControls
-from dra_driver.claims.identity import claim_ref
+from dra_driver.claims.identity import ClaimRef, claim_ref
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.claims.sharing.mps import SimulatedMps
@@ -387,6 +388,43 @@ def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_that_goe
         assert file_text(preload) is None
 
     asyncio.run(scenario())
+
+
+def test_the_hami_core_directory_is_made_by_its_effects_apply_and_nowhere_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine makes every change of a prepare through an effect's `apply` (effects/contract.py):
+    with that apply a no-op, a prepare leaves no HAMi-core directory behind, and writes no
+    "preparing" record for it either (no entry names the directory)."""
+    claims = MemoryClaims()
+    share = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
+    claim = claims.add("vgpu", {"device": "gpu-0", "shareID": share, "consumedCapacity": {"memory": "2Gi"}})
+    hami = HamiCore(PurePosixPath(tmp_path / "libvgpu.so"), PurePosixPath(tmp_path / "vgpu"))
+    applied: list[object] = []
+
+    async def record_only(self: HamiCoreDirectories, ref: ClaimRef, actions: object) -> dict[object, object]:
+        applied.append(actions)
+        return {}
+
+    monkeypatch.setattr(HamiCoreDirectories, "apply", record_only)
+    writes: list[str] = []
+    write = ClaimRecordStore.write
+
+    async def counted(self: ClaimRecordStore, record: ClaimRecord) -> None:
+        writes.append(record.state)
+        await write(self, record)
+
+    monkeypatch.setattr(ClaimRecordStore, "write", counted)
+
+    async def scenario() -> None:
+        engine, _ = node(tmp_path, "t4x4", HAMI_CORE_CAPACITY, claims, hami_core=hami)
+        await engine.load_state()
+        assert (await engine.prepare([claim]))[claim[2]].error == ""
+
+    asyncio.run(scenario())
+    assert len(applied) == 1
+    assert not Path(hami.claim_dir(claim[2])).exists()
+    assert "preparing" not in writes
 
 
 class SlowClaims(MemoryClaims):

@@ -10,16 +10,20 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from dra_driver.base.errors import TransientFault
 from dra_driver.kube.calls import json_call, json_get
 from dra_driver.kube.errors import ApiError
 from dra_driver.kube.kube_api import KubeClient, call
 from dra_driver.kube.server_access import ServerAccess
 
-PREDICATES = ("no_answer", "expired", "not_found", "conflict", "final")
+PREDICATES = ("no_answer", "expired", "not_found", "conflict")
 
 
 def predicates(error: ApiError) -> set[str]:
-    return {name for name in PREDICATES if getattr(error, name)}
+    """The predicates that hold, and "final" where the error is not a TransientFault (the class,
+    chosen by the status, says whether another try may help)."""
+    final = set() if isinstance(error, TransientFault) else {"final"}
+    return {name for name in PREDICATES if getattr(error, name)} | final
 
 
 @asynccontextmanager
@@ -124,7 +128,7 @@ async def test_an_answer_that_is_not_http_is_no_answer_in_the_lean_pool() -> Non
     ("status", "reason", "expected"),
     [
         (410, "Expired", {"expired"}),
-        (404, "NotFound", {"not_found"}),
+        (404, "NotFound", {"not_found", "final"}),
         (409, "Conflict", {"conflict"}),
         (400, "BadRequest", {"final"}),
         (403, "Forbidden", {"final"}),
