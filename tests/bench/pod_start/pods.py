@@ -84,6 +84,9 @@ class Cluster:
             if error.status != 409:
                 raise
         wait_until(self._has_service_account, 60, "the namespace's default service account")
+        # What an interrupted run left: its pods would hold devices, and their names are reused.
+        self.core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
+        wait_until(self._empty, CLAIM_TIMEOUT_SECONDS, f"no pods or claims left in {NAMESPACE}")
         for template in templates():
             try:
                 self.objects.create_namespaced_custom_object(
@@ -92,6 +95,10 @@ class Cluster:
             except client.ApiException as error:
                 if error.status != 409:
                     raise
+
+    def _empty(self) -> bool:
+        pods = self.core.list_namespaced_pod(NAMESPACE).items
+        return not pods and not self.resource.list_namespaced_resource_claim(NAMESPACE).items
 
     def _has_service_account(self) -> bool:
         try:
