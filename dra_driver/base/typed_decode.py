@@ -4,7 +4,8 @@ msgspec checks a typed document in one pass and names the place of a problem, bu
 words ("Expected `int` >= 0 - at `$.devices[0].facts.gpuIndex`"). An operator reading the agent's
 errors should meet one way of naming a field and of saying what was expected, so its complaint is
 told again here: the field path as strict_decode writes it, what the declared type expects there,
-and what the document holds instead.
+and what the document holds instead. A type annotated with `msgspec.Meta(description=...)` is
+expected in those words, for a format whose type alone says too little ("a list of XID numbers").
 """
 
 import re
@@ -14,14 +15,17 @@ from typing import Any, TypeVar
 import msgspec
 import msgspec.inspect as types
 
-from dra_driver.base.strict_decode import DecodeError, described, join
+from dra_driver.base.strict_decode import DecodeError, described, integer_text, join, listed
 
 _T = TypeVar("_T")
 
-_AT = re.compile(r"^(?P<problem>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_AT = re.compile(r"^(?P<problem>.*?)(?: - at (?P<key>`key` in )?`\$(?P<path>[^`]*)`)?$", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<field>[^`]*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `", re.DOTALL)
 _STEP = re.compile(r"\.(?P<field>[^.\[]+)|\[(?P<index>\d+)\]")
 _MISSING_VALUE = object()
+
+_Steps = list[tuple[str | None, int | None]]
 
 
 def typed(value: object, kind: type[_T], path: str = "") -> _T:
@@ -43,18 +47,52 @@ def _in_house_words(message: str, kind: type[Any], value: object, path: str) -> 
         (step["field"], None if step["index"] is None else int(step["index"]))
         for step in _STEP.finditer(tail)
     ]
-    expected = _expected(_type_at(types.type_info(kind), steps))
+    info = _type_at(types.type_info(kind), steps)
     held = _value_at(value, steps)
+    if found["key"] and isinstance(held, Mapping):
+        key = next(key for key in held if not isinstance(key, str))
+        return DecodeError(where, f"field names are strings, got {described(key)}")
+    if _UNKNOWN.match(problem) and (struct := _struct_in(info)) and isinstance(held, Mapping):
+        return _unknown_fields(where, struct, held)
+    expected = _expected(info)
     if expected is None or held is _MISSING_VALUE:
         return DecodeError(where, problem[:1].lower() + problem[1:])
+    if _ranged(info) and isinstance(held, int) and not isinstance(held, bool):
+        return DecodeError(where, f"{integer_text(held)} is out of range; expected {expected}")
     return DecodeError(where, f"expected {expected}, got {described(held)}")
 
 
-def _type_at(info: types.Type, steps: list[tuple[str | None, int | None]]) -> types.Type | None:
+def _unknown_fields(where: str, info: types.StructType, held: Mapping[Any, Any]) -> DecodeError:
+    """Every unknown field of the object, not only the first msgspec met: a misplaced block is
+    several at once."""
+    allowed = [field.encode_name for field in info.fields]
+    unknown = [key for key in held if isinstance(key, str) and key not in allowed]
+    if len(unknown) == 1:
+        return DecodeError(join(where, unknown[0]), f"unknown field (allowed here: {listed(allowed)})")
+    return DecodeError(
+        ", ".join(join(where, key) for key in unknown), f"unknown fields (allowed here: {listed(allowed)})"
+    )
+
+
+def _bare(info: types.Type) -> types.Type:
+    return info.type if isinstance(info, types.Metadata) else info
+
+
+def _members(info: types.Type) -> tuple[types.Type, ...]:
+    """The types a value may be (a union's members, or the one type), descriptions set aside."""
+    bare = _bare(info)
+    return tuple(map(_bare, bare.types)) if isinstance(bare, types.UnionType) else (bare,)
+
+
+def _struct_in(info: types.Type | None) -> types.StructType | None:
+    members = () if info is None else _members(info)
+    return next((member for member in members if isinstance(member, types.StructType)), None)
+
+
+def _type_at(info: types.Type, steps: _Steps) -> types.Type | None:
     for field, index in steps:
-        candidates = info.types if isinstance(info, types.UnionType) else (info,)
         following: types.Type | None = None
-        for candidate in candidates:
+        for candidate in _members(info):
             if index is not None and isinstance(candidate, types.ListType | types.VarTupleType):
                 following = candidate.item_type
             elif field is not None and isinstance(candidate, types.StructType):
@@ -65,15 +103,28 @@ def _type_at(info: types.Type, steps: list[tuple[str | None, int | None]]) -> ty
     return info
 
 
+def _ranged(info: types.Type | None) -> bool:
+    """An integer with both bounds, whose out-of-range values strict_decode.integer words so."""
+    bare = None if info is None else _bare(info)
+    return isinstance(bare, types.IntType) and bare.ge is not None and bare.le is not None
+
+
 def _expected(info: types.Type | None) -> str | None:
     """What the declared type asks for, in words; None for a type without words here."""
+    if isinstance(info, types.Metadata):
+        description = (info.extra_json_schema or {}).get("description")
+        return str(description) if description else _expected(info.type)
     if isinstance(info, types.UnionType):
         parts = [_expected(member) for member in info.types]
         return None if None in parts else " or ".join(part for part in parts if part)
     if isinstance(info, types.IntType):
+        if info.ge is not None and info.le is not None:
+            return f"an integer from {info.ge} to {info.le}"
         return "a non-negative integer" if info.ge == 0 else "an integer"
     if isinstance(info, types.LiteralType):
         return f"one of {', '.join(str(option) for option in info.values)}"
+    if isinstance(info, types.StructType) and info.forbid_unknown_fields:
+        return f"an object with fields {listed([field.encode_name for field in info.fields])}"
     words = {
         types.StrType: "a string",
         types.BoolType: "true or false",
@@ -85,7 +136,7 @@ def _expected(info: types.Type | None) -> str | None:
     return next((text for kind, text in words.items() if isinstance(info, kind)), None)
 
 
-def _value_at(value: object, steps: list[tuple[str | None, int | None]]) -> object:
+def _value_at(value: object, steps: _Steps) -> object:
     for field, index in steps:
         if index is not None and isinstance(value, list | tuple) and index < len(value):
             value = value[index]
