@@ -1,7 +1,7 @@
 """typed() tells msgspec's complaints in strict_decode's words: the cases strict_decode's own
 helpers word in a particular way (unknown fields, field names, ranges, described types)."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 import pytest
@@ -20,20 +20,30 @@ class _Doc(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     names: Annotated[tuple[str, ...], msgspec.Meta(description="a list of names such as [a, b]")] = ()
     inner: _Inner | None = None
     loose: dict[str, int] = {}
+    interval: Literal["Default", "Short", "Long"] = "Default"
+    # JSON's one number type: 50.0 is an integer the caller takes whole.
+    number: Annotated[int, msgspec.Meta(ge=1, le=100)] | float = 1
+
+
+class _Choice(msgspec.Struct, frozen=True):
+    strategy: Literal["TimeSlicing", "MPS"]
 
 
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ({"cuont": 1}, "doc.cuont: unknown field (allowed here: count, names, inner, loose)"),
+        (
+            {"cuont": 1},
+            "doc.cuont: unknown field (allowed here: count, names, inner, loose, interval, number)",
+        ),
         (
             {"a": 1, "count": 1, "b": 2},
-            "doc.a, doc.b: unknown fields (allowed here: count, names, inner, loose)",
+            "doc.a, doc.b: unknown fields (allowed here: count, names, inner, loose, interval, number)",
         ),
         ({"inner": {"start": 0, "end": 1}}, "doc.inner.end: unknown field (allowed here: start, size)"),
         ({1: 2}, "doc: field names are strings, got the integer 1"),
         ({"loose": {"a": 1, 2: 3}}, "doc.loose: field names are strings, got the integer 2"),
-        ([], "doc: expected an object with fields count, names, inner, loose, got a list"),
+        ([], "doc: expected an object with fields count, names, inner, loose, interval, number, got a list"),
         ({"inner": "x"}, 'doc.inner: expected an object with fields start, size or null, got the string "x"'),
         ({"inner": {}}, "doc.inner.start: required"),
         ({"count": 0}, "doc.count: 0 is out of range; expected an integer from 1 to 16"),
@@ -44,9 +54,19 @@ class _Doc(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         ({"count": True}, "doc.count: expected an integer from 1 to 16, got true"),
         ({"names": "a"}, 'doc.names: expected a list of names such as [a, b], got the string "a"'),
         ({"names": [1]}, "doc.names[0]: expected a string, got the integer 1"),
+        ({"interval": "long"}, 'doc.interval: "long" is not one of Default, Short, Long'),
+        ({"interval": 1}, "doc.interval: expected one of Default, Short, Long, got the integer 1"),
+        ({"number": "5"}, 'doc.number: expected an integer from 1 to 100, got the string "5"'),
+        ({"number": 0}, "doc.number: 0 is out of range; expected an integer from 1 to 100"),
     ],
 )
 def test_complaints_name_the_field_and_what_was_expected(value: object, message: str) -> None:
     with pytest.raises(DecodeError) as raised:
         typed(value, _Doc, "doc")
     assert str(raised.value) == message
+
+
+def test_a_missing_choice_names_its_options_in_their_declared_order() -> None:
+    with pytest.raises(DecodeError) as raised:
+        typed({}, _Choice, "sharing")
+    assert str(raised.value) == "sharing.strategy: required (one of TimeSlicing, MPS)"

@@ -261,7 +261,7 @@ A100 = "{model: A100-SXM4-80GB, count: 1, migMode: enabled, migInstances: [%s]}"
         ),
         (
             "gpus: [{model: A30-24GB, count: 1, migMode: on}]",
-            "field gpus[0].migMode: expected one of disabled, enabled, got true",
+            "field gpus[0].migMode: expected one of enabled, disabled, got true",
         ),
         (
             "gpus: [{model: A30-24GB, count: 1, migInstances: [{profile: 4g.24gb, start: 0}]}]",
