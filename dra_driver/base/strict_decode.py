@@ -112,13 +112,6 @@ def mapping(value: object, path: str, allowed: Sequence[str] | None = None) -> M
     return value
 
 
-def required(fields: Mapping[str, Any], path: str, name: str, hint: str) -> Any:
-    """A field that must be present; `hint` says what it holds."""
-    if name not in fields:
-        raise DecodeError(join(path, name), f"required ({hint})")
-    return fields[name]
-
-
 def items(value: object, path: str, what: str = "a list") -> list[Any]:
     """A list; `what` says of what, e.g. "a list of XID numbers such as [48, 79]"."""
     if not isinstance(value, list):
