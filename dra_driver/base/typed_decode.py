@@ -54,9 +54,9 @@ def _in_house_words(message: str, kind: type[Any], value: object, path: str) -> 
         return DecodeError(join(where, missing["field"]), f"required ({hint})" if hint else "required")
     info, order = _type_at(kind, steps)
     held = _value_at(value, steps)
-    if found["key"] and isinstance(held, Mapping):
-        key = next(key for key in held if not isinstance(key, str))
-        return DecodeError(where, f"field names are strings, got {described(key)}")
+    odd_keys = [key for key in held if not isinstance(key, str)] if isinstance(held, Mapping) else []
+    if found["key"] and odd_keys:
+        return DecodeError(where, f"field names are strings, got {described(odd_keys[0])}")
     if _UNKNOWN.match(problem) and (struct := _member(info, types.StructType)) and isinstance(held, Mapping):
         return _unknown_fields(where, struct, held)
     expected = _expected(info, order)

@@ -70,3 +70,12 @@ def test_a_missing_choice_names_its_options_in_their_declared_order() -> None:
     with pytest.raises(DecodeError) as raised:
         typed({}, _Choice, "sharing")
     assert str(raised.value) == "sharing.strategy: required (one of TimeSlicing, MPS)"
+
+
+class _Keyed(msgspec.Struct, frozen=True):
+    limits: dict[Annotated[str, msgspec.Meta(pattern="^[0-9]+$")], int]
+
+
+def test_a_key_of_the_wrong_form_is_a_decode_error_too() -> None:
+    with pytest.raises(DecodeError, match=r"^doc\.limits: "):
+        typed({"limits": {"x": 1}}, _Keyed, "doc")
