@@ -112,13 +112,6 @@ def mapping(value: object, path: str, allowed: Sequence[str] | None = None) -> M
     return value
 
 
-def required(fields: Mapping[str, Any], path: str, name: str, hint: str) -> Any:
-    """A field that must be present; `hint` says what it holds."""
-    if name not in fields:
-        raise DecodeError(join(path, name), f"required ({hint})")
-    return fields[name]
-
-
 def items(value: object, path: str, what: str = "a list") -> list[Any]:
     """A list; `what` says of what, e.g. "a list of XID numbers such as [48, 79]"."""
     if not isinstance(value, list):
@@ -163,6 +156,7 @@ def boolean(value: object, path: str) -> bool:
 # whole number of bytes.
 # Kubernetes quantities are int64 underneath; a limit beyond that is a typo, not a real GPU.
 _MAX_BYTES = 2**63 - 1
+_MAX_DIGITS = len(str(_MAX_BYTES))
 _QUANTITY_FORM = (
     'a whole number of bytes with an optional suffix Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P or E, e.g. "10Gi"'
 )
@@ -184,12 +178,9 @@ def byte_quantity(value: object, path: str) -> int:
     digits = quantity.whole_digits
     if not digits:
         raise DecodeError(path, f"{shown(value)} is zero; a memory limit must be more than zero")
-    too_large = DecodeError(path, f"{shown(value)} is more than {_MAX_BYTES} bytes (2^63 - 1)")
     # Counting digits first means a thousand-digit number costs nothing and never reaches
     # Python's limit on converting long digit strings.
-    if len(digits) > len(str(_MAX_BYTES)):
-        raise too_large
-    total = int(digits) * QUANTITY_FACTORS[quantity.suffix]
-    if total > _MAX_BYTES:
-        raise too_large
+    total = int(digits) * QUANTITY_FACTORS[quantity.suffix] if len(digits) <= _MAX_DIGITS else None
+    if total is None or total > _MAX_BYTES:
+        raise DecodeError(path, f"{shown(value)} is more than {_MAX_BYTES} bytes (2^63 - 1)")
     return total

@@ -7,10 +7,10 @@ only gate: decoding is strict (an unknown field or a typo is an error, never sil
 because an ignored `sharing` block means a user gets a GPU shared differently than they asked)
 and every error names the field path and what would have been accepted.
 
-Each field of a kind is declared once, on its dataclass field (`api(...)` metadata: its API
-name, how it decodes, what the schema says of it); the decoder and the test that keeps
-`api/resource.dra-driver.dev/v1alpha1/configs.schema.json` in step both read that declaration,
-so a new field is one line here plus the schema.
+Each kind's format is declared once, as a Struct (`api_format`: its API names, types, ranges
+and defaults); `typed` decodes it, the rules across fields are checked on the decoded Struct, and
+the test that keeps `api/resource.dra-driver.dev/v1alpha1/configs.schema.json` in step reads the
+same Struct, so a new field is a line in the format, one in its kind, plus the schema.
 
 Everything here is pure: raw JSON-like values in, frozen values or OpaqueConfigError out.
 
@@ -19,28 +19,18 @@ How the claim engine uses it, per claim: the entries come decoded with the claim
 `effective_config(entries, driver_name, device.request, inventory_device.type)`.
 """
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Literal
 
 import msgspec
 
-from dra_driver.base.strict_decode import (
-    DecodeError,
-    boolean,
-    choice,
-    described,
-    integer,
-    listed,
-    literal_options,
-    mapping,
-    shown,
-)
+from dra_driver.base.strict_decode import DecodeError, choice, described, integer, listed, shown
+from dra_driver.base.typed_decode import typed
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_sharing import (
     MpsSettings,
     Sharing,
+    SharingFile,
     SharingStrategy,
     TimeSlicingSettings,
     decode_sharing,
@@ -52,7 +42,6 @@ from dra_driver.hardware.model import TimeSliceInterval
 __all__ = [
     "API_VERSION",
     "KINDS",
-    "ApiField",
     "ConfigEntry",
     "ConfigSource",
     "CoreLimitPolicy",
@@ -66,7 +55,7 @@ __all__ = [
     "TimeSliceInterval",
     "TimeSlicingSettings",
     "VgpuConfig",
-    "api_fields",
+    "api_format",
     "decode_parameters",
     "effective_config",
     "hami_core_environment",
@@ -76,6 +65,8 @@ API_VERSION = "resource.dra-driver.dev/v1alpha1"
 
 CoreLimitPolicy = Literal["Default", "Force", "Disable"]
 ConfigSource = Literal["FromClass", "FromClaim"]
+# HAMi's task priorities.
+_PRIORITY = (0, 1)
 
 
 class OpaqueConfigError(ClaimRejected):
@@ -87,41 +78,29 @@ class OpaqueConfigError(ClaimRejected):
     metric_reason = "config"
 
 
-# --- The kinds, each field declared once ----------------------------------------------------------
+# --- The kinds, as users write them and as the engine reads them --------------------------------
 
 
-class ApiField(msgspec.Struct, frozen=True):
-    """One top-level field of a config kind: its name in the API, how it decodes (value, path),
-    and what configs.schema.json says of it (type, enum, range; empty where the schema uses a
-    shared definition), which the schema test compares."""
+class _Header(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """apiVersion and kind, checked by hand before the rest is decoded: they pick the format."""
 
-    name: str
-    decode: Callable[[object, str], Any]
-    schema: Mapping[str, object]
+    api_version: str
+    kind: str
 
 
-def _api(name: str, decode: Callable[[object, str], Any], **schema: object) -> dict[str, ApiField]:
-    return {"api": ApiField(name, decode, schema)}
+class _ConfigFile(_Header, frozen=True):
+    """GpuConfig and MigDeviceConfig as written; every kind has their fields."""
+
+    sharing: SharingFile | msgspec.UnsetType = msgspec.UNSET
 
 
-def _sharing_field(kind: str, refused: Mapping[str, str]) -> dict[str, ApiField]:
-    return _api("sharing", lambda value, path: decode_sharing(value, path, kind, refused))
+class _VgpuFile(_ConfigFile, frozen=True):
+    """VgpuConfig as written; a priority may be a float, JSON's 1.0 being the integer 1."""
 
-
-def _boolean_field(name: str) -> dict[str, ApiField]:
-    return _api(name, boolean, type="boolean")
-
-
-def _enum_field(name: str, literal: Any) -> dict[str, ApiField]:
-    options = literal_options(literal)
-    return _api(name, lambda value, path: choice(value, path, options), enum=list(options))
-
-
-def _integer_field(name: str, minimum: int, maximum: int) -> dict[str, ApiField]:
-    def decode(value: object, path: str) -> int:
-        return integer(value, path, minimum, maximum, json_number=True)
-
-    return _api(name, decode, type="integer", minimum=minimum, maximum=maximum)
+    memory_oversubscription: bool = False
+    core_limit_policy: CoreLimitPolicy = "Default"
+    task_priority: Annotated[int, msgspec.Meta(ge=_PRIORITY[0], le=_PRIORITY[1])] | float = 1
+    oom_killer: bool = False
 
 
 _MIG_REFUSED = {
@@ -134,37 +113,32 @@ _VGPU_REFUSED = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class GpuConfig:
+class GpuConfig(msgspec.Struct, frozen=True):
     """For a whole GPU (device type `gpu`)."""
 
-    sharing: Sharing = field(default_factory=Sharing, metadata=_sharing_field("GPU", {}))
+    sharing: Sharing = msgspec.field(default_factory=Sharing)
 
 
-@dataclass(frozen=True, slots=True)
-class MigDeviceConfig:
+class MigDeviceConfig(msgspec.Struct, frozen=True):
     """For a MIG device (type `mig`). Its time-slicing interval is always `Default`: the time
     slice is a setting of the physical GPU, which the other MIG devices on it share."""
 
-    sharing: Sharing = field(default_factory=Sharing, metadata=_sharing_field("MIG device", _MIG_REFUSED))
+    sharing: Sharing = msgspec.field(default_factory=Sharing)
 
 
-@dataclass(frozen=True, slots=True)
-class VgpuConfig:
+class VgpuConfig(msgspec.Struct, frozen=True):
     """For a vGPU (type `vgpu`): HAMi-core's knobs, see `hami_core_environment`.
 
     Sharing is always time-slicing with the GPU's own interval: the physical GPU also serves
     other claims, so one claim may change neither its time slice nor its compute mode (MPS).
     """
 
-    sharing: Sharing = field(default_factory=Sharing, metadata=_sharing_field("vGPU", _VGPU_REFUSED))
-    memory_oversubscription: bool = field(default=False, metadata=_boolean_field("memoryOversubscription"))
-    core_limit_policy: CoreLimitPolicy = field(
-        default="Default", metadata=_enum_field("coreLimitPolicy", CoreLimitPolicy)
-    )
+    sharing: Sharing = msgspec.field(default_factory=Sharing)
+    memory_oversubscription: bool = False
+    core_limit_policy: CoreLimitPolicy = "Default"
     # HAMi's convention: 0 = high priority, 1 = low (HAMi-core's own default when unset).
-    task_priority: int = field(default=1, metadata=_integer_field("taskPriority", 0, 1))
-    oom_killer: bool = field(default=False, metadata=_boolean_field("oomKiller"))
+    task_priority: int = 1
+    oom_killer: bool = False
 
 
 DeviceConfig = GpuConfig | MigDeviceConfig | VgpuConfig
@@ -172,6 +146,17 @@ DeviceConfig = GpuConfig | MigDeviceConfig | VgpuConfig
 # Class names are the API's kind names.
 KINDS: Mapping[str, type[DeviceConfig]] = {
     kind.__name__: kind for kind in (GpuConfig, MigDeviceConfig, VgpuConfig)
+}
+# Each kind's format, and what its sharing block is called and may not hold.
+_FORMATS: Mapping[type[DeviceConfig], type[_ConfigFile]] = {
+    GpuConfig: _ConfigFile,
+    MigDeviceConfig: _ConfigFile,
+    VgpuConfig: _VgpuFile,
+}
+_SHARING_RULES: Mapping[type[DeviceConfig], tuple[str, Mapping[str, str]]] = {
+    GpuConfig: ("GPU", {}),
+    MigDeviceConfig: ("MIG device", _MIG_REFUSED),
+    VgpuConfig: ("vGPU", _VGPU_REFUSED),
 }
 # The kind that fits each device type.
 _FITTING_KIND: Mapping[DeviceType, type[DeviceConfig]] = {
@@ -183,9 +168,10 @@ _FITTING_KIND: Mapping[DeviceType, type[DeviceConfig]] = {
 }
 
 
-def api_fields(kind: type[DeviceConfig]) -> dict[str, ApiField]:
-    """The declared fields of a kind, by dataclass attribute, in declaration order."""
-    return {each.name: each.metadata["api"] for each in dataclasses.fields(kind)}
+def api_format(kind: type[DeviceConfig]) -> type[msgspec.Struct]:
+    """The Struct a kind is decoded from: its API fields, types, ranges and defaults, which the
+    test keeping configs.schema.json in step compares."""
+    return _FORMATS[kind]
 
 
 def hami_core_environment(config: VgpuConfig) -> dict[str, str]:
@@ -203,14 +189,16 @@ def hami_core_environment(config: VgpuConfig) -> dict[str, str]:
 
 
 def _decode_kind(kind: type[DeviceConfig], parameters: Mapping[str, object]) -> DeviceConfig:
-    declared = api_fields(kind)
-    mapping(parameters, "", ("apiVersion", "kind", *(spec.name for spec in declared.values())))
-    return kind(
-        **{
-            attribute: spec.decode(parameters[spec.name], spec.name)
-            for attribute, spec in declared.items()
-            if spec.name in parameters
-        }
+    written = typed(parameters, _FORMATS[kind])
+    sharing = decode_sharing(written.sharing, "sharing", *_SHARING_RULES[kind])
+    if not isinstance(written, _VgpuFile):
+        return kind(sharing)
+    return VgpuConfig(
+        sharing=sharing,
+        memory_oversubscription=written.memory_oversubscription,
+        core_limit_policy=written.core_limit_policy,
+        task_priority=integer(written.task_priority, "taskPriority", *_PRIORITY, json_number=True),
+        oom_killer=written.oom_killer,
     )
 
 

@@ -1,36 +1,28 @@
 """The `sharing` block of the opaque configs: how processes share one allocated device.
 
 Its own module because its fields have rules across each other (a strategy, and the settings
-block of that strategy only), which a one-line field declaration cannot carry; the kinds in
-opaque_config declare `sharing` as one field decoded here. Raises DecodeError; opaque_config
-turns that into the claim's error.
+block of that strategy only), which a Struct's types cannot carry: the block is decoded as
+written (SharingFile, by opaque_config's `typed` call) and its rules are checked here, on the
+decoded block. Raises DecodeError; opaque_config turns that into the claim's error.
 """
 
 import re
 from collections.abc import Mapping
-from typing import Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
-from dra_driver.base.strict_decode import (
-    DecodeError,
-    byte_quantity,
-    choice,
-    described,
-    integer,
-    join,
-    listed,
-    literal_options,
-    mapping,
-    shown,
-)
+from dra_driver.base.strict_decode import DecodeError, byte_quantity, described, integer, join, listed, shown
 from dra_driver.hardware.model import TimeSliceInterval
 
 SharingStrategy = Literal["TimeSlicing", "MPS"]
 
 
-class TimeSlicingSettings(msgspec.Struct, frozen=True):
-    """`Default` leaves the GPU's time-slice setting alone; the others pick a fixed length."""
+class TimeSlicingSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """`Default` leaves the GPU's time-slice setting alone; the others pick a fixed length.
+
+    Also the `timeSlicing` block as written: the API's form and the model's are one here.
+    """
 
     interval: TimeSliceInterval = "Default"
 
@@ -59,31 +51,35 @@ class Sharing(msgspec.Struct, frozen=True):
 _UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # A device index has at most three digits: no claim has a thousand devices.
 _DEVICE_KEY = re.compile(rf"0|[1-9][0-9]{{0,2}}|GPU-{_UUID}|MIG-{_UUID}")
-_STRATEGIES: Mapping[str, SharingStrategy] = literal_options(SharingStrategy)
-_SHARING_FIELDS = ("strategy", "timeSlicing", "mps")
-_MPS_FIELDS = (
-    "defaultActiveThreadPercentage",
-    "defaultPinnedDeviceMemoryLimit",
-    "defaultPerDevicePinnedMemoryLimit",
-)
+_STRATEGIES: tuple[SharingStrategy, ...] = get_args(SharingStrategy)
+_PERCENTAGE = (1, 100)
 
 
-def _time_slicing(raw: object, path: str) -> TimeSlicingSettings:
-    settings = mapping(raw, path, ("interval",))
-    if "interval" not in settings:
-        return TimeSlicingSettings()
-    return TimeSlicingSettings(
-        choice(settings["interval"], join(path, "interval"), literal_options(TimeSliceInterval))
-    )
+class _MpsFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """The `mps` block as written. Quantities and device keys are left to strict_decode's
+    byte_quantity and _DEVICE_KEY, whose words say what form they take; a percentage may be a
+    float, JSON's 50.0 being the integer 50."""
+
+    default_active_thread_percentage: (
+        Annotated[int, msgspec.Meta(ge=_PERCENTAGE[0], le=_PERCENTAGE[1])] | float | msgspec.UnsetType
+    ) = msgspec.UNSET
+    default_pinned_device_memory_limit: Any = msgspec.UNSET
+    default_per_device_pinned_memory_limit: Annotated[
+        dict[Any, Any], msgspec.Meta(description="an object of device index or UUID to quantity")
+    ] = msgspec.field(default_factory=dict)
 
 
-def _per_device_limits(raw: object, path: str) -> dict[str, int]:
-    if not isinstance(raw, Mapping):
-        raise DecodeError(
-            path, f"expected an object of device index or UUID to quantity, got {described(raw)}"
-        )
+class SharingFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """The `sharing` block as written, before the rules across its fields (decode_sharing)."""
+
+    strategy: SharingStrategy
+    time_slicing: TimeSlicingSettings | msgspec.UnsetType = msgspec.UNSET
+    mps: _MpsFile | msgspec.UnsetType = msgspec.UNSET
+
+
+def _per_device_limits(written: Mapping[Any, Any], path: str) -> dict[str, int]:
     limits: dict[str, int] = {}
-    for key, quantity in raw.items():
+    for key, quantity in written.items():
         if not isinstance(key, str) or not _DEVICE_KEY.fullmatch(key):
             shown_key = shown(key) if isinstance(key, str) else described(key)
             raise DecodeError(
@@ -95,51 +91,62 @@ def _per_device_limits(raw: object, path: str) -> dict[str, int]:
     return limits
 
 
-def _mps(raw: object, path: str) -> MpsSettings:
-    settings = mapping(raw, path, _MPS_FIELDS)
-    percentage, limit, per_device = (join(path, name) for name in _MPS_FIELDS)
+def _mps(written: _MpsFile, path: str) -> MpsSettings:
+    percentage = written.default_active_thread_percentage
+    limit = written.default_pinned_device_memory_limit
     return MpsSettings(
         default_active_thread_percentage=(
-            integer(settings[_MPS_FIELDS[0]], percentage, 1, 100, json_number=True)
-            if _MPS_FIELDS[0] in settings
-            else None
+            None
+            if isinstance(percentage, msgspec.UnsetType)
+            else integer(
+                percentage, join(path, "defaultActiveThreadPercentage"), *_PERCENTAGE, json_number=True
+            )
         ),
         default_pinned_device_memory_limit=(
-            byte_quantity(settings[_MPS_FIELDS[1]], limit) if _MPS_FIELDS[1] in settings else None
+            None
+            if limit is msgspec.UNSET
+            else byte_quantity(limit, join(path, "defaultPinnedDeviceMemoryLimit"))
         ),
         default_per_device_pinned_memory_limit=_per_device_limits(
-            settings.get(_MPS_FIELDS[2], {}), per_device
+            written.default_per_device_pinned_memory_limit, join(path, "defaultPerDevicePinnedMemoryLimit")
         ),
     )
 
 
-def decode_sharing(raw: object, path: str, kind: str, refused: Mapping[str, str]) -> Sharing:
+def decode_sharing(
+    written: SharingFile | msgspec.UnsetType, path: str, kind: str, refused: Mapping[str, str]
+) -> Sharing:
     """`refused` maps the settings a device type cannot honour to the reason, shown to the user.
 
     A strategy may be refused under its own name ("MPS") and a settings block under its field
     name ("timeSlicing", "mps").
     """
-    sharing = mapping(raw, path, _SHARING_FIELDS)
-    strategy_path = join(path, "strategy")
-    if "strategy" not in sharing:
-        raise DecodeError(strategy_path, f"required (one of {listed(list(_STRATEGIES))})")
-    strategy = choice(sharing["strategy"], strategy_path, _STRATEGIES)
+    if isinstance(written, msgspec.UnsetType):
+        return Sharing()
+    strategy = written.strategy
     if strategy in refused:
         allowed = [name for name in _STRATEGIES if name not in refused]
         raise DecodeError(
-            strategy_path,
+            join(path, "strategy"),
             f"{strategy} is not supported for a {kind} (allowed: {listed(allowed)}): {refused[strategy]}",
         )
-    for name in ("timeSlicing", "mps"):
-        if name in sharing and name in refused:
+    blocks = {"timeSlicing": written.time_slicing, "mps": written.mps}
+    given = [name for name, block in blocks.items() if not isinstance(block, msgspec.UnsetType)]
+    for name in given:
+        if name in refused:
             raise DecodeError(join(path, name), f"not supported for a {kind}: {refused[name]}")
     if strategy == "TimeSlicing":
-        if "mps" in sharing:
+        if "mps" in given:
             raise DecodeError(join(path, "mps"), "only allowed with strategy MPS (strategy is TimeSlicing)")
-        time_slicing = sharing.get("timeSlicing", {})
-        return Sharing("TimeSlicing", _time_slicing(time_slicing, join(path, "timeSlicing")), None)
-    if "timeSlicing" in sharing:
+        time_slicing = written.time_slicing
+        return Sharing(
+            "TimeSlicing",
+            TimeSlicingSettings() if isinstance(time_slicing, msgspec.UnsetType) else time_slicing,
+            None,
+        )
+    if "timeSlicing" in given:
         raise DecodeError(
             join(path, "timeSlicing"), "only allowed with strategy TimeSlicing (strategy is MPS)"
         )
-    return Sharing("MPS", None, _mps(sharing.get("mps", {}), join(path, "mps")))
+    mps = _MpsFile() if isinstance(written.mps, msgspec.UnsetType) else written.mps
+    return Sharing("MPS", None, _mps(mps, join(path, "mps")))

@@ -1,4 +1,4 @@
-"""The JSON form of claim records, declared as Structs and decoded by `strict_decode.typed`.
+"""The JSON form of claim records, declared as Structs and decoded by `typed_decode.typed`.
 
 Two layouts. Version 3 lists the record's side effects as tagged entries (`effects`). Version 2,
 the layout of release 0.1.0, has one field per kind of side effect; it is still what a record is

@@ -9,11 +9,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Literal
 
 import msgspec
 
-from dra_driver.base.strict_decode import DecodeError, choice, integer, items, mapping, quoted
+from dra_driver.base.strict_decode import DecodeError, quoted
+from dra_driver.base.typed_decode import typed
 from dra_driver.base.yaml_files import YamlFileError, read_yaml_file
 from dra_driver.hardware.catalog import GpuModel, MigGeometry, gpu_models, read_packaged_yaml
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
@@ -63,29 +64,46 @@ class SimulatedNodeSpec(msgspec.Struct, frozen=True):
         return tuple(group for group in self.groups for _ in range(group.count))
 
 
-_NODE_FIELDS = ("driverVersion", "cudaDriverVersion", "fabricClique", "gpus")
-_GROUP_FIELDS = ("model", "count", "migMode", "migInstances")
-_INSTANCE_FIELDS = ("profile", "start")
 _MIG_MODES = {"enabled": MigMode.ENABLED, "disabled": MigMode.DISABLED}
+_CLIQUE_FORM = f"'<cluster UUID>.<clique id>' like '{uuid.UUID(int=1)}.0'"
 
 
-def _mapping(
-    raw: object, path: str, allowed: tuple[str, ...], required: tuple[str, ...]
-) -> Mapping[str, Any]:
-    fields = mapping(raw, path, allowed)
-    if missing := [field for field in required if field not in fields]:
-        raise DecodeError(_child(path, missing[0]), "required field is missing")
-    return fields
+_VERSION = r"\A[0-9]+(?:\.[0-9]+)*\Z"
+_DriverVersion = Annotated[
+    str,
+    msgspec.Meta(pattern=_VERSION, description=f"a dotted version string like {DEFAULT_DRIVER_VERSION!r}"),
+]
+_CudaVersion = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=_VERSION, description=f"a dotted version string like {DEFAULT_CUDA_DRIVER_VERSION!r}"
+    ),
+]
 
 
-def _child(path: str, field: str) -> str:
-    return f"{path}.{field}" if path else field
+class _InstanceFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    profile: str
+    start: int
 
 
-def _version(raw: object, path: str, example: str) -> str:
-    if not isinstance(raw, str) or not all(part.isdigit() for part in raw.split(".")):
-        raise DecodeError(path, f"expected a dotted version string like {example!r}, got {quoted(raw)}")
-    return raw
+class _GroupFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    model: str
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_SIMULATED_GPUS)]
+    mig_mode: Literal["enabled", "disabled"] = "disabled"
+    mig_instances: Annotated[
+        tuple[_InstanceFile, ...], msgspec.Meta(description="a list of {profile, start} mappings")
+    ] = ()
+
+
+class _NodeFile(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """A node file as written; what a type cannot say (models, MIG geometry) is checked after."""
+
+    driver_version: _DriverVersion = DEFAULT_DRIVER_VERSION
+    cuda_driver_version: _CudaVersion = DEFAULT_CUDA_DRIVER_VERSION
+    fabric_clique: Annotated[str | None, msgspec.Meta(description=_CLIQUE_FORM)] = None
+    gpus: Annotated[
+        tuple[_GroupFile, ...], msgspec.Meta(min_length=1, description="a non-empty list of GPU groups")
+    ]
 
 
 def _is_uuid(text: str) -> bool:
@@ -96,26 +114,25 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
-def _fabric_clique(raw: object, path: str) -> str:
+def _fabric_clique(clique: str) -> str:
     """NVML reports a clique as '<cluster UUID>.<clique id>'; consumers split it on the last dot."""
-    if isinstance(raw, str):
-        cluster, _, clique = raw.rpartition(".")
-        if _is_uuid(cluster) and clique.isdigit():
-            return raw
-    raise DecodeError(
-        path, f"expected '<cluster UUID>.<clique id>' like '{uuid.UUID(int=1)}.0', got {quoted(raw)}"
-    )
+    cluster, _, number = clique.rpartition(".")
+    if not (_is_uuid(cluster) and number.isdigit()):
+        raise DecodeError("fabricClique", f"expected {_CLIQUE_FORM}, got {quoted(clique)}")
+    return clique
 
 
-def _model(raw: object, path: str) -> GpuModel:
+def _model(name: str, path: str) -> GpuModel:
     models = gpu_models()
-    if not isinstance(raw, str) or raw not in models:
-        raise DecodeError(path, f"unknown GPU model {quoted(raw)}; known models: {', '.join(sorted(models))}")
-    return models[raw]
+    if name not in models:
+        raise DecodeError(
+            path, f"unknown GPU model {quoted(name)}; known models: {', '.join(sorted(models))}"
+        )
+    return models[name]
 
 
-def _mig_mode(raw: object, path: str, model: GpuModel) -> MigMode:
-    mode = choice(raw, path, _MIG_MODES)
+def _mig_mode(written: str, path: str, model: GpuModel) -> MigMode:
+    mode = _MIG_MODES[written]
     if model.mig is None:
         if mode is MigMode.ENABLED:
             raise DecodeError(path, f"model {model.key} does not support MIG; only 'disabled' is allowed")
@@ -124,23 +141,21 @@ def _mig_mode(raw: object, path: str, model: GpuModel) -> MigMode:
 
 
 def _mig_instance(
-    raw: object, path: str, geometry: MigGeometry, accepted: Sequence[MigInstanceSpec]
+    written: _InstanceFile, path: str, geometry: MigGeometry, accepted: Sequence[MigInstanceSpec]
 ) -> MigInstanceSpec:
-    item = _mapping(raw, path, _INSTANCE_FIELDS, required=_INSTANCE_FIELDS)
-    name = item["profile"]
-    profile = geometry.profile_named(name) if isinstance(name, str) else None
+    profile = geometry.profile_named(written.profile)
     if profile is None:
         known = ", ".join(p.name for p in geometry.profiles)
         raise DecodeError(
-            f"{path}.profile", f"unknown MIG profile {quoted(name)}; this model's profiles: {known}"
+            f"{path}.profile",
+            f"unknown MIG profile {quoted(written.profile)}; this model's profiles: {known}",
         )
-    start = item["start"]
-    placement = next((p for p in profile.placements if p.start == start and type(start) is int), None)
+    placement = next((p for p in profile.placements if p.start == written.start), None)
     if placement is None:
         starts = ", ".join(str(p.start) for p in profile.placements)
         raise DecodeError(
             f"{path}.start",
-            f"{quoted(start)} is not a placement start of {profile.name}; allowed: {starts}",
+            f"{quoted(written.start)} is not a placement start of {profile.name}; allowed: {starts}",
         )
     if rejection := mig_rejection(geometry, [(s.profile, s.placement) for s in accepted], profile, placement):
         raise DecodeError(
@@ -149,50 +164,41 @@ def _mig_instance(
     return MigInstanceSpec(profile, placement)
 
 
-def _mig_instances(raw: object, path: str, model: GpuModel, mode: MigMode) -> tuple[MigInstanceSpec, ...]:
-    raw = items(raw, path, "a list of {profile, start} mappings")
-    if not raw:
+def _mig_instances(
+    written: Sequence[_InstanceFile], path: str, model: GpuModel, mode: MigMode
+) -> tuple[MigInstanceSpec, ...]:
+    if not written:
         return ()
     if model.mig is None or mode is not MigMode.ENABLED:
         raise DecodeError(path, "pre-existing MIG instances need migMode: enabled")
     accepted: list[MigInstanceSpec] = []
-    for position, item in enumerate(raw):
-        accepted.append(_mig_instance(item, f"{path}[{position}]", model.mig, accepted))
+    for position, instance in enumerate(written):
+        accepted.append(_mig_instance(instance, f"{path}[{position}]", model.mig, accepted))
     return tuple(accepted)
 
 
-def _group(raw: object, path: str) -> GpuGroupSpec:
-    group = _mapping(raw, path, _GROUP_FIELDS, required=("model", "count"))
-    model = _model(group["model"], f"{path}.model")
-    mode = _mig_mode(group.get("migMode", "disabled"), f"{path}.migMode", model)
+def _group(written: _GroupFile, path: str) -> GpuGroupSpec:
+    model = _model(written.model, f"{path}.model")
+    mode = _mig_mode(written.mig_mode, f"{path}.migMode", model)
     return GpuGroupSpec(
         model=model,
-        count=integer(group["count"], f"{path}.count", 1, MAX_SIMULATED_GPUS),
+        count=written.count,
         mig_mode=mode,
-        mig_instances=_mig_instances(group.get("migInstances", []), f"{path}.migInstances", model, mode),
+        mig_instances=_mig_instances(written.mig_instances, f"{path}.migInstances", model, mode),
     )
 
 
 def _node(raw: object, origin: str) -> SimulatedNodeSpec:
-    node = _mapping(raw, "", _NODE_FIELDS, required=("gpus",))
-    if not isinstance(node["gpus"], list) or not node["gpus"]:
-        raise DecodeError("gpus", f"expected a non-empty list of GPU groups, got {quoted(node['gpus'])}")
-    groups = tuple(_group(group, f"gpus[{position}]") for position, group in enumerate(node["gpus"]))
+    node = typed(raw, _NodeFile)
+    groups = tuple(_group(group, f"gpus[{position}]") for position, group in enumerate(node.gpus))
     if (total := sum(group.count for group in groups)) > MAX_SIMULATED_GPUS:
         raise DecodeError("gpus", f"{total} GPUs in all; a simulated node has at most {MAX_SIMULATED_GPUS}")
-    clique = node.get("fabricClique")
     return SimulatedNodeSpec(
         origin=origin,
         groups=groups,
-        driver_version=_version(
-            node.get("driverVersion", DEFAULT_DRIVER_VERSION), "driverVersion", DEFAULT_DRIVER_VERSION
-        ),
-        cuda_driver_version=_version(
-            node.get("cudaDriverVersion", DEFAULT_CUDA_DRIVER_VERSION),
-            "cudaDriverVersion",
-            DEFAULT_CUDA_DRIVER_VERSION,
-        ),
-        fabric_clique=None if clique is None else _fabric_clique(clique, "fabricClique"),
+        driver_version=node.driver_version,
+        cuda_driver_version=node.cuda_driver_version,
+        fabric_clique=None if node.fabric_clique is None else _fabric_clique(node.fabric_clique),
     )
 
 

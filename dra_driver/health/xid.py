@@ -19,11 +19,13 @@ between classes in their configuration (`parse_xid_policy`).
 import enum
 from collections.abc import Mapping
 from itertools import combinations
+from typing import Annotated
 
 import msgspec
 
 from dra_driver.base.errors import OperatorFault
-from dra_driver.base.strict_decode import DecodeError, items, mapping
+from dra_driver.base.strict_decode import DecodeError
+from dra_driver.base.typed_decode import typed
 from dra_driver.devices.model import TaintEffect
 from dra_driver.devices.slices import SliceLayout
 
@@ -131,15 +133,19 @@ _DEFAULT_CLASSES: Mapping[int, XidClass] = {xid: xid_class for xid, _, xid_class
 DEFAULT_XID_POLICY = _policy(_DEFAULT_CLASSES)
 
 
-def _xids(raw: object, where: str) -> list[int]:
-    try:
-        xids = items(raw, where, "a list of XID numbers such as [48, 79]")
-    except DecodeError as error:
-        raise XidPolicyError(str(error)) from error
-    for number, xid in enumerate(xids):
-        if not isinstance(xid, int) or isinstance(xid, bool) or xid < 1:
-            raise XidPolicyError(f"{where}[{number}]: expected an XID number (an integer ≥ 1), got {xid!r}")
-    return xids
+# An XID as the operator lists it; the description is the wording of any error about one.
+_Xid = Annotated[int, msgspec.Meta(ge=1, description="an XID number (an integer ≥ 1)")]
+_Xids = Annotated[tuple[_Xid, ...], msgspec.Meta(description="a list of XID numbers such as [48, 79]")]
+
+
+class _PolicyFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The policy as the operator writes it: the XIDs that move to each class. Lists, not sets,
+    so that an XID listed twice is reported rather than quietly merged."""
+
+    ignored: _Xids = ()
+    informational: _Xids = ()
+    degraded: _Xids = ()
+    fatal: _Xids = ()
 
 
 def parse_xid_policy(raw: object, origin: str = "XID policy") -> XidPolicy:
@@ -152,17 +158,17 @@ def parse_xid_policy(raw: object, origin: str = "XID policy") -> XidPolicy:
     if raw is None:
         return DEFAULT_XID_POLICY
     try:
-        raw = mapping(raw, origin, [xid_class.label for xid_class in XidClass])
+        changes = typed(raw, _PolicyFile, origin)
     except DecodeError as error:
         raise XidPolicyError(str(error)) from error
     classes = dict(_DEFAULT_CLASSES)
     listed_in: dict[int, str] = {}
     for xid_class in XidClass:
-        where = f"{origin}.{xid_class.label}"
-        for xid in _xids(raw.get(xid_class.label, []), where):
+        for xid in getattr(changes, xid_class.label):
             if xid in listed_in:
                 raise XidPolicyError(
-                    f"{where}: XID {xid} is already listed under {listed_in[xid]}; each XID has one class"
+                    f"{origin}.{xid_class.label}: XID {xid} is already listed under {listed_in[xid]}; "
+                    "each XID has one class"
                 )
             listed_in[xid] = xid_class.label
             classes[xid] = xid_class

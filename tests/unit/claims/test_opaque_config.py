@@ -12,9 +12,11 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import kubernetes_validate
+import msgspec
+import msgspec.inspect as mi
 import pytest
 import yaml
 from hypothesis import given
@@ -36,7 +38,7 @@ from dra_driver.claims.opaque_config import (
     Sharing,
     TimeSlicingSettings,
     VgpuConfig,
-    api_fields,
+    api_format,
     decode_parameters,
     effective_config,
     hami_core_environment,
@@ -101,21 +103,40 @@ def test_the_schema_is_a_valid_2020_12_schema() -> None:
     Draft202012Validator.check_schema(SCHEMA.schema)
 
 
+def leaf_schema(declared: mi.Type, annotation: object) -> dict[str, object]:
+    """What configs.schema.json says of a field of this type; {} for a block or a header field,
+    which the schema declares in a shared definition."""
+    for member in declared.types if isinstance(declared, mi.UnionType) else (declared,):
+        if isinstance(member, mi.BoolType):
+            return {"type": "boolean"}
+        if isinstance(member, mi.LiteralType):
+            return {"enum": list(get_args(annotation))}
+        if isinstance(member, mi.IntType):
+            return {"type": "integer", "minimum": member.ge, "maximum": member.le}
+    return {}
+
+
 def test_the_schema_has_the_declared_kinds_and_fields_with_their_types_ranges_and_defaults() -> None:
-    """The field table in opaque_config is the one place a field is declared; the schema must
-    list exactly those fields, and say of each leaf field what the declaration says."""
+    """Each kind's format Struct in opaque_config is the one place a field is declared; the schema
+    must list exactly those fields, and say of each leaf field what the declaration says."""
     definitions = SCHEMA.schema["$defs"]
     assert [choice["$ref"] for choice in SCHEMA.schema["oneOf"]] == [f"#/$defs/{kind}" for kind in KINDS]
     for kind_name, kind in KINDS.items():
         properties = definitions[kind_name]["properties"]
-        declared = api_fields(kind)
-        assert list(properties) == ["apiVersion", "kind", *(spec.name for spec in declared.values())]
+        api = mi.type_info(api_format(kind))
+        assert isinstance(api, mi.StructType)
+        assert list(properties) == [field.encode_name for field in api.fields]
+        annotations = {field.name: field.type for field in msgspec.structs.fields(api_format(kind))}
         defaults = kind()
-        for attribute, spec in declared.items():
-            said = properties[spec.name]
-            assert {key: said.get(key) for key in spec.schema} == spec.schema, (kind_name, spec.name)
-            if spec.schema:  # a leaf field: its default is the dataclass's
-                assert said["default"] == getattr(defaults, attribute), (kind_name, spec.name)
+        for field in api.fields:
+            expected = leaf_schema(field.type, annotations[field.name])
+            said = properties[field.encode_name]
+            assert {key: said.get(key) for key in expected} == expected, (kind_name, field.encode_name)
+            if expected:  # a leaf field: its default is the format's and the kind's
+                assert said["default"] == field.default == getattr(defaults, field.name), (
+                    kind_name,
+                    field.name,
+                )
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.name)

@@ -96,11 +96,11 @@ def test_listed_xids_move_to_their_class_and_the_others_keep_theirs() -> None:
         ),
         (
             {"fatal": [48, "79"]},
-            r"^XID policy\.fatal\[1\]: expected an XID number \(an integer ≥ 1\), got '79'$",
+            r'^XID policy\.fatal\[1\]: expected an XID number \(an integer ≥ 1\), got the string "79"$',
         ),
-        ({"ignored": [True]}, r"^XID policy\.ignored\[0\]: expected an XID number .*, got True$"),
-        ({"degraded": [0]}, r"^XID policy\.degraded\[0\]: expected an XID number .*, got 0$"),
-        ({"degraded": [4.5]}, r"^XID policy\.degraded\[0\]: .*, got 4\.5$"),
+        ({"ignored": [True]}, r"^XID policy\.ignored\[0\]: expected an XID number .*, got true$"),
+        ({"degraded": [0]}, r"^XID policy\.degraded\[0\]: expected an XID number .*, got the integer 0$"),
+        ({"degraded": [4.5]}, r"^XID policy\.degraded\[0\]: .*, got the number 4\.5$"),
         ({"degraded": None}, r"^XID policy\.degraded: expected a list"),
         (
             {"degraded": [48], "fatal": [48]},
