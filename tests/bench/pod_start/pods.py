@@ -49,13 +49,14 @@ def pod(name: str, template: str, claims: int) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
+            # Deleted gracefully (see stop_pod), it ends at once on SIGTERM.
+            "terminationGracePeriodSeconds": 1,
             "resourceClaims": [{"name": claim, "resourceClaimTemplateName": template} for claim in names],
             "containers": [
                 {
                     "name": "main",
                     "image": "busybox:1.37",
-                    "command": ["sleep", "3600"],
+                    "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
                     "resources": {"claims": [{"name": claim} for claim in names]},
                 }
             ],
@@ -133,8 +134,11 @@ class Cluster:
 
     def stop_pod(self, name: str, timeout: float = CLAIM_TIMEOUT_SECONDS) -> None:
         """Deletes the pod and waits until it and its claims are gone (the claims' devices free
-        for the next pod)."""
-        self.core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
+        for the next pod). Gracefully: a pod deleted with grace period 0 leaves the API at once,
+        its claims are deallocated and their devices allocated to the next pod while kubelet has
+        yet to stop its container and unprepare them; the driver refuses that prepare (the device
+        is still in use) and kubelet's retry backs off for tens of seconds."""
+        self.core.delete_namespaced_pod(name, NAMESPACE)
         wait_until(lambda: self._gone(name), timeout, f"pod {name} and its claims gone")
 
     def _gone(self, name: str) -> bool:
