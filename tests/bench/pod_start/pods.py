@@ -86,7 +86,7 @@ class Cluster:
                 raise
         wait_until(self._has_service_account, 60, "the namespace's default service account")
         # What an interrupted run left: its pods would hold devices, and their names are reused.
-        self.core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
+        self.core.delete_collection_namespaced_pod(NAMESPACE)
         wait_until(self._empty, CLAIM_TIMEOUT_SECONDS, f"no pods or claims left in {NAMESPACE}")
         for template in templates():
             try:
