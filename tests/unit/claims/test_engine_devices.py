@@ -364,7 +364,14 @@ async def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_th
 
 
 class SlowClaims(MemoryClaims):
+    """A slow API server: a GET takes 0.2 s, and `getting` is set once one has begun."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.getting = asyncio.Event()
+
     async def get(self, namespace: str, name: str) -> object:
+        self.getting.set()
         await asyncio.sleep(0.2)
         return await super().get(namespace, name)
 
@@ -376,7 +383,7 @@ async def test_an_unprepare_sent_during_a_prepare_is_not_overtaken_by_it(tmp_pat
     engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
     await engine.load_state()
     preparing = asyncio.create_task(engine.prepare([claim]))
-    await asyncio.sleep(0.05)  # the prepare is waiting for its GET
+    await claims.getting.wait()  # the prepare is waiting for its GET
     assert await engine.unprepare([claim]) == {claim[2]: ""}
     assert (await preparing)[claim[2]].error == ""
     assert engine.prepared_claims == {}, "the unprepare came last, so nothing stays prepared"
