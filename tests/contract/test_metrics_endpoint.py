@@ -161,13 +161,13 @@ def test_healthz_fails_once_the_heartbeat_is_older_than_ten_seconds(endpoint: En
     assert endpoint.get("/healthz")[0] == 200
 
 
-def test_healthz_answers_while_the_event_loop_is_blocked() -> None:
+async def test_healthz_answers_while_the_event_loop_is_blocked() -> None:
     """The endpoint's own threads answer the probe, so a stuck loop is reported, not hidden."""
     readiness = Readiness(stale_after=0.3)
     server = ObservabilityServer(LOCAL, AgentMetrics().registry, readiness)
     server.start()
 
-    async def scenario() -> None:
+    try:
         beating = asyncio.create_task(keep_heartbeat(readiness, interval=0.02))
         try:
             await asyncio.sleep(0.1)
@@ -180,9 +180,6 @@ def test_healthz_answers_while_the_event_loop_is_blocked() -> None:
             assert (await asyncio.to_thread(get, server.port, "/healthz"))[0] == 200
         finally:
             beating.cancel()
-
-    try:
-        asyncio.run(scenario())
     finally:
         server.stop()
 
