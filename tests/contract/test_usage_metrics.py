@@ -172,9 +172,9 @@ async def test_a_sampler_stuck_in_nvml_does_not_delay_a_prepare(
     agent, node = usage_agent
     wait_until(lambda: last_sample(agent) > 0, timeout=10)
     stuck = node.hang("nvmlDeviceGetComputeRunningProcesses_v3")
-    await asyncio.sleep(0.6)  # any sample under way reaches the hanging call
+    wait_until(lambda: node.hung("nvmlDeviceGetComputeRunningProcesses_v3"), timeout=10)
     frozen = last_sample(agent)
-    await asyncio.sleep(0.6)
+    await asyncio.sleep(0.6)  # three sampling intervals: what is asserted is that none completes
     assert last_sample(agent) == frozen, "the sampler should be stuck in NVML"
 
     # A dynamic MIG device: prepare creates its instance through NVML (the backend's own thread).
