@@ -5,7 +5,6 @@ while the agent serves on, and a GPU whose plan changes while a claim uses it wa
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -280,8 +279,8 @@ def test_a_fallback_on_kubernetes_1_34_keeps_a_faulty_gpu_within_its_four_taints
             wait_until(lambda: agent.log_events().count("device health changed") == len(MANY_XIDS))
             wait_until(lambda: taint_counts(server) == {"gpu-6": 4})
             set_label(server, "l4")
-            agent.wait_for_log("GPU offered differently: the cluster cannot use a feature", CHANGE_SECONDS)
-            time.sleep(2)  # the re-planned inventory is written at once
+            agent.wait_for_log(FALLBACK, CHANGE_SECONDS)
+            wait_until(lambda: replan_published(agent), timeout=CHANGE_SECONDS)
             counts = taint_counts(server)
             assert counts and set(counts.values()) == {4}, counts
             assert "resourceslice sync failed; retrying" not in agent.log_events()
@@ -290,6 +289,23 @@ def test_a_fallback_on_kubernetes_1_34_keeps_a_faulty_gpu_within_its_four_taints
             assert agent.terminate() == 0
     finally:
         server.stop()
+
+
+FALLBACK = "GPU offered differently: the cluster cannot use a feature"
+
+
+def replan_published(agent: AgentProcess) -> bool:
+    """Whether the inventory re-planned at the last fallback has been written: a publish after it
+    of a newer generation than any before it (a sync under way at the fallback writes the old one)."""
+    lines = agent.log_lines()
+    at = max(i for i, line in enumerate(lines) if line.get("event") == FALLBACK)
+    generations = [
+        (i > at, line["generation"])
+        for i, line in enumerate(lines)
+        if line.get("event") == "resourceslices published"
+    ]
+    before = max((generation for after, generation in generations if not after), default=0)
+    return any(after and generation > before for after, generation in generations)
 
 
 def taint_counts(server: ApiServer) -> dict[str, int]:
