@@ -38,6 +38,8 @@ gpus:
 """
 SHARE = "3f0c2a9e-8b7d-4c6e-9a5f-1d2e3c4b5a69"
 WAITING = "the NVIDIA driver is not there yet"
+# Each look after the first, logged at debug level (the agent runs with -v to show them).
+LOOKED_AGAIN = "NVIDIA driver still missing"
 
 
 def agent_on_mock(
@@ -268,12 +270,13 @@ def test_the_agent_waits_for_the_driver_and_starts_once_it_appears(
 ) -> None:
     driver_root = agent_dirs.root / "driver"
     driver_root.mkdir(parents=True)
-    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False)
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False, more=("-v",))
     try:
         wait_until(lambda: any(e.startswith(WAITING) for e in agent.log_events()), timeout=30)
         with urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port()}/healthz", timeout=5) as answer:
             assert answer.status == 200
-        time.sleep(2.5)  # two more looks, logged at debug level only
+        # Two more looks, logged at debug level only.
+        wait_until(lambda: agent.log_events().count(LOOKED_AGAIN) >= 2, timeout=30)
         assert agent.process.poll() is None
 
         make_driver_root(driver_root, DEFAULT_DRIVER_VERSION)
@@ -284,6 +287,7 @@ def test_the_agent_waits_for_the_driver_and_starts_once_it_appears(
         agent.terminate()
     waiting = [line for line in agent.log_lines() if str(line.get("event")).startswith(WAITING)]
     assert len(waiting) == 1
+    assert {line["level"] for line in agent.log_lines() if line.get("event") == LOOKED_AGAIN} == {"debug"}
     assert waiting[0]["event"].startswith(
         f"{WAITING}: libnvidia-ml.so.1 cannot be loaded from driver root {driver_root}; looking again"
     )
@@ -300,11 +304,12 @@ def test_a_signal_while_waiting_for_the_driver_stops_the_agent_at_once(
     a signal meanwhile ends it as a signal to a running agent does, not at kubelet's SIGKILL."""
     driver_root = agent_dirs.root / "driver"
     driver_root.mkdir(parents=True)
-    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False)
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False, more=("-v",))
     try:
         wait_until(lambda: any(e.startswith(WAITING) for e in agent.log_events()), timeout=30)
         agent.wait_for_log("observability endpoint listening")
-        time.sleep(1.5)  # past the first retry: the wait is asleep between looks
+        # Past the first retry: the wait is asleep between looks (it logs a look, then sleeps 2 s).
+        agent.wait_for_log(LOOKED_AGAIN, timeout=30)
         sent = time.monotonic()
         agent.process.send_signal(sig)
         try:
