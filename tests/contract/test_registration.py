@@ -7,9 +7,7 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -20,7 +18,7 @@ from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate
 from tests.support.mock_nvml import make_driver_root
-from tests.support.waiting import wait_until
+from tests.support.waiting import until
 
 
 async def test_handshake_reports_dra_plugin_with_v1_first(agent: AgentProcess) -> None:
@@ -112,33 +110,25 @@ def test_signal_removes_both_sockets_and_exits_cleanly(agent: AgentProcess, sig:
     assert "stopped serving kubelet; sockets removed" in agent.log_events()
 
 
-def test_in_flight_prepare_finishes_before_sockets_go(
+async def test_in_flight_prepare_finishes_before_sockets_go(
     agent: AgentProcess, apiserver: ApiServer, claims_api: client.ResourceV1Api
 ) -> None:
     uid = allocate(claims_api, "slow", {"gpu": "gpu-0"}, pool="node-a")
     apiserver.faults.latency_seconds = 1.5
     received_before = apiserver.requests_received
-    answers: list[dict[str, Any]] = []
-    call = threading.Thread(
-        target=lambda: answers.append(
-            asyncio.run(
-                kubelet_client.prepare(
-                    agent.dirs.dra_socket, "v1", [kubelet_client.ClaimArg("default", "slow", uid)]
-                )
-            )
-        )
+    call = asyncio.create_task(
+        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [kubelet_client.ClaimArg("default", "slow", uid)])
     )
-    call.start()
-    wait_until(lambda: apiserver.requests_received > received_before)  # prepare waits on the GET now
+    await until(lambda: apiserver.requests_received > received_before)  # prepare waits on the GET now
 
-    assert agent.terminate() == 0
-    call.join(10)
+    assert await asyncio.to_thread(agent.terminate) == 0
+    answer = await asyncio.wait_for(call, 10)
 
-    assert answers and answers[0]["claims"][uid] == {
-        "devices": answers[0]["claims"][uid]["devices"],
+    assert answer["claims"][uid] == {
+        "devices": answer["claims"][uid]["devices"],
         "error": "",
     }
-    assert answers[0]["claims"][uid]["devices"][0]["device_name"] == "gpu-0"
+    assert answer["claims"][uid]["devices"][0]["device_name"] == "gpu-0"
     assert not agent.dirs.dra_socket.exists()
     assert not agent.dirs.registration_socket.exists()
 
