@@ -24,8 +24,8 @@ def server() -> Any:
     api.stop()
 
 
-def objects_of(server: ApiServer, tmp_path: Path, values: dict[str, Any]) -> Any:
-    install(server, tmp_path, "dra-driver", "dra-driver", values)
+async def objects_of(server: ApiServer, tmp_path: Path, values: dict[str, Any]) -> Any:
+    await install(server, tmp_path, "dra-driver", "dra-driver", values)
     objects = installed(server, "dra-driver")
     validate_everywhere(objects)
     return {(item["kind"], item["metadata"]["name"]): item for item in objects}
@@ -36,13 +36,13 @@ def pod_of(objects: Any, name: str = "dra-driver") -> dict[str, Any]:
     return template
 
 
-def test_pod_annotations_and_labels_reach_the_pods_only(server: ApiServer, tmp_path: Path) -> None:
+async def test_pod_annotations_and_labels_reach_the_pods_only(server: ApiServer, tmp_path: Path) -> None:
     values = {
         "podAnnotations": {"example.com/scrape": "true"},
         "podLabels": {"team": "gpu", "example.com/tier": "node"},
     }
 
-    objects = objects_of(server, tmp_path, values)
+    objects = await objects_of(server, tmp_path, values)
 
     template = pod_of(objects)
     assert template["metadata"]["annotations"] == {"example.com/scrape": "true"}
@@ -55,23 +55,25 @@ def test_pod_annotations_and_labels_reach_the_pods_only(server: ApiServer, tmp_p
     assert "team" not in objects[("DaemonSet", "dra-driver")]["metadata"]["labels"]
 
 
-def test_a_pod_label_that_would_change_the_selector_is_refused(server: ApiServer, tmp_path: Path) -> None:
+async def test_a_pod_label_that_would_change_the_selector_is_refused(
+    server: ApiServer, tmp_path: Path
+) -> None:
     with pytest.raises(
         helm_sdkpy.InstallError, match=r"podLabels.app.kubernetes.io/instance: set by the chart"
     ):
-        install(
+        await install(
             server, tmp_path, "dra-driver", "dra-driver", {"podLabels": {"app.kubernetes.io/instance": "x"}}
         )
 
 
-def test_an_existing_service_account_is_named_everywhere_the_agent_is(
+async def test_an_existing_service_account_is_named_everywhere_the_agent_is(
     server: ApiServer, tmp_path: Path
 ) -> None:
     """create: false installs no account; the DaemonSet, every binding and every admission
     policy that names the agent's identity name the given one instead."""
     values = {"serviceAccount": {"create": False, "name": "gpu-agent"}}
 
-    objects = objects_of(server, tmp_path, values)
+    objects = await objects_of(server, tmp_path, values)
 
     assert [key for key in objects if key[0] == "ServiceAccount"] == []
     assert pod_of(objects)["spec"]["serviceAccountName"] == "gpu-agent"
@@ -96,30 +98,34 @@ def test_an_existing_service_account_is_named_everywhere_the_agent_is(
     )
 
 
-def test_a_created_service_account_takes_its_name_and_annotations(server: ApiServer, tmp_path: Path) -> None:
+async def test_a_created_service_account_takes_its_name_and_annotations(
+    server: ApiServer, tmp_path: Path
+) -> None:
     annotations = {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/gpu"}
     values = {"serviceAccount": {"name": "gpu-agent", "annotations": annotations}}
 
-    objects = objects_of(server, tmp_path, values)
+    objects = await objects_of(server, tmp_path, values)
 
     assert objects[("ServiceAccount", "gpu-agent")]["metadata"]["annotations"].items() >= annotations.items()
     assert pod_of(objects)["spec"]["serviceAccountName"] == "gpu-agent"
 
 
-def test_no_account_and_no_name_is_refused(server: ApiServer, tmp_path: Path) -> None:
+async def test_no_account_and_no_name_is_refused(server: ApiServer, tmp_path: Path) -> None:
     with pytest.raises(
         helm_sdkpy.InstallError, match=r"serviceAccount\.name: needed when serviceAccount\.create is false"
     ):
-        install(server, tmp_path, "dra-driver", "dra-driver", {"serviceAccount": {"create": False}})
+        await install(server, tmp_path, "dra-driver", "dra-driver", {"serviceAccount": {"create": False}})
 
 
-def test_security_contexts_can_be_added_to_and_privileged_stays(server: ApiServer, tmp_path: Path) -> None:
+async def test_security_contexts_can_be_added_to_and_privileged_stays(
+    server: ApiServer, tmp_path: Path
+) -> None:
     values = {
         "podSecurityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "securityContext": {"seLinuxOptions": {"type": "spc_t"}},
     }
 
-    objects = objects_of(server, tmp_path, values)
+    objects = await objects_of(server, tmp_path, values)
 
     spec = pod_of(objects)["spec"]
     (container,) = spec["containers"]
@@ -128,23 +134,23 @@ def test_security_contexts_can_be_added_to_and_privileged_stays(server: ApiServe
     assert container["securityContext"] == {"privileged": True, "seLinuxOptions": {"type": "spc_t"}}
 
 
-def test_the_default_container_is_privileged(server: ApiServer, tmp_path: Path) -> None:
-    (container,) = pod_of(objects_of(server, tmp_path, {}))["spec"]["containers"]
+async def test_the_default_container_is_privileged(server: ApiServer, tmp_path: Path) -> None:
+    (container,) = pod_of(await objects_of(server, tmp_path, {}))["spec"]["containers"]
 
     assert container["securityContext"] == {"privileged": True}
 
 
-def test_the_full_name_override_is_the_commands_name(server: ApiServer, tmp_path: Path) -> None:
+async def test_the_full_name_override_is_the_commands_name(server: ApiServer, tmp_path: Path) -> None:
     """fullnameOverride names what --name names: the same objects as `manifests --name gpus`."""
-    install(server, tmp_path, "dra-driver", "dra-driver", {"fullnameOverride": "gpus"})
+    await install(server, tmp_path, "dra-driver", "dra-driver", {"fullnameOverride": "gpus"})
 
     objects = installed(server, "dra-driver")
     validate_everywhere(objects)
     assert by_identity(objects) == rendered_by_the_command(ManifestOptions(name="gpus"))
 
 
-def test_the_name_override_is_the_app_label(server: ApiServer, tmp_path: Path) -> None:
-    objects = objects_of(server, tmp_path, {"nameOverride": "gpu-driver"})
+async def test_the_name_override_is_the_app_label(server: ApiServer, tmp_path: Path) -> None:
+    objects = await objects_of(server, tmp_path, {"nameOverride": "gpu-driver"})
 
     daemon_set = objects[("DaemonSet", "dra-driver")]
     assert daemon_set["spec"]["selector"]["matchLabels"] == {
@@ -156,18 +162,20 @@ def test_the_name_override_is_the_app_label(server: ApiServer, tmp_path: Path) -
     }
 
 
-def test_a_too_long_full_name_override_is_refused_by_its_name(server: ApiServer, tmp_path: Path) -> None:
+async def test_a_too_long_full_name_override_is_refused_by_its_name(
+    server: ApiServer, tmp_path: Path
+) -> None:
     with pytest.raises(helm_sdkpy.InstallError, match="fullnameOverride"):
-        install(server, tmp_path, "dra-driver", "dra-driver", {"fullnameOverride": "x" * 49})
+        await install(server, tmp_path, "dra-driver", "dra-driver", {"fullnameOverride": "x" * 49})
 
 
-def test_extra_volumes_and_mounts_come_after_the_agents_own(server: ApiServer, tmp_path: Path) -> None:
+async def test_extra_volumes_and_mounts_come_after_the_agents_own(server: ApiServer, tmp_path: Path) -> None:
     values = {
         "extraVolumes": [{"name": "ca", "configMap": {"name": "ca-bundle"}}],
         "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/ssl/extra", "readOnly": True}],
     }
 
-    objects = objects_of(server, tmp_path, values)
+    objects = await objects_of(server, tmp_path, values)
 
     spec = pod_of(objects)["spec"]
     (container,) = spec["containers"]
@@ -179,11 +187,13 @@ def test_extra_volumes_and_mounts_come_after_the_agents_own(server: ApiServer, t
     assert container["volumeMounts"][:-1] == default_spec["containers"][0]["volumeMounts"]
 
 
-def test_the_global_image_registry_is_in_front_of_the_repository(server: ApiServer, tmp_path: Path) -> None:
+async def test_the_global_image_registry_is_in_front_of_the_repository(
+    server: ApiServer, tmp_path: Path
+) -> None:
     """Accepted and ignored before issue 33; now the agent and its MPS daemons pull from it."""
     values = {"global": {"imageRegistry": "registry.example.com:5000/mirror/"}, "image": {"tag": "1.2.3"}}
 
-    objects = objects_of(server, tmp_path, values)
+    objects = await objects_of(server, tmp_path, values)
 
     (container,) = pod_of(objects)["spec"]["containers"]
     env = {entry["name"]: entry.get("value") for entry in container["env"]}
@@ -191,10 +201,10 @@ def test_the_global_image_registry_is_in_front_of_the_repository(server: ApiServ
     assert (container["image"], env["DRA_DRIVER_MPS_DAEMON_IMAGE"]) == (expected, expected)
 
 
-def test_openshift_grants_the_agent_the_privileged_scc(server: ApiServer, tmp_path: Path) -> None:
+async def test_openshift_grants_the_agent_the_privileged_scc(server: ApiServer, tmp_path: Path) -> None:
     values = {"openshift": {"enabled": True}, "serviceAccount": {"name": "gpu-agent"}}
 
-    objects = objects_of(server, tmp_path, values)
+    objects = await objects_of(server, tmp_path, values)
 
     role = objects[("ClusterRole", "gpu.dra-driver.dev-openshift-scc")]
     binding = objects[("ClusterRoleBinding", "gpu.dra-driver.dev-openshift-scc")]
@@ -210,8 +220,8 @@ def test_openshift_grants_the_agent_the_privileged_scc(server: ApiServer, tmp_pa
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-agent", "namespace": "dra-driver"}]
 
 
-def test_no_openshift_objects_by_default(server: ApiServer, tmp_path: Path) -> None:
-    objects = objects_of(server, tmp_path, {})
+async def test_no_openshift_objects_by_default(server: ApiServer, tmp_path: Path) -> None:
+    objects = await objects_of(server, tmp_path, {})
 
     assert not [key for key in objects if key[1].endswith("-openshift-scc")]
 
@@ -230,17 +240,17 @@ def test_no_openshift_objects_by_default(server: ApiServer, tmp_path: Path) -> N
         ({"openshift": {"enabled": "yes"}}, "/openshift/enabled"),
     ],
 )
-def test_the_schema_refuses_malformed_knobs(
+async def test_the_schema_refuses_malformed_knobs(
     values: dict[str, Any], where: str, server: ApiServer, tmp_path: Path
 ) -> None:
     with pytest.raises(helm_sdkpy.InstallError) as refused:
-        install(server, tmp_path, "dra-driver", "dra-driver", values)
+        await install(server, tmp_path, "dra-driver", "dra-driver", values)
 
     assert where in str(refused.value), str(refused.value)
 
 
-def test_the_notes_say_nothing_of_building_behind_a_registry(server: ApiServer, tmp_path: Path) -> None:
-    result = install(
+async def test_the_notes_say_nothing_of_building_behind_a_registry(server: ApiServer, tmp_path: Path) -> None:
+    result = await install(
         server, tmp_path, "dra-driver", "dra-driver", {"global": {"imageRegistry": "mirror.example.com"}}
     )
 

@@ -235,11 +235,11 @@ def _without_marks(case: Any) -> Any:
 
 
 @pytest.mark.parametrize(("values", "where"), [_without_marks(case) for case in BAD])
-def test_the_chart_refuses_what_the_decoders_refuse(
+async def test_the_chart_refuses_what_the_decoders_refuse(
     values: dict[str, Any], where: str, server: ApiServer, tmp_path: Path
 ) -> None:
     with pytest.raises(helm_sdkpy.InstallError) as refused:
-        install(server, tmp_path, "refused", "dra-driver", values)
+        await install(server, tmp_path, "refused", "dra-driver", values)
 
     assert where in str(refused.value), str(refused.value)
     assert installed(server, "refused") == []
@@ -252,11 +252,11 @@ def test_the_command_refuses_the_same_values(values: dict[str, Any], where: str)
 
 
 @pytest.mark.parametrize("values", GOOD)
-def test_both_accept_what_the_decoders_accept(
+async def test_both_accept_what_the_decoders_accept(
     values: dict[str, Any], server: ApiServer, tmp_path: Path
 ) -> None:
     check_options(options_for(values))
 
-    result = install(server, tmp_path, "accepted", "dra-driver", values)
+    result = await install(server, tmp_path, "accepted", "dra-driver", values)
 
     assert result["info"]["status"] == "deployed"

@@ -9,7 +9,6 @@ tests expect in the containers (tests/support/examples.py) is checked against wh
 engine renders from these requests. The installation hack/kind-up.sh makes is schema-checked too.
 """
 
-import asyncio
 import json
 import os
 import re
@@ -651,7 +650,7 @@ WHAT_THE_E2E_TESTS_EXPECT: dict[str, Callable[[dict[str, str], list[dict[str, An
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_the_engine_on_the_e2e_node_gives_each_example_what_the_e2e_tests_expect(
+async def test_the_engine_on_the_e2e_node_gives_each_example_what_the_e2e_tests_expect(
     name: str, short_dir: Path
 ) -> None:
     """The real claim engine prepares the example's claim on the e2e node's simulated GPUs; the
@@ -673,7 +672,7 @@ def test_the_engine_on_the_e2e_node_gives_each_example_what_the_e2e_tests_expect
         await engine.load_state()
         return (await engine.prepare([raw]))[raw[2]].error
 
-    assert asyncio.run(prepare()) == ""
+    assert await prepare() == ""
     try:
         (spec,) = (short_dir / "cdi").glob(f"*{raw[2]}*")
         env = dict(
@@ -685,12 +684,12 @@ def test_the_engine_on_the_e2e_node_gives_each_example_what_the_e2e_tests_expect
         WHAT_THE_E2E_TESTS_EXPECT[name](env, results)
         if name in ("time-slicing-shared", "gpu-shared-by-pods"):
             (result,) = results
-            interval = asyncio.run(time_slicer.current(inventory.gpu_of_device[result["device"]].uuid))
+            interval = await time_slicer.current(inventory.gpu_of_device[result["device"]].uuid)
             assert interval == "Long"
     finally:
         # A vGPU share's MPS daemon outlives the engine, as it outlives the agent: it stops with
         # its GPU's last share.
-        assert asyncio.run(engine.unprepare([raw])) == {raw[2]: ""}
+        assert await engine.unprepare([raw]) == {raw[2]: ""}
 
 
 @pytest.mark.parametrize(

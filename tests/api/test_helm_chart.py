@@ -14,7 +14,6 @@ The objects installed are compared with `dra-driver manifests` for the same sett
 (`chart_values` maps one to the other), so the chart and the command cannot drift apart.
 """
 
-import asyncio
 import copy
 import json
 import shutil
@@ -115,7 +114,7 @@ def helm_config(server: ApiServer, namespace: str, tmp_path: Path) -> helm_sdkpy
     return helm_sdkpy.Configuration(namespace=namespace, kubeconfig=str(kubeconfig))
 
 
-def install(
+async def install(
     server: ApiServer,
     tmp_path: Path,
     release: str,
@@ -128,7 +127,7 @@ def install(
     action = helm_sdkpy.Install(config).run(
         release, str(CHART), values=values, wait=False, timeout=30, server_side_apply=server_side_apply
     )
-    result: dict[str, Any] = asyncio.run(action)
+    result: dict[str, Any] = await action
     return result
 
 
@@ -171,10 +170,10 @@ def rendered_by_the_command(options: ManifestOptions) -> dict[tuple[str, str, st
     return by_identity([item for item in render(options) if item["kind"] != "Namespace"])
 
 
-def lint(chart: Path) -> list[dict[str, Any]]:
+async def lint(chart: Path) -> list[dict[str, Any]]:
     config = helm_sdkpy.Configuration(namespace="default")
     linter = helm_sdkpy.Lint(config)  # type: ignore[no-untyped-call]  # its __init__ lacks annotations
-    result = asyncio.run(linter.run(str(chart)))
+    result = await linter.run(str(chart))
     messages: list[dict[str, Any]] = result["Messages"]
     return messages
 
@@ -182,21 +181,21 @@ def lint(chart: Path) -> list[dict[str, Any]]:
 # --- Lint -----------------------------------------------------------------------------------------
 
 
-def test_strict_helm_lint_passes() -> None:
+async def test_strict_helm_lint_passes() -> None:
     """Strict: a warning fails as an error does (the library reports severities, not texts)."""
-    messages = lint(CHART)
+    messages = await lint(CHART)
 
     assert [message for message in messages if message["Severity"] >= WARNING] == []
 
 
-def test_lint_finds_a_broken_template(tmp_path: Path) -> None:
+async def test_lint_finds_a_broken_template(tmp_path: Path) -> None:
     """Guards the test above: the same chart with an unknown template function fails."""
     broken = tmp_path / "dra-driver"
     shutil.copytree(CHART, broken)
     template = broken / "templates" / "daemonset.yaml"
     template.write_text(template.read_text().replace("| quote", "| no_such_function", 1))
 
-    errors = [message for message in lint(broken) if message["Severity"] >= ERROR]
+    errors = [message for message in await lint(broken) if message["Severity"] >= ERROR]
 
     assert [message["Path"] for message in errors] == ["templates/"]
 
@@ -206,12 +205,14 @@ def test_lint_finds_a_broken_template(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("apply", ["ssa", "csa"])
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_the_chart_installs_what_the_command_renders(
+async def test_the_chart_installs_what_the_command_renders(
     setting: str, apply: str, server: ApiServer, tmp_path: Path
 ) -> None:
     options = SETTINGS[setting]
 
-    result = install(server, tmp_path, options.name, options.namespace, chart_values(options), apply == "ssa")
+    result = await install(
+        server, tmp_path, options.name, options.namespace, chart_values(options), apply == "ssa"
+    )
 
     assert (result["info"]["status"], result["apply_method"]) == ("deployed", apply)
     objects = installed(server, options.name)
@@ -223,12 +224,12 @@ def test_the_chart_installs_what_the_command_renders(
         assert labels["helm.sh/chart"] == f"dra-driver-{__version__}"
 
 
-def test_the_e2e_values_install_the_e2e_rendering(server: ApiServer, tmp_path: Path) -> None:
+async def test_the_e2e_values_install_the_e2e_rendering(server: ApiServer, tmp_path: Path) -> None:
     """hack/kind-up.sh installs the chart with e2e_chart_values; the API tests check e2e_manifests."""
     image = "dra-driver:e2e-0123456789ab"
     namespace = e2e_manifests(image)[0]["metadata"]["name"]
 
-    install(server, tmp_path, "dra-driver", namespace, e2e_chart_values(image))
+    await install(server, tmp_path, "dra-driver", namespace, e2e_chart_values(image))
 
     expected = by_identity([item for item in e2e_manifests(image) if item["kind"] != "Namespace"])
     assert by_identity(installed(server, "dra-driver")) == expected
@@ -250,18 +251,18 @@ def test_the_chart_defaults_are_the_command_defaults() -> None:
             assert defaults[key] == value, key
 
 
-def test_the_defaults_install_the_default_rendering(server: ApiServer, tmp_path: Path) -> None:
-    install(server, tmp_path, "dra-driver", "dra-driver", {})
+async def test_the_defaults_install_the_default_rendering(server: ApiServer, tmp_path: Path) -> None:
+    await install(server, tmp_path, "dra-driver", "dra-driver", {})
 
     assert by_identity(installed(server, "dra-driver")) == rendered_by_the_command(ManifestOptions())
 
 
-def test_a_pod_monitor_scrapes_the_agents_when_asked(server: ApiServer, tmp_path: Path) -> None:
+async def test_a_pod_monitor_scrapes_the_agents_when_asked(server: ApiServer, tmp_path: Path) -> None:
     """Off by default (its kind needs the Prometheus Operator's CRD); on, it selects exactly the
     DaemonSet's pods on their metrics port. The rest of the release is unchanged."""
     monitor = {"enabled": True, "interval": "15s", "labels": {"release": "prometheus"}}
 
-    install(server, tmp_path, "dra-driver", "dra-driver", {"metrics": {"podMonitor": monitor}})
+    await install(server, tmp_path, "dra-driver", "dra-driver", {"metrics": {"podMonitor": monitor}})
 
     objects = installed(server, "dra-driver")
     (pod_monitor,) = [item for item in objects if item["kind"] == "PodMonitor"]
@@ -279,20 +280,22 @@ def test_a_pod_monitor_scrapes_the_agents_when_asked(server: ApiServer, tmp_path
     assert by_identity(others) == rendered_by_the_command(ManifestOptions())
 
 
-def test_no_pod_monitor_by_default(server: ApiServer, tmp_path: Path) -> None:
-    install(server, tmp_path, "dra-driver", "dra-driver", {})
+async def test_no_pod_monitor_by_default(server: ApiServer, tmp_path: Path) -> None:
+    await install(server, tmp_path, "dra-driver", "dra-driver", {})
 
     assert server.objects("podmonitors") == []
 
 
-def test_namespace_override_puts_the_objects_in_that_namespace(server: ApiServer, tmp_path: Path) -> None:
-    install(server, tmp_path, "dra-driver", "default", {"namespaceOverride": "gpu-system"})
+async def test_namespace_override_puts_the_objects_in_that_namespace(
+    server: ApiServer, tmp_path: Path
+) -> None:
+    await install(server, tmp_path, "dra-driver", "default", {"namespaceOverride": "gpu-system"})
 
     expected = rendered_by_the_command(ManifestOptions(namespace="gpu-system"))
     assert by_identity(installed(server, "dra-driver")) == expected
 
 
-def test_the_chart_only_settings_reach_the_daemon_set(server: ApiServer, tmp_path: Path) -> None:
+async def test_the_chart_only_settings_reach_the_daemon_set(server: ApiServer, tmp_path: Path) -> None:
     """What only the chart sets: pull policy and secrets, tolerations, resources, extra affinity."""
     values = {
         "image": {"repository": "registry.example.com/dra", "tag": "v9", "pullPolicy": "Always"},
@@ -303,7 +306,7 @@ def test_the_chart_only_settings_reach_the_daemon_set(server: ApiServer, tmp_pat
         "updateStrategy": {"type": "OnDelete", "rollingUpdate": None},
     }
 
-    install(server, tmp_path, "dra-driver", "dra-driver", values)
+    await install(server, tmp_path, "dra-driver", "dra-driver", values)
 
     (daemon_set,) = server.objects("daemonsets")
     (account,) = server.objects("serviceaccounts")
@@ -322,20 +325,22 @@ def test_the_chart_only_settings_reach_the_daemon_set(server: ApiServer, tmp_pat
     assert daemon_set["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
-def test_the_notes_say_the_default_image_must_be_built_and_made_pullable(
+async def test_the_notes_say_the_default_image_must_be_built_and_made_pullable(
     server: ApiServer, tmp_path: Path
 ) -> None:
-    result = install(server, tmp_path, "dra-driver", "dra-driver", {})
+    result = await install(server, tmp_path, "dra-driver", "dra-driver", {})
 
     notes = result["info"]["notes"]
     assert f"docker build -t dra-driver:{__version__} ." in notes
     assert "--set image.repository=<registry>/dra-driver" in notes
 
 
-def test_the_notes_say_nothing_of_building_for_an_image_elsewhere(server: ApiServer, tmp_path: Path) -> None:
+async def test_the_notes_say_nothing_of_building_for_an_image_elsewhere(
+    server: ApiServer, tmp_path: Path
+) -> None:
     values = {"image": {"repository": "registry.example.com/gpu/dra-driver"}}
 
-    result = install(server, tmp_path, "dra-driver", "dra-driver", values)
+    result = await install(server, tmp_path, "dra-driver", "dra-driver", values)
 
     notes = result["info"]["notes"]
     assert "docker build" not in notes and "image.repository" not in notes
@@ -345,11 +350,11 @@ def test_the_notes_say_nothing_of_building_for_an_image_elsewhere(server: ApiSer
 # --- Two releases side by side ----------------------------------------------------------------------
 
 
-def test_two_releases_with_their_own_driver_names_install_side_by_side(
+async def test_two_releases_with_their_own_driver_names_install_side_by_side(
     server: ApiServer, tmp_path: Path
 ) -> None:
-    install(server, tmp_path, "dra-driver", "dra-driver", {})
-    install(server, tmp_path, "gpus-b", "dra-driver", {"driverName": "gpu.b.example.com"})
+    await install(server, tmp_path, "dra-driver", "dra-driver", {})
+    await install(server, tmp_path, "gpus-b", "dra-driver", {"driverName": "gpu.b.example.com"})
 
     first, second = by_identity(installed(server, "dra-driver")), by_identity(installed(server, "gpus-b"))
     assert first and second and not set(first) & set(second)
@@ -361,13 +366,13 @@ def test_two_releases_with_their_own_driver_names_install_side_by_side(
     assert selectors[0] != selectors[1]
 
 
-def test_a_second_release_under_the_same_driver_name_is_refused_clearly(
+async def test_a_second_release_under_the_same_driver_name_is_refused_clearly(
     server: ApiServer, tmp_path: Path
 ) -> None:
-    install(server, tmp_path, "dra-driver", "dra-driver", {})
+    await install(server, tmp_path, "dra-driver", "dra-driver", {})
 
     with pytest.raises(helm_sdkpy.InstallError) as refused:
-        install(server, tmp_path, "gpus-b", "other", {})
+        await install(server, tmp_path, "gpus-b", "other", {})
 
     message = str(refused.value)
     assert (
@@ -377,7 +382,7 @@ def test_a_second_release_under_the_same_driver_name_is_refused_clearly(
     assert installed(server, "gpus-b") == []
 
 
-def test_an_installation_by_the_command_is_not_taken_over(server: ApiServer, tmp_path: Path) -> None:
+async def test_an_installation_by_the_command_is_not_taken_over(server: ApiServer, tmp_path: Path) -> None:
     for item in render(ManifestOptions()):
         if item["kind"] == "DeviceClass":
             server.store.objects[("deviceclasses", "", item["metadata"]["name"])] = {
@@ -386,17 +391,19 @@ def test_an_installation_by_the_command_is_not_taken_over(server: ApiServer, tmp
             }
 
     with pytest.raises(helm_sdkpy.InstallError, match="not made by Helm"):
-        install(server, tmp_path, "dra-driver", "dra-driver", {})
+        await install(server, tmp_path, "dra-driver", "dra-driver", {})
 
 
 # --- Upgrade and uninstall --------------------------------------------------------------------------
 
 
-def upgrade(server: ApiServer, tmp_path: Path, release: str, namespace: str, values: dict[str, Any]) -> Any:
+async def upgrade(
+    server: ApiServer, tmp_path: Path, release: str, namespace: str, values: dict[str, Any]
+) -> Any:
     """As `helm upgrade` does by default: the apply method the release was installed with."""
     config = helm_config(server, namespace, tmp_path)
     action = helm_sdkpy.Upgrade(config).run(release, str(CHART), values=values, wait=False, timeout=30)
-    return asyncio.run(action)
+    return await action
 
 
 def stored(server: ApiServer, release: str) -> dict[tuple[str, str, str], dict[str, Any]]:
@@ -407,13 +414,13 @@ def stored(server: ApiServer, release: str) -> dict[tuple[str, str, str], dict[s
     }
 
 
-def test_an_upgrade_changes_only_what_its_values_change(server: ApiServer, tmp_path: Path) -> None:
+async def test_an_upgrade_changes_only_what_its_values_change(server: ApiServer, tmp_path: Path) -> None:
     """helm upgrade --set logVerbosity=5: the DaemonSet's environment changes, and no other
     object is written at all (each keeps its resourceVersion)."""
-    install(server, tmp_path, "dra-driver", "dra-driver", {})
+    await install(server, tmp_path, "dra-driver", "dra-driver", {})
     before = stored(server, "dra-driver")
 
-    result = upgrade(server, tmp_path, "dra-driver", "dra-driver", {"logVerbosity": 5})
+    result = await upgrade(server, tmp_path, "dra-driver", "dra-driver", {"logVerbosity": 5})
 
     assert (result["version"], result["info"]["status"], result["apply_method"]) == (2, "deployed", "ssa")
     after = stored(server, "dra-driver")
@@ -436,14 +443,14 @@ def test_an_upgrade_changes_only_what_its_values_change(server: ApiServer, tmp_p
     assert {**old_container, "env": None} == {**new_container, "env": None}
     assert new["metadata"]["uid"] == old["metadata"]["uid"]
     assert new["metadata"]["generation"] == old["metadata"]["generation"] + 1
-    history = asyncio.run(helm_sdkpy.History(helm_config(server, "dra-driver", tmp_path)).run("dra-driver"))
+    history = await helm_sdkpy.History(helm_config(server, "dra-driver", tmp_path)).run("dra-driver")
     assert [(entry["version"], entry["info"]["status"]) for entry in history] == [
         (1, "superseded"),
         (2, "deployed"),
     ]
 
 
-def test_uninstall_removes_what_the_install_created_and_leaves_the_slices(
+async def test_uninstall_removes_what_the_install_created_and_leaves_the_slices(
     server: ApiServer, tmp_path: Path
 ) -> None:
     """Every object of the release goes, with Helm's records; the ResourceSlices the agents
@@ -452,7 +459,7 @@ def test_uninstall_removes_what_the_install_created_and_leaves_the_slices(
         "nodeConfigs": {"default": {"default": {"mode": "mig-dynamic"}}},
         "metrics": {"podMonitor": {"enabled": True}},
     }
-    install(server, tmp_path, "dra-driver", "dra-driver", values)
+    await install(server, tmp_path, "dra-driver", "dra-driver", values)
     kinds = {item["kind"] for item in installed(server, "dra-driver")}
     published = {
         "apiVersion": "resource.k8s.io/v1",
@@ -475,7 +482,7 @@ def test_uninstall_removes_what_the_install_created_and_leaves_the_slices(
     assert status == 201
 
     config = helm_config(server, "dra-driver", tmp_path)
-    asyncio.run(helm_sdkpy.Uninstall(config).run("dra-driver", wait=False))
+    await helm_sdkpy.Uninstall(config).run("dra-driver", wait=False)
 
     assert kinds >= {"ConfigMap", "DaemonSet", "DeviceClass", "PodMonitor", "ValidatingAdmissionPolicy"}
     assert installed(server, "dra-driver") == []
@@ -486,28 +493,28 @@ def test_uninstall_removes_what_the_install_created_and_leaves_the_slices(
     ]
 
 
-def test_a_release_installed_again_after_uninstall_is_a_first_install(
+async def test_a_release_installed_again_after_uninstall_is_a_first_install(
     server: ApiServer, tmp_path: Path
 ) -> None:
-    install(server, tmp_path, "dra-driver", "dra-driver", {})
-    asyncio.run(
-        helm_sdkpy.Uninstall(helm_config(server, "dra-driver", tmp_path)).run("dra-driver", wait=False)
-    )
+    await install(server, tmp_path, "dra-driver", "dra-driver", {})
+    await helm_sdkpy.Uninstall(helm_config(server, "dra-driver", tmp_path)).run("dra-driver", wait=False)
 
-    result = install(server, tmp_path, "dra-driver", "dra-driver", {})
+    result = await install(server, tmp_path, "dra-driver", "dra-driver", {})
 
     assert (result["version"], result["info"]["status"]) == (1, "deployed")
     assert by_identity(installed(server, "dra-driver")) == rendered_by_the_command(ManifestOptions())
 
 
 @pytest.mark.parametrize("version", ["1.34", "1.35"])
-def test_extended_resources_are_refused_below_kubernetes_1_36(version: str, tmp_path: Path) -> None:
+async def test_extended_resources_are_refused_below_kubernetes_1_36(version: str, tmp_path: Path) -> None:
     """As `dra-driver manifests --kubernetes-version 1.35 --extended-resources` is: the API
     server of those versions would drop extendedResourceName without a word."""
     server = ApiServer(version=version, install_types=True).start()
     try:
         with pytest.raises(helm_sdkpy.InstallError) as refused:
-            install(server, tmp_path, "dra-driver", "dra-driver", {"extendedResources": {"enabled": True}})
+            await install(
+                server, tmp_path, "dra-driver", "dra-driver", {"extendedResources": {"enabled": True}}
+            )
 
         message = str(refused.value)
         assert "extendedResources.enabled: needs Kubernetes 1.36 or later" in message, message
@@ -517,7 +524,7 @@ def test_extended_resources_are_refused_below_kubernetes_1_36(version: str, tmp_
         server.stop()
 
 
-def test_the_documented_migration_values_install_an_agent_only_on_labelled_nodes(
+async def test_the_documented_migration_values_install_an_agent_only_on_labelled_nodes(
     server: ApiServer, tmp_path: Path
 ) -> None:
     """docs/drafts/extended-resources.md: `--set extendedResources.enabled=true --set-string
@@ -527,7 +534,7 @@ def test_the_documented_migration_values_install_an_agent_only_on_labelled_nodes
         "nodeSelector": {"dra-driver.dev/agent": "true"},
         "affinity": None,
     }
-    install(server, tmp_path, "dra-driver", "dra-driver", values)
+    await install(server, tmp_path, "dra-driver", "dra-driver", values)
 
     objects = by_identity(installed(server, "dra-driver"))
     pod = objects[("DaemonSet", "dra-driver", "dra-driver")]["spec"]["template"]["spec"]
@@ -540,7 +547,7 @@ def test_the_documented_migration_values_install_an_agent_only_on_labelled_nodes
     )
 
 
-def test_a_partition_size_the_chart_cannot_read_is_refused(server: ApiServer, tmp_path: Path) -> None:
+async def test_a_partition_size_the_chart_cannot_read_is_refused(server: ApiServer, tmp_path: Path) -> None:
     values = {
         "extendedResources": {"enabled": True},
         "nodeConfigs": {
@@ -550,7 +557,7 @@ def test_a_partition_size_the_chart_cannot_read_is_refused(server: ApiServer, tm
     with pytest.raises(
         helm_sdkpy.InstallError, match=r'nodeConfigs.odd: vgpu partition memory \\?"1.5Gi\\?"'
     ):
-        install(server, tmp_path, "dra-driver", "dra-driver", values)
+        await install(server, tmp_path, "dra-driver", "dra-driver", values)
 
 
 # --- values.schema.json, through Helm ----------------------------------------------------------------
@@ -585,11 +592,11 @@ def test_a_partition_size_the_chart_cannot_read_is_refused(server: ApiServer, tm
         ({"extendedResources": {"enabled": "yes", "migProfiles": []}}, "enabled"),
     ],
 )
-def test_the_schema_refuses_bad_values(
+async def test_the_schema_refuses_bad_values(
     values: dict[str, Any], field: str, server: ApiServer, tmp_path: Path
 ) -> None:
     with pytest.raises(helm_sdkpy.InstallError) as refused:
-        install(server, tmp_path, "dra-driver", "dra-driver", values)
+        await install(server, tmp_path, "dra-driver", "dra-driver", values)
 
     message = str(refused.value)
     assert "values don't meet the specifications of the schema" in message, message
@@ -597,9 +604,9 @@ def test_the_schema_refuses_bad_values(
     assert installed(server, "dra-driver") == []
 
 
-def test_a_too_long_release_name_is_refused(server: ApiServer, tmp_path: Path) -> None:
+async def test_a_too_long_release_name_is_refused(server: ApiServer, tmp_path: Path) -> None:
     with pytest.raises(helm_sdkpy.InstallError, match="longer than 48 characters"):
-        install(server, tmp_path, "x" * 49, "dra-driver", {})
+        await install(server, tmp_path, "x" * 49, "dra-driver", {})
 
 
 def test_the_schema_knows_what_the_agent_knows() -> None:
@@ -711,12 +718,14 @@ def test_the_stand_in_serves_discovery_for_the_install_kinds(server: ApiServer) 
     assert resources["daemonsets"]["kind"] == "DaemonSet"
 
 
-def test_the_dashboard_and_the_alert_rules_install_when_asked(server: ApiServer, tmp_path: Path) -> None:
+async def test_the_dashboard_and_the_alert_rules_install_when_asked(
+    server: ApiServer, tmp_path: Path
+) -> None:
     """Both off by default (the rule's kind needs the Prometheus Operator's CRD); on, the dashboard
     ConfigMap carries the Grafana sidecar's label and the file byte for byte, the PrometheusRule the
     rule file's groups. The rest of the release is unchanged."""
     values = {"metrics": {"dashboard": {"enabled": True}, "prometheusRule": {"enabled": True}}}
-    install(server, tmp_path, "dra-driver", "dra-driver", values)
+    await install(server, tmp_path, "dra-driver", "dra-driver", values)
 
     objects = installed(server, "dra-driver")
     (dashboard,) = [item for item in objects if item["metadata"]["name"] == "dra-driver-dashboard"]
@@ -731,21 +740,21 @@ def test_the_dashboard_and_the_alert_rules_install_when_asked(server: ApiServer,
     assert by_identity(others) == rendered_by_the_command(ManifestOptions())
 
 
-def test_no_dashboard_or_alert_rules_by_default(server: ApiServer, tmp_path: Path) -> None:
-    install(server, tmp_path, "dra-driver", "dra-driver", {})
+async def test_no_dashboard_or_alert_rules_by_default(server: ApiServer, tmp_path: Path) -> None:
+    await install(server, tmp_path, "dra-driver", "dra-driver", {})
 
     assert server.objects("prometheusrules") == []
     assert [m for m in server.objects("configmaps") if m["metadata"]["name"].endswith("-dashboard")] == []
 
 
-def test_process_attribution_runs_the_agent_in_the_host_pid_namespace(
+async def test_process_attribution_runs_the_agent_in_the_host_pid_namespace(
     server: ApiServer, tmp_path: Path
 ) -> None:
     """The privilege it costs, in the chart and the command alike: the host PID namespace, and
     the pods' log directories read-only, next to kubelet's PodResources socket."""
     options = ManifestOptions(usage_processes=True)
 
-    install(server, tmp_path, options.name, options.namespace, chart_values(options))
+    await install(server, tmp_path, options.name, options.namespace, chart_values(options))
 
     assert by_identity(installed(server, options.name)) == rendered_by_the_command(options)
     (daemon_set,) = server.objects("daemonsets")
@@ -759,12 +768,12 @@ def test_process_attribution_runs_the_agent_in_the_host_pid_namespace(
     assert mounts["/var/lib/kubelet/pod-resources"] is True
 
 
-def test_flushed_records_are_one_value_in_the_chart_and_one_flag_of_the_command(
+async def test_flushed_records_are_one_value_in_the_chart_and_one_flag_of_the_command(
     server: ApiServer, tmp_path: Path
 ) -> None:
     options = ManifestOptions(flush_records=True)
 
-    install(server, tmp_path, options.name, options.namespace, chart_values(options))
+    await install(server, tmp_path, options.name, options.namespace, chart_values(options))
 
     assert by_identity(installed(server, options.name)) == rendered_by_the_command(options)
     (daemon_set,) = server.objects("daemonsets")
@@ -772,10 +781,10 @@ def test_flushed_records_are_one_value_in_the_chart_and_one_flag_of_the_command(
     assert {"name": "DRA_DRIVER_FLUSH_RECORDS", "value": "true"} in container["env"]
 
 
-def test_usage_metrics_off_mount_nothing_of_kubelets(server: ApiServer, tmp_path: Path) -> None:
+async def test_usage_metrics_off_mount_nothing_of_kubelets(server: ApiServer, tmp_path: Path) -> None:
     options = ManifestOptions(usage_interval=0)
 
-    install(server, tmp_path, options.name, options.namespace, chart_values(options))
+    await install(server, tmp_path, options.name, options.namespace, chart_values(options))
 
     assert by_identity(installed(server, options.name)) == rendered_by_the_command(options)
     (daemon_set,) = server.objects("daemonsets")

@@ -6,7 +6,6 @@ Helm and must pull exactly the image the workflow pushes, and the workflow must 
 names to both steps. actionlint reads both workflows where it is installed.
 """
 
-import asyncio
 import shutil
 import subprocess
 import sys
@@ -70,7 +69,7 @@ def test_a_tag_that_is_not_the_package_version_is_refused(tag: str) -> None:
     assert f"tag {tag}: a release tag must be v{__version__}" in done.stderr
 
 
-def test_the_released_chart_pulls_the_released_image(tmp_path: Path) -> None:
+async def test_the_released_chart_pulls_the_released_image(tmp_path: Path) -> None:
     """The chart pushed for a tag, installed with its defaults, runs the image pushed for it."""
     names = release_names(f"v{__version__}", "example-org")
     done = run(CHART_SCRIPT, names["version"], names["image"], tmp_path)
@@ -81,7 +80,7 @@ def test_the_released_chart_pulls_the_released_image(tmp_path: Path) -> None:
         action = helm_sdkpy.Install(helm_config(server, "dra-driver", tmp_path)).run(
             "dra-driver", str(chart), values={}, wait=False, timeout=30
         )
-        result = asyncio.run(action)
+        result = await action
         (daemon_set,) = server.objects("daemonsets")
     finally:
         server.stop()

@@ -1,6 +1,5 @@
 """The agent's /metrics, /healthz and /readyz as Prometheus and kubelet probes see them."""
 
-import asyncio
 import urllib.error
 import urllib.request
 
@@ -20,7 +19,7 @@ def get(agent: AgentProcess, path: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def test_metrics_and_probes_follow_registration_and_claims(
+async def test_metrics_and_probes_follow_registration_and_claims(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     status, body = get(agent, "/healthz")
@@ -28,12 +27,10 @@ def test_metrics_and_probes_follow_registration_and_claims(
     status, reason = get(agent, "/readyz")
     assert status == 503 and "not registered with kubelet" in reason
 
-    asyncio.run(kubelet_client.register(agent.dirs.registration_socket))
+    await kubelet_client.register(agent.dirs.registration_socket)
     uid = allocate(claims_api, "measured", {"gpu": "gpu-2"}, pool="node-a")
     missing = ClaimArg("default", "absent", "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10")
-    asyncio.run(
-        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("default", "measured", uid), missing])
-    )
+    await kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("default", "measured", uid), missing])
 
     assert get(agent, "/readyz")[0] == 200
     metrics = agent.scrape()

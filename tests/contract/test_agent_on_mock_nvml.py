@@ -3,7 +3,6 @@ root: it publishes what `--hardware simulated:<same profile>` publishes, prepare
 dynamic MIG devices through NVML, turns an injected XID into a taint, and waits for a driver that
 is not there yet instead of exiting."""
 
-import asyncio
 import json
 import platform
 import signal
@@ -39,6 +38,8 @@ gpus:
 """
 SHARE = "3f0c2a9e-8b7d-4c6e-9a5f-1d2e3c4b5a69"
 WAITING = "the NVIDIA driver is not there yet"
+# Each look after the first, logged at debug level (the agent runs with -v to show them).
+LOOKED_AGAIN = "NVIDIA driver still missing"
 
 
 def agent_on_mock(
@@ -89,7 +90,7 @@ def mig_state(node: MockNode) -> list[str]:
     return node.state_file.read_text().splitlines() if node.state_file.exists() else []
 
 
-def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepares_through_nvml(
+async def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepares_through_nvml(
     nvml_agent: AgentProcess, apiserver: ApiServer, claims_api: client.ResourceV1Api, mock_node: MockNode
 ) -> None:
     dirs = nvml_agent.dirs
@@ -108,7 +109,7 @@ def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepar
     )
     names = {whole: "whole", static: "static", dynamic: "dynamic", vgpu: "vgpu"}
     claims = [ClaimArg("default", name, uid) for uid, name in names.items()]
-    prepared = asyncio.run(kubelet_client.prepare(dirs.dra_socket, "v1", claims))["claims"]
+    prepared = (await kubelet_client.prepare(dirs.dra_socket, "v1", claims))["claims"]
 
     assert {uid: answer["error"] for uid, answer in prepared.items()} == dict.fromkeys(names, "")
     assert mig_state(mock_node)[-2:] == ["gi 2 1 19 3 1", "ci 2 1 0 0"]
@@ -125,7 +126,7 @@ def test_the_agent_on_the_mock_publishes_what_the_simulated_node_does_and_prepar
     vgpu_spec = json.loads((dirs.cdi_dir / f"k8s.{DRIVER}-claim_{vgpu}.json").read_text())
     assert "/dev/nvidia4" in json.dumps(vgpu_spec)
 
-    unprepared = asyncio.run(kubelet_client.unprepare(dirs.dra_socket, "v1", claims))["claims"]
+    unprepared = (await kubelet_client.unprepare(dirs.dra_socket, "v1", claims))["claims"]
     assert unprepared == {uid: {"error": ""} for uid in names}
     assert not any(line.startswith("gi 2 ") for line in mig_state(mock_node))
     assert "gi 0 2 19 2 1" in mig_state(mock_node)  # a static instance stays
@@ -149,7 +150,7 @@ def host_paths(document: object) -> list[str]:
     return found
 
 
-def test_cdi_specs_name_the_driver_root_as_the_host_sees_it_not_as_the_agent_does(
+async def test_cdi_specs_name_the_driver_root_as_the_host_sees_it_not_as_the_agent_does(
     agent_dirs: AgentDirs,
     kubeconfig: Path,
     apiserver: ApiServer,
@@ -166,10 +167,10 @@ def test_cdi_specs_name_the_driver_root_as_the_host_sees_it_not_as_the_agent_doe
     claims = [ClaimArg("default", "whole", whole), ClaimArg("default", "dynamic", dynamic)]
     agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, seen, host_driver_root=host)
     try:
-        prepared = asyncio.run(kubelet_client.prepare(agent_dirs.dra_socket, "v1", claims))["claims"]
+        prepared = (await kubelet_client.prepare(agent_dirs.dra_socket, "v1", claims))["claims"]
         assert {uid: answer["error"] for uid, answer in prepared.items()} == {whole: "", dynamic: ""}
         specs = [json.loads(path.read_text()) for path in sorted(agent_dirs.cdi_dir.glob("*.json"))]
-        asyncio.run(kubelet_client.unprepare(agent_dirs.dra_socket, "v1", claims))
+        await kubelet_client.unprepare(agent_dirs.dra_socket, "v1", claims)
     finally:
         agent.terminate()
 
@@ -222,7 +223,7 @@ def test_a_driver_only_the_roots_loader_cache_names_is_mounted_where_container_l
     assert not [path for path in mounts if path.startswith("/usr/local")]
 
 
-def test_a_sigkill_after_nvml_created_an_instance_leaves_the_mock_whole(
+async def test_a_sigkill_after_nvml_created_an_instance_leaves_the_mock_whole(
     agent_dirs: AgentDirs,
     kubeconfig: Path,
     apiserver: ApiServer,
@@ -236,16 +237,16 @@ def test_a_sigkill_after_nvml_created_an_instance_leaves_the_mock_whole(
         agent_dirs, kubeconfig, mock_node, driver_root, env={"DRA_DRIVER_FAILPOINTS": "prepare.mig-created"}
     )
     with pytest.raises(KubeletClientError):
-        asyncio.run(kubelet_client.prepare(agent_dirs.dra_socket, "v1", claim))
+        await kubelet_client.prepare(agent_dirs.dra_socket, "v1", claim)
     assert doomed.process.wait(30) == -signal.SIGKILL
     assert [line for line in mig_state(mock_node) if line.startswith("gi 3 ")] == ["gi 3 1 9 4 4"]
 
     agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root)
     try:
-        prepared = asyncio.run(kubelet_client.prepare(agent_dirs.dra_socket, "v1", claim))["claims"]
+        prepared = (await kubelet_client.prepare(agent_dirs.dra_socket, "v1", claim))["claims"]
         assert prepared[dynamic]["error"] == ""
         assert [line for line in mig_state(mock_node) if line.startswith("gi 3 ")] == ["gi 3 1 9 4 4"]
-        unprepared = asyncio.run(kubelet_client.unprepare(agent_dirs.dra_socket, "v1", claim))["claims"]
+        unprepared = (await kubelet_client.unprepare(agent_dirs.dra_socket, "v1", claim))["claims"]
         assert unprepared == {dynamic: {"error": ""}}
         assert not any(line.startswith("gi 3 ") for line in mig_state(mock_node))
     finally:
@@ -269,12 +270,13 @@ def test_the_agent_waits_for_the_driver_and_starts_once_it_appears(
 ) -> None:
     driver_root = agent_dirs.root / "driver"
     driver_root.mkdir(parents=True)
-    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False)
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False, more=("-v",))
     try:
         wait_until(lambda: any(e.startswith(WAITING) for e in agent.log_events()), timeout=30)
         with urllib.request.urlopen(f"http://127.0.0.1:{agent.metrics_port()}/healthz", timeout=5) as answer:
             assert answer.status == 200
-        time.sleep(2.5)  # two more looks, logged at debug level only
+        # Two more looks, logged at debug level only.
+        wait_until(lambda: agent.log_events().count(LOOKED_AGAIN) >= 2, timeout=30)
         assert agent.process.poll() is None
 
         make_driver_root(driver_root, DEFAULT_DRIVER_VERSION)
@@ -285,6 +287,7 @@ def test_the_agent_waits_for_the_driver_and_starts_once_it_appears(
         agent.terminate()
     waiting = [line for line in agent.log_lines() if str(line.get("event")).startswith(WAITING)]
     assert len(waiting) == 1
+    assert {line["level"] for line in agent.log_lines() if line.get("event") == LOOKED_AGAIN} == {"debug"}
     assert waiting[0]["event"].startswith(
         f"{WAITING}: libnvidia-ml.so.1 cannot be loaded from driver root {driver_root}; looking again"
     )
@@ -301,11 +304,12 @@ def test_a_signal_while_waiting_for_the_driver_stops_the_agent_at_once(
     a signal meanwhile ends it as a signal to a running agent does, not at kubelet's SIGKILL."""
     driver_root = agent_dirs.root / "driver"
     driver_root.mkdir(parents=True)
-    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False)
+    agent = agent_on_mock(agent_dirs, kubeconfig, mock_node, driver_root, wait=False, more=("-v",))
     try:
         wait_until(lambda: any(e.startswith(WAITING) for e in agent.log_events()), timeout=30)
         agent.wait_for_log("observability endpoint listening")
-        time.sleep(1.5)  # past the first retry: the wait is asleep between looks
+        # Past the first retry: the wait is asleep between looks (it logs a look, then sleeps 2 s).
+        agent.wait_for_log(LOOKED_AGAIN, timeout=30)
         sent = time.monotonic()
         agent.process.send_signal(sig)
         try:

@@ -144,7 +144,7 @@ def keys(entries: list[dict[str, Any]]) -> list[tuple[str, str, str, str | None]
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
-def test_status_appears_after_prepare_with_the_mig_devices_facts(version: str, short_dir: Path) -> None:
+async def test_status_appears_after_prepare_with_the_mig_devices_facts(version: str, short_dir: Path) -> None:
     """On every supported version: the stand-in validates the write strictly, and so does this."""
     with stand_in(version, short_dir) as cluster:
         claim = allocated(cluster, "mig", {"device": "gpu-1-mig-1g10gb-3"})
@@ -158,7 +158,7 @@ def test_status_appears_after_prepare_with_the_mig_devices_facts(version: str, s
                 (gpu,) = [gpu for gpu in await n.hardware.discover() if gpu.mig_instances]
                 return list(outcome.devices[0].cdi_device_ids), gpu.mig_instances[0].uuid
 
-        cdi_ids, mig_uuid = asyncio.run(scenario())
+        cdi_ids, mig_uuid = await scenario()
         (entry,) = devices_of(cluster, "mig")
         gpu_1 = simulated_node("dgx-h100-mig")[1]
         assert keys([entry]) == [(DEFAULT_DRIVER_NAME, "node-a", "gpu-1-mig-1g10gb-3", None)]
@@ -180,7 +180,7 @@ def test_status_appears_after_prepare_with_the_mig_devices_facts(version: str, s
         kubernetes_validate.validate(stored(cluster, "mig"), version, strict=True)
 
 
-def test_the_write_is_queued_and_the_prepare_logged_only_after_kubelet_has_its_answer(
+async def test_the_write_is_queued_and_the_prepare_logged_only_after_kubelet_has_its_answer(
     cluster: Cluster, short_dir: Path
 ) -> None:
     """Both are off the pod-startup path: when the engine's caller (the gRPC handler, which hands
@@ -188,21 +188,17 @@ def test_the_write_is_queued_and_the_prepare_logged_only_after_kubelet_has_its_a
     line still naming its claim."""
     claim = allocated(cluster, "later", {"device": "gpu-0"})
 
-    async def scenario() -> tuple[list[str], list[str]]:
-        async with node(cluster, short_dir, "t4x4", NodeConfig(), settle_seconds=30.0) as n:
-            with structlog.testing.capture_logs([merge_log_context]) as logged:
-                assert (await n.engine.prepare([claim]))[claim[2]].error == ""
-                at_answer = [*n.writer.pending, *(line["event"] for line in logged)]
-                await asyncio.sleep(0)
-                after = [*n.writer.pending, *(f"{line['event']} {line['claim_name']}" for line in logged)]
-            return at_answer, after
-
-    at_answer, after = asyncio.run(scenario())
+    async with node(cluster, short_dir, "t4x4", NodeConfig(), settle_seconds=30.0) as n:
+        with structlog.testing.capture_logs([merge_log_context]) as logged:
+            assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+            at_answer = [*n.writer.pending, *(line["event"] for line in logged)]
+            await asyncio.sleep(0)
+            after = [*n.writer.pending, *(f"{line['event']} {line['claim_name']}" for line in logged)]
     assert at_answer == []
     assert after == [claim[2], "claim prepared later"]
 
 
-def test_a_vgpu_share_reports_its_limits(cluster: Cluster, short_dir: Path) -> None:
+async def test_a_vgpu_share_reports_its_limits(cluster: Cluster, short_dir: Path) -> None:
     share = str(uuid.uuid4())
     claim = allocated(
         cluster,
@@ -210,12 +206,9 @@ def test_a_vgpu_share_reports_its_limits(cluster: Cluster, short_dir: Path) -> N
         {"device": "gpu-2", "shareID": share, "consumedCapacity": {"memory": "8Gi", "cores": "30"}},
     )
 
-    async def scenario() -> None:
-        async with node(cluster, short_dir, "t4x4", CAPACITY) as n:
-            assert (await n.engine.prepare([claim]))[claim[2]].error == ""
-            await n.writer.wait_idle()
-
-    asyncio.run(scenario())
+    async with node(cluster, short_dir, "t4x4", CAPACITY) as n:
+        assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+        await n.writer.wait_idle()
     (entry,) = devices_of(cluster, "vgpu")
     assert keys([entry]) == [(DEFAULT_DRIVER_NAME, "node-a", "gpu-2", share)]
     assert entry["data"]["type"] == "vgpu"
@@ -223,7 +216,7 @@ def test_a_vgpu_share_reports_its_limits(cluster: Cluster, short_dir: Path) -> N
     assert entry["data"]["gpuUUID"] == simulated_node("t4x4")[2].uuid
 
 
-def test_other_drivers_entries_are_kept_and_ours_replaced_not_repeated(
+async def test_other_drivers_entries_are_kept_and_ours_replaced_not_repeated(
     cluster: Cluster, short_dir: Path
 ) -> None:
     claim = allocated(
@@ -243,12 +236,9 @@ def test_other_drivers_entries_are_kept_and_ours_replaced_not_repeated(
     body["status"]["devices"] = [stale_ours, theirs]
     cluster.claims.replace_namespaced_resource_claim_status("shared", "default", body)
 
-    async def scenario() -> None:
-        async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
-            assert (await n.engine.prepare([claim]))[claim[2]].error == ""
-            await n.writer.wait_idle()
-
-    asyncio.run(scenario())
+    async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
+        assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+        await n.writer.wait_idle()
     entries = devices_of(cluster, "shared")
     assert keys(entries) == [
         (DEFAULT_DRIVER_NAME, "node-a", "gpu-0", None),
@@ -261,7 +251,7 @@ def test_other_drivers_entries_are_kept_and_ours_replaced_not_repeated(
 # --- faults -------------------------------------------------------------------------------------
 
 
-def test_5xx_conflicts_lost_answers_and_latency_lose_nothing_and_repeat_nothing(
+async def test_5xx_conflicts_lost_answers_and_latency_lose_nothing_and_repeat_nothing(
     cluster: Cluster, short_dir: Path
 ) -> None:
     claims = [allocated(cluster, f"c{i}", {"device": f"gpu-{i}"}) for i in range(4)]
@@ -273,14 +263,10 @@ def test_5xx_conflicts_lost_answers_and_latency_lose_nothing_and_repeat_nothing(
     faults.conflict_next = 2
     faults.fail_after_commit_next = 1
 
-    async def scenario() -> Node:
-        async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
-            outcomes = await n.engine.prepare(claims)
-            assert all(outcome.error == "" for outcome in outcomes.values()), "prepare never fails"
-            await asyncio.wait_for(n.writer.wait_idle(), 10)
-            return n
-
-    n = asyncio.run(scenario())
+    async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
+        outcomes = await n.engine.prepare(claims)
+        assert all(outcome.error == "" for outcome in outcomes.values()), "prepare never fails"
+        await asyncio.wait_for(n.writer.wait_idle(), 10)
     for i in range(4):
         entries = devices_of(cluster, f"c{i}")
         assert keys(entries) == [(DEFAULT_DRIVER_NAME, "node-a", f"gpu-{i}", None)]
@@ -292,29 +278,27 @@ def test_5xx_conflicts_lost_answers_and_latency_lose_nothing_and_repeat_nothing(
     assert n.writer.pending == frozenset()
 
 
-def test_a_deleted_claims_pending_write_is_dropped(cluster: Cluster, short_dir: Path) -> None:
+async def test_a_deleted_claims_pending_write_is_dropped(cluster: Cluster, short_dir: Path) -> None:
     claim = allocated(cluster, "doomed", {"device": "gpu-1"})
     faults = cluster.server.faults
     faults.fail_methods = frozenset({"PUT"})
     faults.fail_next = 10**6
 
-    async def scenario() -> Node:
-        async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
-            assert (await n.engine.prepare([claim]))[claim[2]].error == "", "a failing write fails no prepare"
-            await until(lambda: n.count("failed") >= 2)
-            assert n.metrics.pending._value.get() == 1
-            cluster.claims.delete_namespaced_resource_claim("doomed", "default")
-            faults.fail_next = 0
-            await asyncio.wait_for(n.writer.wait_idle(), 5)
-            return n
-
-    n = asyncio.run(scenario())
+    async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
+        assert (await n.engine.prepare([claim]))[claim[2]].error == "", "a failing write fails no prepare"
+        await until(lambda: n.count("failed") >= 2)
+        assert n.metrics.pending._value.get() == 1
+        cluster.claims.delete_namespaced_resource_claim("doomed", "default")
+        faults.fail_next = 0
+        await asyncio.wait_for(n.writer.wait_idle(), 5)
     assert n.count("dropped") == 1
     assert n.count("written") == 0
     assert n.metrics.pending._value.get() == 0
 
 
-def test_unprepare_is_never_blocked_by_a_hanging_status_write(cluster: Cluster, short_dir: Path) -> None:
+async def test_unprepare_is_never_blocked_by_a_hanging_status_write(
+    cluster: Cluster, short_dir: Path
+) -> None:
     claim = allocated(cluster, "slow", {"device": "gpu-3"})
     faults = cluster.server.faults
     faults.answer_delay_methods = frozenset({"PUT"})
@@ -322,22 +306,18 @@ def test_unprepare_is_never_blocked_by_a_hanging_status_write(cluster: Cluster, 
 
     puts_before = cluster.server.request_count("PUT", "resourceclaims")  # the allocation's
 
-    async def scenario() -> tuple[float, Node]:
-        async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
-            assert (await n.engine.prepare([claim]))[claim[2]].error == ""
-            await until(lambda: cluster.server.request_count("PUT", "resourceclaims") == puts_before + 1)
-            started = time.monotonic()
-            assert await n.engine.unprepare([claim]) == {claim[2]: ""}
-            took = time.monotonic() - started
-            assert n.writer.pending == frozenset()
-            return took, n
-
-    took, n = asyncio.run(scenario())
+    async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
+        assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+        await until(lambda: cluster.server.request_count("PUT", "resourceclaims") == puts_before + 1)
+        started = time.monotonic()
+        assert await n.engine.unprepare([claim]) == {claim[2]: ""}
+        took = time.monotonic() - started
+        assert n.writer.pending == frozenset()
     assert took < 0.5, f"unprepare took {took:.2f} s behind a status write the server holds 3 s"
     assert n.count("dropped") == 1
 
 
-def test_a_refused_write_is_not_retried(cluster: Cluster, short_dir: Path) -> None:
+async def test_a_refused_write_is_not_retried(cluster: Cluster, short_dir: Path) -> None:
     """403 (RBAC lacks resourceclaims/status or, on 1.36+, resourceclaims/driver): retrying
     cannot help, so the write is given up once and counted."""
     claim = allocated(cluster, "forbidden", {"device": "gpu-0"})
@@ -346,13 +326,9 @@ def test_a_refused_write_is_not_retried(cluster: Cluster, short_dir: Path) -> No
     faults.fail_status = 403
     faults.fail_next = 10**6
 
-    async def scenario() -> Node:
-        async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
-            assert (await n.engine.prepare([claim]))[claim[2]].error == ""
-            await asyncio.wait_for(n.writer.wait_idle(), 5)
-            return n
-
-    n = asyncio.run(scenario())
+    async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
+        assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+        await asyncio.wait_for(n.writer.wait_idle(), 5)
     assert n.count("rejected") == 1
     assert n.count("failed") == 0
     assert faults.fail_next == 10**6 - 1, "one attempt"
@@ -361,13 +337,13 @@ def test_a_refused_write_is_not_retried(cluster: Cluster, short_dir: Path) -> No
 # --- the agent, as deployed ---------------------------------------------------------------------
 
 
-def test_the_node_agent_writes_the_status_of_what_kubelet_prepared(
+async def test_the_node_agent_writes_the_status_of_what_kubelet_prepared(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     uid = allocate(claims_api, "pod-claim", {"gpu": "gpu-5"}, pool="node-a")
 
-    answer = asyncio.run(
-        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("default", "pod-claim", uid)])
+    answer = await kubelet_client.prepare(
+        agent.dirs.dra_socket, "v1", [ClaimArg("default", "pod-claim", uid)]
     )
 
     def entries() -> list[dict[str, Any]]:
@@ -381,7 +357,7 @@ def test_the_node_agent_writes_the_status_of_what_kubelet_prepared(
     assert entry["conditions"][0]["type"] == "Ready"
 
 
-def test_a_claim_unprepared_before_its_status_settles_sends_nothing(
+async def test_a_claim_unprepared_before_its_status_settles_sends_nothing(
     cluster: Cluster, short_dir: Path
 ) -> None:
     """The first attempt waits, so the claims of a burst of pod starts (and of pods that end at
@@ -390,16 +366,12 @@ def test_a_claim_unprepared_before_its_status_settles_sends_nothing(
     claim = allocated(cluster, "brief", {"device": "gpu-2"})
     puts_before = cluster.server.request_count("PUT", "resourceclaims")  # the allocation's
 
-    async def scenario() -> Node:
-        async with node(cluster, short_dir, "t4x4", NodeConfig(), settle_seconds=0.5) as n:
-            assert (await n.engine.prepare([claim]))[claim[2]].error == ""
-            await asyncio.sleep(0.1)
-            assert [task for task in asyncio.all_tasks() if task.get_name().startswith("claim-status-")] == []
-            assert await n.engine.unprepare([claim]) == {claim[2]: ""}
-            await asyncio.sleep(0.6)
-            return n
-
-    n = asyncio.run(scenario())
+    async with node(cluster, short_dir, "t4x4", NodeConfig(), settle_seconds=0.5) as n:
+        assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+        await asyncio.sleep(0.1)
+        assert [task for task in asyncio.all_tasks() if task.get_name().startswith("claim-status-")] == []
+        assert await n.engine.unprepare([claim]) == {claim[2]: ""}
+        await asyncio.sleep(0.6)
     assert cluster.server.request_count("PUT", "resourceclaims") == puts_before
     assert n.count("dropped") == 1
     assert devices_of(cluster, "brief") == []
@@ -421,7 +393,7 @@ def mig_data(outcome_cdi_ids: list[str], mig_uuid: str) -> dict[str, Any]:
     }
 
 
-def test_a_status_lost_to_a_restart_is_written_once_by_the_next_start(
+async def test_a_status_lost_to_a_restart_is_written_once_by_the_next_start(
     cluster: Cluster, short_dir: Path
 ) -> None:
     """The write fails until the agent stops (its pending write dies with it); the next start
@@ -439,7 +411,7 @@ def test_a_status_lost_to_a_restart_is_written_once_by_the_next_start(
             await until(lambda: n.count("failed") >= 2)
             return list(outcome.devices[0].cdi_device_ids)
 
-    cdi_ids = asyncio.run(before_restart())
+    cdi_ids = await before_restart()
     assert devices_of(cluster, "lost") == []
     faults.fail_next = 0
     puts_before = cluster.server.request_count("PUT", "resourceclaims")
@@ -450,7 +422,7 @@ def test_a_status_lost_to_a_restart_is_written_once_by_the_next_start(
             (gpu,) = [gpu for gpu in await n.hardware.discover() if gpu.mig_instances]
             return n, gpu.mig_instances[0].uuid
 
-    n, mig_uuid = asyncio.run(after_restart())
+    n, mig_uuid = await after_restart()
     assert cluster.server.request_count("PUT", "resourceclaims") == puts_before + 1
     assert (n.count("written"), n.count("failed")) == (1, 0)
     (entry,) = devices_of(cluster, "lost")
@@ -468,7 +440,7 @@ def test_a_status_lost_to_a_restart_is_written_once_by_the_next_start(
     }
 
 
-def test_a_start_with_every_status_stored_writes_nothing(cluster: Cluster, short_dir: Path) -> None:
+async def test_a_start_with_every_status_stored_writes_nothing(cluster: Cluster, short_dir: Path) -> None:
     claims = [allocated(cluster, f"kept-{i}", {"device": f"gpu-{i}"}) for i in range(3)]
 
     async def run(prepare: bool) -> Node:
@@ -478,12 +450,12 @@ def test_a_start_with_every_status_stored_writes_nothing(cluster: Cluster, short
             await asyncio.wait_for(n.writer.wait_idle(), 5)
             return n
 
-    assert asyncio.run(run(prepare=True)).count("written") == 3
+    assert (await run(prepare=True)).count("written") == 3
     written = [devices_of(cluster, f"kept-{i}") for i in range(3)]
     puts_before = cluster.server.request_count("PUT", "resourceclaims")
     gets_before = cluster.server.request_count("GET", "resourceclaims")
 
-    n = asyncio.run(run(prepare=False))
+    n = await run(prepare=False)
 
     assert (n.count("unchanged"), n.count("written")) == (3, 0)
     assert cluster.server.request_count("PUT", "resourceclaims") == puts_before
@@ -491,28 +463,25 @@ def test_a_start_with_every_status_stored_writes_nothing(cluster: Cluster, short
     assert [devices_of(cluster, f"kept-{i}") for i in range(3)] == written
 
 
-def test_a_repeated_prepare_writes_a_status_removed_since_and_leaves_a_stored_one(
+async def test_a_repeated_prepare_writes_a_status_removed_since_and_leaves_a_stored_one(
     cluster: Cluster, short_dir: Path
 ) -> None:
     claim = allocated(cluster, "again", {"device": "gpu-2"})
 
-    async def scenario() -> tuple[Node, list[list[dict[str, Any]]]]:
-        seen = []
-        async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
-            for _ in range(2):
-                assert (await n.engine.prepare([claim]))[claim[2]].error == ""
-                await asyncio.wait_for(n.writer.wait_idle(), 5)
-                seen.append(devices_of(cluster, "again"))
-            body = stored(cluster, "again")
-            del body["status"]["devices"]
-            cluster.claims.replace_namespaced_resource_claim_status("again", "default", body)
-            assert devices_of(cluster, "again") == []
+    seen = []
+    async with node(cluster, short_dir, "t4x4", NodeConfig()) as n:
+        for _ in range(2):
             assert (await n.engine.prepare([claim]))[claim[2]].error == ""
             await asyncio.wait_for(n.writer.wait_idle(), 5)
             seen.append(devices_of(cluster, "again"))
-            return n, seen
-
-    n, (first, repeated, rewritten) = asyncio.run(scenario())
+        body = stored(cluster, "again")
+        del body["status"]["devices"]
+        cluster.claims.replace_namespaced_resource_claim_status("again", "default", body)
+        assert devices_of(cluster, "again") == []
+        assert (await n.engine.prepare([claim]))[claim[2]].error == ""
+        await asyncio.wait_for(n.writer.wait_idle(), 5)
+        seen.append(devices_of(cluster, "again"))
+        first, repeated, rewritten = seen
     assert (n.count("written"), n.count("unchanged")) == (2, 1)
     assert repeated == first
     (entry,) = rewritten
@@ -521,7 +490,9 @@ def test_a_repeated_prepare_writes_a_status_removed_since_and_leaves_a_stored_on
     }
 
 
-def test_a_start_with_many_prepared_claims_reads_a_few_at_a_time(cluster: Cluster, short_dir: Path) -> None:
+async def test_a_start_with_many_prepared_claims_reads_a_few_at_a_time(
+    cluster: Cluster, short_dir: Path
+) -> None:
     """The burst after a restart is bounded: while the server holds each GET a second, no more
     than CONCURRENCY of them reach it; the rest follow as turns free up."""
     claims = [
@@ -543,7 +514,7 @@ def test_a_start_with_many_prepared_claims_reads_a_few_at_a_time(cluster: Cluste
             await asyncio.wait_for(n.writer.wait_idle(), 10)
             assert n.count("written") == len(claims)
 
-    asyncio.run(prepare_all())
+    await prepare_all()
     faults = cluster.server.faults
     faults.answer_delay_methods = frozenset({"GET"})
     faults.answer_delay_seconds = 1.0
@@ -558,12 +529,12 @@ def test_a_start_with_many_prepared_claims_reads_a_few_at_a_time(cluster: Cluste
             await asyncio.wait_for(n.writer.wait_idle(), 10)
             return n
 
-    n = asyncio.run(restart())
+    n = await restart()
     assert n.count("unchanged") == len(claims)
     assert cluster.server.request_count("GET", "resourceclaims") == gets + len(claims)
 
 
-def test_the_node_agent_restarted_writes_the_status_it_could_not_write_before(
+async def test_the_node_agent_restarted_writes_the_status_it_could_not_write_before(
     agent: AgentProcess, apiserver: ApiServer, claims_api: client.ResourceV1Api, kubeconfig: Path
 ) -> None:
     uid = allocate(claims_api, "restarted", {"gpu": "gpu-4"}, pool="node-a")
@@ -572,8 +543,8 @@ def test_the_node_agent_restarted_writes_the_status_it_could_not_write_before(
     faults.fail_status = 503
     faults.fail_next = 10**6
 
-    answer = asyncio.run(
-        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("default", "restarted", uid)])
+    answer = await kubelet_client.prepare(
+        agent.dirs.dra_socket, "v1", [ClaimArg("default", "restarted", uid)]
     )
     agent.wait_for_log("claim status write failed; retrying")
     assert agent.terminate() == 0

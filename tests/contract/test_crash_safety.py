@@ -22,10 +22,9 @@ Each claim takes its devices from different GPUs, so the devices of two claims n
 every allocation is valid.
 """
 
-import asyncio
 import random
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -195,21 +194,21 @@ class Node:
         if self._agent is not None and self._agent.process.poll() is None:
             self._agent.terminate(signal.SIGKILL)
 
-    def prepare(self, *claims: Claim) -> dict[str, Any]:
-        answer = asyncio.run(kubelet_client.prepare(self.dirs.dra_socket, "v1", [c.arg for c in claims]))
+    async def prepare(self, *claims: Claim) -> dict[str, Any]:
+        answer = await kubelet_client.prepare(self.dirs.dra_socket, "v1", [c.arg for c in claims])
         claims_answer: dict[str, Any] = answer["claims"]
         return claims_answer
 
-    def unprepare(self, *claims: Claim) -> dict[str, Any]:
-        answer = asyncio.run(kubelet_client.unprepare(self.dirs.dra_socket, "v1", [c.arg for c in claims]))
+    async def unprepare(self, *claims: Claim) -> dict[str, Any]:
+        answer = await kubelet_client.unprepare(self.dirs.dra_socket, "v1", [c.arg for c in claims])
         claims_answer: dict[str, Any] = answer["claims"]
         return claims_answer
 
-    def call_until_killed(self, call: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    async def call_until_killed(self, call: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any] | None:
         """The answer of `call` if the agent survived it; None if the agent died of SIGKILL
         meanwhile, which the failed call alone does not prove."""
         try:
-            answer = call()
+            answer = await call()
         except KubeletClientError:
             returncode = self.agent.process.wait(timeout=30)
             assert returncode == -signal.SIGKILL, self.agent.log_path.read_text()
@@ -298,13 +297,13 @@ def assert_left_behind(state: NodeSnapshot, point: str, times: int, victim: Clai
     assert left_behind == expected
 
 
-def crash_during_prepare(node: Node, point: str, times: int, victim: Claim, bystander: Claim) -> None:
+async def crash_during_prepare(node: Node, point: str, times: int, victim: Claim, bystander: Claim) -> None:
     # The armed agent prepares the bystander first; its passes of the point are counted in, so the
     # victim's prepare is the one cut short.
     node.start(armed=f"{point}@{times + times_reached(point, bystander)}")
-    before = node.prepare(bystander)
+    before = await node.prepare(bystander)
     assert sorted_devices(before[bystander.uid]) == bystander.expected_answer()
-    answer = node.call_until_killed(lambda: node.prepare(victim))
+    answer = await node.call_until_killed(lambda: node.prepare(victim))
     if answer is None:
         assert times <= times_reached(point, victim), "killed at a point the prepare does not pass so often"
         assert_left_behind(snapshot(node.dirs), point, times, victim, bystander)
@@ -319,25 +318,25 @@ def crash_during_prepare(node: Node, point: str, times: int, victim: Claim, byst
     assert_intact(restarted, bystander)
     assert_all_or_nothing(restarted, victim)
 
-    first = node.prepare(victim)
+    first = await node.prepare(victim)
     assert sorted_devices(first[victim.uid]) == victim.expected_answer()
-    assert node.prepare(victim) == first
-    assert node.prepare(bystander) == before
+    assert await node.prepare(victim) == first
+    assert await node.prepare(bystander) == before
     prepared = snapshot(node.dirs)
     assert_at_rest(prepared)
     assert prepared.prepared_uids() == {victim.uid, bystander.uid}
     assert prepared.mig_instances == victim.instances | bystander.instances
 
 
-def crash_during_unprepare(node: Node, point: str, times: int, victim: Claim, bystander: Claim) -> None:
+async def crash_during_unprepare(node: Node, point: str, times: int, victim: Claim, bystander: Claim) -> None:
     # Prepare passes no unprepare point: the armed agent prepares both claims unharmed.
     node.start(armed=f"{point}@{times}")
-    before = node.prepare(victim, bystander)
+    before = await node.prepare(victim, bystander)
     assert {uid: sorted_devices(answer) for uid, answer in before.items()} == {
         victim.uid: victim.expected_answer(),
         bystander.uid: bystander.expected_answer(),
     }
-    answer = node.call_until_killed(lambda: node.unprepare(victim))
+    answer = await node.call_until_killed(lambda: node.unprepare(victim))
     if answer is None:
         assert times <= times_reached(point, victim), "killed at a point the unprepare does not pass so often"
         assert_left_behind(snapshot(node.dirs), point, times, victim, bystander)
@@ -351,20 +350,20 @@ def crash_during_unprepare(node: Node, point: str, times: int, victim: Claim, by
     assert_at_rest(restarted)
     assert_intact(restarted, bystander)
 
-    assert node.unprepare(victim) == {victim.uid: {"error": ""}}
+    assert await node.unprepare(victim) == {victim.uid: {"error": ""}}
     unprepared = snapshot(node.dirs)
     assert_at_rest(unprepared)
     assert victim.uid not in unprepared.records
     assert unprepared.mig_instances == bystander.instances
-    assert node.prepare(bystander) == {bystander.uid: before[bystander.uid]}
+    assert await node.prepare(bystander) == {bystander.uid: before[bystander.uid]}
     # Its placements are free again, so preparing it anew gives the first answer.
-    assert node.prepare(victim) == {victim.uid: before[victim.uid]}
+    assert await node.prepare(victim) == {victim.uid: before[victim.uid]}
 
 
-def empty_the_node(node: Node, *claims: Claim) -> None:
+async def empty_the_node(node: Node, *claims: Claim) -> None:
     """Unprepares every claim of the round, so the next round starts on a bare node: the instances
     re-created after the crash must go like any others."""
-    assert node.unprepare(*claims) == {claim.uid: {"error": ""} for claim in claims}
+    assert await node.unprepare(*claims) == {claim.uid: {"error": ""} for claim in claims}
     emptied = snapshot(node.dirs)
     assert emptied.records == {}
     assert emptied.cdi_files == frozenset()
@@ -385,7 +384,7 @@ def rounds(point: str) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("point", [point for point in failpoints.POINTS if "gpu-mps" not in point])
-def test_a_crash_at_any_step_leaves_the_node_whole(
+async def test_a_crash_at_any_step_leaves_the_node_whole(
     node: Node, claims_api: client.ResourceV1Api, point: str
 ) -> None:
     rng = random.Random(f"crash-safety {point}")
@@ -393,10 +392,10 @@ def test_a_crash_at_any_step_leaves_the_node_whole(
         victim, bystander = random_claims(rng, claims_api, round_number, victim_size)
         try:
             if point.startswith("prepare."):
-                crash_during_prepare(node, point, times, victim, bystander)
+                await crash_during_prepare(node, point, times, victim, bystander)
             else:
-                crash_during_unprepare(node, point, times, victim, bystander)
-            empty_the_node(node, victim, bystander)
+                await crash_during_unprepare(node, point, times, victim, bystander)
+            await empty_the_node(node, victim, bystander)
         except AssertionError as error:
             error.add_note(f"round {round_number}: {point}@{times}; victim {victim}; bystander {bystander}")
             raise

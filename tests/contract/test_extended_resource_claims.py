@@ -4,7 +4,6 @@ through the stand-in API server and the official client, and the claim engine pr
 kubelet would have it prepared: devices for the scheduler's request names, CDI specs with the
 device's environment."""
 
-import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,7 +159,7 @@ def allocator_choice(profile: str, config: NodeConfig, resource: str, count: int
     return chosen[:count]
 
 
-def prepare_through_api(
+async def prepare_through_api(
     server: ApiServer, tmp_path: Path, profile: str, config: NodeConfig, uid: str, name: str
 ) -> PrepareOutcome:
     async def run() -> PrepareOutcome:
@@ -178,7 +177,7 @@ def prepare_through_api(
         finally:
             await kube.close()
 
-    return asyncio.run(run())
+    return await run()
 
 
 def spec_env(tmp_path: Path, uid: str) -> list[str]:
@@ -196,7 +195,7 @@ def spec_env(tmp_path: Path, uid: str) -> list[str]:
     ],
     ids=["whole-gpus", "mig-1g.10gb", "mig-3g.40gb"],
 )
-def test_the_engine_prepares_the_scheduler_claim_for_the_request_kubelet_maps(
+async def test_the_engine_prepares_the_scheduler_claim_for_the_request_kubelet_maps(
     profile: str,
     config: NodeConfig,
     resource: str,
@@ -210,7 +209,7 @@ def test_the_engine_prepares_the_scheduler_claim_for_the_request_kubelet_maps(
     devices = allocator_choice(profile, config, resource, count)
     name, uid = create_and_allocate(claims_api, claim, pod, {"container-0-request-0": devices}, D, POOL)
 
-    outcome = prepare_through_api(server, tmp_path, profile, config, uid, name)
+    outcome = await prepare_through_api(server, tmp_path, profile, config, uid, name)
 
     assert name.startswith("legacy-extended-resources-")
     assert outcome.error == ""

@@ -2,7 +2,6 @@
 MIG instances: the one a prepared claim's record names keeps its placement device, the one made
 by hand is offered as a static device and prepared as one, and no placement overlaps it."""
 
-import asyncio
 from pathlib import Path
 
 from dra_driver import DEFAULT_DRIVER_NAME
@@ -59,32 +58,29 @@ def allocated(name: str, uid: str, device: str) -> dict[str, object]:
     }
 
 
-def test_a_hand_made_instance_is_offered_static_and_a_claimed_one_keeps_its_placement(
+async def test_a_hand_made_instance_is_offered_static_and_a_claimed_one_keeps_its_placement(
     short_dir: Path,
 ) -> None:
     settings = node_settings(short_dir)
     claim = allocated("new", NEW_UID, HAND_MADE)
     source = OfflineClaimSource({("default", "new"): claim})
 
-    async def run() -> None:
-        (gpu,) = await SimulatedBackend(NODE, resolve_node_spec(str(short_dir / "node.yaml"))).discover()
-        claim_holding_the_instance_at_4(settings.state_dir, gpu.uuid)
-        agent = await NodeAgent.start(settings, source)
-        try:
-            inventory = agent.inventory
-            hand_made = inventory.device_by_name[HAND_MADE]
-            assert not hand_made.consumes_counters and "uuid" in hand_made.attributes
-            claimed = inventory.device_by_name[CLAIMED]
-            assert claimed.consumes_counters and "uuid" not in claimed.attributes
-            # Placements only on the claimed instance's slices, 4-7: the hand-made one has 0-3.
-            dynamic = [device for device in inventory.devices if device.consumes_counters]
-            assert {device.attributes["placementStart"] for device in dynamic} <= {4, 5, 6, 7}
-            (counter_set,) = inventory.counter_sets
-            assert [counter_set.counters[f"memory-slice-{i}"] for i in range(8)] == [0] * 4 + [1] * 4
+    (gpu,) = await SimulatedBackend(NODE, resolve_node_spec(str(short_dir / "node.yaml"))).discover()
+    claim_holding_the_instance_at_4(settings.state_dir, gpu.uuid)
+    agent = await NodeAgent.start(settings, source)
+    try:
+        inventory = agent.inventory
+        hand_made = inventory.device_by_name[HAND_MADE]
+        assert not hand_made.consumes_counters and "uuid" in hand_made.attributes
+        claimed = inventory.device_by_name[CLAIMED]
+        assert claimed.consumes_counters and "uuid" not in claimed.attributes
+        # Placements only on the claimed instance's slices, 4-7: the hand-made one has 0-3.
+        dynamic = [device for device in inventory.devices if device.consumes_counters]
+        assert {device.attributes["placementStart"] for device in dynamic} <= {4, 5, 6, 7}
+        (counter_set,) = inventory.counter_sets
+        assert [counter_set.counters[f"memory-slice-{i}"] for i in range(8)] == [0] * 4 + [1] * 4
 
-            outcome = await agent.engine.prepare([RawClaim("default", "new", NEW_UID)])
-            assert outcome[NEW_UID].error == "", outcome
-        finally:
-            await agent.stop()
-
-    asyncio.run(run())
+        outcome = await agent.engine.prepare([RawClaim("default", "new", NEW_UID)])
+        assert outcome[NEW_UID].error == "", outcome
+    finally:
+        await agent.stop()

@@ -10,7 +10,6 @@ with the bystander (the daemon must survive the victim), and the victim is its G
 (its daemon must go with it).
 """
 
-import asyncio
 import json
 import signal
 import uuid
@@ -94,12 +93,12 @@ class Node:
         assert self.agent is not None
         self.agent.terminate(signal.SIGKILL)
 
-    def call(self, verb: str, *shares: Share) -> dict[str, Any] | None:
+    async def call(self, verb: str, *shares: Share) -> dict[str, Any] | None:
         """The claims' answers, or None when the agent was killed meanwhile."""
         assert self.agent is not None
         call = kubelet_client.prepare if verb == "prepare" else kubelet_client.unprepare
         try:
-            answer = asyncio.run(call(self.dirs.dra_socket, "v1", [s.arg for s in shares]))
+            answer = await call(self.dirs.dra_socket, "v1", [s.arg for s in shares])
         except KubeletClientError:
             assert self.agent.process.wait(timeout=30) == -signal.SIGKILL, self.agent.log_path.read_text()
             return None
@@ -145,22 +144,22 @@ def node(short_dir: Path, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.mark.parametrize("victim_device", ["gpu-0", "gpu-1"], ids=["gpu-shared", "gpu-alone"])
 @pytest.mark.parametrize("point", POINTS)
-def test_a_crash_at_any_step_leaves_no_orphan_daemon_and_no_lost_share(
+async def test_a_crash_at_any_step_leaves_no_orphan_daemon_and_no_lost_share(
     node: Node, claims_api: client.ResourceV1Api, point: str, victim_device: str
 ) -> None:
     bystander = share(claims_api, "bystander", "gpu-0")
     victim = share(claims_api, "victim", victim_device)
     if point.startswith("prepare."):
         node.start(armed=f"{point}@2")  # the bystander's prepare passes it once
-        prepared = node.call("prepare", bystander)
+        prepared = await node.call("prepare", bystander)
         assert prepared is not None and prepared[bystander.uid]["error"] == ""
-        answer = node.call("prepare", victim)
+        answer = await node.call("prepare", victim)
         assert answer is None, f"{point} was passed but did not kill"
     else:
         node.start(armed=f"{point}@1")
-        prepared = node.call("prepare", bystander, victim)
+        prepared = await node.call("prepare", bystander, victim)
         assert prepared is not None and all(a["error"] == "" for a in prepared.values())
-        answer = node.call("unprepare", victim)
+        answer = await node.call("unprepare", victim)
         passes = point != "unprepare.gpu-mps-stopped" or victim_device != "gpu-0"
         assert (answer is None) == passes, f"{point}: killed {answer is None}, expected {passes}"
         if answer is not None:
@@ -171,14 +170,14 @@ def test_a_crash_at_any_step_leaves_no_orphan_daemon_and_no_lost_share(
     assert records[bystander.uid]["state"] == "prepared", "the bystander's share was lost"
     assert GPUS["gpu-0"] in records[bystander.uid]["mpsGPUs"]
 
-    first = node.call("prepare", victim)
+    first = await node.call("prepare", victim)
     assert first is not None and first[victim.uid]["error"] == ""
-    assert node.call("prepare", victim) == first
+    assert await node.call("prepare", victim) == first
     records = node.assert_at_rest()
     assert set(records) == {bystander.uid, victim.uid}
 
-    assert node.call("unprepare", victim) == {victim.uid: {"error": ""}}
+    assert await node.call("unprepare", victim) == {victim.uid: {"error": ""}}
     assert set(node.assert_at_rest()) == {bystander.uid}
-    assert node.call("unprepare", bystander) == {bystander.uid: {"error": ""}}
+    assert await node.call("unprepare", bystander) == {bystander.uid: {"error": ""}}
     assert node.assert_at_rest() == {}
     assert node.daemons() == {}, "the last share's unprepare stops its GPU's daemon"

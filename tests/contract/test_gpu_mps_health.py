@@ -48,13 +48,13 @@ def share(api: client.ResourceV1Api, name: str) -> ClaimArg:
     return ClaimArg("default", name, allocate_results(api, name, [result]))
 
 
-def prepare(agent: AgentProcess, claim: ClaimArg) -> None:
-    answer = asyncio.run(kubelet_client.prepare(agent.dirs.dra_socket, "v1", [claim]))
+async def prepare(agent: AgentProcess, claim: ClaimArg) -> None:
+    answer = await kubelet_client.prepare(agent.dirs.dra_socket, "v1", [claim])
     assert answer["claims"][claim.uid]["error"] == "", answer
 
 
-def unprepare(agent: AgentProcess, claims: list[ClaimArg]) -> None:
-    answer = asyncio.run(kubelet_client.unprepare(agent.dirs.dra_socket, "v1", claims))
+async def unprepare(agent: AgentProcess, claims: list[ClaimArg]) -> None:
+    answer = await kubelet_client.unprepare(agent.dirs.dra_socket, "v1", claims)
     assert all(answer["claims"][claim.uid]["error"] == "" for claim in claims), answer
 
 
@@ -93,13 +93,13 @@ def agent(short_dir: Path, kubeconfig: Path) -> Iterator[AgentProcess]:
     agent.terminate()
 
 
-def test_a_dead_gpu_daemon_makes_its_shares_device_unhealthy_until_the_next_prepare_restarts_it(
+async def test_a_dead_gpu_daemon_makes_its_shares_device_unhealthy_until_the_next_prepare_restarts_it(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     first = share(claims_api, "first")
-    prepare(agent, first)
+    await prepare(agent, first)
     socket = agent.dirs.dra_socket
-    healthy = asyncio.run(health_until(socket, lambda devices: "gpu-0" in devices))
+    healthy = await health_until(socket, lambda devices: "gpu-0" in devices)
     assert {name: health for name, (health, _) in healthy.items()} == dict.fromkeys(
         ("gpu-0", "gpu-1", "gpu-2", "gpu-3"), health_pb2.HEALTHY
     )
@@ -111,7 +111,7 @@ def test_a_dead_gpu_daemon_makes_its_shares_device_unhealthy_until_the_next_prep
     os.kill(pid, signal.SIGKILL)
     killed_at = time.monotonic()
 
-    down = asyncio.run(health_until(socket, lambda devices: devices["gpu-0"][0] == health_pb2.UNHEALTHY))
+    down = await health_until(socket, lambda devices: devices["gpu-0"][0] == health_pb2.UNHEALTHY)
     assert time.monotonic() - killed_at < WITHIN
     message = down["gpu-0"][1]
     assert (
@@ -124,12 +124,12 @@ def test_a_dead_gpu_daemon_makes_its_shares_device_unhealthy_until_the_next_prep
     assert daemon_up(agent) == 0
 
     second = share(claims_api, "second")
-    prepare(agent, second)  # restarts the GPU's daemon
-    again = asyncio.run(health_until(socket, lambda devices: devices["gpu-0"][0] == health_pb2.HEALTHY))
+    await prepare(agent, second)  # restarts the GPU's daemon
+    again = await health_until(socket, lambda devices: devices["gpu-0"][0] == health_pb2.HEALTHY)
     assert again["gpu-0"] == (health_pb2.HEALTHY, "")
     assert daemon_pid(MpsDirectories(agent.dirs.root / "mps", key)) not in (None, pid)
     assert daemon_up(agent) == 1
 
     # The daemon outlives the agent, as a real one does: it stops with the GPU's last share.
-    unprepare(agent, [first, second])
+    await unprepare(agent, [first, second])
     assert daemon_pid(MpsDirectories(agent.dirs.root / "mps", key)) is None

@@ -60,24 +60,24 @@ async def next_status(call: Any) -> str:
     return "EOF" if response is grpc.aio.EOF else HealthCheckResponse.ServingStatus.Name(response.status)
 
 
-def test_check_answers_serving_for_the_server_and_each_dra_service(short_dir: Path) -> None:
+async def test_check_answers_serving_for_the_server_and_each_dra_service(short_dir: Path) -> None:
     async def scenario() -> dict[str, str]:
         async with plugin_server(short_dir) as server, health_channel(server.dra_socket) as channel:
             return {service: await check(channel, service) for service in ["", *DRA_SERVICES]}
 
-    assert asyncio.run(scenario()) == dict.fromkeys(["", *DRA_SERVICES], "SERVING")
+    assert await scenario() == dict.fromkeys(["", *DRA_SERVICES], "SERVING")
 
 
 @pytest.mark.parametrize("service", ["v1.DRAPlugin", "grpc.health.v1.Health", "no.such.Service"])
-def test_check_answers_not_found_for_an_unknown_service(short_dir: Path, service: str) -> None:
+async def test_check_answers_not_found_for_an_unknown_service(short_dir: Path, service: str) -> None:
     async def scenario() -> str:
         async with plugin_server(short_dir) as server, health_channel(server.dra_socket) as channel:
             return await check(channel, service)
 
-    assert asyncio.run(scenario()) == "NOT_FOUND"
+    assert await scenario() == "NOT_FOUND"
 
 
-def test_not_serving_until_the_server_has_started(short_dir: Path) -> None:
+async def test_not_serving_until_the_server_has_started(short_dir: Path) -> None:
     async def scenario() -> tuple[str, str]:
         server = build_server(short_dir)
         # No socket listens before start(), so the status is read where the servicer keeps it.
@@ -89,28 +89,25 @@ def test_not_serving_until_the_server_has_started(short_dir: Path) -> None:
         finally:
             await server.stop()
 
-    assert asyncio.run(scenario()) == ("NOT_SERVING", "SERVING")
+    assert await scenario() == ("NOT_SERVING", "SERVING")
 
 
 @pytest.mark.parametrize("service", ["", "v1.DRAResourceHealth"])
-def test_watch_turns_not_serving_when_the_server_stops(short_dir: Path, service: str) -> None:
-    async def scenario() -> tuple[list[str], grpc.StatusCode]:
-        async with plugin_server(short_dir) as server, health_channel(server.dra_socket) as channel:
-            call = watch(channel, service)
-            seen = [await next_status(call)]
-            stopping = asyncio.create_task(server.stop())
-            seen += [await next_status(call), await next_status(call)]
-            await stopping
-            return seen, await call.code()
-
-    seen, code = asyncio.run(scenario())
+async def test_watch_turns_not_serving_when_the_server_stops(short_dir: Path, service: str) -> None:
+    async with plugin_server(short_dir) as server, health_channel(server.dra_socket) as channel:
+        call = watch(channel, service)
+        seen = [await next_status(call)]
+        stopping = asyncio.create_task(server.stop())
+        seen += [await next_status(call), await next_status(call)]
+        await stopping
+        code = await call.code()
 
     # The change arrives before the call ends, and ending it does not wait for the stop's grace.
     assert seen == ["SERVING", "NOT_SERVING", "EOF"]
     assert code == grpc.StatusCode.OK
 
 
-def test_watch_of_an_unknown_service_says_so_and_stays_open(short_dir: Path) -> None:
+async def test_watch_of_an_unknown_service_says_so_and_stays_open(short_dir: Path) -> None:
     async def scenario() -> tuple[str, bool]:
         async with plugin_server(short_dir) as server, health_channel(server.dra_socket) as channel:
             call = watch(channel, "no.such.Service")
@@ -120,12 +117,12 @@ def test_watch_of_an_unknown_service_says_so_and_stays_open(short_dir: Path) -> 
             call.cancel()
             return first, still_open
 
-    assert asyncio.run(scenario()) == ("SERVICE_UNKNOWN", True)
+    assert await scenario() == ("SERVICE_UNKNOWN", True)
 
 
-def test_the_agent_answers_a_probe_on_its_dra_socket(agent: AgentProcess) -> None:
+async def test_the_agent_answers_a_probe_on_its_dra_socket(agent: AgentProcess) -> None:
     async def scenario() -> str:
         async with health_channel(agent.dirs.dra_socket) as channel:
             return await check(channel, "")
 
-    assert asyncio.run(scenario()) == "SERVING"
+    assert await scenario() == "SERVING"

@@ -40,7 +40,7 @@ def problems(agent: NodeAgent) -> dict[tuple[str, str], float]:
     }
 
 
-def test_a_later_config_asking_for_hami_core_without_the_library_leaves_the_gpu_out(
+async def test_a_later_config_asking_for_hami_core_without_the_library_leaves_the_gpu_out(
     short_dir: Path,
 ) -> None:
     settings = node_settings(short_dir)
@@ -62,7 +62,7 @@ def test_a_later_config_asking_for_hami_core_without_the_library_leaves_the_gpu_
         finally:
             await agent.stop()
 
-    logs = asyncio.run(run())
+    logs = await run()
     (reported,) = [entry for entry in logs if str(entry["event"]).startswith("node config problem")]
     assert reported["log_level"] == "error"
     assert reported["setting"] == "gpus[0].vgpu.enforcement" and reported["gpu_index"] == 0
@@ -70,7 +70,7 @@ def test_a_later_config_asking_for_hami_core_without_the_library_leaves_the_gpu_
     assert "needs --hami-core-library" in str(reported["problem"])
 
 
-def test_the_config_the_agent_starts_with_asking_for_hami_core_without_the_library_stops_it(
+async def test_the_config_the_agent_starts_with_asking_for_hami_core_without_the_library_stops_it(
     short_dir: Path,
 ) -> None:
     (short_dir / "node.yaml").write_text(HAMI_ON_GPU_0)
@@ -79,4 +79,4 @@ def test_the_config_the_agent_starts_with_asking_for_hami_core_without_the_libra
     with pytest.raises(
         SetupError, match=r"^vgpu.enforcement: hami-core for GPU 0 .* needs --hami-core-library; "
     ):
-        asyncio.run(NodeAgent.start(settings, OfflineClaimSource({})))
+        await NodeAgent.start(settings, OfflineClaimSource({}))

@@ -13,10 +13,10 @@ import asyncio
 import os
 import re
 from collections import Counter
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -46,8 +46,6 @@ from dra_driver.hardware.simulated_nodes import (
     resolve_node_spec,
 )
 from tests.support.mock_nvml import MockNode, make_driver_root
-
-_T = TypeVar("_T")
 
 NVML = os.environ.get("DRA_DRIVER_TEST_NVML") == "1"
 NVML_MIG = NVML and os.environ.get("DRA_DRIVER_TEST_NVML_MIG") == "1"
@@ -97,32 +95,28 @@ def open_backend(
     return SimulatedBackend(CONTRACT_NODE, resolve_node_spec(CONTRACT_PROFILE))
 
 
-def run(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    return asyncio.run(coroutine)
-
-
-def refused(coroutine: Coroutine[Any, Any, object]) -> HardwareError:
+async def refused(coroutine: Coroutine[Any, Any, object]) -> HardwareError:
     with pytest.raises(HardwareError) as raised:
-        run(coroutine)
+        await coroutine
     return raised.value
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(
+async def backend(
     request: pytest.FixtureRequest, tmp_path: Path, mock_driver_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[HardwareBackend]:
+) -> AsyncIterator[HardwareBackend]:
     opened = open_backend(request.param, tmp_path, mock_driver_root, monkeypatch)
     yield opened
-    run(opened.close())
+    await opened.close()
 
 
 @pytest.fixture(params=MIG_BACKENDS)
-def mig_backend(
+async def mig_backend(
     request: pytest.FixtureRequest, tmp_path: Path, mock_driver_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[HardwareBackend]:
+) -> AsyncIterator[HardwareBackend]:
     opened = open_backend(request.param, tmp_path, mock_driver_root, monkeypatch)
     yield opened
-    run(opened.close())
+    await opened.close()
 
 
 def overlaps(placement: Placement, instances: tuple[MigInstance, ...]) -> bool:
@@ -141,15 +135,15 @@ def free_slot(gpu: Gpu) -> tuple[MigProfile, Placement]:
     raise AssertionError(f"GPU {gpu.index} ({gpu.uuid}) has no free MIG placement; destroy an instance first")
 
 
-def mig_gpu(backend: HardwareBackend) -> Gpu:
+async def mig_gpu(backend: HardwareBackend) -> Gpu:
     """The MIG-enabled GPU with the fewest instances."""
-    enabled = [gpu for gpu in run(backend.discover()) if gpu.mig_mode is MigMode.ENABLED]
+    enabled = [gpu for gpu in await backend.discover() if gpu.mig_mode is MigMode.ENABLED]
     assert enabled, f"{backend.description}: no GPU has MIG mode enabled; the MIG contract needs one"
     return min(enabled, key=lambda gpu: len(gpu.mig_instances))
 
 
-def gpu_by_uuid(backend: HardwareBackend, gpu_uuid: str) -> Gpu:
-    return next(gpu for gpu in run(backend.discover()) if gpu.uuid == gpu_uuid)
+async def gpu_by_uuid(backend: HardwareBackend, gpu_uuid: str) -> Gpu:
+    return next(gpu for gpu in await backend.discover() if gpu.uuid == gpu_uuid)
 
 
 class Created:
@@ -161,37 +155,37 @@ class Created:
         self.gpu = gpu
         self.instances: list[MigInstance] = []
 
-    def __enter__(self) -> "Created":
+    async def __aenter__(self) -> "Created":
         return self
 
-    def create(self, profile: MigProfile, placement: Placement) -> MigInstance:
-        instance = run(self.backend.create_mig_instance(self.gpu.uuid, profile.profile_id, placement))
+    async def create(self, profile: MigProfile, placement: Placement) -> MigInstance:
+        instance = await self.backend.create_mig_instance(self.gpu.uuid, profile.profile_id, placement)
         self.instances.append(instance)
         return instance
 
-    def __exit__(self, *_: object) -> None:
-        present = {i.gpu_instance_id for i in gpu_by_uuid(self.backend, self.gpu.uuid).mig_instances}
+    async def __aexit__(self, *_: object) -> None:
+        present = {i.gpu_instance_id for i in (await gpu_by_uuid(self.backend, self.gpu.uuid)).mig_instances}
         for instance in self.instances:
             if instance.gpu_instance_id in present:
-                run(self.backend.destroy_mig_instance(self.gpu.uuid, instance.gpu_instance_id))
+                await self.backend.destroy_mig_instance(self.gpu.uuid, instance.gpu_instance_id)
 
 
 # --- discovery ----------------------------------------------------------------------------------
 
 
-def test_discover_lists_gpus_by_index_with_unique_identities(backend: HardwareBackend) -> None:
-    gpus = run(backend.discover())
+async def test_discover_lists_gpus_by_index_with_unique_identities(backend: HardwareBackend) -> None:
+    gpus = await backend.discover()
 
     assert gpus, f"{backend.description}: no GPUs"
     assert [gpu.index for gpu in gpus] == list(range(len(gpus)))
     assert len({gpu.uuid for gpu in gpus}) == len(gpus)
     assert len({gpu.pci_bus_id for gpu in gpus}) == len(gpus)
     assert len({gpu.minor for gpu in gpus}) == len(gpus)
-    assert run(backend.discover()) == gpus
+    assert await backend.discover() == gpus
 
 
-def test_discover_reports_sane_device_facts(backend: HardwareBackend) -> None:
-    for gpu in run(backend.discover()):
+async def test_discover_reports_sane_device_facts(backend: HardwareBackend) -> None:
+    for gpu in await backend.discover():
         assert gpu.uuid.startswith("GPU-"), gpu
         assert gpu.memory_bytes > 0
         assert gpu.multiprocessors > 0
@@ -207,8 +201,8 @@ def test_discover_reports_sane_device_facts(backend: HardwareBackend) -> None:
         assert gpu.fabric_clique is None or re.fullmatch(r"[0-9a-f-]{36}\.\d+", gpu.fabric_clique)
 
 
-def test_discover_reports_mig_state_consistently(backend: HardwareBackend) -> None:
-    for gpu in run(backend.discover()):
+async def test_discover_reports_mig_state_consistently(backend: HardwareBackend) -> None:
+    for gpu in await backend.discover():
         if gpu.mig_mode is MigMode.UNSUPPORTED:
             assert (gpu.memory_slices, gpu.mig_profiles) == (0, ())
         if gpu.mig_mode is not MigMode.ENABLED:
@@ -239,13 +233,15 @@ def test_discover_reports_mig_state_consistently(backend: HardwareBackend) -> No
 # --- MIG ----------------------------------------------------------------------------------------
 
 
-def test_a_created_instance_appears_in_discover_where_it_was_asked_for(mig_backend: HardwareBackend) -> None:
-    gpu = mig_gpu(mig_backend)
+async def test_a_created_instance_appears_in_discover_where_it_was_asked_for(
+    mig_backend: HardwareBackend,
+) -> None:
+    gpu = await mig_gpu(mig_backend)
     profile, placement = free_slot(gpu)
 
-    with Created(mig_backend, gpu) as created:
-        instance = created.create(profile, placement)
-        after = gpu_by_uuid(mig_backend, gpu.uuid)
+    async with Created(mig_backend, gpu) as created:
+        instance = await created.create(profile, placement)
+        after = await gpu_by_uuid(mig_backend, gpu.uuid)
 
     assert (instance.profile_id, instance.placement) == (profile.profile_id, placement)
     assert instance.gpu_instance_id not in {i.gpu_instance_id for i in gpu.mig_instances}
@@ -258,80 +254,82 @@ def test_a_created_instance_appears_in_discover_where_it_was_asked_for(mig_backe
     )
 
 
-def test_an_overlapping_instance_is_refused_and_changes_nothing(mig_backend: HardwareBackend) -> None:
-    gpu = mig_gpu(mig_backend)
+async def test_an_overlapping_instance_is_refused_and_changes_nothing(mig_backend: HardwareBackend) -> None:
+    gpu = await mig_gpu(mig_backend)
     profile, placement = free_slot(gpu)
     full_gpu = max(gpu.mig_profiles, key=lambda p: p.compute_slices)
 
-    with Created(mig_backend, gpu) as created:
-        created.create(profile, placement)
-        before = run(mig_backend.discover())
-        same_place = refused(mig_backend.create_mig_instance(gpu.uuid, profile.profile_id, placement))
-        whole_gpu = refused(
+    async with Created(mig_backend, gpu) as created:
+        await created.create(profile, placement)
+        before = await mig_backend.discover()
+        same_place = await refused(mig_backend.create_mig_instance(gpu.uuid, profile.profile_id, placement))
+        whole_gpu = await refused(
             mig_backend.create_mig_instance(gpu.uuid, full_gpu.profile_id, full_gpu.placements[0])
         )
-        after = run(mig_backend.discover())
+        after = await mig_backend.discover()
 
     assert same_place.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES, same_place
     assert whole_gpu.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES, whole_gpu
     assert after == before
 
 
-def test_a_placement_the_profile_does_not_have_is_an_invalid_argument(mig_backend: HardwareBackend) -> None:
-    gpu = mig_gpu(mig_backend)
+async def test_a_placement_the_profile_does_not_have_is_an_invalid_argument(
+    mig_backend: HardwareBackend,
+) -> None:
+    gpu = await mig_gpu(mig_backend)
     profile, start = next(
         (profile, start)
         for profile in gpu.mig_profiles
         for start in range(gpu.memory_slices - profile.placements[0].size + 1)
         if Placement(start, profile.placements[0].size) not in profile.placements
     )
-    before = run(mig_backend.discover())
+    before = await mig_backend.discover()
 
-    error = refused(
+    error = await refused(
         mig_backend.create_mig_instance(
             gpu.uuid, profile.profile_id, Placement(start, profile.placements[0].size)
         )
     )
 
     assert error.reason is HardwareErrorReason.INVALID_ARGUMENT, error
-    assert run(mig_backend.discover()) == before
+    assert await mig_backend.discover() == before
 
 
-def test_a_destroyed_instance_is_gone(mig_backend: HardwareBackend) -> None:
-    gpu = mig_gpu(mig_backend)
+async def test_a_destroyed_instance_is_gone(mig_backend: HardwareBackend) -> None:
+    gpu = await mig_gpu(mig_backend)
     profile, placement = free_slot(gpu)
 
-    with Created(mig_backend, gpu) as created:
-        instance = created.create(profile, placement)
-        run(mig_backend.destroy_mig_instance(gpu.uuid, instance.gpu_instance_id))
-        after = gpu_by_uuid(mig_backend, gpu.uuid)
+    async with Created(mig_backend, gpu) as created:
+        instance = await created.create(profile, placement)
+        await mig_backend.destroy_mig_instance(gpu.uuid, instance.gpu_instance_id)
+        after = await gpu_by_uuid(mig_backend, gpu.uuid)
 
     assert after.mig_instances == gpu.mig_instances
 
 
-def test_destroying_an_unknown_instance_is_not_found(mig_backend: HardwareBackend) -> None:
-    gpu = mig_gpu(mig_backend)
+async def test_destroying_an_unknown_instance_is_not_found(mig_backend: HardwareBackend) -> None:
+    gpu = await mig_gpu(mig_backend)
     absent = max((i.gpu_instance_id for i in gpu.mig_instances), default=0) + 1
 
-    error = refused(mig_backend.destroy_mig_instance(gpu.uuid, absent))
+    error = await refused(mig_backend.destroy_mig_instance(gpu.uuid, absent))
 
     assert error.reason is HardwareErrorReason.NOT_FOUND, error
-    assert gpu_by_uuid(mig_backend, gpu.uuid) == gpu
+    assert await gpu_by_uuid(mig_backend, gpu.uuid) == gpu
 
 
 # --- every shipped profile, faults, events: the simulated backend and NVML over the mock -------
 
 
 @pytest.mark.parametrize("profile", sorted(node_profiles()))
-def test_nvml_over_the_mock_discovers_what_the_simulated_backend_does(
+async def test_nvml_over_the_mock_discovers_what_the_simulated_backend_does(
     profile: str, tmp_path: Path, mock_driver_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nvml, _node = open_mock_nvml(tmp_path, mock_driver_root, monkeypatch, profile)
     simulated = SimulatedBackend(CONTRACT_NODE, resolve_node_spec(profile))
     try:
-        assert run(nvml.discover()) == run(simulated.discover())
+        assert await nvml.discover() == await simulated.discover()
     finally:
-        run(nvml.close())
+        await nvml.close()
 
 
 class Faults:
@@ -372,45 +370,45 @@ class Faults:
 
 
 @pytest.fixture(params=["simulated", "mock-nvml"])
-def faulty(
+async def faulty(
     request: pytest.FixtureRequest, tmp_path: Path, mock_driver_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Faults]:
+) -> AsyncIterator[Faults]:
     if request.param == "simulated":
         opened: HardwareBackend = SimulatedBackend(CONTRACT_NODE, resolve_node_spec(CONTRACT_PROFILE))
         node = None
     else:
         opened, node = open_mock_nvml(tmp_path, mock_driver_root, monkeypatch)
     yield Faults(opened, node)
-    run(opened.close())
+    await opened.close()
 
 
-def test_a_failed_creation_leaves_nothing_behind(faulty: Faults) -> None:
-    gpu = mig_gpu(faulty.backend)
+async def test_a_failed_creation_leaves_nothing_behind(faulty: Faults) -> None:
+    gpu = await mig_gpu(faulty.backend)
     profile, placement = free_slot(gpu)
-    before = run(faulty.backend.discover())
+    before = await faulty.backend.discover()
 
     faulty.fail_compute_instance_creation()
-    error = refused(faulty.backend.create_mig_instance(gpu.uuid, profile.profile_id, placement))
+    error = await refused(faulty.backend.create_mig_instance(gpu.uuid, profile.profile_id, placement))
 
     assert error.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES, error
-    assert run(faulty.backend.discover()) == before
+    assert await faulty.backend.discover() == before
 
 
-def test_a_lost_gpu_leaves_discovery_and_refuses_mig_changes(faulty: Faults) -> None:
-    gpu = mig_gpu(faulty.backend)
+async def test_a_lost_gpu_leaves_discovery_and_refuses_mig_changes(faulty: Faults) -> None:
+    gpu = await mig_gpu(faulty.backend)
     profile, placement = free_slot(gpu)
-    before = run(faulty.backend.discover())
+    before = await faulty.backend.discover()
 
     faulty.lose(gpu)
-    after = run(faulty.backend.discover())
-    create = refused(faulty.backend.create_mig_instance(gpu.uuid, profile.profile_id, placement))
+    after = await faulty.backend.discover()
+    create = await refused(faulty.backend.create_mig_instance(gpu.uuid, profile.profile_id, placement))
 
     assert after == tuple(other for other in before if other.uuid != gpu.uuid)
     assert create.reason is HardwareErrorReason.GPU_LOST, create
 
 
-def test_xids_and_a_lost_gpu_arrive_as_health_events(faulty: Faults) -> None:
-    gpus = run(faulty.backend.discover())
+async def test_xids_and_a_lost_gpu_arrive_as_health_events(faulty: Faults) -> None:
+    gpus = await faulty.backend.discover()
     first, second = gpus[:2]
 
     async def collect() -> list[HealthEvent]:
@@ -425,7 +423,7 @@ def test_xids_and_a_lost_gpu_arrive_as_health_events(faulty: Faults) -> None:
         await source.stop()
         return received
 
-    events = run(collect())
+    events = await collect()
 
     assert [(type(event).__name__, event.gpu_uuid) for event in events] == [
         ("XidEvent", first.uuid),
@@ -435,8 +433,8 @@ def test_xids_and_a_lost_gpu_arrive_as_health_events(faulty: Faults) -> None:
     assert events[0].xid == 48
 
 
-def test_a_gpu_lost_before_the_watch_starts_is_reported(faulty: Faults) -> None:
-    gpus = run(faulty.backend.discover())
+async def test_a_gpu_lost_before_the_watch_starts_is_reported(faulty: Faults) -> None:
+    gpus = await faulty.backend.discover()
     gpu = gpus[3]
     source = faulty.events(gpus)
     faulty.lose(gpu)
@@ -448,7 +446,7 @@ def test_a_gpu_lost_before_the_watch_starts_is_reported(faulty: Faults) -> None:
         await source.stop()
         return event
 
-    event = run(first_event())
+    event = await first_event()
 
     assert (type(event).__name__, event.gpu_uuid) == ("GpuLost", gpu.uuid)
 
@@ -520,7 +518,7 @@ destroy_step = st.tuples(st.just("destroy"), st.integers(1, 8), st.just(0))
 @example(steps=[("create", 1, 0), ("create", 1, 2)])
 @example(steps=[("create", 1, 0), ("create", 3, 1), ("destroy", 1, 0), ("create", 3, 1)])
 def test_simulated_mig_decisions_match_a_brute_force_oracle(model: str, steps: list[Step]) -> None:
-    run(replay(SimulatedBackend("n", one_mig_gpu(model)), model, steps))
+    asyncio.run(replay(SimulatedBackend("n", one_mig_gpu(model)), model, steps))
 
 
 def one_mig_gpu(model: str) -> SimulatedNodeSpec:
@@ -549,9 +547,9 @@ def test_nvml_over_the_mock_makes_the_oracles_mig_decisions(
     os.environ.update(node.environment())
     backend = NvmlBackend(node.pci_devices, mock_driver_root)
     try:
-        run(replay(backend, model, steps))
+        asyncio.run(replay(backend, model, steps))
     finally:
-        run(backend.close())
+        asyncio.run(backend.close())
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)

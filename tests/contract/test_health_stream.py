@@ -102,7 +102,7 @@ async def next_list(call: Any, within: float = PROMPTLY) -> list[dict[str, Any]]
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_the_complete_list_arrives_at_once(short_dir: Path, api: str) -> None:
+async def test_the_complete_list_arrives_at_once(short_dir: Path, api: str) -> None:
     async def scenario() -> list[dict[str, Any]]:
         async with (
             plugin_server(short_dir, HealthBroadcaster(NODE_HEALTH)) as server,
@@ -111,23 +111,23 @@ def test_the_complete_list_arrives_at_once(short_dir: Path, api: str) -> None:
             return await next_list(call)
 
     # Default resend every 10 s, so each device carries a 30 s timeout, kubelet's own default.
-    assert asyncio.run(scenario()) == [
+    assert await scenario() == [
         _device("gpu-0", "HEALTHY", 1_700_000_000, 30),
         _device("gpu-1", "UNHEALTHY", 1_700_000_100, 30, "XID 79: fell off the bus"),
         _device("gpu-2", "UNKNOWN", 1_700_000_200, 30, "not checked yet"),
     ]
 
 
-def test_without_a_broadcaster_the_list_is_empty(short_dir: Path) -> None:
+async def test_without_a_broadcaster_the_list_is_empty(short_dir: Path) -> None:
     async def scenario() -> list[dict[str, Any]]:
         async with plugin_server(short_dir) as server, watch(server.dra_socket, "v1") as call:
             assert server.health.node_health == NodeHealth(pool="")
             return await next_list(call)
 
-    assert asyncio.run(scenario()) == []
+    assert await scenario() == []
 
 
-def test_an_update_reaches_every_open_stream_promptly(short_dir: Path) -> None:
+async def test_an_update_reaches_every_open_stream_promptly(short_dir: Path) -> None:
     # A resend interval far beyond the test: whatever arrives after the first list is the update.
     health = HealthBroadcaster(NODE_HEALTH, resend_seconds=600)
     failed = DeviceHealth(HealthStatus.UNHEALTHY, since=1_700_000_300, message="XID 48: double-bit ECC")
@@ -144,27 +144,24 @@ def test_an_update_reaches_every_open_stream_promptly(short_dir: Path) -> None:
             health.update(updated)
             return [await next_list(alpha), await next_list(v1)]
 
-    for devices in asyncio.run(scenario()):
+    for devices in await scenario():
         # Still the complete list: the unchanged devices come along with the changed one.
         assert [d["device"]["device_name"] for d in devices] == ["gpu-0", "gpu-1", "gpu-2"]
         assert devices[0] == _device("gpu-0", "UNHEALTHY", 1_700_000_300, 1800, "XID 48: double-bit ECC")
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_the_list_is_resent_within_the_interval_without_a_change(short_dir: Path, api: str) -> None:
+async def test_the_list_is_resent_within_the_interval_without_a_change(short_dir: Path, api: str) -> None:
     resend = 0.4
     health = HealthBroadcaster(NODE_HEALTH, resend_seconds=resend)
 
-    async def scenario() -> tuple[list[list[dict[str, Any]]], list[float]]:
-        async with plugin_server(short_dir, health) as server, watch(server.dra_socket, api) as call:
-            lists = [await next_list(call)]
-            arrivals = [time.monotonic()]
-            for _ in range(3):
-                lists.append(await next_list(call, within=resend + PROMPTLY))
-                arrivals.append(time.monotonic())
-            return lists, [later - earlier for earlier, later in itertools.pairwise(arrivals)]
-
-    lists, gaps = asyncio.run(scenario())
+    async with plugin_server(short_dir, health) as server, watch(server.dra_socket, api) as call:
+        lists = [await next_list(call)]
+        arrivals = [time.monotonic()]
+        for _ in range(3):
+            lists.append(await next_list(call, within=resend + PROMPTLY))
+            arrivals.append(time.monotonic())
+        gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
 
     assert all(devices == lists[0] for devices in lists)
     assert len(lists[0]) == 3
@@ -173,7 +170,7 @@ def test_the_list_is_resent_within_the_interval_without_a_change(short_dir: Path
     assert all(resend * 0.75 <= gap <= resend + 1.0 for gap in gaps), gaps
 
 
-def test_messages_are_cut_to_1024_characters(short_dir: Path) -> None:
+async def test_messages_are_cut_to_1024_characters(short_dir: Path) -> None:
     # Multi-byte characters: a cut by bytes would either break one or keep fewer characters.
     long = "€" * 1500
     # A lone surrogate (from text decoded with surrogateescape) cannot be UTF-8 encoded at all.
@@ -193,78 +190,67 @@ def test_messages_are_cut_to_1024_characters(short_dir: Path) -> None:
         async with plugin_server(short_dir, health) as server, watch(server.dra_socket, "v1") as call:
             return await next_list(call)
 
-    messages = [device["message"] for device in asyncio.run(scenario())]
+    messages = [device["message"] for device in await scenario()]
 
     assert messages == ["€" * 1024, "? bad byte", "€" * 1024]
 
 
-def test_a_cancelled_stream_ends_without_leaving_tasks_behind(short_dir: Path) -> None:
+async def test_a_cancelled_stream_ends_without_leaving_tasks_behind(short_dir: Path) -> None:
     health = HealthBroadcaster(NODE_HEALTH, resend_seconds=600)
 
-    async def scenario() -> tuple[int, int, int, list[dict[str, Any]]]:
-        async with (
-            plugin_server(short_dir, health) as server,
-            grpc.aio.insecure_channel(f"unix://{server.dra_socket}") as channel,
-        ):
-            await channel.channel_ready()
-            # Counted, not compared: gRPC replaces its task waiting for the next call with a new one.
-            idle = len(asyncio.all_tasks())
-            stub = v1_grpc.DRAResourceHealthStub(channel)
-            call = stub.NodeWatchResources(v1_pb2.NodeWatchResourcesRequest())
-            await next_list(call)
-            streaming = len(asyncio.all_tasks())
-            call.cancel()
-            assert await call.code() == grpc.StatusCode.CANCELLED
-            for _ in range(int(PROMPTLY / 0.01)):  # the server learns of the cancel asynchronously
-                if len(asyncio.all_tasks()) <= idle:
-                    break
-                await asyncio.sleep(0.01)
-            after = len(asyncio.all_tasks())
-            # The server still streams to a new caller afterwards.
-            again = stub.NodeWatchResources(v1_pb2.NodeWatchResourcesRequest())
-            devices = await next_list(again)
-            again.cancel()
-            return idle, streaming, after, devices
-
-    idle, streaming, after, devices = asyncio.run(scenario())
+    async with (
+        plugin_server(short_dir, health) as server,
+        grpc.aio.insecure_channel(f"unix://{server.dra_socket}") as channel,
+    ):
+        await channel.channel_ready()
+        # Counted, not compared: gRPC replaces its task waiting for the next call with a new one.
+        idle = len(asyncio.all_tasks())
+        stub = v1_grpc.DRAResourceHealthStub(channel)
+        call = stub.NodeWatchResources(v1_pb2.NodeWatchResourcesRequest())
+        await next_list(call)
+        streaming = len(asyncio.all_tasks())
+        call.cancel()
+        assert await call.code() == grpc.StatusCode.CANCELLED
+        for _ in range(int(PROMPTLY / 0.01)):  # the server learns of the cancel asynchronously
+            if len(asyncio.all_tasks()) <= idle:
+                break
+            await asyncio.sleep(0.01)
+        after = len(asyncio.all_tasks())
+        # The server still streams to a new caller afterwards.
+        again = stub.NodeWatchResources(v1_pb2.NodeWatchResourcesRequest())
+        devices = await next_list(again)
+        again.cancel()
 
     assert streaming > idle, "the open stream runs as server tasks"
     assert after == idle
     assert len(devices) == 3
 
 
-def test_stopping_the_server_ends_open_streams_at_once(short_dir: Path) -> None:
-    async def scenario() -> tuple[float, list[tuple[int, Any, grpc.StatusCode]]]:
-        async with (
-            plugin_server(short_dir, HealthBroadcaster(NODE_HEALTH)) as server,
-            watch(server.dra_socket, "v1") as v1,
-            watch(server.dra_socket, "v1alpha1") as alpha,
-        ):
-            await next_list(v1)
-            await next_list(alpha)
-            started = time.monotonic()
-            # The default grace is 20 s: an open stream must not hold the stop that long.
-            await server.stop()
-            took = time.monotonic() - started
-            endings = []
-            for call in (v1, alpha):
-                # The list current at the stop, then the end of the call.
-                last = await next_list(call)
-                endings.append((len(last), await call.read(), await call.code()))
-            return took, endings
-
-    took, endings = asyncio.run(scenario())
+async def test_stopping_the_server_ends_open_streams_at_once(short_dir: Path) -> None:
+    async with (
+        plugin_server(short_dir, HealthBroadcaster(NODE_HEALTH)) as server,
+        watch(server.dra_socket, "v1") as v1,
+        watch(server.dra_socket, "v1alpha1") as alpha,
+    ):
+        await next_list(v1)
+        await next_list(alpha)
+        started = time.monotonic()
+        # The default grace is 20 s: an open stream must not hold the stop that long.
+        await server.stop()
+        took = time.monotonic() - started
+        endings = []
+        for call in (v1, alpha):
+            # The list current at the stop, then the end of the call.
+            last = await next_list(call)
+            endings.append((len(last), await call.read(), await call.code()))
 
     assert took < PROMPTLY
     assert endings == [(3, grpc.aio.EOF, grpc.StatusCode.OK)] * 2
 
 
-def test_registration_lists_the_health_services_after_the_dra_plugin_versions(short_dir: Path) -> None:
-    async def scenario() -> dict[str, Any]:
-        async with plugin_server(short_dir) as server:
-            return await kubelet_client.register(server.registration_socket)
-
-    result = asyncio.run(scenario())
+async def test_registration_lists_the_health_services_after_the_dra_plugin_versions(short_dir: Path) -> None:
+    async with plugin_server(short_dir) as server:
+        result = await kubelet_client.register(server.registration_socket)
 
     assert result["pluginInfo"]["supported_versions"] == [
         "v1.DRAPlugin",
@@ -277,12 +263,9 @@ def test_registration_lists_the_health_services_after_the_dra_plugin_versions(sh
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_the_agent_serves_the_health_stream_on_its_dra_socket(agent: AgentProcess, api: str) -> None:
-    async def scenario() -> list[dict[str, Any]]:
-        async with watch(agent.dirs.dra_socket, api) as call:
-            return await next_list(call)
-
-    devices = asyncio.run(scenario())
+async def test_the_agent_serves_the_health_stream_on_its_dra_socket(agent: AgentProcess, api: str) -> None:
+    async with watch(agent.dirs.dra_socket, api) as call:
+        devices = await next_list(call)
 
     # Whatever the agent knows of its devices: each entry is a device of its own pool.
     assert all(device["device"]["pool_name"] == "node-a" for device in devices), devices

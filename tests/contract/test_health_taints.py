@@ -52,7 +52,7 @@ async def health_snapshot(socket: Path) -> dict[str, int]:
         return {device.device.device_name: device.health for device in first.devices}
 
 
-def test_an_xid_taints_its_gpu_until_it_recovers_and_a_lost_gpu_stays_tainted(
+async def test_an_xid_taints_its_gpu_until_it_recovers_and_a_lost_gpu_stays_tainted(
     apiserver: ApiServer, agent_dirs: AgentDirs, kubeconfig: Path
 ) -> None:
     agent = start_agent(agent_dirs, kubeconfig, extra=("--health-recovery", "2"))
@@ -64,17 +64,17 @@ def test_an_xid_taints_its_gpu_until_it_recovers_and_a_lost_gpu_stays_tainted(
         wait_until(lambda: bool(taints(apiserver)), timeout=10)
         tainted_at = time.monotonic()
         assert taints(apiserver) == {"gpu-1": [(f"{DRIVER}/xid", "48", "NoExecute")]}
-        health = asyncio.run(health_snapshot(agent_dirs.dra_socket))
+        health = await health_snapshot(agent_dirs.dra_socket)
         assert health["gpu-1"] == health_pb2.UNHEALTHY and health["gpu-0"] == health_pb2.HEALTHY
 
         wait_until(lambda: taints(apiserver) == {}, timeout=10)
         assert time.monotonic() - tainted_at >= 1.5, "the taint stayed for the recovery period"
-        assert asyncio.run(health_snapshot(agent_dirs.dra_socket))["gpu-1"] == health_pb2.HEALTHY
+        assert (await health_snapshot(agent_dirs.dra_socket))["gpu-1"] == health_pb2.HEALTHY
 
         inject(agent_dirs, "--gpu", "3", "--xid", "13")  # an application error: ignored
         inject(agent_dirs, "--gpu", "2", "--lost")
         wait_until(lambda: "gpu-2" in taints(apiserver), timeout=10)
-        time.sleep(3)  # longer than the recovery period: a lost GPU does not recover
+        await asyncio.sleep(3)  # longer than the recovery period: a lost GPU does not recover
         assert taints(apiserver) == {"gpu-2": [(f"{DRIVER}/gpu-lost", "true", "NoExecute")]}
     finally:
         agent.terminate()

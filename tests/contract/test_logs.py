@@ -1,8 +1,6 @@
 """The agent's log as a log pipeline reads it: one JSON object per line, and every line about a
 claim names the claim, every line about a device its pool and device."""
 
-import asyncio
-
 from kubernetes import client
 
 from dra_driver.tools import kubelet_client
@@ -24,7 +22,7 @@ PER_CLAIM_EVENTS = {
 }
 
 
-def test_every_line_is_json_and_claim_and_device_lines_carry_their_keys(
+async def test_every_line_is_json_and_claim_and_device_lines_carry_their_keys(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     good = ClaimArg("default", "logged", allocate(claims_api, "logged", {"gpu": "gpu-1"}, pool="node-a"))
@@ -37,7 +35,7 @@ def test_every_line_is_json_and_claim_and_device_lines_carry_their_keys(
         await kubelet_client.prepare(socket, "v1", [taken, missing])
         await kubelet_client.unprepare(socket, "v1", [good, taken])
 
-    asyncio.run(calls())
+    await calls()
     agent.terminate()
 
     lines = agent.log_lines()

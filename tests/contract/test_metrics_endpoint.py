@@ -30,6 +30,7 @@ from dra_driver.observability.server import (
     parse_metrics_address,
 )
 from tests.support.nodes import inventory_for
+from tests.support.waiting import until, wait_until
 
 LOCAL = ListenAddress("127.0.0.1", 0)
 # Proxy variables of the test machine must not route requests to 127.0.0.1 elsewhere.
@@ -161,28 +162,25 @@ def test_healthz_fails_once_the_heartbeat_is_older_than_ten_seconds(endpoint: En
     assert endpoint.get("/healthz")[0] == 200
 
 
-def test_healthz_answers_while_the_event_loop_is_blocked() -> None:
+async def test_healthz_answers_while_the_event_loop_is_blocked() -> None:
     """The endpoint's own threads answer the probe, so a stuck loop is reported, not hidden."""
     readiness = Readiness(stale_after=0.3)
     server = ObservabilityServer(LOCAL, AgentMetrics().registry, readiness)
     server.start()
 
-    async def scenario() -> None:
+    try:
         beating = asyncio.create_task(keep_heartbeat(readiness, interval=0.02))
         try:
-            await asyncio.sleep(0.1)
             assert (await asyncio.to_thread(get, server.port, "/healthz"))[0] == 200
-            # Blocking the loop is the point: no heartbeat runs until the probe has answered.
-            time.sleep(0.6)  # noqa: ASYNC251
+            # Blocking the loop is the point: no heartbeat runs until the probe has answered. The
+            # wait polls without letting the loop run, until the last beat is too old.
+            wait_until(lambda: readiness.liveness_problem() is not None, timeout=5)
             status, _, body = get(server.port, "/healthz")
             assert status == 503, body
-            await asyncio.sleep(0.1)
+            await until(lambda: readiness.liveness_problem() is None)  # the loop beats again
             assert (await asyncio.to_thread(get, server.port, "/healthz"))[0] == 200
         finally:
             beating.cancel()
-
-    try:
-        asyncio.run(scenario())
     finally:
         server.stop()
 

@@ -132,20 +132,20 @@ def test_usage_is_read_per_gpu_and_per_mig_device(node: MockNode, driver_root: P
     assert mig.memory_total_bytes < gpus[0].memory_total_bytes
 
 
-def test_every_nvml_call_of_the_driver_is_in_the_mock_and_reached(
+async def test_every_nvml_call_of_the_driver_is_in_the_mock_and_reached(
     node: MockNode, driver_root: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     calls = tmp_path / "calls"
     monkeypatch.setenv("MOCK_NVML_CALLS", str(calls))
-    asyncio.run(exercise(NvmlBackend(node.pci_devices, driver_root), node))
+    await exercise(NvmlBackend(node.pci_devices, driver_root), node)
     read_usage(node, driver_root)
     # The fabric call answers only on GPUs in an NVLink domain.
     fabric = MockNode.create(tmp_path / "fabric", NODE, "gb200x4")
     for name, value in fabric.environment().items():
         monkeypatch.setenv(name, value)
     backend = NvmlBackend(fabric.pci_devices, driver_root)
-    assert all(gpu.fabric_clique for gpu in asyncio.run(backend.discover()))
-    asyncio.run(backend.close())
+    assert all(gpu.fabric_clique for gpu in await backend.discover())
+    await backend.close()
 
     mock = ctypes.CDLL(str(build_library()))
     reached = set(calls.read_text().split())
@@ -158,7 +158,7 @@ def test_every_nvml_call_of_the_driver_is_in_the_mock_and_reached(
     assert unreached == [], "pynvml functions the driver calls that no test reached on the mock"
 
 
-def test_a_compute_mode_set_stays_with_the_gpu_across_processes_until_set_back(
+async def test_a_compute_mode_set_stays_with_the_gpu_across_processes_until_set_back(
     node: MockNode, driver_root: Path
 ) -> None:
     async def set_then_read_anew() -> None:
@@ -178,24 +178,24 @@ def test_a_compute_mode_set_stays_with_the_gpu_across_processes_until_set_back(
             await again.compute_mode("GPU-00000000-0000-0000-0000-000000000000")
         await again.close()
 
-    asyncio.run(set_then_read_anew())
+    await set_then_read_anew()
 
 
-def test_a_function_the_library_lacks_is_function_not_found(node: MockNode, driver_root: Path) -> None:
+async def test_a_function_the_library_lacks_is_function_not_found(node: MockNode, driver_root: Path) -> None:
     backend = NvmlBackend(node.pci_devices, driver_root)
-    asyncio.run(backend.discover())
+    await backend.discover()
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         with pytest.raises(pynvml.NVMLError) as raised:
             pynvml.nvmlDeviceGetPowerUsage(handle)
         assert raised.value.value == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND
     finally:
-        asyncio.run(backend.close())
+        await backend.close()
 
 
-def test_a_structure_of_another_version_is_refused(node: MockNode, driver_root: Path) -> None:
+async def test_a_structure_of_another_version_is_refused(node: MockNode, driver_root: Path) -> None:
     backend = NvmlBackend(node.pci_devices, driver_root)
-    asyncio.run(backend.discover())
+    await backend.discover()
     try:
         handle = pynvml.nvmlDeviceGetHandleByIndex(0)
         info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
@@ -204,22 +204,21 @@ def test_a_structure_of_another_version_is_refused(node: MockNode, driver_root: 
         function = pynvml._nvmlGetFunctionPointer("nvmlDeviceGetGpuInstanceProfileInfoV")
         assert function(handle, 0, ctypes.byref(info)) == pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
     finally:
-        asyncio.run(backend.close())
+        await backend.close()
 
 
 def inspect_command(*extra: str) -> list[str]:
     return [sys.executable, "-m", "dra_driver", "inspect", "--node-name", NODE, "--hardware", "nvml", *extra]
 
 
-def test_mig_instances_outlive_the_process_that_made_them(node: MockNode, driver_root: Path) -> None:
+async def test_mig_instances_outlive_the_process_that_made_them(node: MockNode, driver_root: Path) -> None:
     backend = NvmlBackend(node.pci_devices, driver_root)
-    gpu = next(
-        g for g in asyncio.run(backend.discover()) if g.mig_mode is MigMode.ENABLED and not g.mig_instances
-    )
-    created = asyncio.run(backend.create_mig_instance(gpu.uuid, 0, Placement(0, 8)))
-    asyncio.run(backend.close())
+    gpu = next(g for g in await backend.discover() if g.mig_mode is MigMode.ENABLED and not g.mig_instances)
+    created = await backend.create_mig_instance(gpu.uuid, 0, Placement(0, 8))
+    await backend.close()
 
-    shown = subprocess.run(
+    shown = await asyncio.to_thread(
+        subprocess.run,
         inspect_command("--driver-root", str(driver_root), "--sysfs-root", str(node.sysfs)),
         capture_output=True,
         text=True,
@@ -274,9 +273,9 @@ def test_the_library_is_found_through_the_roots_loader_cache(tmp_path: Path) -> 
     assert cached_library_paths(b"not a loader cache\0/opt/nvidia/lib/libnvidia-ml.so.1\0") == []
 
 
-def test_a_mig_instance_with_a_process_on_it_is_in_use(node: MockNode, driver_root: Path) -> None:
+async def test_a_mig_instance_with_a_process_on_it_is_in_use(node: MockNode, driver_root: Path) -> None:
     backend = NvmlBackend(node.pci_devices, driver_root)
-    gpu = asyncio.run(backend.discover())[0]
+    gpu = (await backend.discover())[0]
     instance = gpu.mig_instances[0]
     node.run_processes([(0, instance.gpu_instance_id, instance.compute_instance_id, 4242, 2**30)])
     try:
@@ -285,10 +284,10 @@ def test_a_mig_instance_with_a_process_on_it_is_in_use(node: MockNode, driver_ro
         on_gpu = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
         on_mig = pynvml.nvmlDeviceGetComputeRunningProcesses(mig)
         with pytest.raises(HardwareError) as raised:
-            asyncio.run(backend.destroy_mig_instance(gpu.uuid, instance.gpu_instance_id))
-        after = asyncio.run(backend.discover())[0]
+            await backend.destroy_mig_instance(gpu.uuid, instance.gpu_instance_id)
+        after = (await backend.discover())[0]
     finally:
-        asyncio.run(backend.close())
+        await backend.close()
 
     assert [(p.pid, p.usedGpuMemory, p.gpuInstanceId) for p in on_gpu] == [(4242, 2**30, 1)]
     assert [p.pid for p in on_mig] == [4242]
@@ -297,11 +296,13 @@ def test_a_mig_instance_with_a_process_on_it_is_in_use(node: MockNode, driver_ro
     assert after == gpu
 
 
-def test_the_calls_beside_the_drivers_answer_like_the_ones_it_uses(node: MockNode, driver_root: Path) -> None:
+async def test_the_calls_beside_the_drivers_answer_like_the_ones_it_uses(
+    node: MockNode, driver_root: Path
+) -> None:
     """The older and newer variants the mock also exports, through nvidia-ml-py, so that a driver
     change to one of them meets the same node."""
     backend = NvmlBackend(node.pci_devices, driver_root)
-    gpus = asyncio.run(backend.discover())
+    gpus = await backend.discover()
     try:
         empty = next(g for g in gpus if g.mig_mode is MigMode.ENABLED and not g.mig_instances)
         handle = pynvml.nvmlDeviceGetHandleByPciBusId(empty.pci_bus_id)
@@ -326,4 +327,4 @@ def test_the_calls_beside_the_drivers_answer_like_the_ones_it_uses(node: MockNod
         pynvml.nvmlComputeInstanceDestroy(compute_instance)
         pynvml.nvmlGpuInstanceDestroy(gpu_instance)
     finally:
-        asyncio.run(backend.close())
+        await backend.close()

@@ -3,7 +3,6 @@ the claim engine creates the daemon's pod in the stand-in API server, the stand-
 the pod's command (the simulated nvidia-cuda-mps-control in the foreground), and the engine
 talks to the daemon through its socket as it would on a GPU node."""
 
-import asyncio
 import json
 import os
 import shutil
@@ -112,7 +111,7 @@ def pods(server: ApiServer) -> dict[str, dict[str, Any]]:
     return {pod["metadata"]["name"]: pod for pod in server.objects("pods")}
 
 
-def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprepare(
+async def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprepare(
     apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
 ) -> None:
     claims = MemoryClaims()
@@ -121,51 +120,48 @@ def test_a_claims_daemon_runs_in_its_pod_outlives_the_agent_and_goes_with_unprep
     name = daemon_pod_name(uid)
     directories = MpsDirectories(short_dir / "mps", uid)
 
-    async def scenario() -> None:
-        first = Node(short_dir, apiserver, claims)
-        await first.engine.load_state()
-        assert (await first.engine.prepare([claim]))[uid].error == ""
-        pod = pods(apiserver)[name]
-        assert pod["spec"]["nodeName"] == POOL
-        assert pod["spec"]["containers"][0]["image"] == IMAGE
-        assert pod["metadata"]["labels"]["resource.kubernetes.io/claim-uid"] == uid
-        pid = kubelet.pid_of(name)
-        assert pid is not None and pid != os.getpid()
-        # In use: the daemon got the claim's defaults through its socket.
-        settings = json.loads((directories.pipe / SIMULATED_SETTINGS_FILE).read_text())
-        assert settings["pid"] == pid
-        assert settings["active_thread_percentage"] == 40
-        # The claim's whole GPUs run only the MPS server's context while it is prepared.
-        gpu_0, gpu_2 = simulated_node("t4x4")[0].uuid, simulated_node("t4x4")[2].uuid
-        assert [await first.gpus.compute_mode(gpu) for gpu in (gpu_0, gpu_2)] == ["ExclusiveProcess"] * 2
-        assert first.engine.prepared_claims[uid].entries(ComputeModeEntry) == (
-            ComputeModeEntry(gpu_0, "Default"),
-            ComputeModeEntry(gpu_2, "Default"),
-        )
-        await first.close()  # the agent goes (a rolling update)
+    first = Node(short_dir, apiserver, claims)
+    await first.engine.load_state()
+    assert (await first.engine.prepare([claim]))[uid].error == ""
+    pod = pods(apiserver)[name]
+    assert pod["spec"]["nodeName"] == POOL
+    assert pod["spec"]["containers"][0]["image"] == IMAGE
+    assert pod["metadata"]["labels"]["resource.kubernetes.io/claim-uid"] == uid
+    pid = kubelet.pid_of(name)
+    assert pid is not None and pid != os.getpid()
+    # In use: the daemon got the claim's defaults through its socket.
+    settings = json.loads((directories.pipe / SIMULATED_SETTINGS_FILE).read_text())
+    assert settings["pid"] == pid
+    assert settings["active_thread_percentage"] == 40
+    # The claim's whole GPUs run only the MPS server's context while it is prepared.
+    gpu_0, gpu_2 = simulated_node("t4x4")[0].uuid, simulated_node("t4x4")[2].uuid
+    assert [await first.gpus.compute_mode(gpu) for gpu in (gpu_0, gpu_2)] == ["ExclusiveProcess"] * 2
+    assert first.engine.prepared_claims[uid].entries(ComputeModeEntry) == (
+        ComputeModeEntry(gpu_0, "Default"),
+        ComputeModeEntry(gpu_2, "Default"),
+    )
+    await first.close()  # the agent goes (a rolling update)
 
-        second = Node(short_dir, apiserver, claims, gpus=first.gpus)
-        await second.engine.load_state()
-        assert process_alive(pid)
-        assert pods(apiserver)[name]["metadata"]["uid"] == pod["metadata"]["uid"]
-        assert await second.daemons.is_running(uid)
-        # A second prepare (kubelet repeats them) keeps the daemon it finds.
-        assert (await second.engine.prepare([claim]))[uid].error == ""
-        assert kubelet.pid_of(name) == pid
+    second = Node(short_dir, apiserver, claims, gpus=first.gpus)
+    await second.engine.load_state()
+    assert process_alive(pid)
+    assert pods(apiserver)[name]["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert await second.daemons.is_running(uid)
+    # A second prepare (kubelet repeats them) keeps the daemon it finds.
+    assert (await second.engine.prepare([claim]))[uid].error == ""
+    assert kubelet.pid_of(name) == pid
 
-        assert await second.engine.unprepare([claim]) == {uid: ""}
-        assert [await second.gpus.compute_mode(gpu) for gpu in (gpu_0, gpu_2)] == ["Default"] * 2
-        assert name not in pods(apiserver)
-        assert not directories.root.exists()
-        wait_until(lambda: not process_alive(pid), timeout=10)
-        settings_commands = settings["commands"]
-        assert settings_commands == ["set_default_active_thread_percentage 40"]
-        await second.close()
-
-    asyncio.run(scenario())
+    assert await second.engine.unprepare([claim]) == {uid: ""}
+    assert [await second.gpus.compute_mode(gpu) for gpu in (gpu_0, gpu_2)] == ["Default"] * 2
+    assert name not in pods(apiserver)
+    assert not directories.root.exists()
+    wait_until(lambda: not process_alive(pid), timeout=10)
+    settings_commands = settings["commands"]
+    assert settings_commands == ["set_default_active_thread_percentage 40"]
+    await second.close()
 
 
-def test_a_gpus_daemon_for_its_vgpu_shares_runs_in_one_pod_that_outlives_the_agent(
+async def test_a_gpus_daemon_for_its_vgpu_shares_runs_in_one_pod_that_outlives_the_agent(
     apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
 ) -> None:
     """vgpu.enforcement mps with --mps-daemons pod: the GPU's daemon is one pod, named and
@@ -183,31 +179,28 @@ def test_a_gpus_daemon_for_its_vgpu_shares_runs_in_one_pod_that_outlives_the_age
     key = gpu_daemon_key(simulated_node("t4x4")[0].uuid)
     config = NodeConfig(default=GpuSettings(mode="vgpu-capacity", enforcement="mps"))
 
-    async def scenario() -> None:
-        first = Node(short_dir, apiserver, claims, config=config)
-        await first.engine.load_state()
-        outcomes = await first.engine.prepare(shares)
-        assert [outcome.error for outcome in outcomes.values()] == ["", ""]
-        assert [name for name in pods(apiserver) if name.startswith("mps-")] == [daemon_pod_name(key)]
-        pod = pods(apiserver)[daemon_pod_name(key)]
-        assert pod["metadata"]["labels"]["resource.kubernetes.io/claim-uid"] == key
-        pid = kubelet.pid_of(daemon_pod_name(key))
-        await first.close()
+    first = Node(short_dir, apiserver, claims, config=config)
+    await first.engine.load_state()
+    outcomes = await first.engine.prepare(shares)
+    assert [outcome.error for outcome in outcomes.values()] == ["", ""]
+    assert [name for name in pods(apiserver) if name.startswith("mps-")] == [daemon_pod_name(key)]
+    pod = pods(apiserver)[daemon_pod_name(key)]
+    assert pod["metadata"]["labels"]["resource.kubernetes.io/claim-uid"] == key
+    pid = kubelet.pid_of(daemon_pod_name(key))
+    await first.close()
 
-        second = Node(short_dir, apiserver, claims, config=config, gpus=first.gpus)
-        await second.engine.load_state()
-        assert kubelet.pid_of(daemon_pod_name(key)) == pid, "start-up keeps the GPU's daemon"
-        assert await second.engine.unprepare([shares[0]]) == {shares[0][2]: ""}
-        assert daemon_pod_name(key) in pods(apiserver)
-        assert await second.engine.unprepare([shares[1]]) == {shares[1][2]: ""}
-        assert daemon_pod_name(key) not in pods(apiserver)
-        assert not (short_dir / "mps" / key).exists()
-        await second.close()
-
-    asyncio.run(scenario())
+    second = Node(short_dir, apiserver, claims, config=config, gpus=first.gpus)
+    await second.engine.load_state()
+    assert kubelet.pid_of(daemon_pod_name(key)) == pid, "start-up keeps the GPU's daemon"
+    assert await second.engine.unprepare([shares[0]]) == {shares[0][2]: ""}
+    assert daemon_pod_name(key) in pods(apiserver)
+    assert await second.engine.unprepare([shares[1]]) == {shares[1][2]: ""}
+    assert daemon_pod_name(key) not in pods(apiserver)
+    assert not (short_dir / "mps" / key).exists()
+    await second.close()
 
 
-def test_a_daemon_that_does_not_answer_fails_the_prepare_and_leaves_nothing(
+async def test_a_daemon_that_does_not_answer_fails_the_prepare_and_leaves_nothing(
     apiserver: ApiServer, short_dir: Path
 ) -> None:
     """No kubelet runs the pod: it stays Pending and its daemon never answers."""
@@ -215,63 +208,57 @@ def test_a_daemon_that_does_not_answer_fails_the_prepare_and_leaves_nothing(
     claim = mps_claim(claims)
     uid = claim[2]
 
-    async def scenario() -> None:
-        node = Node(short_dir, apiserver, claims, timeout_s=1.5)
-        await node.engine.load_state()
-        error = (await node.engine.prepare([claim]))[uid].error
-        assert f"the MPS control daemon of claim {uid} did not answer on" in error
-        assert f"pod {NAMESPACE}/{daemon_pod_name(uid)}: Pending" in error
-        assert pods(apiserver) == {}
-        assert not MpsDirectories(short_dir / "mps", uid).root.exists()
-        assert node.engine.prepared_claims == {}
-        await node.close()
-
-    asyncio.run(scenario())
+    node = Node(short_dir, apiserver, claims, timeout_s=1.5)
+    await node.engine.load_state()
+    error = (await node.engine.prepare([claim]))[uid].error
+    assert f"the MPS control daemon of claim {uid} did not answer on" in error
+    assert f"pod {NAMESPACE}/{daemon_pod_name(uid)}: Pending" in error
+    assert pods(apiserver) == {}
+    assert not MpsDirectories(short_dir / "mps", uid).root.exists()
+    assert node.engine.prepared_claims == {}
+    await node.close()
 
 
-def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_cut_short(
+async def test_start_up_removes_a_daemon_pod_no_record_owns_and_rolls_back_a_prepare_cut_short(
     apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
 ) -> None:
     claims = MemoryClaims()
     orphan, cut_short = mps_claim(claims), claims.add("other", {"device": "gpu-1"})
 
-    async def scenario() -> None:
-        node = Node(short_dir, apiserver, claims)
-        await node.engine.load_state()
-        assert (await node.engine.prepare([orphan]))[orphan[2]].error == ""
-        records = ClaimRecordStore(short_dir / "state")
-        # A crash after the pod was created and before "prepared" was written: a "preparing"
-        # record naming the daemon; and a crash after the record went but before the pod did.
-        prepared = records.read(orphan[2])
-        assert prepared is not None
-        await records.erase(orphan[2])
-        half = replace(prepared, claim=replace(prepared.claim, name=cut_short[1], uid=cut_short[2]))
-        gpu_1 = simulated_node("t4x4")[1].uuid
-        await records.write(
-            replace(
-                half,
-                state="preparing",
-                devices=(),
-                effects=(*half.effects, ComputeModeEntry(gpu_1, "Prohibited")),
-            )
+    node = Node(short_dir, apiserver, claims)
+    await node.engine.load_state()
+    assert (await node.engine.prepare([orphan]))[orphan[2]].error == ""
+    records = ClaimRecordStore(short_dir / "state")
+    # A crash after the pod was created and before "prepared" was written: a "preparing"
+    # record naming the daemon; and a crash after the record went but before the pod did.
+    prepared = records.read(orphan[2])
+    assert prepared is not None
+    await records.erase(orphan[2])
+    half = replace(prepared, claim=replace(prepared.claim, name=cut_short[1], uid=cut_short[2]))
+    gpu_1 = simulated_node("t4x4")[1].uuid
+    await records.write(
+        replace(
+            half,
+            state="preparing",
+            devices=(),
+            effects=(*half.effects, ComputeModeEntry(gpu_1, "Prohibited")),
         )
-        await node.gpus.set_compute_mode(gpu_1, "ExclusiveProcess")
-        spec = MpsDirectories(short_dir / "mps", cut_short[2])
-        started = await _start_daemon(node, spec)
-        assert set(pods(apiserver)) == {daemon_pod_name(orphan[2]), daemon_pod_name(cut_short[2])}
-        # The orphan's directories are gone too (the node's /run was lost): only its pod is left.
-        shutil.rmtree(MpsDirectories(short_dir / "mps", orphan[2]).root)
-        await node.close()
+    )
+    await node.gpus.set_compute_mode(gpu_1, "ExclusiveProcess")
+    spec = MpsDirectories(short_dir / "mps", cut_short[2])
+    started = await _start_daemon(node, spec)
+    assert set(pods(apiserver)) == {daemon_pod_name(orphan[2]), daemon_pod_name(cut_short[2])}
+    # The orphan's directories are gone too (the node's /run was lost): only its pod is left.
+    shutil.rmtree(MpsDirectories(short_dir / "mps", orphan[2]).root)
+    await node.close()
 
-        restarted = Node(short_dir, apiserver, claims, gpus=node.gpus)
-        await restarted.engine.load_state()
-        assert pods(apiserver) == {}
-        assert await restarted.gpus.compute_mode(gpu_1) == "Prohibited"  # what the record said
-        assert records.read(cut_short[2]) is None
-        wait_until(lambda: not any(process_alive(pid) for pid in started), timeout=10)
-        await restarted.close()
-
-    asyncio.run(scenario())
+    restarted = Node(short_dir, apiserver, claims, gpus=node.gpus)
+    await restarted.engine.load_state()
+    assert pods(apiserver) == {}
+    assert await restarted.gpus.compute_mode(gpu_1) == "Prohibited"  # what the record said
+    assert records.read(cut_short[2]) is None
+    wait_until(lambda: not any(process_alive(pid) for pid in started), timeout=10)
+    await restarted.close()
 
 
 async def _start_daemon(node: Node, directories: MpsDirectories) -> list[int]:
@@ -288,7 +275,7 @@ async def _start_daemon(node: Node, directories: MpsDirectories) -> list[int]:
 # --- The agent process (`dra-driver node --mps-daemons pod`) -------------------------------------
 
 
-def test_the_agent_runs_a_claims_daemon_in_a_pod_that_outlives_a_kill_9_of_the_agent(
+async def test_the_agent_runs_a_claims_daemon_in_a_pod_that_outlives_a_kill_9_of_the_agent(
     apiserver: ApiServer,
     kubeconfig: Path,
     claims_api: client.ResourceV1Api,
@@ -310,7 +297,7 @@ def test_the_agent_runs_a_claims_daemon_in_a_pod_that_outlives_a_kill_9_of_the_a
     name = daemon_pod_name(uid)
     agent = start_agent(dirs, kubeconfig, extra=options)
     try:
-        answer = asyncio.run(kubelet_client.prepare(dirs.dra_socket, "v1", [claim]))["claims"][uid]
+        answer = (await kubelet_client.prepare(dirs.dra_socket, "v1", [claim]))["claims"][uid]
         assert answer["error"] == "", agent.log_path.read_text()
         pod = pods(apiserver)[name]
         pid = kubelet.pid_of(name)
@@ -326,7 +313,7 @@ def test_the_agent_runs_a_claims_daemon_in_a_pod_that_outlives_a_kill_9_of_the_a
         assert process_alive(pid) and kubelet.pid_of(name) == pid
         assert pods(apiserver)[name]["metadata"]["uid"] == pod["metadata"]["uid"]
 
-        unprepared = asyncio.run(kubelet_client.unprepare(dirs.dra_socket, "v1", [claim]))["claims"]
+        unprepared = (await kubelet_client.unprepare(dirs.dra_socket, "v1", [claim]))["claims"]
         assert unprepared == {uid: {"error": ""}}
         assert name not in pods(apiserver)
         wait_until(lambda: not process_alive(pid), timeout=10)
@@ -334,26 +321,23 @@ def test_the_agent_runs_a_claims_daemon_in_a_pod_that_outlives_a_kill_9_of_the_a
         agent.terminate()
 
 
-def test_start_up_does_not_wait_for_the_api_server_to_list_daemon_pods(
+async def test_start_up_does_not_wait_for_the_api_server_to_list_daemon_pods(
     apiserver: ApiServer, short_dir: Path
 ) -> None:
     """A leftover daemon directory is still swept; the pods are looked for at the next start."""
     leftover = MpsDirectories(short_dir / "mps", "6a0e1c2b-3d4f-4a5b-8c6d-7e8f9a0b1c2d")
     leftover.pipe.mkdir(parents=True)
 
-    async def scenario() -> None:
-        node = Node(short_dir, apiserver, MemoryClaims())
-        apiserver.faults.fail_next, apiserver.faults.fail_status = 1, 503
-        apiserver.faults.fail_methods = frozenset({"GET"})
-        await node.engine.load_state()
-        assert not leftover.root.exists()
-        assert apiserver.faults.fail_next == 0  # the list was tried, and refused
-        await node.close()
-
-    asyncio.run(scenario())
+    node = Node(short_dir, apiserver, MemoryClaims())
+    apiserver.faults.fail_next, apiserver.faults.fail_status = 1, 503
+    apiserver.faults.fail_methods = frozenset({"GET"})
+    await node.engine.load_state()
+    assert not leftover.root.exists()
+    assert apiserver.faults.fail_next == 0  # the list was tried, and refused
+    await node.close()
 
 
-def test_a_dead_daemons_pod_is_replaced_and_a_pod_someone_deleted_does_not_stop_unprepare(
+async def test_a_dead_daemons_pod_is_replaced_and_a_pod_someone_deleted_does_not_stop_unprepare(
     apiserver: ApiServer, kubelet: StandInKubelet, short_dir: Path
 ) -> None:
     claims = MemoryClaims()
@@ -362,28 +346,25 @@ def test_a_dead_daemons_pod_is_replaced_and_a_pod_someone_deleted_does_not_stop_
     directories = MpsDirectories(short_dir / "mps", uid)
     gpu = simulated_node("t4x4")[0].uuid
 
-    async def scenario() -> None:
-        node = Node(short_dir, apiserver, claims)
-        await node.engine.load_state()
-        await node.daemons.start(MpsDaemonSpec(directories, (gpu,), active_thread_percentage=10))
-        first_pod, first_pid = pods(apiserver)[name]["metadata"]["uid"], kubelet.pid_of(name)
-        assert first_pid is not None
-        os.kill(first_pid, signal.SIGKILL)
-        wait_until(lambda: pods(apiserver)[name].get("status", {}).get("phase") == "Failed", timeout=10)
-        assert not await node.daemons.is_running(uid)
+    node = Node(short_dir, apiserver, claims)
+    await node.engine.load_state()
+    await node.daemons.start(MpsDaemonSpec(directories, (gpu,), active_thread_percentage=10))
+    first_pod, first_pid = pods(apiserver)[name]["metadata"]["uid"], kubelet.pid_of(name)
+    assert first_pid is not None
+    os.kill(first_pid, signal.SIGKILL)
+    wait_until(lambda: pods(apiserver)[name].get("status", {}).get("phase") == "Failed", timeout=10)
+    assert not await node.daemons.is_running(uid)
 
-        await node.daemons.start(MpsDaemonSpec(directories, (gpu,), active_thread_percentage=10))
-        assert pods(apiserver)[name]["metadata"]["uid"] != first_pod
-        assert await node.daemons.is_running(uid)
-        settings = json.loads((directories.pipe / SIMULATED_SETTINGS_FILE).read_text())
-        assert settings["commands"] == ["set_default_active_thread_percentage 10"]
+    await node.daemons.start(MpsDaemonSpec(directories, (gpu,), active_thread_percentage=10))
+    assert pods(apiserver)[name]["metadata"]["uid"] != first_pod
+    assert await node.daemons.is_running(uid)
+    settings = json.loads((directories.pipe / SIMULATED_SETTINGS_FILE).read_text())
+    assert settings["commands"] == ["set_default_active_thread_percentage 10"]
 
-        second_pid = kubelet.pid_of(name)
-        assert second_pid is not None and second_pid != first_pid
-        await node.pods.delete(name)  # an administrator's doing
-        wait_until(lambda: not process_alive(second_pid), timeout=10)
-        await node.daemons.stop(uid)
-        assert not directories.root.exists()
-        await node.close()
-
-    asyncio.run(scenario())
+    second_pid = kubelet.pid_of(name)
+    assert second_pid is not None and second_pid != first_pid
+    await node.pods.delete(name)  # an administrator's doing
+    wait_until(lambda: not process_alive(second_pid), timeout=10)
+    await node.daemons.stop(uid)
+    assert not directories.root.exists()
+    await node.close()

@@ -3,10 +3,8 @@ the Node's label picks the config, a label change or a changed file is published
 restart, a config that does not fit a GPU leaves that GPU out with a Warning Event and a metric
 while the agent serves on, and a GPU whose plan changes while a claim uses it waits for the claim."""
 
-import asyncio
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +69,13 @@ def problem_metrics(agent: AgentProcess) -> dict[tuple[str, str], float]:
     }
 
 
-def prepare(agent: AgentProcess, claim: ClaimArg) -> dict[str, Any]:
-    answer: dict[str, Any] = asyncio.run(kubelet_client.prepare(agent.dirs.dra_socket, "v1", [claim]))
+async def prepare(agent: AgentProcess, claim: ClaimArg) -> dict[str, Any]:
+    answer: dict[str, Any] = await kubelet_client.prepare(agent.dirs.dra_socket, "v1", [claim])
     return answer["claims"][claim.uid]  # type: ignore[no-any-return]
 
 
-def unprepare(agent: AgentProcess, claim: ClaimArg) -> dict[str, Any]:
-    answer: dict[str, Any] = asyncio.run(kubelet_client.unprepare(agent.dirs.dra_socket, "v1", [claim]))
+async def unprepare(agent: AgentProcess, claim: ClaimArg) -> dict[str, Any]:
+    answer: dict[str, Any] = await kubelet_client.unprepare(agent.dirs.dra_socket, "v1", [claim])
     return answer["claims"][claim.uid]  # type: ignore[no-any-return]
 
 
@@ -110,7 +108,7 @@ def test_a_label_change_and_a_changed_file_are_published_without_a_restart(
         assert agent.terminate() == 0
 
 
-def test_a_gpu_the_config_does_not_fit_is_left_out_reported_and_the_agent_serves_on(
+async def test_a_gpu_the_config_does_not_fit_is_left_out_reported_and_the_agent_serves_on(
     apiserver: ApiServer,
     agent_dirs: AgentDirs,
     kubeconfig: Path,
@@ -137,7 +135,7 @@ def test_a_gpu_the_config_does_not_fit_is_left_out_reported_and_the_agent_serves
         # The agent serves: a claim on a GPU that fits is prepared.
         uid = allocate(claims_api, "on-l4", {"gpu": "gpu-6"}, pool=NODE_NAME)
         claim = ClaimArg("default", "on-l4", uid)
-        assert prepare(agent, claim)["error"] == ""
+        assert (await prepare(agent, claim))["error"] == ""
 
         # The file turns malformed: nothing is offered from it, the prepared claim stands.
         write_configmap(configs, {"dynamic.yaml": "gpus: [{model: A100, mode: mig-dynamic}]\n"})
@@ -159,12 +157,12 @@ def test_a_gpu_the_config_does_not_fit_is_left_out_reported_and_the_agent_serves
         write_configmap(configs, {"dynamic.yaml": "{}\n", "absent.yaml": "default: {mode: auto}\n"})
         publishes(apiserver, AUTO)
         assert problem_metrics(agent) == {}
-        assert unprepare(agent, claim)["error"] == ""
+        assert (await unprepare(agent, claim))["error"] == ""
     finally:
         assert agent.terminate() == 0
 
 
-def test_a_gpu_whose_mode_changes_under_a_prepared_claim_waits_for_the_claim(
+async def test_a_gpu_whose_mode_changes_under_a_prepared_claim_waits_for_the_claim(
     apiserver: ApiServer,
     agent_dirs: AgentDirs,
     kubeconfig: Path,
@@ -179,7 +177,7 @@ def test_a_gpu_whose_mode_changes_under_a_prepared_claim_waits_for_the_claim(
         publishes(apiserver, AUTO)
         uid = allocate(claims_api, "whole", {"gpu": "gpu-6"}, pool=NODE_NAME)
         claim = ClaimArg("default", "whole", uid)
-        assert prepare(agent, claim)["error"] == ""
+        assert (await prepare(agent, claim))["error"] == ""
 
         # A restarted agent cannot know the plan the claim was prepared under: it offers the GPU
         # as the config says, without waiting.
@@ -193,7 +191,7 @@ def test_a_gpu_whose_mode_changes_under_a_prepared_claim_waits_for_the_claim(
         agent.wait_for_log(
             "GPU offers nothing until the claims that use it are unprepared; then its new config applies"
         )
-        assert unprepare(agent, claim)["error"] == ""
+        assert (await unprepare(agent, claim))["error"] == ""
         publishes(apiserver, {**AUTO, 6: {"vgpu"}, 7: {"vgpu"}})
     finally:
         assert agent.terminate() == 0
@@ -281,8 +279,8 @@ def test_a_fallback_on_kubernetes_1_34_keeps_a_faulty_gpu_within_its_four_taints
             wait_until(lambda: agent.log_events().count("device health changed") == len(MANY_XIDS))
             wait_until(lambda: taint_counts(server) == {"gpu-6": 4})
             set_label(server, "l4")
-            agent.wait_for_log("GPU offered differently: the cluster cannot use a feature", CHANGE_SECONDS)
-            time.sleep(2)  # the re-planned inventory is written at once
+            agent.wait_for_log(FALLBACK, CHANGE_SECONDS)
+            wait_until(lambda: replan_published(agent), timeout=CHANGE_SECONDS)
             counts = taint_counts(server)
             assert counts and set(counts.values()) == {4}, counts
             assert "resourceslice sync failed; retrying" not in agent.log_events()
@@ -291,6 +289,23 @@ def test_a_fallback_on_kubernetes_1_34_keeps_a_faulty_gpu_within_its_four_taints
             assert agent.terminate() == 0
     finally:
         server.stop()
+
+
+FALLBACK = "GPU offered differently: the cluster cannot use a feature"
+
+
+def replan_published(agent: AgentProcess) -> bool:
+    """Whether the inventory re-planned at the last fallback has been written: a publish after it
+    of a newer generation than any before it (a sync under way at the fallback writes the old one)."""
+    lines = agent.log_lines()
+    at = max(i for i, line in enumerate(lines) if line.get("event") == FALLBACK)
+    generations = [
+        (i > at, line["generation"])
+        for i, line in enumerate(lines)
+        if line.get("event") == "resourceslices published"
+    ]
+    before = max((generation for after, generation in generations if not after), default=0)
+    return any(after and generation > before for after, generation in generations)
 
 
 def taint_counts(server: ApiServer) -> dict[str, int]:

@@ -53,9 +53,9 @@ def label_seen(seen: list[NodeFacts], value: str | None) -> bool:
     return bool(seen) and seen[-1].labels.get(LABEL) == value
 
 
-def test_label_changes_of_its_own_node_are_seen(apiserver: ApiServer) -> None:
+async def test_label_changes_of_its_own_node_are_seen(apiserver: ApiServer) -> None:
     add_node(apiserver, "node-b")
-    asyncio.run(_own_node_only(apiserver))
+    await _own_node_only(apiserver)
     assert apiserver.request_count("WATCH", "nodes") >= 1
 
 
@@ -73,8 +73,8 @@ async def _own_node_only(apiserver: ApiServer) -> None:
 
 
 @pytest.mark.parametrize("break_it", ["drop", "expire", "compacted"])
-def test_the_watch_survives_the_api_server(apiserver: ApiServer, break_it: str) -> None:
-    asyncio.run(_survives(apiserver, break_it))
+async def test_the_watch_survives_the_api_server(apiserver: ApiServer, break_it: str) -> None:
+    await _survives(apiserver, break_it)
 
 
 async def _survives(apiserver: ApiServer, break_it: str) -> None:

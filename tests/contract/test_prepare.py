@@ -1,11 +1,10 @@
 """NodePrepareResources / NodeUnprepareResources over the real DRA socket, for both API versions,
 with claims served by the stand-in API server through the official client."""
 
-import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +27,14 @@ KIND = "k8s.gpu.dra-driver.dev/claim"
 APIS: list[DraApi] = ["v1", "v1beta1"]
 
 
-def prepare(agent: AgentProcess, api: DraApi, *claims: ClaimArg) -> dict[str, Any]:
-    answer = asyncio.run(kubelet_client.prepare(agent.dirs.dra_socket, api, list(claims)))
+async def prepare(agent: AgentProcess, api: DraApi, *claims: ClaimArg) -> dict[str, Any]:
+    answer = await kubelet_client.prepare(agent.dirs.dra_socket, api, list(claims))
     claims_answer: dict[str, Any] = answer["claims"]
     return claims_answer
 
 
-def unprepare(agent: AgentProcess, api: DraApi, *claims: ClaimArg) -> dict[str, Any]:
-    answer = asyncio.run(kubelet_client.unprepare(agent.dirs.dra_socket, api, list(claims)))
+async def unprepare(agent: AgentProcess, api: DraApi, *claims: ClaimArg) -> dict[str, Any]:
+    answer = await kubelet_client.unprepare(agent.dirs.dra_socket, api, list(claims))
     claims_answer: dict[str, Any] = answer["claims"]
     return claims_answer
 
@@ -62,9 +61,9 @@ def apiserver(shared_node: tuple[ApiServer, AgentProcess]) -> ApiServer:
 
 
 @pytest.fixture
-def agent(
+async def agent(
     shared_node: tuple[ApiServer, AgentProcess], claims_api: client.ResourceV1Api
-) -> Iterator[AgentProcess]:
+) -> AsyncIterator[AgentProcess]:
     """The shared agent, handed back as a fresh one would be: every claim it holds unprepared, no
     claim in the API server, no fault armed."""
     server, shared = shared_node
@@ -75,7 +74,7 @@ def agent(
         ClaimArg(**json.loads(path.read_text())["claim"])
         for path in (shared.dirs.state_dir / "claims").glob("*.json")
     ]
-    assert unprepare(shared, "v1", *held) == {claim.uid: {"error": ""} for claim in held}
+    assert await unprepare(shared, "v1", *held) == {claim.uid: {"error": ""} for claim in held}
     for claim in claims_api.list_namespaced_resource_claim("default").items:
         claims_api.delete_namespaced_resource_claim(claim.metadata.name, "default")
     assert not shared.dirs.cdi_dir.exists() or not any(shared.dirs.cdi_dir.iterdir())
@@ -105,12 +104,12 @@ def cdi_spec(dirs: AgentDirs, uid: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_prepare_returns_devices_writes_cdi_spec_and_record(
+async def test_prepare_returns_devices_writes_cdi_spec_and_record(
     agent: AgentProcess, claims_api: client.ResourceV1Api, api: DraApi
 ) -> None:
     uid = allocate(claims_api, "one", {"gpu": "gpu-3"}, pool="node-a")
 
-    answer = prepare(agent, api, ClaimArg("default", "one", uid))
+    answer = await prepare(agent, api, ClaimArg("default", "one", uid))
 
     assert answer == {
         uid: {
@@ -137,45 +136,47 @@ def test_prepare_returns_devices_writes_cdi_spec_and_record(
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_prepare_and_unprepare_are_idempotent(
+async def test_prepare_and_unprepare_are_idempotent(
     agent: AgentProcess, claims_api: client.ResourceV1Api, api: DraApi
 ) -> None:
     uid = allocate(claims_api, "twice", {"gpu": "gpu-1"}, pool="node-a")
     claim = ClaimArg("default", "twice", uid)
 
-    first = prepare(agent, api, claim)
-    assert prepare(agent, api, claim) == first
+    first = await prepare(agent, api, claim)
+    assert await prepare(agent, api, claim) == first
     assert first[uid]["error"] == ""
 
-    assert unprepare(agent, api, claim) == {uid: {"error": ""}}
-    assert unprepare(agent, api, claim) == {uid: {"error": ""}}
+    assert await unprepare(agent, api, claim) == {uid: {"error": ""}}
+    assert await unprepare(agent, api, claim) == {uid: {"error": ""}}
     assert not (agent.dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json").exists()
     assert not (agent.dirs.state_dir / "claims" / f"{uid}.json").exists()
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_unprepare_of_an_unknown_claim_succeeds(agent: AgentProcess, api: DraApi) -> None:
+async def test_unprepare_of_an_unknown_claim_succeeds(agent: AgentProcess, api: DraApi) -> None:
     uid = "0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b"
-    assert unprepare(agent, api, ClaimArg("default", "never-prepared", uid)) == {uid: {"error": ""}}
+    assert await unprepare(agent, api, ClaimArg("default", "never-prepared", uid)) == {uid: {"error": ""}}
 
 
-def test_unprepare_of_an_unknown_claim_removes_a_spec_left_without_record(agent: AgentProcess) -> None:
+async def test_unprepare_of_an_unknown_claim_removes_a_spec_left_without_record(agent: AgentProcess) -> None:
     uid = "0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b"
     agent.dirs.cdi_dir.mkdir(parents=True, exist_ok=True)
     orphan = agent.dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json"
     orphan.write_text("{}")  # what a crash between spec and record leaves behind
 
-    assert unprepare(agent, "v1", ClaimArg("default", "crashed", uid)) == {uid: {"error": ""}}
+    assert await unprepare(agent, "v1", ClaimArg("default", "crashed", uid)) == {uid: {"error": ""}}
     assert not orphan.exists()
 
 
-def test_every_claim_of_a_call_gets_exactly_one_answer(
+async def test_every_claim_of_a_call_gets_exactly_one_answer(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     good = allocate(claims_api, "good", {"a": "gpu-0", "b": "gpu-1"}, pool="node-a")
     missing = "11111111-2222-4333-8444-555555555555"
 
-    answer = prepare(agent, "v1", ClaimArg("default", "good", good), ClaimArg("default", "gone", missing))
+    answer = await prepare(
+        agent, "v1", ClaimArg("default", "good", good), ClaimArg("default", "gone", missing)
+    )
 
     assert set(answer) == {good, missing}
     assert answer[good]["error"] == ""
@@ -196,19 +197,19 @@ def test_every_claim_of_a_call_gets_exactly_one_answer(
     ]
 
 
-def test_an_empty_call_gets_an_empty_answer(agent: AgentProcess) -> None:
-    assert prepare(agent, "v1") == {}
-    assert unprepare(agent, "v1beta1") == {}
+async def test_an_empty_call_gets_an_empty_answer(agent: AgentProcess) -> None:
+    assert await prepare(agent, "v1") == {}
+    assert await unprepare(agent, "v1beta1") == {}
 
 
-def test_a_device_prepared_for_one_claim_is_refused_to_another(
+async def test_a_device_prepared_for_one_claim_is_refused_to_another(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     first = allocate(claims_api, "first", {"gpu": "gpu-2"}, pool="node-a")
     second = allocate(claims_api, "second", {"gpu": "gpu-2"}, pool="node-a")
-    prepare(agent, "v1", ClaimArg("default", "first", first))
+    await prepare(agent, "v1", ClaimArg("default", "first", first))
 
-    refused = prepare(agent, "v1", ClaimArg("default", "second", second))[second]
+    refused = (await prepare(agent, "v1", ClaimArg("default", "second", second)))[second]
 
     assert refused["devices"] == []
     assert refused["error"] == (
@@ -216,8 +217,8 @@ def test_a_device_prepared_for_one_claim_is_refused_to_another(
         f"default/first ({first}); it is exclusive and can serve one claim at a time"
     )
     assert not (agent.dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{second}.json").exists()
-    unprepare(agent, "v1", ClaimArg("default", "first", first))
-    assert prepare(agent, "v1", ClaimArg("default", "second", second))[second]["error"] == ""
+    await unprepare(agent, "v1", ClaimArg("default", "first", first))
+    assert (await prepare(agent, "v1", ClaimArg("default", "second", second)))[second]["error"] == ""
 
 
 @pytest.mark.parametrize(
@@ -237,12 +238,12 @@ def test_a_device_prepared_for_one_claim_is_refused_to_another(
     ],
 )
 @pytest.mark.parametrize("call", ["prepare", "unprepare"])
-def test_bad_claim_identities_are_refused_before_any_file_is_touched(
+async def test_bad_claim_identities_are_refused_before_any_file_is_touched(
     agent: AgentProcess, namespace: str, name: str, uid: str, expected: str, call: str
 ) -> None:
     before = files_under(agent.dirs.root)
 
-    answer = (prepare if call == "prepare" else unprepare)(agent, "v1", ClaimArg(namespace, name, uid))
+    answer = await (prepare if call == "prepare" else unprepare)(agent, "v1", ClaimArg(namespace, name, uid))
 
     assert set(answer) == {uid}
     assert answer[uid]["error"].startswith("invalid claim identity: ")
@@ -250,31 +251,33 @@ def test_bad_claim_identities_are_refused_before_any_file_is_touched(
     assert files_under(agent.dirs.root) == before
 
 
-def test_a_replaced_claim_is_refused(agent: AgentProcess, claims_api: client.ResourceV1Api) -> None:
+async def test_a_replaced_claim_is_refused(agent: AgentProcess, claims_api: client.ResourceV1Api) -> None:
     allocate(claims_api, "replaced", {"gpu": "gpu-0"}, pool="node-a")
     kubelet_knows = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"
 
-    error = prepare(agent, "v1", ClaimArg("default", "replaced", kubelet_knows))[kubelet_knows]["error"]
+    error = (await prepare(agent, "v1", ClaimArg("default", "replaced", kubelet_knows)))[kubelet_knows][
+        "error"
+    ]
 
     assert "now has UID" in error
     assert f"kubelet asked for {kubelet_knows}: the claim was deleted and re-created" in error
 
 
-def test_an_unallocated_claim_is_refused(agent: AgentProcess, claims_api: client.ResourceV1Api) -> None:
+async def test_an_unallocated_claim_is_refused(agent: AgentProcess, claims_api: client.ResourceV1Api) -> None:
     created = claims_api.create_namespaced_resource_claim("default", claim_body("pending", ["gpu"]))
     uid = created.metadata.uid
 
-    error = prepare(agent, "v1", ClaimArg("default", "pending", uid))[uid]["error"]
+    error = (await prepare(agent, "v1", ClaimArg("default", "pending", uid)))[uid]["error"]
 
     assert error == f"claim default/pending ({uid}) is not allocated (status.allocation is missing)"
 
 
-def test_results_of_other_drivers_are_left_alone(
+async def test_results_of_other_drivers_are_left_alone(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     uid = allocate(claims_api, "nic", {"nic": "eth-0"}, pool="node-a", driver="net.example.com")
 
-    assert prepare(agent, "v1", ClaimArg("default", "nic", uid)) == {uid: {"devices": [], "error": ""}}
+    assert await prepare(agent, "v1", ClaimArg("default", "nic", uid)) == {uid: {"devices": [], "error": ""}}
     assert not agent.dirs.cdi_dir.exists() or not any(agent.dirs.cdi_dir.iterdir())
 
 
@@ -289,15 +292,15 @@ def test_results_of_other_drivers_are_left_alone(
         ("node-a", "gpu-99", "device 'gpu-99' does not exist on this node"),
     ],
 )
-def test_devices_this_node_does_not_have_are_refused(
+async def test_devices_this_node_does_not_have_are_refused(
     agent: AgentProcess, claims_api: client.ResourceV1Api, pool: str, device: str, expected: str
 ) -> None:
     uid = allocate(claims_api, "elsewhere", {"gpu": device}, pool=pool)
 
-    assert expected in prepare(agent, "v1", ClaimArg("default", "elsewhere", uid))[uid]["error"]
+    assert expected in (await prepare(agent, "v1", ClaimArg("default", "elsewhere", uid)))[uid]["error"]
 
 
-def test_request_names_are_the_main_request_of_a_first_available_choice(
+async def test_request_names_are_the_main_request_of_a_first_available_choice(
     agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     body = claim_body("fallback", [])
@@ -331,28 +334,28 @@ def test_request_names_are_the_main_request_of_a_first_available_choice(
         {"metadata": {"name": "fallback", "namespace": "default"}, "spec": body["spec"], "status": status},
     )
 
-    answer = prepare(agent, "v1", ClaimArg("default", "fallback", created.metadata.uid))
+    answer = await prepare(agent, "v1", ClaimArg("default", "fallback", created.metadata.uid))
 
     assert answer[created.metadata.uid]["devices"][0]["request_names"] == ["gpu"]
 
 
-def test_unprepare_after_restart_works_from_local_state_alone(
+async def test_unprepare_after_restart_works_from_local_state_alone(
     own_node: tuple[AgentDirs, Path, client.ResourceV1Api],
 ) -> None:
     agent_dirs, kubeconfig, claims_api = own_node
     uid = allocate(claims_api, "survivor", {"gpu": "gpu-4"}, pool="node-a")
     claim = ClaimArg("default", "survivor", uid)
     first = start_agent(agent_dirs, kubeconfig)
-    answer = prepare(first, "v1", claim)
+    answer = await prepare(first, "v1", claim)
     assert first.terminate() == 0
 
     second = start_agent(agent_dirs, kubeconfig)
     try:
         assert second.wait_for_log("claims restored from state")["prepared_claims"] == 1
-        assert prepare(second, "v1", claim) == answer  # the recorded answer, not a second preparation
+        assert await prepare(second, "v1", claim) == answer  # the recorded answer, not a second preparation
         claims_api.delete_namespaced_resource_claim("survivor", "default")  # gone from the API server
 
-        assert unprepare(second, "v1beta1", claim) == {uid: {"error": ""}}
+        assert await unprepare(second, "v1beta1", claim) == {uid: {"error": ""}}
         assert not (agent_dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json").exists()
         assert not (agent_dirs.state_dir / "claims" / f"{uid}.json").exists()
     finally:
@@ -378,23 +381,27 @@ def test_specs_no_record_owns_are_removed_at_start(
         agent.terminate()
 
 
-def test_device_ownership_survives_a_restart(own_node: tuple[AgentDirs, Path, client.ResourceV1Api]) -> None:
+async def test_device_ownership_survives_a_restart(
+    own_node: tuple[AgentDirs, Path, client.ResourceV1Api],
+) -> None:
     agent_dirs, kubeconfig, claims_api = own_node
     first_uid = allocate(claims_api, "holder", {"gpu": "gpu-6"}, pool="node-a")
     second_uid = allocate(claims_api, "latecomer", {"gpu": "gpu-6"}, pool="node-a")
     first = start_agent(agent_dirs, kubeconfig)
-    prepare(first, "v1", ClaimArg("default", "holder", first_uid))
+    await prepare(first, "v1", ClaimArg("default", "holder", first_uid))
     first.terminate()
 
     second = start_agent(agent_dirs, kubeconfig)
     try:
-        error = prepare(second, "v1", ClaimArg("default", "latecomer", second_uid))[second_uid]["error"]
+        error = (await prepare(second, "v1", ClaimArg("default", "latecomer", second_uid)))[second_uid][
+            "error"
+        ]
         assert "device gpu-6 is already prepared for claim default/holder" in error
     finally:
         second.terminate()
 
 
-def test_a_call_kubelet_abandons_still_completes_consistently(
+async def test_a_call_kubelet_abandons_still_completes_consistently(
     agent: AgentProcess, apiserver: Any, claims_api: client.ResourceV1Api
 ) -> None:
     uid = allocate(claims_api, "abandoned", {"gpu": "gpu-2"}, pool="node-a")
@@ -411,27 +418,25 @@ def test_a_call_kubelet_abandons_still_completes_consistently(
                 return error.code()
         return grpc.StatusCode.OK
 
-    assert asyncio.run(call_with_short_deadline()) == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert await call_with_short_deadline() == grpc.StatusCode.DEADLINE_EXCEEDED
     record = agent.dirs.state_dir / "claims" / f"{uid}.json"
     # The record exists from the reservation on; the spec is written before it says prepared.
     wait_until(lambda: record.exists() and json.loads(record.read_text())["state"] == "prepared")
     assert (agent.dirs.cdi_dir / f"k8s.gpu.dra-driver.dev-claim_{uid}.json").exists()
     apiserver.faults.latency_seconds = 0
-    assert (
-        prepare(agent, "v1", ClaimArg("default", "abandoned", uid))[uid]["devices"][0]["device_name"]
-        == "gpu-2"
-    )
+    answer = await prepare(agent, "v1", ClaimArg("default", "abandoned", uid))
+    assert answer[uid]["devices"][0]["device_name"] == "gpu-2"
 
 
-def test_api_server_errors_become_per_claim_errors(
+async def test_api_server_errors_become_per_claim_errors(
     agent: AgentProcess, apiserver: Any, claims_api: client.ResourceV1Api
 ) -> None:
     uid = allocate(claims_api, "flaky", {"gpu": "gpu-0"}, pool="node-a")
     apiserver.faults.fail_next, apiserver.faults.fail_status = 1, 503
 
-    error = prepare(agent, "v1", ClaimArg("default", "flaky", uid))[uid]["error"]
+    error = (await prepare(agent, "v1", ClaimArg("default", "flaky", uid)))[uid]["error"]
 
     assert error == "GET resourceclaims default/flaky: API server answered 503: injected fault"
-    assert (
-        prepare(agent, "v1", ClaimArg("default", "flaky", uid))[uid]["error"] == ""
-    )  # kubelet's retry works
+    assert (await prepare(agent, "v1", ClaimArg("default", "flaky", uid)))[uid][
+        "error"
+    ] == ""  # kubelet's retry works

@@ -435,7 +435,7 @@ def check_quiet_state(dirs: AgentDirs, by_uid: dict[str, Claim]) -> int:
     return len(records)
 
 
-def test_overlapping_calls_keep_devices_exclusive_and_state_consistent(
+async def test_overlapping_calls_keep_devices_exclusive_and_state_consistent(
     apiserver: ApiServer, kubeconfig: Path, agent_dirs: AgentDirs, claims_api: client.ResourceV1Api
 ) -> None:
     node_config = agent_dirs.root.parent / "node-config.yaml"
@@ -451,7 +451,7 @@ def test_overlapping_calls_keep_devices_exclusive_and_state_consistent(
             apiserver.faults.latency_seconds = latency
             calls = plan_wave(random.Random(seed), claims)
 
-            reads = asyncio.run(run_wave(agent_dirs, calls))
+            reads = await run_wave(agent_dirs, calls)
 
             assert reads > 0
             refusals += check_answers(calls, by_uid)
@@ -460,7 +460,7 @@ def test_overlapping_calls_keep_devices_exclusive_and_state_consistent(
 
             # Everything unprepared at once, some claims twice: nothing may remain.
             cleanup = [Call("unprepare", "v1", (claim,)) for claim in claims + claims[::3]]
-            asyncio.run(run_wave(agent_dirs, cleanup))
+            await run_wave(agent_dirs, cleanup)
             assert all(call.answers == {call.claims[0].uid: ("", [])} for call in cleanup)
             assert read_records(agent_dirs) == {}
             assert claim_specs(agent_dirs) == {}

@@ -15,7 +15,6 @@ exception, never "internal error"), a refused claim must leave nothing behind (n
 directory that no prepared record names), and the agent must keep serving.
 """
 
-import asyncio
 import copy
 import json
 import re
@@ -550,7 +549,7 @@ def check_outcome(outcome: PrepareOutcome | str) -> None:
 
 @settings(max_examples=40, deadline=None)
 @given(documents=st.lists(claim_objects(), min_size=1, max_size=4))
-def test_any_claim_object_is_prepared_or_refused_without_leaving_anything_behind(
+async def test_any_claim_object_is_prepared_or_refused_without_leaving_anything_behind(
     documents: list[Any],
 ) -> None:
     source = FuzzedClaims()
@@ -558,7 +557,7 @@ def test_any_claim_object_is_prepared_or_refused_without_leaving_anything_behind
     root = Path(tempfile.mkdtemp(prefix="dra-fuzz-"))
     node = FuzzNode.start(root, source)
 
-    async def scenario() -> None:
+    try:
         engine = node.engine
         await engine.load_state()
         static = await node.static_instances()
@@ -585,15 +584,12 @@ def test_any_claim_object_is_prepared_or_refused_without_leaving_anything_behind
         assert unprepared == {uid: "" for _, _, uid in claims}
         assert await node.check_nothing_half_written(static) == {}
         assert engine.prepared_claims == {}
-
-    try:
-        asyncio.run(scenario())
     finally:
-        asyncio.run(node.stop_daemons())
+        await node.stop_daemons()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def test_a_per_device_mps_key_too_long_to_be_a_number_is_a_config_error(short_dir: Path) -> None:
+async def test_a_per_device_mps_key_too_long_to_be_a_number_is_a_config_error(short_dir: Path) -> None:
     """Found by fuzzing: a key of 5000 digits once reached int() and failed past Python's
     4300-digit limit as an internal error; an index has at most three digits."""
     key = "1" + "0" * 5000
@@ -626,7 +622,7 @@ def test_a_per_device_mps_key_too_long_to_be_a_number_is_a_config_error(short_di
         assert await node.check_nothing_half_written(static) == {}
         return error
 
-    error = asyncio.run(prepare())
+    error = await prepare()
 
     check_outcome(error)
     assert "defaultPerDevicePinnedMemoryLimit" in error, error

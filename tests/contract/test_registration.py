@@ -7,9 +7,7 @@ import socket
 import stat
 import subprocess
 import sys
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
@@ -20,11 +18,11 @@ from tests.support.agent import AgentDirs, AgentProcess, start_agent
 from tests.support.apiserver import ApiServer
 from tests.support.claims import allocate
 from tests.support.mock_nvml import make_driver_root
-from tests.support.waiting import wait_until
+from tests.support.waiting import until
 
 
-def test_handshake_reports_dra_plugin_with_v1_first(agent: AgentProcess) -> None:
-    result = asyncio.run(kubelet_client.register(agent.dirs.registration_socket))
+async def test_handshake_reports_dra_plugin_with_v1_first(agent: AgentProcess) -> None:
+    result = await kubelet_client.register(agent.dirs.registration_socket)
 
     assert result["pluginInfo"] == {
         "type": "DRAPlugin",
@@ -44,10 +42,8 @@ def test_handshake_reports_dra_plugin_with_v1_first(agent: AgentProcess) -> None
     assert agent.wait_for_log("registered with kubelet")["endpoint"] == str(agent.dirs.dra_socket)
 
 
-def test_rejected_registration_is_logged_and_answered_with_an_error(agent: AgentProcess) -> None:
-    result = asyncio.run(
-        kubelet_client.register(agent.dirs.registration_socket, reject_reason="driver name clash")
-    )
+async def test_rejected_registration_is_logged_and_answered_with_an_error(agent: AgentProcess) -> None:
+    result = await kubelet_client.register(agent.dirs.registration_socket, reject_reason="driver name clash")
 
     assert result["registered"] is False
     assert result["notifyResponseError"].startswith("FAILED_PRECONDITION")
@@ -70,13 +66,13 @@ def _leave_stale_socket(path: Path) -> None:
     stale.close()  # the file stays, nobody listens: what a killed agent leaves behind
 
 
-def test_stale_sockets_are_replaced(agent_dirs: AgentDirs, kubeconfig: Path) -> None:
+async def test_stale_sockets_are_replaced(agent_dirs: AgentDirs, kubeconfig: Path) -> None:
     _leave_stale_socket(agent_dirs.registration_socket)
     _leave_stale_socket(agent_dirs.dra_socket)
 
     agent = start_agent(agent_dirs, kubeconfig)
     try:
-        assert asyncio.run(kubelet_client.register(agent_dirs.registration_socket))["registered"]
+        assert (await kubelet_client.register(agent_dirs.registration_socket))["registered"]
     finally:
         agent.terminate()
 
@@ -96,14 +92,14 @@ def test_a_non_socket_file_in_the_way_stops_the_start_with_one_line(
     assert last == f"dra-driver node: {expected}"
 
 
-def test_a_second_agent_does_not_take_over_live_sockets(agent: AgentProcess, kubeconfig: Path) -> None:
+async def test_a_second_agent_does_not_take_over_live_sockets(agent: AgentProcess, kubeconfig: Path) -> None:
     second = start_agent(agent.dirs, kubeconfig, wait=False)
 
     assert second.process.wait(30) == 1
     assert f"dra-driver node: {agent.dirs.dra_socket} is in use: another process serves on it" in (
         second.log_path.read_text()
     )
-    assert asyncio.run(kubelet_client.register(agent.dirs.registration_socket))["registered"]
+    assert (await kubelet_client.register(agent.dirs.registration_socket))["registered"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -114,33 +110,25 @@ def test_signal_removes_both_sockets_and_exits_cleanly(agent: AgentProcess, sig:
     assert "stopped serving kubelet; sockets removed" in agent.log_events()
 
 
-def test_in_flight_prepare_finishes_before_sockets_go(
+async def test_in_flight_prepare_finishes_before_sockets_go(
     agent: AgentProcess, apiserver: ApiServer, claims_api: client.ResourceV1Api
 ) -> None:
     uid = allocate(claims_api, "slow", {"gpu": "gpu-0"}, pool="node-a")
     apiserver.faults.latency_seconds = 1.5
     received_before = apiserver.requests_received
-    answers: list[dict[str, Any]] = []
-    call = threading.Thread(
-        target=lambda: answers.append(
-            asyncio.run(
-                kubelet_client.prepare(
-                    agent.dirs.dra_socket, "v1", [kubelet_client.ClaimArg("default", "slow", uid)]
-                )
-            )
-        )
+    call = asyncio.create_task(
+        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [kubelet_client.ClaimArg("default", "slow", uid)])
     )
-    call.start()
-    wait_until(lambda: apiserver.requests_received > received_before)  # prepare waits on the GET now
+    await until(lambda: apiserver.requests_received > received_before)  # prepare waits on the GET now
 
-    assert agent.terminate() == 0
-    call.join(10)
+    assert await asyncio.to_thread(agent.terminate) == 0
+    answer = await asyncio.wait_for(call, 10)
 
-    assert answers and answers[0]["claims"][uid] == {
-        "devices": answers[0]["claims"][uid]["devices"],
+    assert answer["claims"][uid] == {
+        "devices": answer["claims"][uid]["devices"],
         "error": "",
     }
-    assert answers[0]["claims"][uid]["devices"][0]["device_name"] == "gpu-0"
+    assert answer["claims"][uid]["devices"][0]["device_name"] == "gpu-0"
     assert not agent.dirs.dra_socket.exists()
     assert not agent.dirs.registration_socket.exists()
 
@@ -315,7 +303,7 @@ def test_missing_kubeconfig_fails_at_start_with_one_clear_line(short_dir: Path) 
     )
 
 
-def test_options_come_from_environment_variables(agent_dirs: AgentDirs, kubeconfig: Path) -> None:
+async def test_options_come_from_environment_variables(agent_dirs: AgentDirs, kubeconfig: Path) -> None:
     env = {
         "NODE_NAME": "node-env",
         "DRA_DRIVER_HARDWARE": "simulated:t4x4",
@@ -326,22 +314,25 @@ def test_options_come_from_environment_variables(agent_dirs: AgentDirs, kubeconf
         "DRA_DRIVER_LOG_FORMAT": "json",
     }
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("DRA_DRIVER_")}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dra_driver", "node"],
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "dra_driver",
+        "node",
         env={**base_env, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
     )
     try:
         assert process.stdout is not None
-        for line in process.stdout:
+        async for raw in process.stdout:
+            line = raw.decode()
             if "node agent running" in line:
                 assert '"node": "node-env"' in line
                 assert '"event_loop": "uvloop"' in line  # commands/event_loop.py
                 break
-        assert asyncio.run(kubelet_client.register(agent_dirs.registration_socket))["registered"]
+        assert (await kubelet_client.register(agent_dirs.registration_socket))["registered"]
     finally:
         process.send_signal(signal.SIGTERM)
-        process.communicate(timeout=30)
+        await asyncio.wait_for(process.communicate(), 30)
     assert process.returncode == 0

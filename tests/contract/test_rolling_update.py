@@ -3,7 +3,6 @@ one state directory, each with sockets named by its pod UID (as kubelet >= 1.33 
 for one claim may reach either; exactly one publishes; the new one takes over when the old stops.
 """
 
-import asyncio
 import signal
 from pathlib import Path
 from typing import Any
@@ -41,19 +40,19 @@ def registration_socket(dirs: AgentDirs, pod_uid: str) -> Path:
     return registration_socket_path(dirs.registrar_dir, dirs.driver_name, pod_uid)
 
 
-def prepare(dirs: AgentDirs, pod_uid: str, claim: ClaimArg) -> dict[str, Any]:
-    answer = asyncio.run(kubelet_client.prepare(dra_socket(dirs, pod_uid), "v1", [claim]))
+async def prepare(dirs: AgentDirs, pod_uid: str, claim: ClaimArg) -> dict[str, Any]:
+    answer = await kubelet_client.prepare(dra_socket(dirs, pod_uid), "v1", [claim])
     result: dict[str, Any] = answer["claims"][claim.uid]
     return result
 
 
-def unprepare(dirs: AgentDirs, pod_uid: str, claim: ClaimArg) -> str:
-    answer = asyncio.run(kubelet_client.unprepare(dra_socket(dirs, pod_uid), "v1", [claim]))
+async def unprepare(dirs: AgentDirs, pod_uid: str, claim: ClaimArg) -> str:
+    answer = await kubelet_client.unprepare(dra_socket(dirs, pod_uid), "v1", [claim])
     error: str = answer["claims"][claim.uid]["error"]
     return error
 
 
-def test_old_and_new_agents_serve_side_by_side_and_the_new_one_takes_over(
+async def test_old_and_new_agents_serve_side_by_side_and_the_new_one_takes_over(
     apiserver: ApiServer, agent_dirs: AgentDirs, kubeconfig: Path, claims_api: client.ResourceV1Api
 ) -> None:
     old = agent_pod(agent_dirs, kubeconfig, OLD_POD)
@@ -72,14 +71,16 @@ def test_old_and_new_agents_serve_side_by_side_and_the_new_one_takes_over(
         second = ClaimArg(
             "default", "second", allocate(claims_api, "second", {"gpu": "gpu-3"}, pool="node-a")
         )
-        prepared = prepare(agent_dirs, NEW_POD, first)
+        prepared = await prepare(agent_dirs, NEW_POD, first)
         assert prepared["error"] == "" and [d["device_name"] for d in prepared["devices"]] == ["gpu-3"]
-        assert prepare(agent_dirs, OLD_POD, first) == prepared, "a retry on the other agent: same answer"
-        refused = prepare(agent_dirs, OLD_POD, second)["error"]
+        assert await prepare(agent_dirs, OLD_POD, first) == prepared, (
+            "a retry on the other agent: same answer"
+        )
+        refused = (await prepare(agent_dirs, OLD_POD, second))["error"]
         assert "device gpu-3 is already prepared for claim default/first" in refused
-        assert unprepare(agent_dirs, OLD_POD, first) == ""
+        assert await unprepare(agent_dirs, OLD_POD, first) == ""
         assert not (agent_dirs.state_dir / "claims" / f"{first.uid}.json").exists()
-        assert prepare(agent_dirs, NEW_POD, second)["error"] == ""
+        assert (await prepare(agent_dirs, NEW_POD, second))["error"] == ""
 
         apiserver.reset_counts()
         assert old.terminate() == 0
@@ -89,7 +90,7 @@ def test_old_and_new_agents_serve_side_by_side_and_the_new_one_takes_over(
         wait_until(lambda: apiserver.request_count("WATCH", SLICES) >= 1)
         assert pool_problems(apiserver, DGX_H100) == []
         assert apiserver.writes(SLICES) == 0, "the new agent adopts the slices as they are"
-        assert unprepare(agent_dirs, NEW_POD, second) == ""
+        assert await unprepare(agent_dirs, NEW_POD, second) == ""
         assert list(agent_dirs.cdi_dir.glob("*claim_*")) == []
     finally:
         for agent in (new, old):

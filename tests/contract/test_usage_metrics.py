@@ -85,7 +85,7 @@ def usage_agent(
     agent.terminate()
 
 
-def test_two_vgpu_shares_of_one_gpu_are_measured_against_their_limits_and_a_pod_that_ends_goes(
+async def test_two_vgpu_shares_of_one_gpu_are_measured_against_their_limits_and_a_pod_that_ends_goes(
     usage_agent: tuple[AgentProcess, MockNode], kubelet: StandInKubelet, claims_api: client.ResourceV1Api
 ) -> None:
     agent, node = usage_agent
@@ -101,7 +101,7 @@ def test_two_vgpu_shares_of_one_gpu_are_measured_against_their_limits_and_a_pod_
         }
         uids[name] = allocate_results(claims_api, name, [result], namespace="team")
     claims = [ClaimArg("team", name, uid) for name, uid in uids.items()]
-    prepared = asyncio.run(kubelet_client.prepare(agent.dirs.dra_socket, "v1", claims))["claims"]
+    prepared = (await kubelet_client.prepare(agent.dirs.dra_socket, "v1", claims))["claims"]
     assert {answer["error"] for answer in prepared.values()} == {""}
 
     kubelet.set_pods(
@@ -146,7 +146,7 @@ def test_two_vgpu_shares_of_one_gpu_are_measured_against_their_limits_and_a_pod_
         [Pod("team", "trainer-a", [UsedDevice("main", "a", DRIVER, NODE_NAME, "gpu-4", SHARE_A)])]
     )
     node.run_processes([(GPU_4, -1, -1, 4101, 10 * GIB)])
-    asyncio.run(kubelet_client.unprepare(agent.dirs.dra_socket, "v1", [claims[1]]))
+    await kubelet_client.unprepare(agent.dirs.dra_socket, "v1", [claims[1]])
 
     def limits() -> dict[str, float]:
         return claim_values(agent.scrape(), "dra_driver_claim_memory_limit_bytes")
@@ -166,15 +166,15 @@ def last_sample(agent: AgentProcess) -> float:
     )
 
 
-def test_a_sampler_stuck_in_nvml_does_not_delay_a_prepare(
+async def test_a_sampler_stuck_in_nvml_does_not_delay_a_prepare(
     usage_agent: tuple[AgentProcess, MockNode], claims_api: client.ResourceV1Api
 ) -> None:
     agent, node = usage_agent
     wait_until(lambda: last_sample(agent) > 0, timeout=10)
     stuck = node.hang("nvmlDeviceGetComputeRunningProcesses_v3")
-    time.sleep(0.6)  # any sample under way reaches the hanging call
+    wait_until(lambda: node.hung("nvmlDeviceGetComputeRunningProcesses_v3"), timeout=10)
     frozen = last_sample(agent)
-    time.sleep(0.6)
+    await asyncio.sleep(0.6)  # three sampling intervals: what is asserted is that none completes
     assert last_sample(agent) == frozen, "the sampler should be stuck in NVML"
 
     # A dynamic MIG device: prepare creates its instance through NVML (the backend's own thread).
@@ -185,9 +185,7 @@ def test_a_sampler_stuck_in_nvml_does_not_delay_a_prepare(
         namespace="team",
     )
     started = time.monotonic()
-    prepared = asyncio.run(
-        kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("team", "mig", uid)])
-    )
+    prepared = await kubelet_client.prepare(agent.dirs.dra_socket, "v1", [ClaimArg("team", "mig", uid)])
     took = time.monotonic() - started
     assert prepared["claims"][uid]["error"] == ""
     assert took < 5, f"prepare took {took:.1f} s while the sampler was stuck"

@@ -27,7 +27,8 @@
  *                                                 nvmlDeviceGetProcessUtilization returns
  *                       hang-<function name>      calls of that function wait while the file exists,
  *                                                 outside the mock's lock, as a real driver stuck in
- *                                                 one call leaves other threads' calls running
+ *                                                 one call leaves other threads' calls running; a
+ *                                                 call that waits creates hung-<function name> first
  *   MOCK_NVML_CALLS   a file each called function's name is appended to (which calls a test reached)
  *   MOCK_NVML_PROC    a directory standing for /proc, where the kernel side of the driver is
  *                     mimicked: each GPU and compute instance's MIG capability file
@@ -256,12 +257,18 @@ static void record(const char *function) {
 }
 
 /* Every public function starts here: the lock, initialization, then an injected failure. */
-/* While hang-<function> exists in the fault directory, the call waits (polled every 10 ms). */
+/* While hang-<function> exists in the fault directory, the call waits (polled every 10 ms); a
+ * call that waits first creates hung-<function>, so a test knows a call is stuck. */
 static void hang_while_asked(const char *function) {
     const char *dir = faults_dir();
     if (!dir) return;
     char path[4096];
     snprintf(path, sizeof path, "%s/hang-%s", dir, function);
+    if (access(path, F_OK) != 0) return;
+    char hung[4096];
+    snprintf(hung, sizeof hung, "%s/hung-%s", dir, function);
+    int fd = open(hung, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
     struct timespec pause = {0, 10 * 1000 * 1000};
     while (access(path, F_OK) == 0) nanosleep(&pause, NULL);
 }

@@ -4,7 +4,6 @@ podman resolves the IDs through the upstream CDI library against the spec files 
 into /var/run/cdi, so this proves the files, their version and the IDs are what runtimes accept.
 """
 
-import asyncio
 import os
 import platform
 import secrets
@@ -43,19 +42,19 @@ def podman_agent(require_podman: None, short_dir: Path, kubeconfig: Path) -> Ite
     agent.terminate()
 
 
-def test_container_sees_the_gpus_prepare_returned(
+async def test_container_sees_the_gpus_prepare_returned(
     podman_agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     uid = allocate(claims_api, "pair", {"first": "gpu-2", "second": "gpu-5"}, pool=NODE_NAME, driver=DRIVER)
     claim = ClaimArg("default", "pair", uid)
     sockets = podman_agent.dirs
-    answer = asyncio.run(kubelet_client.prepare(sockets.dra_socket, "v1", [claim]))["claims"][uid]
+    answer = (await kubelet_client.prepare(sockets.dra_socket, "v1", [claim]))["claims"][uid]
     assert answer["error"] == ""
     cdi_ids = [cdi_id for device in answer["devices"] for cdi_id in device["cdi_device_ids"]]
     try:
         seen = podman.run_with_cdi_devices(cdi_ids, "env | grep ^DRA_ | sort")
     finally:
-        unprepared = asyncio.run(kubelet_client.unprepare(sockets.dra_socket, "v1", [claim]))
+        unprepared = await kubelet_client.unprepare(sockets.dra_socket, "v1", [claim])
     gpus = simulated_gpus(NODE_NAME, resolve_node_spec("dgx-h100"))
 
     assert seen.splitlines() == [
@@ -68,16 +67,16 @@ def test_container_sees_the_gpus_prepare_returned(
     assert not (podman.CDI_DIRS[1] / f"k8s.{DRIVER}-claim_{uid}.json").exists()
 
 
-def test_an_unprepared_claim_can_no_longer_be_used_by_a_container(
+async def test_an_unprepared_claim_can_no_longer_be_used_by_a_container(
     podman_agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     uid = allocate(claims_api, "done", {"gpu": "gpu-0"}, pool=NODE_NAME, driver=DRIVER)
     claim = ClaimArg("default", "done", uid)
     socket = podman_agent.dirs.dra_socket
-    cdi_ids = asyncio.run(kubelet_client.prepare(socket, "v1", [claim]))["claims"][uid]["devices"][0][
+    cdi_ids = (await kubelet_client.prepare(socket, "v1", [claim]))["claims"][uid]["devices"][0][
         "cdi_device_ids"
     ]
-    asyncio.run(kubelet_client.unprepare(socket, "v1", [claim]))
+    await kubelet_client.unprepare(socket, "v1", [claim])
 
     with pytest.raises(podman.PodmanError, match="unresolvable CDI devices"):
         podman.run_with_cdi_devices(cdi_ids, "true")

@@ -7,11 +7,10 @@ dynamic MIG on 2-3, vGPU capacity mode on 4-5, whole GPUs on 6-7), so a single a
 the tests of this module and each test pays only for its containers.
 """
 
-import asyncio
 import json
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,27 +68,27 @@ class Node:
         full = [{"driver": DRIVER, "pool": NODE_NAME, **result} for result in results]
         return ClaimArg("default", name, allocate_results(self.claims, name, full, configs))
 
-    def prepare(self, *claims: ClaimArg, api: DraApi = "v1") -> dict[str, Any]:
-        answer = asyncio.run(kubelet_client.prepare(self.dirs.dra_socket, api, list(claims)))
+    async def prepare(self, *claims: ClaimArg, api: DraApi = "v1") -> dict[str, Any]:
+        answer = await kubelet_client.prepare(self.dirs.dra_socket, api, list(claims))
         answered: dict[str, Any] = answer["claims"]
         return answered
 
-    def unprepare(self, *claims: ClaimArg) -> dict[str, Any]:
-        answer = asyncio.run(kubelet_client.unprepare(self.dirs.dra_socket, "v1", list(claims)))
+    async def unprepare(self, *claims: ClaimArg) -> dict[str, Any]:
+        answer = await kubelet_client.unprepare(self.dirs.dra_socket, "v1", list(claims))
         answered: dict[str, Any] = answer["claims"]
         return answered
 
-    @contextmanager
-    def prepared(self, *claims: ClaimArg) -> Iterator[dict[str, Any]]:
+    @asynccontextmanager
+    async def prepared(self, *claims: ClaimArg) -> AsyncIterator[dict[str, Any]]:
         """The claims' prepare answers, each checked for success; unprepared on the way out, even
         when the test fails, so no spec is left in the runtime's CDI directory."""
         try:
-            answer = self.prepare(*claims)
+            answer = await self.prepare(*claims)
             for claim in claims:
                 assert answer[claim.uid]["error"] == "", answer[claim.uid]
             yield answer
         finally:
-            unprepared = self.unprepare(*claims)
+            unprepared = await self.unprepare(*claims)
         assert unprepared == {claim.uid: {"error": ""} for claim in claims}
         for claim in claims:
             assert not self.spec_path(claim.uid).exists()
@@ -135,10 +134,10 @@ def node(require_podman: None) -> Iterator[Node]:
         yield Node(agent, claims)
 
 
-def test_a_whole_gpu(node: Node) -> None:
+async def test_a_whole_gpu(node: Node) -> None:
     claim = node.allocate("whole", [{"request": "gpu", "device": "gpu-6"}])
 
-    with node.prepared(claim) as answer:
+    async with node.prepared(claim) as answer:
         (device,) = answer[claim.uid]["devices"]
         assert (device["request_names"], device["device_name"]) == (["gpu"], "gpu-6")
         assert device["cdi_device_ids"] == [
@@ -150,11 +149,11 @@ def test_a_whole_gpu(node: Node) -> None:
     assert seen == [f"DRA_DEVICE_GPU_6={GPUS[6].uuid}", "DRA_DEVICE_GPU_6_PRODUCT_NAME=NVIDIA L4"]
 
 
-def test_a_static_mig_device_is_the_instance_that_already_exists(node: Node) -> None:
+async def test_a_static_mig_device_is_the_instance_that_already_exists(node: Node) -> None:
     claim = node.allocate("static-mig", [{"request": "mig", "device": "gpu-0-mig-1g10gb-2"}])
     existing = next(i for i in GPUS[0].mig_instances if i.placement.start == 2)
 
-    with node.prepared(claim) as answer:
+    async with node.prepared(claim) as answer:
         seen = container_env(cdi_ids(answer[claim.uid]))
 
     assert seen == [
@@ -165,7 +164,9 @@ def test_a_static_mig_device_is_the_instance_that_already_exists(node: Node) -> 
     ]
 
 
-def test_dynamic_mig_devices_are_instances_created_for_the_claim_and_destroyed_after(node: Node) -> None:
+async def test_dynamic_mig_devices_are_instances_created_for_the_claim_and_destroyed_after(
+    node: Node,
+) -> None:
     claim = node.allocate(
         "dynamic-mig",
         [
@@ -175,7 +176,7 @@ def test_dynamic_mig_devices_are_instances_created_for_the_claim_and_destroyed_a
     )
     assert node.dynamic_instances(2) == []
 
-    with node.prepared(claim) as answer:
+    async with node.prepared(claim) as answer:
         created = {instance["start"]: instance for instance in node.dynamic_instances(2)}
         seen = container_env(cdi_ids(answer[claim.uid]))
 
@@ -197,7 +198,7 @@ def test_dynamic_mig_devices_are_instances_created_for_the_claim_and_destroyed_a
     assert node.dynamic_instances(2) == [], "unprepare destroyed both instances"
 
 
-def test_a_vgpu_share_gets_its_consumed_capacity_as_hami_core_limits(node: Node) -> None:
+async def test_a_vgpu_share_gets_its_consumed_capacity_as_hami_core_limits(node: Node) -> None:
     share = str(uuid.uuid4())
     claim = node.allocate(
         "vgpu",
@@ -212,7 +213,7 @@ def test_a_vgpu_share_gets_its_consumed_capacity_as_hami_core_limits(node: Node)
         [vgpu_config(coreLimitPolicy="Force", taskPriority=0)],
     )
 
-    with node.prepared(claim) as answer:
+    async with node.prepared(claim) as answer:
         (device,) = answer[claim.uid]["devices"]
         assert (device["device_name"], device["share_id"]) == ("gpu-4", share)
         # Two shares of one device in one claim are two CDI devices, so the name carries the share.
@@ -246,13 +247,13 @@ def vgpu_share(share_id: str, memory: str, cores: str) -> list[dict[str, Any]]:
     ]
 
 
-def test_two_claims_sharing_one_vgpu_see_the_same_gpu_with_their_own_limits(node: Node) -> None:
+async def test_two_claims_sharing_one_vgpu_see_the_same_gpu_with_their_own_limits(node: Node) -> None:
     shares = {"share-small": str(uuid.uuid4()), "share-large": str(uuid.uuid4())}
     small = node.allocate("share-small", vgpu_share(shares["share-small"], "4Gi", "25"))
     large = node.allocate("share-large", vgpu_share(shares["share-large"], "10Gi", "60"))
 
     # Both at once: shares of a device that allows multiple allocations are not exclusive.
-    with node.prepared(small, large) as answer:
+    async with node.prepared(small, large) as answer:
         assert {c.name: answer[c.uid]["devices"][0]["share_id"] for c in (small, large)} == shares
         seen = {
             claim.name: {
@@ -278,12 +279,14 @@ def test_two_claims_sharing_one_vgpu_see_the_same_gpu_with_their_own_limits(node
     }
 
 
-def test_a_claim_shared_by_two_pods_is_prepared_once_and_both_containers_see_its_gpu(node: Node) -> None:
+async def test_a_claim_shared_by_two_pods_is_prepared_once_and_both_containers_see_its_gpu(
+    node: Node,
+) -> None:
     claim = node.allocate("shared", [{"request": "gpu", "device": "gpu-7"}])
 
-    with node.prepared(claim) as first:
+    async with node.prepared(claim) as first:
         # The second pod's kubelet call (over the other API version) finds the claim prepared.
-        second = node.prepare(claim, api="v1beta1")
+        second = await node.prepare(claim, api="v1beta1")
         assert second == first
         assert [p.name for p in podman.CDI_DIRS[1].glob(f"k8s.{DRIVER}-claim_*.json")] == [
             node.spec_path(claim.uid).name

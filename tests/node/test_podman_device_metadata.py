@@ -6,7 +6,6 @@ podman resolves the metadata mounts through the upstream CDI library against the
 so this proves the mount (a single file, read-only) and its container path are what runtimes do.
 """
 
-import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,11 +37,13 @@ def podman_agent(short_dir: Path, kubeconfig: Path) -> Iterator[AgentProcess]:
     agent.terminate()
 
 
-def read_in_container(agent: AgentProcess, claim: ClaimArg, paths: list[str]) -> list[list[dict[str, Any]]]:
+async def read_in_container(
+    agent: AgentProcess, claim: ClaimArg, paths: list[str]
+) -> list[list[dict[str, Any]]]:
     """Prepares `claim`, runs a container with every CDI ID of the answer that cats each of `paths`
     (and tries to overwrite the first), unprepares; returns each file's objects in order."""
     socket = agent.dirs.dra_socket
-    answer = asyncio.run(kubelet_client.prepare(socket, "v1", [claim]))["claims"][claim.uid]
+    answer = (await kubelet_client.prepare(socket, "v1", [claim]))["claims"][claim.uid]
     assert answer["error"] == ""
     cdi_ids = [cdi_id for device in answer["devices"] for cdi_id in device["cdi_device_ids"]]
     script = "; ".join(f"cat {path}; echo {SEPARATOR}" for path in paths)
@@ -50,14 +51,14 @@ def read_in_container(agent: AgentProcess, claim: ClaimArg, paths: list[str]) ->
     try:
         seen = podman.run_with_cdi_devices(cdi_ids, script)
     finally:
-        unprepared = asyncio.run(kubelet_client.unprepare(socket, "v1", [claim]))
+        unprepared = await kubelet_client.unprepare(socket, "v1", [claim])
     assert unprepared["claims"][claim.uid]["error"] == ""
     *files, rest = seen.split(f"{SEPARATOR}\n")
     assert rest == "read-only\n", "the metadata file must be read-only in the container"
     return [metadata_stream(text.encode()) for text in files]
 
 
-def test_a_container_reads_the_metadata_of_its_claims_devices_at_the_standard_path(
+async def test_a_container_reads_the_metadata_of_its_claims_devices_at_the_standard_path(
     podman_agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     results = [
@@ -72,7 +73,7 @@ def test_a_container_reads_the_metadata_of_its_claims_devices_at_the_standard_pa
         for request in ("pair", "single")
     ]
 
-    pair, single = read_in_container(podman_agent, claim, paths)
+    pair, single = await read_in_container(podman_agent, claim, paths)
 
     gpus = simulated_gpus(NODE_NAME, resolve_node_spec("dgx-h100"))
     for stream, request, indices in ((pair, "pair", [2, 5]), (single, "single", [7])):
@@ -100,7 +101,7 @@ def test_a_container_reads_the_metadata_of_its_claims_devices_at_the_standard_pa
     assert not list(files.glob(f"{uid}_*")), "unprepare removes the files"
 
 
-def test_a_template_claims_container_reads_its_metadata_under_the_pod_claim_name(
+async def test_a_template_claims_container_reads_its_metadata_under_the_pod_claim_name(
     podman_agent: AgentProcess, claims_api: client.ResourceV1Api
 ) -> None:
     results = [{"request": "gpu", "driver": DRIVER, "pool": NODE_NAME, "device": "gpu-1"}]
@@ -109,7 +110,7 @@ def test_a_template_claims_container_reads_its_metadata_under_the_pod_claim_name
     )
     claim = ClaimArg("default", "pod-1-gpus-7xq2d", uid)
 
-    ((document, _),) = read_in_container(
+    ((document, _),) = await read_in_container(
         podman_agent, claim, [f"{CONTAINER_DIR}/resourceclaimtemplates/gpus/gpu/{DRIVER}-metadata.json"]
     )
 

@@ -20,7 +20,6 @@ resource. Neither is in the pod spec, so a workload learns them from the pod's s
 the resourceclaims directory, where only its own claims' files are mounted).
 """
 
-import asyncio
 import json
 from collections.abc import Iterator
 
@@ -84,7 +83,7 @@ def node() -> Iterator[tuple[AgentProcess, client.ResourceV1Api]]:
 
 
 @pytest.mark.parametrize("resource", ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"])
-def test_a_device_plugin_pod_sees_the_device_of_its_extended_resource_claim_and_reads_its_metadata(
+async def test_a_device_plugin_pod_sees_the_device_of_its_extended_resource_claim_and_reads_its_metadata(
     resource: str, node: tuple[AgentProcess, client.ResourceV1Api]
 ) -> None:
     agent, claims_api = node
@@ -101,7 +100,7 @@ def test_a_device_plugin_pod_sees_the_device_of_its_extended_resource_claim_and_
     )
     claim = ClaimArg("default", name, uid)
     socket = agent.dirs.dra_socket
-    answer = asyncio.run(kubelet_client.prepare(socket, "v1", [claim]))["claims"][uid]
+    answer = (await kubelet_client.prepare(socket, "v1", [claim]))["claims"][uid]
     try:
         assert answer["error"] == ""
         (prepared,) = answer["devices"]
@@ -112,7 +111,7 @@ def test_a_device_plugin_pod_sees_the_device_of_its_extended_resource_claim_and_
             f"{SEPARATOR}\n"
         )
     finally:
-        unprepared = asyncio.run(kubelet_client.unprepare(socket, "v1", [claim]))["claims"][uid]
+        unprepared = (await kubelet_client.unprepare(socket, "v1", [claim]))["claims"][uid]
 
     assert unprepared["error"] == ""
     seen = env_lines.splitlines()

@@ -253,3 +253,7 @@ class MockNode:
         path = self.faults / f"hang-{function}"
         path.write_text("")
         return path
+
+    def hung(self, function: str) -> bool:
+        """Whether a call of `function` has waited on its `hang` file."""
+        return (self.faults / f"hung-{function}").exists()

@@ -71,13 +71,10 @@ def write_kubeconfig(path: Path, server: str, proxy_url: str | None = None) -> P
     return path
 
 
-def client_proxy(kubeconfig: Path) -> str | None:
-    async def made() -> str | None:
-        client = await kubernetes_api_client(kubeconfig)
-        await client.close()
-        return client.server.proxy
-
-    return asyncio.run(made())
+async def client_proxy(kubeconfig: Path) -> str | None:
+    client = await kubernetes_api_client(kubeconfig)
+    await client.close()
+    return client.server.proxy
 
 
 @pytest.mark.parametrize(
@@ -90,7 +87,7 @@ def client_proxy(kubeconfig: Path) -> str | None:
         ({}, "https://10.96.0.1:443", None),
     ],
 )
-def test_the_client_is_made_with_the_environments_proxy(
+async def test_the_client_is_made_with_the_environments_proxy(
     variables: dict[str, str],
     server: str,
     expected: str | None,
@@ -99,15 +96,15 @@ def test_the_client_is_made_with_the_environments_proxy(
 ) -> None:
     for name, value in variables.items():
         environment.setenv(name, value)
-    assert client_proxy(write_kubeconfig(tmp_path / "kubeconfig", server)) == expected
+    assert await client_proxy(write_kubeconfig(tmp_path / "kubeconfig", server)) == expected
 
 
-def test_a_kubeconfigs_proxy_url_wins_over_the_environment(
+async def test_a_kubeconfigs_proxy_url_wins_over_the_environment(
     environment: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     environment.setenv("HTTPS_PROXY", "http://environment-proxy:3128")
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "https://10.96.0.1:443", "http://kube-proxy:3128")
-    assert client_proxy(kubeconfig) == "http://kube-proxy:3128"
+    assert await client_proxy(kubeconfig) == "http://kube-proxy:3128"
 
 
 @asynccontextmanager
@@ -153,47 +150,44 @@ def header(lines: list[str], name: str) -> str | None:
     return found[0] if found else None
 
 
-def through_proxy(tmp_path: Path, environment: pytest.MonkeyPatch, credentials: str) -> list[list[str]]:
+async def through_proxy(tmp_path: Path, environment: pytest.MonkeyPatch, credentials: str) -> list[list[str]]:
     """A GET through the proxy HTTP_PROXY names, to an API server whose name does not resolve
     (`.invalid`): only the proxy can answer it."""
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://apiserver.invalid:8080")
 
-    async def version() -> list[list[str]]:
-        async with recording_proxy() as (port, heads):
-            environment.setenv("HTTP_PROXY", f"http://{credentials}127.0.0.1:{port}")
-            client = await kubernetes_api_client(kubeconfig)
-            try:
-                answer = await json_call("version", call(client, "GET", "/version", request_timeout=5))
-            finally:
-                await client.close()
-            assert answer == {"major": "1", "minor": "35"}
-            return heads
-
-    return asyncio.run(version())
+    async with recording_proxy() as (port, heads):
+        environment.setenv("HTTP_PROXY", f"http://{credentials}127.0.0.1:{port}")
+        client = await kubernetes_api_client(kubeconfig)
+        try:
+            answer = await json_call("version", call(client, "GET", "/version", request_timeout=5))
+        finally:
+            await client.close()
+        assert answer == {"major": "1", "minor": "35"}
+        return heads
 
 
-def test_a_request_goes_through_the_environments_proxy(
+async def test_a_request_goes_through_the_environments_proxy(
     environment: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The absolute-form target (RFC 9112 3.2.2) and the server's Host, the bearer token for the
     server; no Proxy-Authorization where the proxy URL has no user."""
-    [head] = through_proxy(tmp_path, environment, "")
+    [head] = await through_proxy(tmp_path, environment, "")
     assert head[0] == "GET http://apiserver.invalid:8080/version HTTP/1.1"
     assert header(head, "host") == "apiserver.invalid:8080"
     assert header(head, "authorization") == "Bearer abc"
     assert header(head, "proxy-authorization") is None
 
 
-def test_the_proxy_urls_user_and_password_become_proxy_authorization(
+async def test_the_proxy_urls_user_and_password_become_proxy_authorization(
     environment: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Percent-escapes in the URL are undone first: the password is `pa ss`."""
-    [head] = through_proxy(tmp_path, environment, "user:pa%20ss@")
+    [head] = await through_proxy(tmp_path, environment, "user:pa%20ss@")
     assert head[0] == "GET http://apiserver.invalid:8080/version HTTP/1.1"
     assert header(head, "proxy-authorization") == "Basic " + base64.b64encode(b"user:pa ss").decode()
 
 
-def test_an_https_server_is_reached_through_a_tunnel_the_environments_proxy_opens(
+async def test_an_https_server_is_reached_through_a_tunnel_the_environments_proxy_opens(
     environment: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """HTTPS_PROXY for an https server: a CONNECT, with the proxy's credentials, and nothing for
@@ -211,14 +205,14 @@ def test_an_https_server_is_reached_through_a_tunnel_the_environments_proxy_open
                 await client.close()
             return str(raised.value), heads
 
-    message, [head] = asyncio.run(refused())
+    message, [head] = await refused()
     assert "answered 403 to CONNECT apiserver.invalid:6443" in message
     assert head[0] == "CONNECT apiserver.invalid:6443 HTTP/1.1"
     assert header(head, "proxy-authorization") == "Basic " + base64.b64encode(b"user:secret").decode()
     assert header(head, "authorization") is None
 
 
-def test_a_proxy_that_is_no_http_url_stops_the_start_naming_it(
+async def test_a_proxy_that_is_no_http_url_stops_the_start_naming_it(
     tmp_path: Path, environment: pytest.MonkeyPatch
 ) -> None:
     """HTTPS_PROXY=proxy:3128, a common slip: said at start, not found at the first call."""
@@ -227,4 +221,4 @@ def test_a_proxy_that_is_no_http_url_stops_the_start_naming_it(
     with pytest.raises(
         StartupError, match=r"cannot reach the Kubernetes API: proxy: expected an http:// URL"
     ):
-        asyncio.run(kubernetes_api_client(kubeconfig))
+        await kubernetes_api_client(kubeconfig)

@@ -28,26 +28,23 @@ async def _race(start_after: float, signal_after: float | None, opened: list[str
     return await started_unless_stopped(start(), termination)
 
 
-def test_a_signal_during_a_long_phase_cancels_it_and_its_phase_closes_what_it_opened() -> None:
+async def test_a_signal_during_a_long_phase_cancels_it_and_its_phase_closes_what_it_opened() -> None:
     opened: list[str] = []
-    began = asyncio.run(asyncio.wait_for(_race(3600, 0.01, opened), 5))
+    began = await asyncio.wait_for(_race(3600, 0.01, opened), 5)
     assert (began, opened) == (None, [])
 
 
-def test_a_start_that_ends_first_returns_the_agent() -> None:
+async def test_a_start_that_ends_first_returns_the_agent() -> None:
     opened: list[str] = []
-    assert asyncio.run(_race(0.0, None, opened)) == "agent"
+    assert await _race(0.0, None, opened) == "agent"
     assert opened == ["hardware"]
 
 
-def test_a_failing_start_fails_as_before() -> None:
-    async def failing() -> None:
-        loop = asyncio.get_running_loop()
+async def test_a_failing_start_fails_as_before() -> None:
+    loop = asyncio.get_running_loop()
 
-        async def start() -> str:
-            raise StartupError("no")
-
-        await started_unless_stopped(start(), loop.create_future())
+    async def start() -> str:
+        raise StartupError("no")
 
     with pytest.raises(StartupError, match="no"):
-        asyncio.run(failing())
+        await started_unless_stopped(start(), loop.create_future())

@@ -56,24 +56,21 @@ FLUSH = pytest.mark.parametrize("flush", [True, False], ids=["flushed", "unflush
     seed=st.integers(0, 2**32),
     wanted=st.lists(st.sampled_from(["gpu-0", "gpu-1", "gpu-2"]), min_size=2, max_size=24),
 )
-def test_overlapping_calls_never_give_one_gpu_to_two_claims(
+async def test_overlapping_calls_never_give_one_gpu_to_two_claims(
     tmp_path_factory: Any, flush: bool, seed: int, wanted: list[str]
 ) -> None:
     tmp = tmp_path_factory.mktemp("engine")
     source = SlowClaims(seed)
     claims = [source.add(f"c{i}", device) for i, device in enumerate(wanted)]
 
-    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
-        engine = simulated_engine(tmp, source, flush=flush)
-        await engine.load_state()
-        # One call per claim, all at once, plus every claim repeated (kubelet retries).
-        answers = await asyncio.gather(*(engine.prepare([claim]) for claim in claims + claims))
-        merged: dict[str, Any] = {}
-        for answer in answers:
-            merged.update(answer)
-        return merged, engine.prepared_claims
-
-    outcomes, prepared = asyncio.run(scenario())
+    engine = simulated_engine(tmp, source, flush=flush)
+    await engine.load_state()
+    # One call per claim, all at once, plus every claim repeated (kubelet retries).
+    answers = await asyncio.gather(*(engine.prepare([claim]) for claim in claims + claims))
+    merged: dict[str, Any] = {}
+    for answer in answers:
+        merged.update(answer)
+    outcomes, prepared = merged, engine.prepared_claims
 
     winners = {uid: outcome.devices[0].device for uid, outcome in outcomes.items() if not outcome.error}
     assert sorted(winners.values()) == sorted(set(wanted))  # each wanted GPU went to exactly one claim
@@ -86,24 +83,23 @@ def test_overlapping_calls_never_give_one_gpu_to_two_claims(
 
 
 @FLUSH
-def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(tmp_path: Path, flush: bool) -> None:
+async def test_overlapping_prepare_and_unprepare_of_one_claim_stay_consistent(
+    tmp_path: Path, flush: bool
+) -> None:
     source = SlowClaims(7)
     claim = source.add("shared", "gpu-3")
 
-    async def scenario() -> dict[str, Any]:
-        engine = simulated_engine(tmp_path, source, flush=flush)
-        await engine.load_state()
-        calls = [engine.prepare([claim]) if i % 3 else engine.unprepare([claim]) for i in range(30)]
-        await asyncio.gather(*calls)
-        await engine.unprepare([claim])
-        return engine.prepared_claims
-
-    assert asyncio.run(scenario()) == {}
+    engine = simulated_engine(tmp_path, source, flush=flush)
+    await engine.load_state()
+    calls = [engine.prepare([claim]) if i % 3 else engine.unprepare([claim]) for i in range(30)]
+    await asyncio.gather(*calls)
+    await engine.unprepare([claim])
+    assert engine.prepared_claims == {}
     assert list((tmp_path / "state" / "claims").iterdir()) == []
     assert list((tmp_path / "cdi").iterdir()) == []
 
 
-def test_the_claims_of_one_call_share_one_flush(tmp_path: Path) -> None:
+async def test_the_claims_of_one_call_share_one_flush(tmp_path: Path) -> None:
     """Their GETs are answered at different times; their records still go to disk together, not
     the first claim's alone and the rest in the flushes after it."""
     source = SlowClaims(5)
@@ -117,24 +113,21 @@ def test_the_claims_of_one_call_share_one_flush(tmp_path: Path) -> None:
         answer = await engine.prepare(claims)
         return answer, committer.flushes - flushes_before
 
-    answer, flushes = asyncio.run(scenario())
+    answer, flushes = await scenario()
     assert len(answer) == 8
     assert all(not outcome.error and outcome.devices for outcome in answer.values())
     assert flushes == 1
 
 
-def test_a_claim_listed_twice_in_one_call_does_not_wait_for_itself(tmp_path: Path) -> None:
+async def test_a_claim_listed_twice_in_one_call_does_not_wait_for_itself(tmp_path: Path) -> None:
     """The second copy waits for the claim's lock, which the first holds while it waits for the
     rest of the call: the gate's time limit lets the first one through."""
     source = SlowClaims(3)
     claim = source.add("c0", "gpu-0")
 
-    async def scenario() -> dict[str, Any]:
-        engine = simulated_engine(tmp_path, source, committer=GroupCommitter())
-        await engine.load_state()
-        return await asyncio.wait_for(engine.prepare([claim, claim]), timeout=5)
-
-    answer = asyncio.run(scenario())
+    engine = simulated_engine(tmp_path, source, committer=GroupCommitter())
+    await engine.load_state()
+    answer = await asyncio.wait_for(engine.prepare([claim, claim]), timeout=5)
     assert [(outcome.error, len(outcome.devices)) for outcome in answer.values()] == [("", 1)]
 
 
@@ -144,7 +137,9 @@ async def other_tasks_finished() -> None:
 
 
 @pytest.mark.parametrize("claims_in_call", [1, 3])
-def test_a_call_kubelet_gives_up_on_still_finishes_its_claims(tmp_path: Path, claims_in_call: int) -> None:
+async def test_a_call_kubelet_gives_up_on_still_finishes_its_claims(
+    tmp_path: Path, claims_in_call: int
+) -> None:
     """kubelet cancels a call at its deadline or when the connection drops; the claims' work must
     run to the end anyway, so memory and disk agree and the retry finds them prepared."""
     source = SlowClaims(7)
@@ -163,7 +158,7 @@ def test_a_call_kubelet_gives_up_on_still_finishes_its_claims(tmp_path: Path, cl
         prepared = dict(engine.prepared_claims)
         return await engine.prepare(claims), prepared
 
-    retried, prepared = asyncio.run(scenario())
+    retried, prepared = await scenario()
     assert set(prepared) == {uid for _, _, uid in claims}
     assert all(not outcome.error and outcome.devices for outcome in retried.values())
     assert sorted(file.name for file in (tmp_path / "state" / "claims").iterdir()) == sorted(
@@ -172,40 +167,34 @@ def test_a_call_kubelet_gives_up_on_still_finishes_its_claims(tmp_path: Path, cl
 
 
 @pytest.mark.parametrize("claims_in_call", [1, 3])
-def test_an_unprepare_kubelet_gives_up_on_still_finishes(tmp_path: Path, claims_in_call: int) -> None:
+async def test_an_unprepare_kubelet_gives_up_on_still_finishes(tmp_path: Path, claims_in_call: int) -> None:
     source = SlowClaims(11)
     claims = [source.add(f"c{i}", f"gpu-{i}") for i in range(claims_in_call)]
 
-    async def scenario() -> dict[str, Any]:
-        engine = simulated_engine(tmp_path, source)
-        await engine.load_state()
-        await engine.prepare(claims)
-        call = asyncio.create_task(engine.unprepare(claims))
-        await asyncio.sleep(0)  # the call has started: the claims' locks are being taken
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
-        await other_tasks_finished()
-        return dict(engine.prepared_claims)
-
-    assert asyncio.run(scenario()) == {}
+    engine = simulated_engine(tmp_path, source)
+    await engine.load_state()
+    await engine.prepare(claims)
+    call = asyncio.create_task(engine.unprepare(claims))
+    await asyncio.sleep(0)  # the call has started: the claims' locks are being taken
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await other_tasks_finished()
+    assert dict(engine.prepared_claims) == {}
     assert list((tmp_path / "state" / "claims").iterdir()) == []
     assert list((tmp_path / "cdi").iterdir()) == []
 
 
-def test_work_run_to_the_end_passes_its_failure_to_a_caller_still_waiting() -> None:
+async def test_work_run_to_the_end_passes_its_failure_to_a_caller_still_waiting() -> None:
     async def failing() -> int:
         await asyncio.sleep(0)
         raise ValueError("a bug in the claim work")
 
-    async def scenario() -> None:
-        with pytest.raises(ValueError, match="a bug in the claim work"):
-            await to_the_end(failing())
-
-    asyncio.run(scenario())
+    with pytest.raises(ValueError, match="a bug in the claim work"):
+        await to_the_end(failing())
 
 
-def test_work_left_for_after_the_answer_runs_once_the_waiter_has_resumed_in_its_own_context() -> None:
+async def test_work_left_for_after_the_answer_runs_once_the_waiter_has_resumed_in_its_own_context() -> None:
     events: list[str] = []
     claim = contextvars.ContextVar("claim", default="none")
 
@@ -222,11 +211,11 @@ def test_work_left_for_after_the_answer_runs_once_the_waiter_has_resumed_in_its_
         await asyncio.sleep(0)
         events.append("next turn")
 
-    asyncio.run(scenario())
+    await scenario()
     assert events == ["answered 7", "left by a", "next turn"]
 
 
-def test_a_failing_piece_left_for_after_the_answer_is_logged_and_costs_the_others_nothing() -> None:
+async def test_a_failing_piece_left_for_after_the_answer_is_logged_and_costs_the_others_nothing() -> None:
     events: list[str] = []
 
     def failing() -> None:
@@ -242,7 +231,7 @@ def test_a_failing_piece_left_for_after_the_answer_is_logged_and_costs_the_other
         await asyncio.sleep(0)
 
     with structlog.testing.capture_logs() as logged:
-        asyncio.run(scenario())
+        await scenario()
     assert events == ["second piece"]
     assert [(line["event"], line["log_level"]) for line in logged] == [
         ("work left for after an answer failed", "error")
@@ -250,7 +239,7 @@ def test_a_failing_piece_left_for_after_the_answer_is_logged_and_costs_the_other
     assert "a bug in a log line" in logged[0]["error"]
 
 
-def test_work_run_to_the_end_logs_a_failure_nobody_waits_for() -> None:
+async def test_work_run_to_the_end_logs_a_failure_nobody_waits_for() -> None:
     finished = []
 
     async def failing() -> None:
@@ -258,14 +247,11 @@ def test_work_run_to_the_end_logs_a_failure_nobody_waits_for() -> None:
         finished.append(True)
         raise ValueError("a bug in the claim work")
 
-    async def scenario() -> None:
+    with structlog.testing.capture_logs() as logged:
         caller = asyncio.create_task(asyncio.wait_for(to_the_end(failing()), 0.001))
         with pytest.raises(TimeoutError):
             await caller
         await other_tasks_finished()
-
-    with structlog.testing.capture_logs() as logged:
-        asyncio.run(scenario())
     assert finished == [True]
     assert [(line["event"], line["log_level"]) for line in logged] == [
         ("claim work failed after its caller stopped waiting", "error")

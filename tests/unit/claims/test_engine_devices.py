@@ -72,28 +72,29 @@ async def instances(hardware: SimulatedBackend) -> list[tuple[str, int, Placemen
     ]
 
 
-def test_dynamic_mig_creates_the_instance_at_the_placement_and_unprepare_destroys_it(tmp_path: Path) -> None:
+async def test_dynamic_mig_creates_the_instance_at_the_placement_and_unprepare_destroys_it(
+    tmp_path: Path,
+) -> None:
     claims = MemoryClaims()
     claim = claims.add("mig", {"device": "gpu-1-mig-1g10gb-3"})
 
-    async def scenario() -> None:
-        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
-        await engine.load_state()
-        outcome = (await engine.prepare([claim]))[claim[2]]
-        assert outcome.error == ""
-        gpu_1 = simulated_node("dgx-h100-mig")[1]
-        ((gpu, profile_id, placement),) = await instances(hardware)
-        assert (gpu, profile_id, placement) == (gpu_1.uuid, 19, Placement(3, 1))
-        env = spec_env(tmp_path, claim[2])
-        assert f"DRA_DEVICE_GPU_1_MIG_1G10GB_3_PARENT={gpu_1.uuid}" in env
-        assert "DRA_DEVICE_GPU_1_MIG_1G10GB_3_PROFILE=1g.10gb" in env
-        assert await engine.unprepare([claim]) == {claim[2]: ""}
-        assert await instances(hardware) == []
-
-    asyncio.run(scenario())
+    engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+    await engine.load_state()
+    outcome = (await engine.prepare([claim]))[claim[2]]
+    assert outcome.error == ""
+    gpu_1 = simulated_node("dgx-h100-mig")[1]
+    ((gpu, profile_id, placement),) = await instances(hardware)
+    assert (gpu, profile_id, placement) == (gpu_1.uuid, 19, Placement(3, 1))
+    env = spec_env(tmp_path, claim[2])
+    assert f"DRA_DEVICE_GPU_1_MIG_1G10GB_3_PARENT={gpu_1.uuid}" in env
+    assert "DRA_DEVICE_GPU_1_MIG_1G10GB_3_PROFILE=1g.10gb" in env
+    assert await engine.unprepare([claim]) == {claim[2]: ""}
+    assert await instances(hardware) == []
 
 
-def test_a_failed_creation_leaves_no_instance_record_or_spec_and_frees_the_device(tmp_path: Path) -> None:
+async def test_a_failed_creation_leaves_no_instance_record_or_spec_and_frees_the_device(
+    tmp_path: Path,
+) -> None:
     claims = MemoryClaims()
     # Overlapping placements (the scheduler's counters never allow this): the second creation fails
     # after the first succeeded, and the first must be destroyed again.
@@ -102,44 +103,38 @@ def test_a_failed_creation_leaves_no_instance_record_or_spec_and_frees_the_devic
     )
     flaky = claims.add("flaky", {"device": "gpu-1-mig-7g80gb-0"})
 
-    async def scenario() -> None:
-        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
-        await engine.load_state()
-        error = (await engine.prepare([overlapping]))[overlapping[2]].error
-        assert "cannot create its MIG instance" in error and "overlap the existing 3g.40gb instance" in error
-        assert await instances(hardware) == []
-        hardware.fail_next("create_mig_instance", HardwareErrorReason.INSUFFICIENT_RESOURCES)
-        assert "cannot create its MIG instance" in (await engine.prepare([flaky]))[flaky[2]].error
-        assert not list((tmp_path / "state" / "claims").iterdir())
-        assert not (tmp_path / "cdi").exists() or not list((tmp_path / "cdi").iterdir())
-        assert (await engine.prepare([flaky]))[flaky[2]].error == "", "the device was freed"
-        assert len(await instances(hardware)) == 1
-
-    asyncio.run(scenario())
+    engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+    await engine.load_state()
+    error = (await engine.prepare([overlapping]))[overlapping[2]].error
+    assert "cannot create its MIG instance" in error and "overlap the existing 3g.40gb instance" in error
+    assert await instances(hardware) == []
+    hardware.fail_next("create_mig_instance", HardwareErrorReason.INSUFFICIENT_RESOURCES)
+    assert "cannot create its MIG instance" in (await engine.prepare([flaky]))[flaky[2]].error
+    assert not list((tmp_path / "state" / "claims").iterdir())
+    assert not (tmp_path / "cdi").exists() or not list((tmp_path / "cdi").iterdir())
+    assert (await engine.prepare([flaky]))[flaky[2]].error == "", "the device was freed"
+    assert len(await instances(hardware)) == 1
 
 
-def test_a_refused_creation_leaves_an_instance_made_by_hand_at_that_placement(tmp_path: Path) -> None:
+async def test_a_refused_creation_leaves_an_instance_made_by_hand_at_that_placement(tmp_path: Path) -> None:
     """A slice published before an operator made a 3g.40gb by hand at start 4 hands out that
     placement; NVML refuses it, and the rollback (which destroys by profile and placement) must
     not take the operator's instance: nothing of the claim's stands there."""
     claims = MemoryClaims()
     stale = claims.add("stale", {"device": "gpu-0-mig-3g40gb-4"})
 
-    async def scenario() -> None:
-        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
-        await engine.load_state()
-        (gpu, *_) = await hardware.discover()
-        (profile,) = [profile for profile in gpu.mig_profiles if profile.name == "3g.40gb"]
-        by_hand = await hardware.create_mig_instance(gpu.uuid, profile.profile_id, Placement(4, 4))
-        error = (await engine.prepare([stale]))[stale[2]].error
-        assert "cannot create its MIG instance" in error
-        assert await instances(hardware) == [(gpu.uuid, profile.profile_id, by_hand.placement)]
-        assert not list((tmp_path / "state" / "claims").iterdir())
-
-    asyncio.run(scenario())
+    engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+    await engine.load_state()
+    (gpu, *_) = await hardware.discover()
+    (profile,) = [profile for profile in gpu.mig_profiles if profile.name == "3g.40gb"]
+    by_hand = await hardware.create_mig_instance(gpu.uuid, profile.profile_id, Placement(4, 4))
+    error = (await engine.prepare([stale]))[stale[2]].error
+    assert "cannot create its MIG instance" in error
+    assert await instances(hardware) == [(gpu.uuid, profile.profile_id, by_hand.placement)]
+    assert not list((tmp_path / "state" / "claims").iterdir())
 
 
-def test_a_prepare_cut_short_is_rolled_back_at_the_next_start(tmp_path: Path) -> None:
+async def test_a_prepare_cut_short_is_rolled_back_at_the_next_start(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add("mig", {"device": "gpu-2-mig-2g20gb-4"})
     gpu_2 = simulated_node("dgx-h100-mig")[2]
@@ -162,11 +157,11 @@ def test_a_prepare_cut_short_is_rolled_back_at_the_next_start(tmp_path: Path) ->
         assert (await engine.prepare([claim]))[claim[2]].error == ""
         assert len(await instances(hardware)) == 1
 
-    asyncio.run(crash_after_creation())
-    asyncio.run(restart())
+    await crash_after_creation()
+    await restart()
 
 
-def test_records_of_an_earlier_boot_are_forgotten(tmp_path: Path) -> None:
+async def test_records_of_an_earlier_boot_are_forgotten(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add("whole", {"device": "gpu-0"})
 
@@ -177,33 +172,30 @@ def test_records_of_an_earlier_boot_are_forgotten(tmp_path: Path) -> None:
             await engine.prepare([claim])
         return engine.prepared_claims
 
-    assert list(asyncio.run(boot("boot-1"))) == [claim[2]]
-    assert list(asyncio.run(boot("boot-1"))) == [claim[2]]
+    assert list(await boot("boot-1")) == [claim[2]]
+    assert list(await boot("boot-1")) == [claim[2]]
     # An unflushed record the power loss cut short: dropped with the rest, not reported as corrupt.
     (tmp_path / "state" / "claims" / "0e5a4b1c-2d3e-4f50-8a6b-7c8d9e0f1a2b.json").write_bytes(b"")
     engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
-    assert asyncio.run(engine.load_state("boot-2")) == []
+    assert await engine.load_state("boot-2") == []
     assert engine.prepared_claims == {}
     assert not list((tmp_path / "cdi").iterdir())
     assert not list((tmp_path / "state" / "claims").iterdir())
 
 
-def test_static_mig_uses_the_existing_instance(tmp_path: Path) -> None:
+async def test_static_mig_uses_the_existing_instance(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add("static", {"device": "gpu-0-mig-1g10gb-2"})
     existing = next(i for i in simulated_node("mixed")[0].mig_instances if i.placement.start == 2)
 
-    async def scenario() -> list[str]:
-        engine, hardware = node(tmp_path, "mixed", NodeConfig(), claims)
-        await engine.load_state()
-        assert (await engine.prepare([claim]))[claim[2]].error == ""
-        assert len(await instances(hardware)) == 8, "the two static GPUs' instances, nothing created"
-        return spec_env(tmp_path, claim[2])
-
-    assert f"DRA_DEVICE_GPU_0_MIG_1G10GB_2={existing.uuid}" in asyncio.run(scenario())
+    engine, hardware = node(tmp_path, "mixed", NodeConfig(), claims)
+    await engine.load_state()
+    assert (await engine.prepare([claim]))[claim[2]].error == ""
+    assert len(await instances(hardware)) == 8, "the two static GPUs' instances, nothing created"
+    assert f"DRA_DEVICE_GPU_0_MIG_1G10GB_2={existing.uuid}" in spec_env(tmp_path, claim[2])
 
 
-def test_admin_access_and_shares_are_not_exclusive_but_plain_devices_are(tmp_path: Path) -> None:
+async def test_admin_access_and_shares_are_not_exclusive_but_plain_devices_are(tmp_path: Path) -> None:
     claims = MemoryClaims()
     share = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
     other_share = "6b0d3c1e-1f2a-4b3c-8d4e-5f6a7b8c9d0e"
@@ -212,34 +204,28 @@ def test_admin_access_and_shares_are_not_exclusive_but_plain_devices_are(tmp_pat
     no_share = claims.add("c", {"device": "gpu-0"})
     admin = claims.add("d", {"device": "gpu-0", "adminAccess": True})
 
-    async def scenario() -> dict[str, str]:
-        engine, _ = node(tmp_path, "t4x4", CAPACITY, claims)
-        await engine.load_state()
-        outcomes = await engine.prepare([first, second, no_share, admin])
-        return {uid: outcome.error for uid, outcome in outcomes.items()}
-
-    errors = asyncio.run(scenario())
+    engine, _ = node(tmp_path, "t4x4", CAPACITY, claims)
+    await engine.load_state()
+    outcomes = await engine.prepare([first, second, no_share, admin])
+    errors = {uid: outcome.error for uid, outcome in outcomes.items()}
     assert errors[first[2]] == errors[second[2]] == errors[admin[2]] == ""
     assert "shareID is missing: device gpu-0 allows multiple allocations" in errors[no_share[2]]
 
 
-def test_a_bad_opaque_config_is_that_claims_error_naming_the_field(tmp_path: Path) -> None:
+async def test_a_bad_opaque_config_is_that_claims_error_naming_the_field(tmp_path: Path) -> None:
     claims = MemoryClaims()
     config = sharing_config({"strategy": "Timeslicing"})
     bad = claims.add("bad", {"device": "gpu-0"}, config=config)
     good = claims.add("good", {"device": "gpu-1"})
 
-    async def scenario() -> dict[str, str]:
-        engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
-        await engine.load_state()
-        return {uid: outcome.error for uid, outcome in (await engine.prepare([bad, good])).items()}
-
-    errors = asyncio.run(scenario())
+    engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
+    await engine.load_state()
+    errors = {uid: outcome.error for uid, outcome in (await engine.prepare([bad, good])).items()}
     assert errors[good[2]] == ""
     assert 'sharing.strategy: "Timeslicing" is not one of TimeSlicing, MPS' in errors[bad[2]]
 
 
-def test_a_vgpu_share_gets_its_limits_in_cuda_order_and_the_config_knobs(tmp_path: Path) -> None:
+async def test_a_vgpu_share_gets_its_limits_in_cuda_order_and_the_config_knobs(tmp_path: Path) -> None:
     claims = MemoryClaims()
     config = [
         {
@@ -264,13 +250,10 @@ def test_a_vgpu_share_gets_its_limits_in_cuda_order_and_the_config_knobs(tmp_pat
         config=config,
     )
 
-    async def scenario() -> list[str]:
-        engine, _ = node(tmp_path, "t4x4", CAPACITY, claims)
-        await engine.load_state()
-        assert (await engine.prepare([claim]))[claim[2]].error == ""
-        return spec_env(tmp_path, claim[2])
-
-    env = asyncio.run(scenario())
+    engine, _ = node(tmp_path, "t4x4", CAPACITY, claims)
+    await engine.load_state()
+    assert (await engine.prepare([claim]))[claim[2]].error == ""
+    env = spec_env(tmp_path, claim[2])
     # gpu-1 comes before gpu-2 on the PCI bus, whatever order the results list them in.
     for expected in (
         "CUDA_DEVICE_ORDER=PCI_BUS_ID",
@@ -301,7 +284,7 @@ def sharing_config(sharing: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def test_time_slicing_is_set_for_the_claim_and_restored_when_it_goes(tmp_path: Path) -> None:
+async def test_time_slicing_is_set_for_the_claim_and_restored_when_it_goes(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add(
         "ts",
@@ -312,7 +295,7 @@ def test_time_slicing_is_set_for_the_claim_and_restored_when_it_goes(tmp_path: P
     slicer = SimulatedTimeSlicer(gpu.uuid for gpu in simulated_node("t4x4"))
     runtime = Path(tempfile.mkdtemp(prefix="mps-"))
 
-    async def scenario() -> None:
+    try:
         engine, _ = node(
             tmp_path, "t4x4", NodeConfig(), claims, SharingControls(slicer, SimulatedMps(runtime))
         )
@@ -322,15 +305,12 @@ def test_time_slicing_is_set_for_the_claim_and_restored_when_it_goes(tmp_path: P
         assert engine.prepared_claims[claim[2]].entries(TimeSliceEntry) == (TimeSliceEntry(gpu_1),)
         assert await engine.unprepare([claim]) == {claim[2]: ""}
         assert await slicer.current(gpu_1) == "Default"
-
-    try:
-        asyncio.run(scenario())
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
     assert [(s.gpu_uuid, s.interval) for s in slicer.history] == [(gpu_1, "Long"), (gpu_1, "Default")]
 
 
-def test_an_mps_claim_runs_its_own_control_daemon_while_prepared(tmp_path: Path) -> None:
+async def test_an_mps_claim_runs_its_own_control_daemon_while_prepared(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add(
         "mps",
@@ -342,7 +322,7 @@ def test_an_mps_claim_runs_its_own_control_daemon_while_prepared(tmp_path: Path)
     mps = SimulatedMps(runtime)
     slicer = SimulatedTimeSlicer(gpu.uuid for gpu in simulated_node("t4x4"))
 
-    async def scenario() -> None:
+    try:
         engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims, SharingControls(slicer, mps))
         await engine.load_state()
         outcome = (await engine.prepare([claim]))[claim[2]]
@@ -354,14 +334,11 @@ def test_an_mps_claim_runs_its_own_control_daemon_while_prepared(tmp_path: Path)
         assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=40" in env
         assert await engine.unprepare([claim]) == {claim[2]: ""}
         assert not await mps.is_running(claim[2])
-
-    try:
-        asyncio.run(scenario())
     finally:
         shutil.rmtree(runtime, ignore_errors=True)
 
 
-def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_that_goes_with_the_claim(
+async def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_that_goes_with_the_claim(
     tmp_path: Path,
 ) -> None:
     claims = MemoryClaims()
@@ -373,21 +350,18 @@ def test_hami_core_enforcement_mounts_the_library_and_a_claim_directory_that_goe
     stale = tmp_path / "vgpu" / "claims" / "11111111-2222-4333-8444-555555555555"
     stale.mkdir(parents=True)
 
-    async def scenario() -> None:
-        engine, _ = node(tmp_path, "t4x4", HAMI_CORE_CAPACITY, claims, hami_core=hami)
-        await engine.load_state()
-        assert not stale.exists(), "a directory no prepared claim owns is swept at start"
-        assert (await engine.prepare([claim]))[claim[2]].error == ""
-        (spec_file,) = (tmp_path / "cdi").glob(f"*{claim[2]}*")
-        mounts = json.loads(spec_file.read_text())["devices"][0]["containerEdits"]["mounts"]
-        targets = {mount["containerPath"]: mount["hostPath"] for mount in mounts}
-        assert targets["/usr/local/vgpu/libvgpu.so"] == str(library)
-        preload = Path(targets["/etc/ld.so.preload"])
-        assert file_text(preload) == "/usr/local/vgpu/libvgpu.so\n"
-        assert await engine.unprepare([claim]) == {claim[2]: ""}
-        assert file_text(preload) is None
-
-    asyncio.run(scenario())
+    engine, _ = node(tmp_path, "t4x4", HAMI_CORE_CAPACITY, claims, hami_core=hami)
+    await engine.load_state()
+    assert not stale.exists(), "a directory no prepared claim owns is swept at start"
+    assert (await engine.prepare([claim]))[claim[2]].error == ""
+    (spec_file,) = (tmp_path / "cdi").glob(f"*{claim[2]}*")
+    mounts = json.loads(spec_file.read_text())["devices"][0]["containerEdits"]["mounts"]
+    targets = {mount["containerPath"]: mount["hostPath"] for mount in mounts}
+    assert targets["/usr/local/vgpu/libvgpu.so"] == str(library)
+    preload = Path(targets["/etc/ld.so.preload"])
+    assert file_text(preload) == "/usr/local/vgpu/libvgpu.so\n"
+    assert await engine.unprepare([claim]) == {claim[2]: ""}
+    assert file_text(preload) is None
 
 
 def test_the_hami_core_directory_is_made_by_its_effects_apply_and_nowhere_else(
@@ -428,39 +402,42 @@ def test_the_hami_core_directory_is_made_by_its_effects_apply_and_nowhere_else(
 
 
 class SlowClaims(MemoryClaims):
+    """A slow API server: a GET takes 0.2 s, and `getting` is set once one has begun."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.getting = asyncio.Event()
+
     async def get(self, namespace: str, name: str) -> object:
+        self.getting.set()
         await asyncio.sleep(0.2)
         return await super().get(namespace, name)
 
 
-def test_an_unprepare_sent_during_a_prepare_is_not_overtaken_by_it(tmp_path: Path) -> None:
+async def test_an_unprepare_sent_during_a_prepare_is_not_overtaken_by_it(tmp_path: Path) -> None:
     claims = SlowClaims()
     claim = claims.add("raced", {"device": "gpu-0"})
 
-    async def scenario() -> dict[str, ClaimRecord]:
-        engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
-        await engine.load_state()
-        preparing = asyncio.create_task(engine.prepare([claim]))
-        await asyncio.sleep(0.05)  # the prepare is waiting for its GET
-        assert await engine.unprepare([claim]) == {claim[2]: ""}
-        assert (await preparing)[claim[2]].error == ""
-        return engine.prepared_claims
-
-    assert asyncio.run(scenario()) == {}, "the unprepare came last, so nothing stays prepared"
+    engine, _ = node(tmp_path, "t4x4", NodeConfig(), claims)
+    await engine.load_state()
+    preparing = asyncio.create_task(engine.prepare([claim]))
+    await claims.getting.wait()  # the prepare is waiting for its GET
+    assert await engine.unprepare([claim]) == {claim[2]: ""}
+    assert (await preparing)[claim[2]].error == ""
+    assert engine.prepared_claims == {}, "the unprepare came last, so nothing stays prepared"
 
 
-def test_admin_access_to_a_mig_device_monitors_its_gpu_without_creating_an_instance(tmp_path: Path) -> None:
+async def test_admin_access_to_a_mig_device_monitors_its_gpu_without_creating_an_instance(
+    tmp_path: Path,
+) -> None:
     claims = MemoryClaims()
     admin = claims.add("admin", {"device": "gpu-3-mig-1g10gb-0", "adminAccess": True})
 
-    async def scenario() -> list[str]:
-        engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
-        await engine.load_state()
-        assert (await engine.prepare([admin]))[admin[2]].error == ""
-        assert await instances(hardware) == []
-        return spec_env(tmp_path, admin[2])
-
-    env = asyncio.run(scenario())
+    engine, hardware = node(tmp_path, "dgx-h100-mig", DYNAMIC, claims)
+    await engine.load_state()
+    assert (await engine.prepare([admin]))[admin[2]].error == ""
+    assert await instances(hardware) == []
+    env = spec_env(tmp_path, admin[2])
     assert "DRA_DEVICE_GPU_3_MIG_1G10GB_0_MIG_MONITOR=true" in env
     assert f"DRA_DEVICE_GPU_3_MIG_1G10GB_0={simulated_node('dgx-h100-mig')[3].uuid}" in env
 
@@ -517,7 +494,7 @@ SHARE_B = "8b2d4e61-0a3c-4f5e-9d7b-1c2e3f4a5b6c"
     ],
     ids=["over-the-gpu", "malformed", "no-cores", "two-shares-of-one-gpu"],
 )
-def test_a_claim_refused_for_its_vgpu_grant_creates_no_mig_instance_and_changes_no_sharing(
+async def test_a_claim_refused_for_its_vgpu_grant_creates_no_mig_instance_and_changes_no_sharing(
     tmp_path: Path, vgpus: list[dict[str, Any]], refusal: str
 ) -> None:
     """Every reason to refuse a claim is found in its plan: a grant refused after the MIG instance
@@ -536,7 +513,7 @@ def test_a_claim_refused_for_its_vgpu_grant_creates_no_mig_instance_and_changes_
             for entry in sharing_config({"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}})
         ],
     )
-    error, hardware, slicer = refused_without_side_effects(tmp_path, claims, claim)
+    error, hardware, slicer = await refused_without_side_effects(tmp_path, claims, claim)
     assert refusal in error
     assert hardware.changes == [], "a side effect was applied before the claim was refused"
     assert slicer.history == ()
@@ -578,7 +555,7 @@ def mps(**settings: Any) -> dict[str, Any]:
     ],
     ids=["mps-on-some", "two-mps-settings", "per-device-key", "under-1Mi"],
 )
-def test_a_claim_refused_for_its_sharing_config_creates_no_mig_instance(
+async def test_a_claim_refused_for_its_sharing_config_creates_no_mig_instance(
     tmp_path: Path, mig_sharing: dict[str, Any] | None, whole_sharing: dict[str, Any], refusal: str
 ) -> None:
     """The sharing rules read the claim's configs alone, so they refuse it before the dynamic MIG
@@ -593,13 +570,13 @@ def test_a_claim_refused_for_its_sharing_config_creates_no_mig_instance(
         {"request": "whole", "device": "gpu-4"},
         config=config,
     )
-    error, hardware, slicer = refused_without_side_effects(tmp_path, claims, claim)
+    error, hardware, slicer = await refused_without_side_effects(tmp_path, claims, claim)
     assert refusal in error
     assert hardware.changes == [], "a side effect was applied before the claim was refused"
     assert slicer.history == ()
 
 
-def refused_without_side_effects(
+async def refused_without_side_effects(
     tmp_path: Path, claims: MemoryClaims, claim: RawClaim
 ) -> tuple[str, "RecordingBackend", SimulatedTimeSlicer]:
     """Prepares `claim` on the mixed node (dynamic MIG where it can, vGPU shares elsewhere),
@@ -622,7 +599,7 @@ def refused_without_side_effects(
     runtime = Path(tempfile.mkdtemp(prefix="mps-"))
     sharing = SharingControls(slicer, SimulatedMps(runtime), compute_modes=hardware)
 
-    async def scenario() -> str:
+    try:
         engine = simulated_engine(tmp_path, claims, "mixed", mixed, hardware=hardware, sharing=sharing)
         await engine.load_state()
         before = await instances(hardware)
@@ -631,9 +608,6 @@ def refused_without_side_effects(
         assert [await slicer.current(gpu.uuid) for gpu in gpus] == ["Default"] * len(gpus)
         assert [await hardware.compute_mode(gpu.uuid) for gpu in gpus] == ["Default"] * len(gpus)
         assert claim.uid not in engine.prepared_claims
-        return error
-
-    try:
-        return asyncio.run(scenario()), hardware, slicer
+        return error, hardware, slicer
     finally:
         shutil.rmtree(runtime, ignore_errors=True)

@@ -1,7 +1,6 @@
 """The claim engine writes, mounts and removes KEP-5304 device metadata files: on whole GPUs,
 dynamic MIG and vGPU shares, idempotently, and with crash leftovers cleaned up at start."""
 
-import asyncio
 import errno
 import json
 import uuid
@@ -69,7 +68,9 @@ def devices_in(path: Path) -> dict[str, dict[str, Any]]:
     return {device["name"]: device for request in documents[0]["requests"] for device in request["devices"]}
 
 
-def test_each_request_gets_a_file_mounted_at_its_standard_path_by_its_first_device(tmp_path: Path) -> None:
+async def test_each_request_gets_a_file_mounted_at_its_standard_path_by_its_first_device(
+    tmp_path: Path,
+) -> None:
     claims = MemoryClaims()
     claim = claims.add(
         "train",
@@ -79,40 +80,37 @@ def test_each_request_gets_a_file_mounted_at_its_standard_path_by_its_first_devi
     )
     inventory = inventory_for("t4x4")
 
-    async def scenario() -> None:
-        engine = simulated_engine(tmp_path, claims)
-        await engine.load_state()
-        outcome = (await engine.prepare([claim]))[claim[2]]
-        assert outcome.error == ""
-        uid = claim[2]
-        assert {d.device: d.cdi_device_ids for d in outcome.devices} == {
-            "gpu-1": (f"{KIND}={uid}-gpu-1", f"{KIND}={uid}-pair.metadata"),
-            "gpu-3": (f"{KIND}={uid}-gpu-3",),
-            "gpu-0": (f"{KIND}={uid}-gpu-0", f"{KIND}={uid}-single.metadata"),
-        }
-        assert mounts_of(tmp_path, uid) == {
-            f"{uid}-pair.metadata": (
-                f"{CONTAINER_DIR}/resourceclaims/train/pair/{DRIVER}-metadata.json",
-                [str(metadata_file(tmp_path, uid, "pair")), "ro", "nosuid", "nodev", "noexec", "bind"],
-            ),
-            f"{uid}-single.metadata": (
-                f"{CONTAINER_DIR}/resourceclaims/train/single/{DRIVER}-metadata.json",
-                [str(metadata_file(tmp_path, uid, "single")), "ro", "nosuid", "nodev", "noexec", "bind"],
-            ),
-        }
-        pair = devices_in(metadata_file(tmp_path, uid, "pair"))
-        assert sorted(pair) == ["gpu-1", "gpu-3"]
-        for name, device in {**pair, **devices_in(metadata_file(tmp_path, uid, "single"))}.items():
-            published = inventory.device_by_name[name].attributes
-            assert device["pool"] == POOL and device["driver"] == DRIVER
-            assert device["attributes"]["uuid"] == {"string": published["uuid"]}
-            assert set(device["attributes"]) == set(published)
-        assert metadata_file(tmp_path, uid, "pair").stat().st_mode & 0o777 == 0o644
-
-    asyncio.run(scenario())
+    engine = simulated_engine(tmp_path, claims)
+    await engine.load_state()
+    outcome = (await engine.prepare([claim]))[claim[2]]
+    assert outcome.error == ""
+    uid = claim[2]
+    assert {d.device: d.cdi_device_ids for d in outcome.devices} == {
+        "gpu-1": (f"{KIND}={uid}-gpu-1", f"{KIND}={uid}-pair.metadata"),
+        "gpu-3": (f"{KIND}={uid}-gpu-3",),
+        "gpu-0": (f"{KIND}={uid}-gpu-0", f"{KIND}={uid}-single.metadata"),
+    }
+    assert mounts_of(tmp_path, uid) == {
+        f"{uid}-pair.metadata": (
+            f"{CONTAINER_DIR}/resourceclaims/train/pair/{DRIVER}-metadata.json",
+            [str(metadata_file(tmp_path, uid, "pair")), "ro", "nosuid", "nodev", "noexec", "bind"],
+        ),
+        f"{uid}-single.metadata": (
+            f"{CONTAINER_DIR}/resourceclaims/train/single/{DRIVER}-metadata.json",
+            [str(metadata_file(tmp_path, uid, "single")), "ro", "nosuid", "nodev", "noexec", "bind"],
+        ),
+    }
+    pair = devices_in(metadata_file(tmp_path, uid, "pair"))
+    assert sorted(pair) == ["gpu-1", "gpu-3"]
+    for name, device in {**pair, **devices_in(metadata_file(tmp_path, uid, "single"))}.items():
+        published = inventory.device_by_name[name].attributes
+        assert device["pool"] == POOL and device["driver"] == DRIVER
+        assert device["attributes"]["uuid"] == {"string": published["uuid"]}
+        assert set(device["attributes"]) == set(published)
+    assert metadata_file(tmp_path, uid, "pair").stat().st_mode & 0o777 == 0o644
 
 
-def test_a_template_claim_is_mounted_under_its_pod_claim_name(tmp_path: Path) -> None:
+async def test_a_template_claim_is_mounted_under_its_pod_claim_name(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add(
         "pod-7-gpus-x4k2p",
@@ -120,12 +118,9 @@ def test_a_template_claim_is_mounted_under_its_pod_claim_name(tmp_path: Path) ->
         annotations={"resource.kubernetes.io/pod-claim-name": "gpus"},
     )
 
-    async def scenario() -> None:
-        engine = simulated_engine(tmp_path, claims)
-        await engine.load_state()
-        assert (await engine.prepare([claim]))[claim[2]].error == ""
-
-    asyncio.run(scenario())
+    engine = simulated_engine(tmp_path, claims)
+    await engine.load_state()
+    assert (await engine.prepare([claim]))[claim[2]].error == ""
     ((container_path, _),) = mounts_of(tmp_path, claim[2]).values()
     assert container_path == f"{CONTAINER_DIR}/resourceclaimtemplates/gpus/gpu/{DRIVER}-metadata.json"
     (document, _) = metadata_stream(metadata_file(tmp_path, claim[2], "gpu").read_bytes())
@@ -133,19 +128,16 @@ def test_a_template_claim_is_mounted_under_its_pod_claim_name(tmp_path: Path) ->
     assert document["metadata"]["name"] == "pod-7-gpus-x4k2p"
 
 
-def test_a_dynamic_mig_device_lists_the_uuid_of_the_instance_prepare_created(tmp_path: Path) -> None:
+async def test_a_dynamic_mig_device_lists_the_uuid_of_the_instance_prepare_created(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add("mig", {"request": "slice", "device": "gpu-1-mig-1g10gb-3"})
 
-    async def scenario() -> str:
-        hardware = simulated_hardware(tmp_path, "dgx-h100-mig")
-        engine = simulated_engine(tmp_path, claims, "dgx-h100-mig", DYNAMIC, hardware=hardware)
-        await engine.load_state()
-        assert (await engine.prepare([claim]))[claim[2]].error == ""
-        ((instance,),) = [gpu.mig_instances for gpu in await hardware.discover() if gpu.mig_instances]
-        return instance.uuid
-
-    created = asyncio.run(scenario())
+    hardware = simulated_hardware(tmp_path, "dgx-h100-mig")
+    engine = simulated_engine(tmp_path, claims, "dgx-h100-mig", DYNAMIC, hardware=hardware)
+    await engine.load_state()
+    assert (await engine.prepare([claim]))[claim[2]].error == ""
+    ((instance,),) = [gpu.mig_instances for gpu in await hardware.discover() if gpu.mig_instances]
+    created = instance.uuid
     device = devices_in(metadata_file(tmp_path, claim[2], "slice"))["gpu-1-mig-1g10gb-3"]
     assert created.startswith("MIG-")
     assert device["attributes"]["uuid"] == {"string": created}
@@ -153,7 +145,7 @@ def test_a_dynamic_mig_device_lists_the_uuid_of_the_instance_prepare_created(tmp
     assert device["attributes"]["parentUUID"] == {"string": simulated_node("dgx-h100-mig")[1].uuid}
 
 
-def test_a_vgpu_share_lists_its_limits_and_share_id(tmp_path: Path) -> None:
+async def test_a_vgpu_share_lists_its_limits_and_share_id(tmp_path: Path) -> None:
     claims = MemoryClaims()
     share = "3f1c7a52-9c1e-4e43-9d57-4c6f3f1e2a10"
     claim = claims.add(
@@ -166,49 +158,40 @@ def test_a_vgpu_share_lists_its_limits_and_share_id(tmp_path: Path) -> None:
         },
     )
 
-    async def scenario() -> None:
-        engine = simulated_engine(tmp_path, claims, "t4x4", CAPACITY)
-        await engine.load_state()
-        assert (await engine.prepare([claim]))[claim[2]].error == ""
-
-    asyncio.run(scenario())
+    engine = simulated_engine(tmp_path, claims, "t4x4", CAPACITY)
+    await engine.load_state()
+    assert (await engine.prepare([claim]))[claim[2]].error == ""
     attributes = devices_in(metadata_file(tmp_path, claim[2], "gpu"))["gpu-2"]["attributes"]
     assert attributes["memoryLimit"] == {"int": 8 * 2**30}
     assert attributes["coresLimit"] == {"int": 30}
     assert attributes["shareID"] == {"string": share}
 
 
-def test_a_second_prepare_answers_the_same_and_leaves_the_files_untouched(tmp_path: Path) -> None:
+async def test_a_second_prepare_answers_the_same_and_leaves_the_files_untouched(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add("again", {"request": "gpu", "device": "gpu-0"})
     path = metadata_file(tmp_path, claim[2], "gpu")
 
-    async def scenario() -> None:
-        engine = simulated_engine(tmp_path, claims)
-        await engine.load_state()
-        first = (await engine.prepare([claim]))[claim[2]]
-        content, inode = path.read_bytes(), path.stat().st_ino
-        restarted = simulated_engine(tmp_path, claims)
-        await restarted.load_state()
-        assert (await restarted.prepare([claim]))[claim[2]] == first
-        assert (await engine.prepare([claim]))[claim[2]] == first
-        assert (path.read_bytes(), path.stat().st_ino) == (content, inode)
-
-    asyncio.run(scenario())
+    engine = simulated_engine(tmp_path, claims)
+    await engine.load_state()
+    first = (await engine.prepare([claim]))[claim[2]]
+    content, inode = path.read_bytes(), path.stat().st_ino
+    restarted = simulated_engine(tmp_path, claims)
+    await restarted.load_state()
+    assert (await restarted.prepare([claim]))[claim[2]] == first
+    assert (await engine.prepare([claim]))[claim[2]] == first
+    assert (path.read_bytes(), path.stat().st_ino) == (content, inode)
 
 
-def test_unprepare_removes_the_claims_files(tmp_path: Path) -> None:
+async def test_unprepare_removes_the_claims_files(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add("gone", {"request": "a", "device": "gpu-0"}, {"request": "b", "device": "gpu-1"})
 
-    async def scenario() -> None:
-        engine = simulated_engine(tmp_path, claims)
-        await engine.load_state()
-        assert (await engine.prepare([claim]))[claim[2]].error == ""
-        assert files_of(tmp_path, claim[2]) == [f"{claim[2]}_a.json", f"{claim[2]}_b.json"]
-        assert await engine.unprepare([claim]) == {claim[2]: ""}
-
-    asyncio.run(scenario())
+    engine = simulated_engine(tmp_path, claims)
+    await engine.load_state()
+    assert (await engine.prepare([claim]))[claim[2]].error == ""
+    assert files_of(tmp_path, claim[2]) == [f"{claim[2]}_a.json", f"{claim[2]}_b.json"]
+    assert await engine.unprepare([claim]) == {claim[2]: ""}
     assert list((tmp_path / "state" / "dra-device-metadata").iterdir()) == []
 
 
@@ -222,7 +205,9 @@ def leave_orphan(root: Path, uid: str) -> list[str]:
     return files_of(root, uid)
 
 
-def test_the_start_removes_files_no_record_owns_and_keeps_those_of_prepared_claims(tmp_path: Path) -> None:
+async def test_the_start_removes_files_no_record_owns_and_keeps_those_of_prepared_claims(
+    tmp_path: Path,
+) -> None:
     claims = MemoryClaims()
     kept = claims.add("kept", {"request": "gpu", "device": "gpu-0"})
     orphan = str(uuid.uuid4())
@@ -240,24 +225,23 @@ def test_the_start_removes_files_no_record_owns_and_keeps_those_of_prepared_clai
         restarted: ClaimEngine = simulated_engine(tmp_path, claims)
         await restarted.load_state()
 
-    asyncio.run(prepare_then_restart())
+    await prepare_then_restart()
     assert files_of(tmp_path, orphan) == []
     assert all(path.is_file() for path in foreign), "a file not named by a claim UID is not ours to remove"
     assert metadata_file(tmp_path, kept[2], "gpu").is_file()
 
 
-def test_an_unprepare_of_a_claim_without_record_removes_its_files(tmp_path: Path) -> None:
+async def test_an_unprepare_of_a_claim_without_record_removes_its_files(tmp_path: Path) -> None:
     uid = str(uuid.uuid4())
     assert len(leave_orphan(tmp_path, uid)) == 2
 
-    async def scenario() -> dict[str, str]:
-        return await simulated_engine(tmp_path, MemoryClaims()).unprepare([RawClaim("default", "lost", uid)])
-
-    assert asyncio.run(scenario()) == {uid: ""}
+    assert (
+        await simulated_engine(tmp_path, MemoryClaims()).unprepare([RawClaim("default", "lost", uid)])
+    ) == {uid: ""}
     assert files_of(tmp_path, uid) == []
 
 
-def test_a_prepare_cut_short_is_rolled_back_with_its_files(tmp_path: Path) -> None:
+async def test_a_prepare_cut_short_is_rolled_back_with_its_files(tmp_path: Path) -> None:
     claims = MemoryClaims()
     claim = claims.add("mig", {"request": "gpu", "device": "gpu-2-mig-2g20gb-4"})
     gpu_2 = simulated_node("dgx-h100-mig")[2]
@@ -277,12 +261,12 @@ def test_a_prepare_cut_short_is_rolled_back_with_its_files(tmp_path: Path) -> No
         assert (await engine.prepare([claim]))[claim[2]].error == ""
 
     hardware = simulated_hardware(tmp_path, "dgx-h100-mig")
-    asyncio.run(crash_after_the_files(hardware))
-    asyncio.run(restart(hardware))
+    await crash_after_the_files(hardware)
+    await restart(hardware)
     assert "gpu-2-mig-2g20gb-4" in devices_in(metadata_file(tmp_path, claim[2], "gpu"))
 
 
-def test_a_prepare_that_fails_after_writing_the_files_takes_them_away(
+async def test_a_prepare_that_fails_after_writing_the_files_takes_them_away(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     claims = MemoryClaims()
@@ -294,16 +278,13 @@ def test_a_prepare_that_fails_after_writing_the_files_takes_them_away(
 
     monkeypatch.setattr(CdiSpecDirectory, "write", full_disk)
 
-    async def scenario() -> str:
-        engine = simulated_engine(tmp_path, claims)
-        await engine.load_state()
-        return (await engine.prepare([claim]))[claim[2]].error
-
-    assert "No space left on device" in asyncio.run(scenario())
+    engine = simulated_engine(tmp_path, claims)
+    await engine.load_state()
+    assert "No space left on device" in (await engine.prepare([claim]))[claim[2]].error
     assert files_of(tmp_path, claim[2]) == []
 
 
-def test_a_bad_pod_claim_name_refuses_a_new_prepare_but_not_a_prepared_claim(tmp_path: Path) -> None:
+async def test_a_bad_pod_claim_name_refuses_a_new_prepare_but_not_a_prepared_claim(tmp_path: Path) -> None:
     """The annotation is mutable: one edited after the prepare must not break kubelet's retries."""
     claims = MemoryClaims()
     claim = claims.add("edited", {"request": "gpu", "device": "gpu-0"})
@@ -324,7 +305,7 @@ def test_a_bad_pod_claim_name_refuses_a_new_prepare_but_not_a_prepared_claim(tmp
         assert again == first
         return again.error, (await engine.prepare([fresh]))[fresh[2]].error
 
-    again, refused = asyncio.run(scenario())
+    again, refused = await scenario()
     assert again == ""
     assert (
         "metadata.annotations['resource.kubernetes.io/pod-claim-name']: '../x' is not a DNS label" in refused

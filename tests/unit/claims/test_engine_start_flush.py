@@ -1,6 +1,5 @@
 """The first prepare after a start does not flush what start-up wrote (GroupCommitter.flush_ahead)."""
 
-import asyncio
 import os
 import threading
 from pathlib import Path
@@ -17,7 +16,7 @@ class NoClaims:
         raise AssertionError("no claim is read at start")
 
 
-def test_loading_the_state_flushes_the_records_filesystem_before_any_prepare(
+async def test_loading_the_state_flushes_the_records_filesystem_before_any_prepare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flushed = threading.Event()
@@ -30,7 +29,7 @@ def test_loading_the_state_flushes_the_records_filesystem_before_any_prepare(
     monkeypatch.setattr(group_commit, "load_syncfs", lambda: syncfs)
     engine = simulated_engine(tmp_path, NoClaims(), committer=GroupCommitter())
     try:
-        asyncio.run(engine.load_state())
+        await engine.load_state()
     finally:
         engine.close()
     assert flushed.wait(10)

@@ -6,7 +6,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -46,9 +46,9 @@ def daemon_pid(spec: MpsDaemonSpec) -> int:
     return int((spec.directories.pipe / PID_FILE).read_text())
 
 
-def stop_all(daemons: MpsControlDaemons) -> None:
+async def stop_all(daemons: MpsControlDaemons) -> None:
     for claim_uid in daemons.claim_uids():
-        asyncio.run(daemons.stop(claim_uid))
+        await daemons.stop(claim_uid)
 
 
 @pytest.fixture
@@ -58,11 +58,11 @@ def runtime_dir(short_dir: Path) -> Path:
 
 
 @pytest.fixture
-def simulated(runtime_dir: Path) -> Iterator[SimulatedMps]:
+async def simulated(runtime_dir: Path) -> AsyncIterator[SimulatedMps]:
     """Any daemon a test leaves running is stopped after it."""
     daemons = SimulatedMps(runtime_dir)
     yield daemons
-    stop_all(daemons)
+    await stop_all(daemons)
 
 
 # --- SimulatedMps -----------------------------------------------------------------------------------
@@ -184,16 +184,17 @@ async def test_a_daemon_that_died_is_replaced_by_start_and_cleaned_up_by_stop(
     assert not spec.directories.root.exists()
 
 
-def test_a_pid_file_naming_an_unrelated_process_is_not_trusted(simulated: SimulatedMps) -> None:
+async def test_a_pid_file_naming_an_unrelated_process_is_not_trusted(simulated: SimulatedMps) -> None:
     daemons = simulated
     directories = MpsDirectories(daemons.runtime_dir, CLAIM)
     directories.pipe.mkdir(parents=True)
-    with subprocess.Popen(["sleep", "60"]) as unrelated:
+    # Popen returns at once; its poll() below is what tells the process was left alone.
+    with subprocess.Popen(["sleep", "60"]) as unrelated:  # noqa: ASYNC220
         try:
             (directories.pipe / PID_FILE).write_text(f"{unrelated.pid}\n")
 
-            assert not asyncio.run(daemons.is_running(CLAIM))
-            asyncio.run(daemons.stop(CLAIM))
+            assert not await daemons.is_running(CLAIM)
+            await daemons.stop(CLAIM)
 
             assert unrelated.poll() is None  # neither told to quit nor waited for
             assert not directories.root.exists()
@@ -276,17 +277,17 @@ def nvidia_mps(driver_root: Path, runtime_dir: Path) -> NvidiaMps:
 
 
 @pytest.fixture
-def fake_nvidia(driver_root: Path, runtime_dir: Path) -> Iterator[NvidiaMps]:
+async def fake_nvidia(driver_root: Path, runtime_dir: Path) -> AsyncIterator[NvidiaMps]:
     """Any daemon a test leaves running is stopped after it."""
     yield nvidia_mps(driver_root, runtime_dir)
-    stop_all(nvidia_mps(driver_root, runtime_dir))
+    await stop_all(nvidia_mps(driver_root, runtime_dir))
 
 
 def calls(driver_root: Path) -> list[str]:
     return (driver_root / "calls.log").read_text().splitlines()
 
 
-def test_nvidia_mps_starts_the_drivers_control_daemon_then_sets_its_defaults(
+async def test_nvidia_mps_starts_the_drivers_control_daemon_then_sets_its_defaults(
     driver_root: Path, runtime_dir: Path
 ) -> None:
     for library in ("cuda", "nvidia-ml"):
@@ -296,7 +297,7 @@ def test_nvidia_mps_starts_the_drivers_control_daemon_then_sets_its_defaults(
     daemons = nvidia_mps(driver_root, runtime_dir)
     spec = spec_for(daemons)
 
-    asyncio.run(daemons.start(spec))
+    await daemons.start(spec)
 
     pipe, log = spec.directories.pipe, spec.directories.log
     preload = (
@@ -308,8 +309,8 @@ def test_nvidia_mps_starts_the_drivers_control_daemon_then_sets_its_defaults(
         f"stdin set_default_device_pinned_mem_limit {GPUS[0]} 2048M|{pipe}",
         f"stdin set_default_device_pinned_mem_limit {GPUS[1]} 1024M|{pipe}",
     ]
-    assert asyncio.run(daemons.is_running(CLAIM))
-    stop_all(daemons)
+    assert await daemons.is_running(CLAIM)
+    await stop_all(daemons)
 
 
 async def test_nvidia_mps_stop_sends_quit_with_the_claims_pipe_directory(

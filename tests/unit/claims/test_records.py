@@ -1,4 +1,3 @@
-import asyncio
 import json
 import os
 import time
@@ -105,19 +104,19 @@ def test_read_sees_what_another_store_on_the_directory_wrote(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("flush", [True, False])
-def test_a_record_this_store_wrote_is_read_back_as_on_disk_after_a_peer_replaced_or_damaged_it(
+async def test_a_record_this_store_wrote_is_read_back_as_on_disk_after_a_peer_replaced_or_damaged_it(
     tmp_path: Path, flush: bool
 ) -> None:
     """The store keeps what it wrote, to skip decoding the same bytes again: a change by another
     process is still read, and a record damaged on disk is still reported."""
     mine, peer = ClaimRecordStore(tmp_path, flush=flush), ClaimRecordStore(tmp_path, flush=flush)
     mine.load_all()
-    asyncio.run(mine.create(RECORD))
+    await mine.create(RECORD)
     assert mine.read(UID) == RECORD
     preparing = replace(RECORD, state="preparing")
     peer.save(preparing)
     assert mine.read(UID) == preparing
-    asyncio.run(mine.write(RECORD))
+    await mine.write(RECORD)
     assert mine.read(UID) == RECORD
     path = mine.directory / f"{UID}.json"
     path.write_bytes(path.read_bytes()[:-2])
@@ -203,15 +202,15 @@ def test_records_of_an_earlier_boot_are_not_read_before_start_up_drops_them(tmp_
 
 
 @pytest.mark.parametrize("grouped", [True, False], ids=["group-commit", "own-flush"])
-def test_a_first_record_is_created_and_never_replaces_one_there(tmp_path: Path, grouped: bool) -> None:
+async def test_a_first_record_is_created_and_never_replaces_one_there(tmp_path: Path, grouped: bool) -> None:
     store = ClaimRecordStore(tmp_path, GroupCommitter() if grouped else None)
     store.load_all()
-    asyncio.run(store.create(RECORD))
+    await store.create(RECORD)
     assert store.read(UID) == RECORD
     if grouped:
         other = replace(RECORD, state="preparing")
         with pytest.raises(FileExistsError):
-            asyncio.run(store.create(other))
+            await store.create(other)
         assert store.read(UID) == RECORD
     assert list(store.directory.glob(".*.tmp")) == []
 
@@ -271,7 +270,7 @@ def test_the_devices_facts_and_the_claims_generation_round_trip_and_older_record
         record_from_json({**record_to_json(RECORD), "claimGeneration": -1})
 
 
-def test_unflushed_records_are_written_whole_and_never_flushed(
+async def test_unflushed_records_are_written_whole_and_never_flushed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def no_flush(fd: int) -> None:
@@ -280,16 +279,16 @@ def test_unflushed_records_are_written_whole_and_never_flushed(
     monkeypatch.setattr(os, "fsync", no_flush)
     store = ClaimRecordStore(tmp_path, flush=False)
     store.load_all()
-    asyncio.run(store.create(RECORD))
+    await store.create(RECORD)
     preparing = replace(RECORD, state="preparing")
     with pytest.raises(FileExistsError):
-        asyncio.run(store.create(preparing))
+        await store.create(preparing)
     assert ClaimRecordStore(tmp_path).read(UID) == RECORD  # the record there is left as it was
-    asyncio.run(store.write(preparing))
+    await store.write(preparing)
     assert ClaimRecordStore(tmp_path).read(UID) == preparing
     assert list(store.directory.glob(".*.tmp")) == []
-    asyncio.run(store.erase(UID))
-    asyncio.run(store.erase(UID))
+    await store.erase(UID)
+    await store.erase(UID)
     assert store.load_all() == ({}, [])
 
 

@@ -2,7 +2,6 @@
 static devices, no placement overlapping one is published, and the counters hold what they take,
 so the scheduler allocates only what NVML then creates."""
 
-import asyncio
 import itertools
 from pathlib import Path
 
@@ -106,25 +105,24 @@ async def nvml_admits(spec: SimulatedNodeSpec, gpu: Gpu, devices: list[Device]) 
 
 
 @pytest.mark.parametrize("model", MIG_MODELS)
-def test_counters_and_nvml_agree_with_a_foreign_instance_of_each_profile(model: str, tmp_path: Path) -> None:
+async def test_counters_and_nvml_agree_with_a_foreign_instance_of_each_profile(
+    model: str, tmp_path: Path
+) -> None:
     """Every placement, and every pair, the counters admit beside an instance made by hand, NVML
     creates, and the other way round: engines the instance holds (a "+me" profile's OFA) too."""
     profiles = gpu_models()[model].mig
     assert profiles is not None
 
-    async def check() -> None:
-        for profile in profiles.profiles:
-            spec = foreign_spec(model, profile.name, profile.placements[0].start, tmp_path)
-            (gpu,) = await SimulatedBackend("node-a", spec).discover()
-            inventory = node_inventory((gpu,), DYNAMIC)
-            (counter_set,) = inventory.counter_sets
-            totals = dict(counter_set.counters)
-            dynamic = [device for device in inventory.devices if device.consumes_counters]
-            families = [[d] for d in dynamic] + [list(pair) for pair in itertools.combinations(dynamic, 2)]
-            for family in families:
-                assert counters_admit(family, totals) == await nvml_admits(spec, gpu, family), (
-                    profile.name,
-                    [device.name for device in family],
-                )
-
-    asyncio.run(check())
+    for profile in profiles.profiles:
+        spec = foreign_spec(model, profile.name, profile.placements[0].start, tmp_path)
+        (gpu,) = await SimulatedBackend("node-a", spec).discover()
+        inventory = node_inventory((gpu,), DYNAMIC)
+        (counter_set,) = inventory.counter_sets
+        totals = dict(counter_set.counters)
+        dynamic = [device for device in inventory.devices if device.consumes_counters]
+        families = [[d] for d in dynamic] + [list(pair) for pair in itertools.combinations(dynamic, 2)]
+        for family in families:
+            assert counters_admit(family, totals) == await nvml_admits(spec, gpu, family), (
+                profile.name,
+                [device.name for device in family],
+            )

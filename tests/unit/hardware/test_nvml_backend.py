@@ -8,14 +8,13 @@ wrong order (a GPU instance destroyed before its compute instances) fails here. 
 driver answers cannot be shown without a GPU; docs/hardware.md says how to check that.
 """
 
-import asyncio
 import ctypes
 import itertools
 import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
@@ -501,14 +500,14 @@ def nvml(monkeypatch: pytest.MonkeyPatch) -> ScriptedNvml:
 
 
 @pytest.fixture
-def backend(nvml: ScriptedNvml, tmp_path: Path) -> Iterator[NvmlBackend]:
+async def backend(nvml: ScriptedNvml, tmp_path: Path) -> AsyncIterator[NvmlBackend]:
     backend = NvmlBackend(sysfs_devices=make_sysfs(tmp_path))
     yield backend
-    asyncio.run(backend.close())
+    await backend.close()
 
 
-def discover_one(backend: NvmlBackend) -> Gpu:
-    gpus = asyncio.run(backend.discover())
+async def discover_one(backend: NvmlBackend) -> Gpu:
+    gpus = await backend.discover()
     assert len(gpus) == 1
     return gpus[0]
 
@@ -563,11 +562,11 @@ def test_each_nvml_error_has_its_reason(code: int, reason: HardwareErrorReason) 
     )
 
 
-def test_a_mig_disabled_gpu_reports_its_profiles_and_no_instances(
+async def test_a_mig_disabled_gpu_reports_its_profiles_and_no_instances(
     nvml: ScriptedNvml, backend: NvmlBackend
 ) -> None:
     nvml.mig_mode = DISABLE
-    gpu = discover_one(backend)
+    gpu = await discover_one(backend)
 
     assert (gpu.uuid, gpu.product_name, gpu.brand, gpu.architecture) == (
         GPU_UUID,
@@ -611,14 +610,14 @@ def test_a_mig_disabled_gpu_reports_its_profiles_and_no_instances(
     assert gpu.fabric_clique is None
 
 
-def test_a_mig_enabled_gpu_reports_each_compute_instance_with_its_uuid(
+async def test_a_mig_enabled_gpu_reports_each_compute_instance_with_its_uuid(
     nvml: ScriptedNvml, backend: NvmlBackend
 ) -> None:
     bare = nvml.add_gpu_instance(19, start=0, compute_slices=())
     small = nvml.add_gpu_instance(19, start=1)
     split = nvml.add_gpu_instance(9, start=4, compute_slices=(1, 2))
 
-    gpu = discover_one(backend)
+    gpu = await discover_one(backend)
 
     assert gpu.mig_mode is MigMode.ENABLED
     assert gpu.memory_slices == 8
@@ -662,35 +661,35 @@ def test_a_mig_enabled_gpu_reports_each_compute_instance_with_its_uuid(
     )
 
 
-def test_a_gpu_without_mig_has_no_profiles(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
+async def test_a_gpu_without_mig_has_no_profiles(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
     nvml.mig_mode = None
-    gpu = discover_one(backend)
+    gpu = await discover_one(backend)
 
     assert gpu.mig_mode is MigMode.UNSUPPORTED
     assert (gpu.mig_profiles, gpu.memory_slices, gpu.mig_instances) == ((), 0, ())
     assert "nvmlDeviceGetGpuInstanceProfileInfo" not in nvml.called()
 
 
-def test_placements_refused_while_mig_is_off_leave_the_profiles_without_any(
+async def test_placements_refused_while_mig_is_off_leave_the_profiles_without_any(
     nvml: ScriptedNvml, backend: NvmlBackend
 ) -> None:
     nvml.mig_mode = DISABLE
     nvml.placements_need_mig_enabled = True
-    gpu = discover_one(backend)
+    gpu = await discover_one(backend)
 
     assert len(gpu.mig_profiles) == 4
     assert all(profile.placements == () for profile in gpu.mig_profiles)
     assert gpu.memory_slices == 0
 
 
-def test_an_nvml_error_during_discovery_names_the_call_and_the_gpu(
+async def test_an_nvml_error_during_discovery_names_the_call_and_the_gpu(
     nvml: ScriptedNvml, backend: NvmlBackend
 ) -> None:
     nvml.add_gpu_instance(9, start=0)
     nvml.failures["nvmlGpuInstanceGetInfo"] = pynvml.NVML_ERROR_NO_PERMISSION
 
     with pytest.raises(HardwareError) as raised:
-        discover_one(backend)
+        await discover_one(backend)
     assert str(raised.value) == "NVML nvmlGpuInstanceGetInfo for GPU 0 failed: Insufficient Permissions"
     assert raised.value.reason is HardwareErrorReason.NO_PERMISSION
 
@@ -714,11 +713,11 @@ def test_an_unreadable_numa_node_is_an_error(tmp_path: Path) -> None:
 CLUSTER = uuid.UUID("0B2F6A3C-1D4E-4F5A-9B8C-7D6E5F4A3B2C")
 
 
-def test_a_registered_fabric_gpu_reports_its_clique(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
+async def test_a_registered_fabric_gpu_reports_its_clique(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
     nvml.fabric = ScriptedFabric(
         pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, pynvml.NVML_SUCCESS, CLUSTER.bytes, 32766
     )
-    assert discover_one(backend).fabric_clique == "0b2f6a3c-1d4e-4f5a-9b8c-7d6e5f4a3b2c.32766"
+    assert (await discover_one(backend)).fabric_clique == "0b2f6a3c-1d4e-4f5a-9b8c-7d6e5f4a3b2c.32766"
 
 
 @pytest.mark.parametrize(
@@ -730,15 +729,17 @@ def test_a_registered_fabric_gpu_reports_its_clique(nvml: ScriptedNvml, backend:
     ],
     ids=["registering", "failed", "no-cluster"],
 )
-def test_an_unfinished_fabric_registration_has_no_clique(
+async def test_an_unfinished_fabric_registration_has_no_clique(
     nvml: ScriptedNvml, backend: NvmlBackend, fabric: ScriptedFabric
 ) -> None:
     nvml.fabric = fabric
-    assert discover_one(backend).fabric_clique is None
+    assert (await discover_one(backend)).fabric_clique is None
 
 
-def test_creating_a_mig_instance_returns_it_with_its_uuid(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
-    created = asyncio.run(backend.create_mig_instance(GPU_UUID, 9, Placement(4, 4)))
+async def test_creating_a_mig_instance_returns_it_with_its_uuid(
+    nvml: ScriptedNvml, backend: NvmlBackend
+) -> None:
+    created = await backend.create_mig_instance(GPU_UUID, 9, Placement(4, 4))
 
     assert created == MigInstance(
         uuid=mig_uuid(1, 0),
@@ -749,13 +750,13 @@ def test_creating_a_mig_instance_returns_it_with_its_uuid(nvml: ScriptedNvml, ba
         compute_slices=3,
         multiprocessors=42,
     )
-    assert discover_one(backend).mig_instances == (created,)
+    assert (await discover_one(backend)).mig_instances == (created,)
 
 
-def test_every_nvml_call_runs_on_the_nvml_thread(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
-    created = asyncio.run(backend.create_mig_instance(GPU_UUID, 0, Placement(0, 8)))
-    discover_one(backend)
-    asyncio.run(backend.destroy_mig_instance(GPU_UUID, created.gpu_instance_id))
+async def test_every_nvml_call_runs_on_the_nvml_thread(nvml: ScriptedNvml, backend: NvmlBackend) -> None:
+    created = await backend.create_mig_instance(GPU_UUID, 0, Placement(0, 8))
+    await discover_one(backend)
+    await backend.destroy_mig_instance(GPU_UUID, created.gpu_instance_id)
 
     threads = {thread for _name, thread in nvml.calls}
     assert len(nvml.calls) > 50
@@ -875,12 +876,12 @@ def test_a_missing_sysfs_entry_is_an_error(tmp_path: Path) -> None:
         pcie_root_of("0000:18:00.0", tmp_path)
 
 
-def test_a_gpu_that_refuses_attributes_gets_its_sm_count_from_the_catalog(
+async def test_a_gpu_that_refuses_attributes_gets_its_sm_count_from_the_catalog(
     nvml: ScriptedNvml, backend: NvmlBackend
 ) -> None:
     nvml.failures["nvmlDeviceGetAttributes"] = pynvml.NVML_ERROR_NOT_SUPPORTED
-    assert discover_one(backend).multiprocessors == 108
+    assert (await discover_one(backend)).multiprocessors == 108
 
     nvml.failures["nvmlDeviceGetAttributes"] = pynvml.NVML_ERROR_UNKNOWN
     with pytest.raises(HardwareError, match="nvmlDeviceGetAttributes for GPU 0 failed"):
-        discover_one(backend)
+        await discover_one(backend)

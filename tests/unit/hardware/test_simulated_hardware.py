@@ -50,18 +50,14 @@ def single_gpu(model: str, mig_mode: str = "enabled") -> SimulatedBackend:
     return backend_for({"gpus": [{"model": model, "count": 1, "migMode": mig_mode}]})
 
 
-def first_uuid(backend: SimulatedBackend) -> str:
-    return asyncio.run(backend.discover())[0].uuid
+async def first_uuid(backend: SimulatedBackend) -> str:
+    return (await backend.discover())[0].uuid
 
 
-def hardware_error(call: Awaitable[object]) -> HardwareError:
-    """Runs a backend call that must fail and returns its error."""
-
-    async def run() -> None:
-        await call
-
+async def hardware_error(call: Awaitable[object]) -> HardwareError:
+    """Awaits a backend call that must fail and returns its error."""
     with pytest.raises(HardwareError) as raised:
-        asyncio.run(run())
+        await call
     return raised.value
 
 
@@ -191,7 +187,7 @@ def test_uuids_and_addresses_are_the_ones_earlier_releases_gave() -> None:
 # --- node files ---------------------------------------------------------------------------------
 
 
-def test_a_yaml_file_describes_a_custom_node(tmp_path: Path) -> None:
+async def test_a_yaml_file_describes_a_custom_node(tmp_path: Path) -> None:
     path = tmp_path / "node.yaml"
     path.write_text(
         "driverVersion: '570.124.06'\n"
@@ -206,7 +202,7 @@ def test_a_yaml_file_describes_a_custom_node(tmp_path: Path) -> None:
     )
 
     backend = SimulatedBackend("n", resolve_node_spec(str(path)))
-    gpus = asyncio.run(backend.discover())
+    gpus = await backend.discover()
 
     assert [g.product_name for g in gpus] == ["NVIDIA H100 80GB HBM3", "NVIDIA L4", "NVIDIA L4"]
     assert {(g.driver_version, g.cuda_driver_version, g.fabric_clique) for g in gpus} == {
@@ -366,14 +362,14 @@ def test_catalog_models_carry_the_catalog_facts() -> None:
 # --- MIG operations -----------------------------------------------------------------------------
 
 
-def test_create_gives_the_lowest_free_id_and_one_compute_instance_spanning_it() -> None:
+async def test_create_gives_the_lowest_free_id_and_one_compute_instance_spanning_it() -> None:
     backend = single_gpu("A100-SXM4-80GB")
-    gpu = first_uuid(backend)
+    gpu = await first_uuid(backend)
 
-    first = asyncio.run(backend.create_mig_instance(gpu, ID_3G_40GB, Placement(0, 4)))
-    second = asyncio.run(backend.create_mig_instance(gpu, ID_1G_10GB, Placement(4, 1)))
-    asyncio.run(backend.destroy_mig_instance(gpu, first.gpu_instance_id))
-    third = asyncio.run(backend.create_mig_instance(gpu, ID_2G_20GB, Placement(0, 2)))
+    first = await backend.create_mig_instance(gpu, ID_3G_40GB, Placement(0, 4))
+    second = await backend.create_mig_instance(gpu, ID_1G_10GB, Placement(4, 1))
+    await backend.destroy_mig_instance(gpu, first.gpu_instance_id)
+    third = await backend.create_mig_instance(gpu, ID_2G_20GB, Placement(0, 2))
 
     assert (first.gpu_instance_id, second.gpu_instance_id, third.gpu_instance_id) == (1, 2, 1)
     assert first == MigInstance(
@@ -387,15 +383,15 @@ def test_create_gives_the_lowest_free_id_and_one_compute_instance_spanning_it() 
     )
     assert first.uuid.startswith("MIG-")
     assert first.uuid != third.uuid
-    assert asyncio.run(backend.discover())[0].mig_instances == (third, second)
+    assert (await backend.discover())[0].mig_instances == (third, second)
 
 
-def test_mig_uuids_are_stable_across_backends_of_the_same_node() -> None:
-    def create_one() -> str:
+async def test_mig_uuids_are_stable_across_backends_of_the_same_node() -> None:
+    async def create_one() -> str:
         backend = single_gpu("H100-SXM5-80GB")
-        return asyncio.run(backend.create_mig_instance(first_uuid(backend), 19, Placement(3, 1))).uuid
+        return (await backend.create_mig_instance(await first_uuid(backend), 19, Placement(3, 1))).uuid
 
-    assert create_one() == create_one()
+    assert await create_one() == await create_one()
 
 
 @pytest.mark.parametrize(
@@ -441,40 +437,40 @@ def test_mig_uuids_are_stable_across_backends_of_the_same_node() -> None:
         ),
     ],
 )
-def test_create_refuses_what_nvml_refuses_and_changes_nothing(
+async def test_create_refuses_what_nvml_refuses_and_changes_nothing(
     profile_id: int, placement: Placement, reason: HardwareErrorReason, detail: str
 ) -> None:
     backend = SimulatedBackend("n", resolve_node_spec("mixed"))
-    before = asyncio.run(backend.discover())
+    before = await backend.discover()
 
-    error = hardware_error(backend.create_mig_instance(before[0].uuid, profile_id, placement))
+    error = await hardware_error(backend.create_mig_instance(before[0].uuid, profile_id, placement))
 
     assert error.reason is reason
     assert str(error).startswith(f"GPU 0 ({before[0].uuid}): cannot create a GPU instance")
     assert detail in str(error)
-    assert asyncio.run(backend.discover()) == before
+    assert await backend.discover() == before
 
 
-def test_create_refuses_a_profile_past_its_instance_limit() -> None:
+async def test_create_refuses_a_profile_past_its_instance_limit() -> None:
     backend = single_gpu("A100-SXM4-80GB")
-    gpu = first_uuid(backend)
-    asyncio.run(backend.create_mig_instance(gpu, ID_3G_40GB, Placement(0, 4)))
-    asyncio.run(backend.create_mig_instance(gpu, ID_3G_40GB, Placement(4, 4)))
-    asyncio.run(backend.destroy_mig_instance(gpu, 2))
-    asyncio.run(backend.create_mig_instance(gpu, ID_1G_10GB_ME, Placement(4, 1)))
+    gpu = await first_uuid(backend)
+    await backend.create_mig_instance(gpu, ID_3G_40GB, Placement(0, 4))
+    await backend.create_mig_instance(gpu, ID_3G_40GB, Placement(4, 4))
+    await backend.destroy_mig_instance(gpu, 2)
+    await backend.create_mig_instance(gpu, ID_1G_10GB_ME, Placement(4, 1))
 
-    error = hardware_error(backend.create_mig_instance(gpu, ID_1G_10GB_ME, Placement(5, 1)))
+    error = await hardware_error(backend.create_mig_instance(gpu, ID_1G_10GB_ME, Placement(5, 1)))
 
     assert error.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES
     assert "the GPU already has the most instances of this profile it allows (1)" in str(error)
 
 
-def test_create_refuses_what_would_take_more_engines_than_the_gpu_has() -> None:
+async def test_create_refuses_what_would_take_more_engines_than_the_gpu_has() -> None:
     backend = single_gpu("A30-24GB")
-    gpu = first_uuid(backend)
-    asyncio.run(backend.create_mig_instance(gpu, 21, Placement(0, 1)))  # 1g.6gb+me
+    gpu = await first_uuid(backend)
+    await backend.create_mig_instance(gpu, 21, Placement(0, 1))  # 1g.6gb+me
 
-    error = hardware_error(backend.create_mig_instance(gpu, 6, Placement(2, 2)))  # 2g.12gb+me
+    error = await hardware_error(backend.create_mig_instance(gpu, 6, Placement(2, 2)))  # 2g.12gb+me
 
     assert error.reason is HardwareErrorReason.INSUFFICIENT_RESOURCES
     assert str(error).endswith(
@@ -506,12 +502,12 @@ def test_the_gpu_instance_limit_is_enforced_where_slices_would_allow_more() -> N
 @pytest.mark.parametrize(
     ("gpu_index", "mode"), [(4, "disabled"), (6, "unsupported")], ids=["mig-disabled", "no-mig"]
 )
-def test_mig_calls_on_a_gpu_without_mig_enabled_are_not_supported(gpu_index: int, mode: str) -> None:
+async def test_mig_calls_on_a_gpu_without_mig_enabled_are_not_supported(gpu_index: int, mode: str) -> None:
     backend = SimulatedBackend("n", resolve_node_spec("mixed"))
-    gpu = asyncio.run(backend.discover())[gpu_index]
+    gpu = (await backend.discover())[gpu_index]
 
-    created = hardware_error(backend.create_mig_instance(gpu.uuid, ID_1G_10GB, Placement(0, 1)))
-    destroyed = hardware_error(backend.destroy_mig_instance(gpu.uuid, 1))
+    created = await hardware_error(backend.create_mig_instance(gpu.uuid, ID_1G_10GB, Placement(0, 1)))
+    destroyed = await hardware_error(backend.destroy_mig_instance(gpu.uuid, 1))
 
     assert (created.reason, destroyed.reason) == (HardwareErrorReason.NOT_SUPPORTED,) * 2
     assert str(created) == (
@@ -519,13 +515,13 @@ def test_mig_calls_on_a_gpu_without_mig_enabled_are_not_supported(gpu_index: int
     )
 
 
-def test_calls_on_an_unknown_gpu_or_instance_are_not_found() -> None:
+async def test_calls_on_an_unknown_gpu_or_instance_are_not_found() -> None:
     backend = SimulatedBackend("n", resolve_node_spec("mixed"))
-    gpu = asyncio.run(backend.discover())[0].uuid
+    gpu = (await backend.discover())[0].uuid
 
-    unknown_gpu = hardware_error(backend.create_mig_instance("GPU-nope", ID_1G_10GB, Placement(0, 1)))
-    unknown_gpu_destroy = hardware_error(backend.destroy_mig_instance("GPU-nope", 1))
-    unknown_instance = hardware_error(backend.destroy_mig_instance(gpu, 9))
+    unknown_gpu = await hardware_error(backend.create_mig_instance("GPU-nope", ID_1G_10GB, Placement(0, 1)))
+    unknown_gpu_destroy = await hardware_error(backend.destroy_mig_instance("GPU-nope", 1))
+    unknown_instance = await hardware_error(backend.destroy_mig_instance(gpu, 9))
 
     assert {unknown_gpu.reason, unknown_gpu_destroy.reason, unknown_instance.reason} == {
         HardwareErrorReason.NOT_FOUND
@@ -537,32 +533,29 @@ def test_calls_on_an_unknown_gpu_or_instance_are_not_found() -> None:
     )
 
 
-def test_concurrent_creates_of_one_placement_admit_exactly_one() -> None:
+async def test_concurrent_creates_of_one_placement_admit_exactly_one() -> None:
     backend = single_gpu("H100-SXM5-80GB")
-    gpu = first_uuid(backend)
+    gpu = await first_uuid(backend)
 
-    async def race() -> list[MigInstance | BaseException]:
-        return await asyncio.gather(
-            *(backend.create_mig_instance(gpu, 9, Placement(4, 4)) for _ in range(8)), return_exceptions=True
-        )
-
-    results = asyncio.run(race())
+    results: list[MigInstance | BaseException] = await asyncio.gather(
+        *(backend.create_mig_instance(gpu, 9, Placement(4, 4)) for _ in range(8)), return_exceptions=True
+    )
 
     assert sum(isinstance(result, MigInstance) for result in results) == 1
     assert {result.reason for result in results if isinstance(result, HardwareError)} == {
         HardwareErrorReason.INSUFFICIENT_RESOURCES
     }
-    assert len(asyncio.run(backend.discover())[0].mig_instances) == 1
+    assert len((await backend.discover())[0].mig_instances) == 1
 
 
 # --- fault injection ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("operation", FAULT_OPERATIONS)
-def test_fail_next_fails_exactly_the_next_call(operation: str) -> None:
+async def test_fail_next_fails_exactly_the_next_call(operation: str) -> None:
     backend = SimulatedBackend("n", resolve_node_spec("dgx-h100-mig"))
-    gpu = first_uuid(backend)
-    asyncio.run(backend.create_mig_instance(gpu, 19, Placement(0, 1)))
+    gpu = await first_uuid(backend)
+    await backend.create_mig_instance(gpu, 19, Placement(0, 1))
     calls: dict[str, Callable[[], Coroutine[Any, Any, object]]] = {
         "discover": backend.discover,
         "create_mig_instance": lambda: backend.create_mig_instance(gpu, 19, Placement(1, 1)),
@@ -570,33 +563,35 @@ def test_fail_next_fails_exactly_the_next_call(operation: str) -> None:
     }
     backend.fail_next(operation, HardwareErrorReason.GPU_LOST)
 
-    error = hardware_error(calls[operation]())
+    error = await hardware_error(calls[operation]())
 
     assert error.reason is HardwareErrorReason.GPU_LOST
     assert str(error) == f"simulated {operation} failure injected by fail_next (gpu-lost)"
-    assert asyncio.run(backend.discover())[0].mig_instances[0].gpu_instance_id == 1
-    asyncio.run(calls[operation]())
+    assert (await backend.discover())[0].mig_instances[0].gpu_instance_id == 1
+    await calls[operation]()
 
 
-def test_fail_next_counts_and_leaves_state_alone() -> None:
+async def test_fail_next_counts_and_leaves_state_alone() -> None:
     backend = single_gpu("H100-SXM5-80GB")
-    gpu = first_uuid(backend)
+    gpu = await first_uuid(backend)
     backend.fail_next("create_mig_instance", HardwareErrorReason.OTHER)
     backend.fail_next("create_mig_instance", HardwareErrorReason.INSUFFICIENT_RESOURCES)
-    assert len(asyncio.run(backend.discover())) == 1  # other operations are not armed
+    assert len(await backend.discover()) == 1  # other operations are not armed
 
-    reasons = [hardware_error(backend.create_mig_instance(gpu, 19, Placement(0, 1))).reason for _ in range(2)]
+    reasons = [
+        (await hardware_error(backend.create_mig_instance(gpu, 19, Placement(0, 1)))).reason for _ in range(2)
+    ]
 
     assert reasons == [HardwareErrorReason.OTHER, HardwareErrorReason.INSUFFICIENT_RESOURCES]
-    assert asyncio.run(backend.discover())[0].mig_instances == ()
-    assert asyncio.run(backend.create_mig_instance(gpu, 19, Placement(0, 1))).gpu_instance_id == 1
+    assert (await backend.discover())[0].mig_instances == ()
+    assert (await backend.create_mig_instance(gpu, 19, Placement(0, 1))).gpu_instance_id == 1
     with pytest.raises(ValueError, match="cannot inject a fault into 'close'; operations: discover, "):
         backend.fail_next("close", HardwareErrorReason.OTHER)
 
 
-def test_xids_are_recorded_once_and_taken_in_order() -> None:
+async def test_xids_are_recorded_once_and_taken_in_order() -> None:
     backend = SimulatedBackend("n", resolve_node_spec("dgx-h100"))
-    first, second = (gpu.uuid for gpu in asyncio.run(backend.discover())[:2])
+    first, second = (gpu.uuid for gpu in (await backend.discover())[:2])
 
     backend.raise_xid(first, 48)
     backend.raise_xid(second, 94)
@@ -607,19 +602,19 @@ def test_xids_are_recorded_once_and_taken_in_order() -> None:
         backend.raise_xid("GPU-x", 48)
 
 
-def test_a_lost_gpu_leaves_discover_reports_xid_79_and_refuses_mig_calls() -> None:
+async def test_a_lost_gpu_leaves_discover_reports_xid_79_and_refuses_mig_calls() -> None:
     backend = SimulatedBackend("n", resolve_node_spec("dgx-h100-mig"))
-    gpus = asyncio.run(backend.discover())
+    gpus = await backend.discover()
     lost = gpus[3].uuid
-    asyncio.run(backend.create_mig_instance(lost, 19, Placement(0, 1)))
+    await backend.create_mig_instance(lost, 19, Placement(0, 1))
 
     backend.lose_gpu(lost)
     backend.lose_gpu(lost)
 
-    assert [gpu.uuid for gpu in asyncio.run(backend.discover())] == [g.uuid for g in gpus if g.uuid != lost]
+    assert [gpu.uuid for gpu in await backend.discover()] == [g.uuid for g in gpus if g.uuid != lost]
     assert backend.take_events() == (SimulatedEvent(lost, 79),)
-    created = hardware_error(backend.create_mig_instance(lost, 19, Placement(1, 1)))
-    destroyed = hardware_error(backend.destroy_mig_instance(lost, 1))
+    created = await hardware_error(backend.create_mig_instance(lost, 19, Placement(1, 1)))
+    destroyed = await hardware_error(backend.destroy_mig_instance(lost, 1))
     assert (created.reason, destroyed.reason) == (HardwareErrorReason.GPU_LOST,) * 2
     assert (
         str(destroyed)

@@ -1,6 +1,5 @@
 """Faults handed to a running agent's simulated GPUs through its inbox."""
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,14 @@ from dra_driver.health.simulated_faults import (
 )
 
 
-def backend() -> tuple[SimulatedBackend, dict[str, str]]:
+async def backend() -> tuple[SimulatedBackend, dict[str, str]]:
     hardware = SimulatedBackend("node-a", resolve_node_spec("t4x4"))
-    gpus = asyncio.run(hardware.discover())
+    gpus = await hardware.discover()
     return hardware, {str(gpu.index): gpu.uuid for gpu in gpus}
 
 
-def test_faults_are_applied_in_order_by_index_or_uuid_and_removed(tmp_path: Path) -> None:
-    hardware, gpus = backend()
+async def test_faults_are_applied_in_order_by_index_or_uuid_and_removed(tmp_path: Path) -> None:
+    hardware, gpus = await backend()
     open_inbox(tmp_path, gpus)
     submit_fault(tmp_path, SimulatedFault(gpu="1", kind="xid", xid=48))
     submit_fault(tmp_path, SimulatedFault(gpu=gpus["2"], kind="lost"))
@@ -37,8 +36,8 @@ def test_faults_are_applied_in_order_by_index_or_uuid_and_removed(tmp_path: Path
     assert apply_pending_faults(tmp_path, hardware, gpus) == 0
 
 
-def test_a_bad_fault_is_refused_and_does_not_block_the_others(tmp_path: Path) -> None:
-    hardware, gpus = backend()
+async def test_a_bad_fault_is_refused_and_does_not_block_the_others(tmp_path: Path) -> None:
+    hardware, gpus = await backend()
     open_inbox(tmp_path, gpus)
     (inbox(tmp_path) / "0-bad.json").write_text('{"gpu": "9", "kind": "xid", "xid": 48}')
     (inbox(tmp_path) / "1-worse.json").write_text("not json")
@@ -55,8 +54,8 @@ def test_an_xid_out_of_range_is_refused_before_anything_is_written(tmp_path: Pat
     assert not inbox(tmp_path).exists()
 
 
-def test_a_gpu_the_agent_did_not_list_is_refused_before_anything_is_written(tmp_path: Path) -> None:
-    _, gpus = backend()
+async def test_a_gpu_the_agent_did_not_list_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    _, gpus = await backend()
     open_inbox(tmp_path, gpus)
 
     with pytest.raises(FaultError, match=r"^--gpu no GPU 'GPU-nope' on this node; GPUs: 0 \(GPU-"):

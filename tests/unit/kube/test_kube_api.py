@@ -328,7 +328,7 @@ def theirs(make: Callable[[Any], Awaitable[Any]], *, verbatim: bool = True) -> S
     return send
 
 
-def arrived(*senders: Sender) -> list[Arrived]:
+async def arrived(*senders: Sender) -> list[Arrived]:
     """The request each of `senders` makes, all sent to one server in turn."""
 
     async def each() -> list[Arrived]:
@@ -338,7 +338,7 @@ def arrived(*senders: Sender) -> list[Arrived]:
                 assert len(requests) == count, requests
         return requests
 
-    return asyncio.run(each())
+    return await each()
 
 
 def _slices(method: Callable[[SliceApi], Awaitable[object]]) -> Callable[[KubeClient], Awaitable[object]]:
@@ -429,9 +429,9 @@ def _instant(text: str) -> datetime.datetime:
 
 
 @pytest.mark.parametrize("name", sorted(SAME_REQUESTS))
-def test_our_requests_arrive_as_the_generated_api_methods_send_them(name: str) -> None:
+async def test_our_requests_arrive_as_the_generated_api_methods_send_them(name: str) -> None:
     mine, generated = SAME_REQUESTS[name]
-    got, expected = arrived(ours(mine), theirs(generated))
+    got, expected = await arrived(ours(mine), theirs(generated))
     assert (got.method, got.target) == (expected.method, expected.target)
     for header in ("host", "accept", "authorization"):
         assert got.headers.get(header) == expected.headers.get(header), header
@@ -465,7 +465,7 @@ def _path_segments(path: str) -> list[str]:
 
 
 @pytest.mark.parametrize("text", AWKWARD)
-def test_path_and_query_values_are_escaped_as_the_client_escapes_them(text: str) -> None:
+async def test_path_and_query_values_are_escaped_as_the_client_escapes_them(text: str) -> None:
     def mine(client: KubeClient) -> Awaitable[object]:
         return call(
             client,
@@ -485,7 +485,7 @@ def test_path_and_query_values_are_escaped_as_the_client_escapes_them(text: str)
         return aio_client.CoreV1Api(client).read_node_without_preload_content(text, _request_timeout=5)
 
     reads = [theirs(their_read), theirs(their_read, verbatim=False)] if text else []  # no empty name
-    got, listed, listed_by_aiohttp, *read = arrived(
+    got, listed, listed_by_aiohttp, *read = await arrived(
         ours(mine), theirs(their_list), theirs(their_list, verbatim=False), *reads
     )
     path, _, query = got.target.partition("?")

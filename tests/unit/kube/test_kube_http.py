@@ -431,7 +431,7 @@ async def stream_from(
         await pool.close()
 
 
-def stream_refusal(wire: bytes, time_limit: float = 5) -> str:
+async def stream_refusal(wire: bytes, time_limit: float = 5) -> str:
     """The HttpProtocolError the first readline of a stream answered with `wire` raises."""
 
     async def scenario() -> str:
@@ -440,7 +440,7 @@ def stream_refusal(wire: bytes, time_limit: float = 5) -> str:
                 await stream.readline()
             return str(raised.value)
 
-    return asyncio.run(scenario())
+    return await scenario()
 
 
 @pytest.mark.parametrize(
@@ -517,7 +517,7 @@ def test_a_proxy_that_is_not_an_http_url_is_refused(proxy: str) -> None:
         KeepAliveClient("https://apiserver.test:6443", ssl_context=None, proxy=proxy)
 
 
-def test_a_stream_may_run_past_the_body_limit_but_no_line_past_the_line_limit() -> None:
+async def test_a_stream_may_run_past_the_body_limit_but_no_line_past_the_line_limit() -> None:
     """A watch runs for minutes: its total is not capped, each event is. A line the server never
     ends is an error naming the line limit, not memory spent without end."""
     piece = b"x" * (1024 * 1024)
@@ -525,12 +525,12 @@ def test_a_stream_may_run_past_the_body_limit_but_no_line_past_the_line_limit() 
     endless = head + b"".join(
         b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(MAX_LINE_BYTES // len(piece) + 2)
     )
-    assert stream_refusal(endless, 30) == f"line: more than the {MAX_LINE_BYTES} bytes allowed"
+    assert await stream_refusal(endless, 30) == f"line: more than the {MAX_LINE_BYTES} bytes allowed"
 
 
-def test_a_watch_chunk_larger_than_an_event_can_be_is_refused_before_it_is_read() -> None:
+async def test_a_watch_chunk_larger_than_an_event_can_be_is_refused_before_it_is_read() -> None:
     wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % (MAX_LINE_BYTES + 1)
-    assert "chunk size" in stream_refusal(wire)
+    assert "chunk size" in await stream_refusal(wire)
 
 
 async def test_a_list_far_larger_than_any_object_is_read_whole() -> None:

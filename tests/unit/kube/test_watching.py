@@ -57,8 +57,8 @@ class Script:
     async def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
 
-    def run(self, position: WatchPosition | None = None) -> None:
-        async def loop() -> None:
+    async def run(self, position: WatchPosition | None = None) -> None:
+        with contextlib.suppress(asyncio.CancelledError):
             await list_and_watch(
                 self.relist,
                 self.watch,
@@ -70,25 +70,22 @@ class Script:
                 sleep=self.sleep,
             )
 
-        with contextlib.suppress(asyncio.CancelledError):
-            asyncio.run(loop())
-
 
 def failed(status: int) -> ApiError:
     return ApiError("WATCH things", status, "", "scripted")
 
 
-def test_an_expired_watch_lists_again_at_once() -> None:
+async def test_an_expired_watch_lists_again_at_once() -> None:
     script = Script([([event("ADDED", "5")], failed(410)), ([], None)])
 
-    script.run()
+    await script.run()
 
     assert script.lists == 2
     assert script.watched_from == ["list-1", "list-2", "list-2"]
     assert script.slept == []
 
 
-def test_failures_in_a_row_wait_longer_and_an_event_starts_the_backoff_again() -> None:
+async def test_failures_in_a_row_wait_longer_and_an_event_starts_the_backoff_again() -> None:
     script = Script(
         [
             ([], failed(0)),
@@ -99,14 +96,14 @@ def test_failures_in_a_row_wait_longer_and_an_event_starts_the_backoff_again() -
         ]
     )
 
-    script.run()
+    await script.run()
 
     assert script.slept == [1.0, 2.0, 4.0, 4.0, 1.0]
     assert script.lists == 1, "only an expired watch lists again"
     assert script.watched_from == ["list-1"] * 5 + ["7"]
 
 
-def test_a_failing_list_waits_the_backoff_too() -> None:
+async def test_a_failing_list_waits_the_backoff_too() -> None:
     calls: list[str] = []
 
     async def relist() -> str:
@@ -117,27 +114,27 @@ def test_a_failing_list_waits_the_backoff_too() -> None:
 
     script = Script([])
     script.relist = relist  # type: ignore[method-assign]
-    script.run()
+    await script.run()
 
     assert script.slept == [1.0, 2.0]
     assert script.watched_from == ["9"]
 
 
-def test_bookmarks_move_the_position_and_reach_nobody() -> None:
+async def test_bookmarks_move_the_position_and_reach_nobody() -> None:
     position = WatchPosition()
     script = Script([([event("BOOKMARK", "11"), event("ADDED", "12"), event("BOOKMARK", "20")], None)])
 
-    script.run(position)
+    await script.run(position)
 
     assert script.seen == ["ADDED 12"]
     assert script.watched_from == ["list-1", "20"]
     assert position.resource_version == "20"
 
 
-def test_a_position_someone_else_listed_for_is_watched_from_without_a_list() -> None:
+async def test_a_position_someone_else_listed_for_is_watched_from_without_a_list() -> None:
     script = Script([([], None)])
 
-    script.run(WatchPosition("42"))
+    await script.run(WatchPosition("42"))
 
     assert script.lists == 0
     assert script.watched_from[0] == "42"

@@ -101,7 +101,7 @@ def test_lines_carry_the_fields_of_their_log_context_and_only_while_it_lasts(log
     assert fields("outside") == {}
 
 
-def test_concurrent_tasks_keep_their_own_log_context(log_file: Path) -> None:
+async def test_concurrent_tasks_keep_their_own_log_context(log_file: Path) -> None:
     """Each task's lines name its own claim, though the tasks interleave on one event loop."""
     log = structlog.get_logger("t")
 
@@ -111,11 +111,8 @@ def test_concurrent_tasks_keep_their_own_log_context(log_file: Path) -> None:
                 log.info("step", step=step)
                 await asyncio.sleep(0)
 
-    async def both() -> None:
-        await asyncio.gather(handle("first"), handle("second"))
-        log.info("after")
-
-    asyncio.run(both())
+    await asyncio.gather(handle("first"), handle("second"))
+    log.info("after")
     lines = logged(log_file)
     steps = [(line["claim_uid"], line["step"]) for line in lines if line["event"] == "step"]
     assert sorted(steps) == [(uid, step) for uid in ("first", "second") for step in range(3)]

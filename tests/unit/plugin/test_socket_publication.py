@@ -1,6 +1,5 @@
 """A socket appears under its name only once it listens (kubelet reacts to the file's creation)."""
 
-import asyncio
 import socket
 from pathlib import Path
 
@@ -33,7 +32,7 @@ class _RecordingServer:
         await self._server.stop(grace)
 
 
-def test_the_socket_is_bound_hidden_and_renamed_into_place_once_it_listens(tmp_path: Path) -> None:
+async def test_the_socket_is_bound_hidden_and_renamed_into_place_once_it_listens(tmp_path: Path) -> None:
     final = tmp_path / "gpu.dra-driver.dev-reg.sock"
     leftover = hidden_socket_path(final)
     leftover.write_text("left by an agent killed while binding")
@@ -48,7 +47,7 @@ def test_the_socket_is_bound_hidden_and_renamed_into_place_once_it_listens(tmp_p
             await server.stop(None)
         return server
 
-    server = asyncio.run(serve())
+    server = await serve()
     assert server.bound == [f"unix://{leftover}"]
     assert leftover.name.startswith(".")  # kubelet's plugin watcher skips dot files
     assert not server.final_existed_when_bound

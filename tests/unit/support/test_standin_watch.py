@@ -304,18 +304,15 @@ async def test_expire_watches_sends_410_and_ends_every_watch(server: ApiServer, 
     assert end == b""
 
 
-def test_drop_watches_cuts_the_connection(server: ApiServer, kubeconfig: Path) -> None:
-    async def scenario() -> None:
-        async with aio_slices(kubeconfig) as slices:
-            response = await slices.list_resource_slice_without_preload_content(watch=True)
-            assert (await read_events(response, 1))[0]["type"] == "ADDED"
-            await asyncio.to_thread(server.drop_watches)
-            with pytest.raises(aiohttp.ClientPayloadError):
-                await response.content.readline()
-            response.release()
-
+async def test_drop_watches_cuts_the_connection(server: ApiServer, kubeconfig: Path) -> None:
     create(server, slice_body())
-    asyncio.run(scenario())
+    async with aio_slices(kubeconfig) as slices:
+        response = await slices.list_resource_slice_without_preload_content(watch=True)
+        assert (await read_events(response, 1))[0]["type"] == "ADDED"
+        await asyncio.to_thread(server.drop_watches)
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.content.readline()
+        response.release()
     assert server.open_watches == 0
 
 
