@@ -15,11 +15,15 @@ taken down at the end unless `--keep`.
 """
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,43 @@ from tests.cluster.up import kubectl_argv, up
 from tests.cluster.versions import KubernetesVersion, kubernetes_version
 
 SIZES = ((1, WHOLE_GPU), (8, MIG_1G))
+# Where --busy-disk writes: the file system of the agent's state directory (/var/lib, hostPath).
+BUSY_DIRECTORY = Path("/var/tmp/pod-start-busy")
+_BUSY_CHUNK = 4 * 2**20
+_BUSY_FILE_BYTES = 256 * 2**20
+
+
+@contextlib.contextmanager
+def busy_disk(mib_per_second: float) -> Iterator[None]:
+    """Another writer on the state directory's file system, as an image pull or a container's
+    logs are on a node: `mib_per_second` of data written and never flushed, the file replaced
+    every 256 MiB. A flush of the whole file system (syncfs) pays for its dirty pages too."""
+    if not mib_per_second:
+        yield
+        return
+    stop = threading.Event()
+
+    def write() -> None:
+        BUSY_DIRECTORY.mkdir(parents=True, exist_ok=True)
+        target, chunk, written = BUSY_DIRECTORY / "data", os.urandom(_BUSY_CHUNK), 0
+        stream = target.open("wb")
+        while not stop.wait(_BUSY_CHUNK / (mib_per_second * 2**20)):
+            stream.write(chunk)
+            written += _BUSY_CHUNK
+            if written >= _BUSY_FILE_BYTES:
+                stream.close()
+                target.unlink()
+                stream, written = target.open("wb"), 0
+        stream.close()
+        shutil.rmtree(BUSY_DIRECTORY, ignore_errors=True)
+
+    writer = threading.Thread(target=write, name="busy-disk", daemon=True)
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join()
 
 
 def say(message: str) -> None:
@@ -115,14 +156,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", default=",".join(variant.name for variant in VARIANTS))
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--keep", action="store_true", help="leave the cluster up at the end")
+    parser.add_argument(
+        "--busy-disk", type=float, default=0.0, metavar="MIB_PER_S", help="another writer on the state's disk"
+    )
     args = parser.parse_args(argv)
     try:
         variants = variants_named(args.variants.split(","))
     except ValueError as error:
         print(f"pod start: {error}", file=sys.stderr)
         return 2
-    if args.pods < 1 or args.rounds < 1:
-        print("pod start: --pods and --rounds: expected at least 1", file=sys.stderr)
+    if args.pods < 1 or args.rounds < 1 or args.busy_disk < 0:
+        print(
+            "pod start: --pods and --rounds: expected at least 1; --busy-disk: not negative", file=sys.stderr
+        )
         return 2
     if os.geteuid() != 0:
         print(
@@ -137,20 +183,22 @@ def main(argv: list[str] | None = None) -> int:
     cluster.set_up()
     blocks: list[dict[str, Any]] = []
     try:
-        for round_index in range(args.rounds):
-            for variant in variants if round_index % 2 == 0 else list(reversed(variants)):
-                image = deploy(variant, layout, version)
-                say(f"{variant.name} ({variant.what}) rolled out: {image}")
-                blocks.append(measure(cluster, variant, round_index, args.pods))
-                report = {
-                    "kubernetes": version.release,
-                    "pods_per_size_per_round": args.pods,
-                    "variants": {variant.name: variant.what for variant in variants},
-                    "summary": summary(blocks),
-                    "blocks": blocks,
-                    "elapsed_s": round(time.monotonic() - started),
-                }
-                args.output.write_text(json.dumps(report, indent=1) + "\n")
+        with busy_disk(args.busy_disk):
+            for round_index in range(args.rounds):
+                for variant in variants if round_index % 2 == 0 else list(reversed(variants)):
+                    image = deploy(variant, layout, version)
+                    say(f"{variant.name} ({variant.what}) rolled out: {image}")
+                    blocks.append(measure(cluster, variant, round_index, args.pods))
+                    report = {
+                        "kubernetes": version.release,
+                        "pods_per_size_per_round": args.pods,
+                        "busy_disk_mib_per_s": args.busy_disk,
+                        "variants": {variant.name: variant.what for variant in variants},
+                        "summary": summary(blocks),
+                        "blocks": blocks,
+                        "elapsed_s": round(time.monotonic() - started),
+                    }
+                    args.output.write_text(json.dumps(report, indent=1) + "\n")
     finally:
         if not args.keep:
             tear_down(layout)
