@@ -1,14 +1,16 @@
 """How one kubelet call's claims are run: concurrently, each to its end, each answered on its own.
 
-These sit on the pod-startup path (docs/benchmarks.md), which is why they avoid what the general
-asyncio tools would add: gather's extra future for a call of one claim, shield's extra loop turn.
+The claims of a call run under asyncio.gather, shielded by asyncio.shield from kubelet giving up:
+hand-made forms of both that saved a future and a loop turn were measured on the real cluster and
+saved nothing a pod start shows (docs/benchmarks.md, "Pod start on the real cluster").
 """
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Callable, Coroutine
+import functools
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import structlog
 
@@ -47,16 +49,6 @@ def failure_answer(action: str, error: Exception) -> str:
     return f"internal error during {action}: {type(error).__name__}: {error}"
 
 
-async def _alone(call: Awaitable[_T]) -> list[_T]:
-    return [await call]
-
-
-def concurrently(calls: list[Coroutine[object, object, _T]]) -> Awaitable[list[_T]]:
-    """The claims of one call, run concurrently. Most calls carry one claim: awaited alone it
-    skips gather's extra future and the loop turn its callback takes."""
-    return _alone(calls[0]) if len(calls) == 1 else asyncio.gather(*calls)
-
-
 class AfterAnswer:
     """What a call's claims leave for after kubelet has its answer: work kubelet does not wait
     for (the "claim prepared" log line, queueing the claim's status write) kept off the
@@ -81,38 +73,26 @@ class AfterAnswer:
                 log.error("work left for after an answer failed", error=repr(error))
 
 
-_unfinished: set["asyncio.Task[None]"] = set()  # asyncio keeps only weak references to tasks
+_unfinished: set["asyncio.Future[Any]"] = set()  # asyncio keeps only weak references to tasks
 
 
 def to_the_end(work: Awaitable[_T], after: AfterAnswer | None = None) -> "asyncio.Future[_T]":
     """Runs `work` to its end even if whoever awaits the answer stops waiting (kubelet's deadline,
-    a dropped connection), so memory and disk agree and kubelet's retry finds the claims done.
-    What asyncio.shield does, one loop turn sooner: the work sets the answer itself, where
-    shield's callback would take a turn to pass it on. `after`: run once the answer is set and
-    its waiter has had the loop turn in which it hands gRPC the answer."""
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[_T] = loop.create_future()
-
-    async def run() -> None:
-        try:
-            value = await work
-        except asyncio.CancelledError:
-            answer.cancel()  # the event loop is ending
-            raise
-        except BaseException as error:
-            if answer.done():
-                log.error("claim work failed after its caller stopped waiting", error=repr(error))
-            else:
-                answer.set_exception(error)
-        else:
-            if not answer.done():
-                answer.set_result(value)
-        if after:
-            # Queued behind the waiter's wake-up, which set_result queued: the waiter hands gRPC
-            # the answer first.
-            loop.call_soon(after.run)
-
-    task = loop.create_task(run())
+    a dropped connection), so memory and disk agree and kubelet's retry finds the claims done: the
+    work is shielded from its caller's cancellation. `after`: run once the answer is set and its
+    waiter has had the loop turn in which it hands gRPC the answer."""
+    task = asyncio.ensure_future(work)
     _unfinished.add(task)
     task.add_done_callback(_unfinished.discard)
+    answer = asyncio.shield(task)
+    # After shield's own callback, which passes the outcome on to `answer` and so wakes the waiter.
+    task.add_done_callback(functools.partial(_settled, answer, after))
     return answer
+
+
+def _settled(answer: "asyncio.Future[Any]", after: AfterAnswer | None, task: "asyncio.Future[Any]") -> None:
+    if not task.cancelled() and (error := task.exception()) is not None and answer.cancelled():
+        log.error("claim work failed after its caller stopped waiting", error=repr(error))
+    if after:
+        # Queued behind the waiter's wake-up: the waiter hands gRPC the answer first.
+        asyncio.get_running_loop().call_soon(after.run)

@@ -36,6 +36,7 @@ calls.py (running a call's claims), status_writer.py (the claim's status.devices
 background after the answer).
 """
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,7 +50,6 @@ from dra_driver.claims.calls import (
     AfterAnswer,
     RawClaim,
     claim_context,
-    concurrently,
     failure_answer,
     to_the_end,
 )
@@ -225,7 +225,7 @@ class ClaimEngine:
         gate = CallGate(len(claims)) if len(claims) > 1 and self._records.flushes else None
         after = AfterAnswer()
         calls = [self._prepare_one(raw, None if gate is None else gate.ticket(), after) for raw in claims]
-        outcomes = await to_the_end(concurrently(calls), after)
+        outcomes = await to_the_end(asyncio.gather(*calls), after)
         return {raw.uid: outcome for raw, outcome in zip(claims, outcomes, strict=True)}
 
     async def _prepare_one(

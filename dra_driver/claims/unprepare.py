@@ -7,6 +7,7 @@ undone, so a crash part-way leaves a record the next start rolls back, never one
 prepared; the record goes before the spec and the metadata files it names.
 """
 
+import asyncio
 from collections.abc import Sequence
 
 import structlog
@@ -16,7 +17,6 @@ from dra_driver.claims.calls import (
     AfterAnswer,
     RawClaim,
     claim_context,
-    concurrently,
     failure_answer,
     to_the_end,
 )
@@ -41,7 +41,7 @@ class ClaimUnpreparer:
     async def unprepare(self, claims: Sequence[RawClaim]) -> dict[str, str]:
         """A claim we never prepared succeeds."""
         after = AfterAnswer()
-        errors = await to_the_end(concurrently([self._unprepare_one(raw, after) for raw in claims]), after)
+        errors = await to_the_end(asyncio.gather(*(self._unprepare_one(raw, after) for raw in claims)), after)
         return {raw.uid: error for raw, error in zip(claims, errors, strict=True)}
 
     async def _unprepare_one(self, raw: RawClaim, after: AfterAnswer) -> str:

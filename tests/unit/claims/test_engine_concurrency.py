@@ -133,7 +133,9 @@ async def test_a_claim_listed_twice_in_one_call_does_not_wait_for_itself(tmp_pat
 
 async def other_tasks_finished() -> None:
     """Waits for every task but the caller's: the claim work that goes on after its call ended."""
-    await asyncio.gather(*(task for task in asyncio.all_tasks() if task is not asyncio.current_task()))
+    await asyncio.gather(
+        *(task for task in asyncio.all_tasks() if task is not asyncio.current_task()), return_exceptions=True
+    )
 
 
 @pytest.mark.parametrize("claims_in_call", [1, 3])
