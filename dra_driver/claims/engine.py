@@ -45,7 +45,6 @@ import structlog
 from msgspec.structs import replace
 
 from dra_driver.claims.allocation import allocated_devices
-from dra_driver.claims.call_gate import CallGate, GateTicket
 from dra_driver.claims.calls import (
     AfterAnswer,
     RawClaim,
@@ -221,26 +220,16 @@ class ClaimEngine:
     # -- prepare -------------------------------------------------------------------------------
 
     async def prepare(self, claims: Sequence[RawClaim]) -> dict[str, PrepareOutcome]:
-        # The gate lets a call's records share one flush: nothing to share where none is made.
-        gate = CallGate(len(claims)) if len(claims) > 1 and self._records.flushes else None
         after = AfterAnswer()
-        calls = [self._prepare_one(raw, None if gate is None else gate.ticket(), after) for raw in claims]
+        calls = [self._prepare_one(raw, after) for raw in claims]
         outcomes = await to_the_end(asyncio.gather(*calls), after)
         return {raw.uid: outcome for raw, outcome in zip(claims, outcomes, strict=True)}
 
-    async def _prepare_one(
-        self, raw: RawClaim, ticket: GateTicket | None, after: AfterAnswer
-    ) -> PrepareOutcome:
+    async def _prepare_one(self, raw: RawClaim, after: AfterAnswer) -> PrepareOutcome:
         with claim_context(raw), self._metrics.prepare_duration.time():
-            try:
-                return await self._prepare_checked(raw, ticket, after)
-            finally:
-                if ticket is not None:
-                    ticket.leave()  # nothing if the claim arrived with its record
+            return await self._prepare_checked(raw, after)
 
-    async def _prepare_checked(
-        self, raw: RawClaim, ticket: GateTicket | None, after: AfterAnswer
-    ) -> PrepareOutcome:
+    async def _prepare_checked(self, raw: RawClaim, after: AfterAnswer) -> PrepareOutcome:
         try:
             ref = claim_ref(*raw)
             # The claim's lock is held from the GET on: an unprepare that arrives meanwhile waits,
@@ -260,7 +249,7 @@ class ClaimEngine:
                     planned = plan_claim(
                         ref, allocated, claim.config, self._inventory, self._driver_name, self._pool_name
                     )
-                    record = await self._prepare_new(ref, planned, ticket, claim, after)
+                    record = await self._prepare_new(ref, planned, claim, after)
             return PrepareOutcome(devices=record.devices)
         except Exception as error:
             self._metrics.prepare_failed(error)
@@ -280,7 +269,6 @@ class ClaimEngine:
         self,
         ref: ClaimRef,
         planned: tuple[PlannedDevice, ...],
-        ticket: GateTicket | None,
         claim: ResourceClaimView,
         after: AfterAnswer,
     ) -> ClaimRecord:
@@ -326,7 +314,7 @@ class ClaimEngine:
                 generation=claim.generation,
             )
             await self._files.write_prepared(  # phase two
-                ref, spec, record, metadata, first_record=not preparing.has_side_effects, ticket=ticket
+                ref, spec, record, metadata, first_record=not preparing.has_side_effects
             )
         except EffectRefused as refused:
             await self._roll_back(preparing.without(refused.not_made))

@@ -2,7 +2,6 @@
 metadata files first, so no spec ever mounts a file that is not there yet, then the CDI spec, then
 the "prepared" record, after which kubelet may hear of the claim."""
 
-from dra_driver.claims.call_gate import GateTicket
 from dra_driver.claims.edits.cdi import CdiSpec
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
 from dra_driver.claims.identity import ClaimRef
@@ -29,17 +28,13 @@ class PreparedFiles:
         metadata: tuple[RequestMetadata, ...],
         *,
         first_record: bool,
-        ticket: GateTicket | None,
     ) -> None:
         """`first_record`: no "preparing" record was written (nothing had side effects), so the
-        claim has no record file yet: the one written now is created, not replaced. `ticket`: the
-        claim's passage through its call's gate (see call_gate), None for a call of one claim."""
+        claim has no record file yet: the one written now is created, not replaced."""
         self._metadata.write(ref.uid, metadata)
         failpoints.reached("prepare.metadata-written")
         self._cdi_specs.write(ref.uid, spec)
         failpoints.reached("prepare.cdi-written")
-        if ticket is not None:
-            await ticket.arrive()
         if first_record:
             await self._records.create(record)
         else:

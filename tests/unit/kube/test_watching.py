@@ -195,30 +195,30 @@ def _relist_failing_with(first: Exception) -> tuple[list[str], Script]:
     return calls, script
 
 
-def test_a_transient_fault_of_the_list_that_is_no_api_error_waits_the_backoff_too() -> None:
+async def test_a_transient_fault_of_the_list_that_is_no_api_error_waits_the_backoff_too() -> None:
     """The slice controller's list raises OutdatedList, a TransientFault of its own: retried by
     its branch, not only an ApiError (before, a list that raised one would have ended the watch
     task, in silence)."""
     calls, script = _relist_failing_with(TransientFault("LIST things: answered at 3, older than 5"))
-    script.run()
+    await script.run()
 
     assert (calls, script.slept) == (["list", "list"], [1.0])
 
 
-def test_the_servers_final_answer_is_tried_again_by_the_watch() -> None:
+async def test_the_servers_final_answer_is_tried_again_by_the_watch() -> None:
     """403 (RBAC lacks watch) or 404 (the resource not served): fixed outside the agent, and seen
     at the next try (kube/errors.py, KEPT_TRYING)."""
     script = Script([([], failed(403)), ([], failed(404)), ([], None)])
 
-    script.run()
+    await script.run()
 
     assert script.slept == [1.0, 2.0]
 
 
 @pytest.mark.parametrize("fault", [ClaimFault("not the watch's"), OperatorFault("--flag: wrong")])
-def test_a_claim_or_operator_fault_that_is_no_api_answer_ends_the_loop(fault: DriverError) -> None:
+async def test_a_claim_or_operator_fault_that_is_no_api_answer_ends_the_loop(fault: DriverError) -> None:
     calls, script = _relist_failing_with(fault)
 
     with pytest.raises(type(fault)):
-        script.run()
+        await script.run()
     assert (calls, script.slept) == (["list"], [])
