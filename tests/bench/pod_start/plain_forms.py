@@ -1,5 +1,7 @@
 """The plain forms of the agent's hand-built hot-path pieces (issue 50, part 6), each the shape a
-reviewer would expect in their place: the library call, or the obvious code.
+reviewer would expect in their place: the library call, or the obvious code. Pieces whose plain
+form measured as good (gather/shield, the call gate) were replaced by it in the agent and have
+left this file; docs/benchmarks.md has their figures.
 
 A benchmark variant of the agent applies some of them when `dra_driver` is imported (the pod-start
 benchmark copies this file into the image's sources, `variants.py`), by rebinding every name in
@@ -11,56 +13,10 @@ import asyncio
 import fcntl
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
-
-_T = TypeVar("_T")
-
-
-# -- asyncio.gather and asyncio.shield in place of claims/calls.py's own -----------------------
-
-
-def gather_always(calls: list[Coroutine[object, object, _T]]) -> Awaitable[list[_T]]:
-    """`concurrently`'s plain form: gather, even for one claim."""
-    return asyncio.gather(*calls)
-
-
-_shielded: set["asyncio.Future[Any]"] = set()
-
-
-def shielded(work: Awaitable[_T], after: Any = None) -> "asyncio.Future[_T]":
-    """`to_the_end`'s plain form: the work as a task, shielded from its caller's cancellation; the
-    after-answer work once it is done."""
-    task = asyncio.ensure_future(work)
-    _shielded.add(task)
-    task.add_done_callback(_shielded.discard)
-    if after:
-        task.add_done_callback(lambda _: asyncio.get_running_loop().call_soon(after.run))
-    return asyncio.shield(task)
-
-
-# -- no call gate ------------------------------------------------------------------------------
-
-
-class OpenTicket:
-    async def arrive(self) -> None:
-        return None
-
-    def leave(self) -> None:
-        return None
-
-
-class NoGate:
-    """`CallGate`'s plain form: none; each claim's record goes to the flush when it is ready."""
-
-    def __init__(self, claims: int, longest_wait: float = 0.0) -> None:
-        del claims, longest_wait
-
-    def ticket(self) -> OpenTicket:
-        return OpenTicket()
-
+from typing import Any
 
 # -- an fsync per record in place of the group commit's syncfs ---------------------------------
 
@@ -267,9 +223,6 @@ class AiohttpClient:
 
 # variant piece -> (module, name, the plain form's factory)
 PIECES: dict[str, tuple[str, str, Callable[[], object]]] = {
-    "gather": ("dra_driver.claims.calls", "concurrently", lambda: gather_always),
-    "shield": ("dra_driver.claims.calls", "to_the_end", lambda: shielded),
-    "call-gate": ("dra_driver.claims.call_gate", "CallGate", lambda: NoGate),
     "group-commit": ("dra_driver.state.group_commit", "GroupCommitter", lambda: FsyncPerFile),
     "claim-locks": ("dra_driver.state.shared_locks", "ClaimLocks", lambda: OneLock),
     "http-client": ("dra_driver.kube.kube_http", "KeepAliveClient", lambda: AiohttpClient),

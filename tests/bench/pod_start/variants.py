@@ -1,6 +1,6 @@
 """The agents the pod-start benchmark compares: the code as it ships, and the same code with one
 hand-built hot-path piece swapped for its plain form (`plain_forms.py`), each with records
-flushed or not (the call gate and the group commit only run with `--flush-records`)."""
+flushed or not (the group commit only runs with `--flush-records`)."""
 
 from pathlib import Path
 
@@ -36,11 +36,9 @@ class Variant(msgspec.Struct, frozen=True):
 
 VARIANTS = (
     Variant("shipped", (), False, "the agent as it ships (records not flushed, the chart's default)"),
-    Variant("asyncio-gather-shield", ("gather", "shield"), False, "asyncio.gather and asyncio.shield"),
     Variant("one-lock", ("claim-locks",), False, "one node-wide lock for every claim (flock)"),
     Variant("aiohttp", ("http-client",), False, "aiohttp in place of the own HTTP/1.1 client"),
     Variant("shipped-flushed", (), True, "as it ships, with --flush-records"),
-    Variant("no-call-gate", ("call-gate",), True, "--flush-records without the call gate"),
     Variant("fsync-per-record", ("group-commit",), True, "--flush-records, an fsync per record"),
 )
 

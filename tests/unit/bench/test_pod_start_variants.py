@@ -16,9 +16,6 @@ REPOSITORY = Path(__file__).resolve().parents[3]
 
 # For each piece: a module that imports it by name before the swap runs, and the name it uses.
 _USERS = {
-    "gather": ("dra_driver.claims.engine", "concurrently"),
-    "shield": ("dra_driver.claims.unprepare", "to_the_end"),
-    "call-gate": ("dra_driver.claims.engine", "CallGate"),
     "group-commit": ("dra_driver.agent.claim_serving", "GroupCommitter"),
     "claim-locks": ("dra_driver.claims.engine", "ClaimLocks"),
     "http-client": ("dra_driver.kube.kube_api", "KeepAliveClient"),
