@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo dist test test-deps lint unit bench bench-cluster protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
+.PHONY: demo dist test test-deps lint unit bench bench-cluster bench-pod-start protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
@@ -92,6 +92,12 @@ bench: $(INSTALLED)
 bench-cluster: test-deps $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[plot]'
 	$(BIN)/python -m tests.bench.cluster_scale --output docs/bench/cluster-utilization.json
+
+## bench-pod-start: pod created -> Running on the real local cluster, for the agent as it ships
+## and with each hand-built hot-path piece in its plain form (docs/benchmarks.md, "Pod start on
+## the real cluster"); builds the cluster's components when the cache lacks them; as root, ~20 min
+bench-pod-start: test-deps $(INSTALLED)
+	$(BIN)/python -m tests.bench.pod_start --pods 8 --rounds 2 --output docs/bench/pod-start.json
 
 ## mock-nvml: build the mock libnvidia-ml.so.1 the NVML tests load (the tests build it too)
 MOCK_NVML := build/mock-nvml/libnvidia-ml.so.1
