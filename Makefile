@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo dist test test-deps lint unit bench bench-cluster protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
+.PHONY: demo dist test test-deps lint unit bench bench-cluster bench-go-driver protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
@@ -92,6 +92,12 @@ bench: $(INSTALLED)
 bench-cluster: test-deps $(INSTALLED)
 	$(BIN)/pip install --quiet -e '.[plot]'
 	$(BIN)/python -m tests.bench.cluster_scale --output docs/bench/cluster-utilization.json
+
+## bench-go-driver: pod start of our driver beside upstream's Go DRA test driver on the local
+## cluster (docs/benchmarks.md, "Side by side with upstream's Go test driver"); builds the test
+## driver; brings the cluster up and down unless it is up; as root, about 10 minutes warm
+bench-go-driver: test-deps $(INSTALLED)
+	$(BIN)/python -m tests.bench.pod_start.go_driver --pods 8 --rounds 2 --output docs/bench/go-driver.json
 
 ## mock-nvml: build the mock libnvidia-ml.so.1 the NVML tests load (the tests build it too)
 MOCK_NVML := build/mock-nvml/libnvidia-ml.so.1

@@ -1,5 +1,6 @@
-"""Pod start beside upstream's Go DRA test driver on the real local cluster (issue 49, part 5;
-docs/benchmarks.md, "Side by side with upstream's Go test driver").
+"""Pod start, our driver beside upstream's Go DRA test driver, on the real local cluster.
+
+Issue 49, part 5; docs/benchmarks.md, "Side by side with upstream's Go test driver".
 
     python -m tests.bench.pod_start.go_driver --pods 8 --rounds 2 --output docs/bench/go-driver.json
 
@@ -144,10 +145,22 @@ def measure(
     }
 
 
+def _one_agent(timeout: float = 60) -> int:
+    """Our agent's pid once the rollout's old pod, if any, has gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return agent_pid()
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def run(
     cluster: Cluster, layout: Layout, pods: int, rounds: int, report: dict[str, Any], output: Path
 ) -> None:
-    pids = {OURS.key: agent_pid(), "theirs": start_test_driver(cluster, layout)}
+    pids = {OURS.key: _one_agent(), "theirs": start_test_driver(cluster, layout)}
     say(f"agents: ours pid {pids[OURS.key]}, the test driver pid {pids['theirs']}")
     blocks: list[dict[str, Any]] = []
     for round_index in range(rounds):
@@ -202,9 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         report["elapsed_s"] = round(time.monotonic() - started)
         args.output.write_text(json.dumps(report, indent=1) + "\n")
     finally:
-        stop_test_driver(cluster, layout)
-        if not found_up and not args.keep:
-            tear_down(layout)
+        try:
+            stop_test_driver(cluster, layout)
+        finally:
+            if not found_up and not args.keep:
+                tear_down(layout)
     say(f"done in {time.monotonic() - started:.0f}s: {args.output}")
     return 0
 
