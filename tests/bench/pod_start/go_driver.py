@@ -44,6 +44,7 @@ from tests.bench.pod_start.go_driver_parts import (
     test_device_class,
     test_driver_argv,
     test_driver_env,
+    test_driver_socket_dir,
     test_template,
 )
 from tests.bench.pod_start.pods import NAMESPACE, Cluster, mean_per_call
@@ -98,6 +99,7 @@ def start_test_driver(cluster: Cluster, layout: Layout) -> int:
         "resource.k8s.io", "v1", NAMESPACE, "resourceclaimtemplates", test_template(),
     )  # fmt: skip
     processes.stop(layout, SERVICE)
+    test_driver_socket_dir(layout).mkdir(parents=True, exist_ok=True)
     pid = processes.start(
         layout, SERVICE, test_driver_argv(binary, layout), test_driver_env(layout, os.environ)
     )

@@ -64,6 +64,13 @@ def test_driver_argv(binary: Path, layout: Layout) -> list[str]:
     ]  # fmt: skip
 
 
+def test_driver_socket_dir(layout: Layout) -> Path:
+    """Where the test driver binds its DRA socket: <datadir>/<driver name>. It makes only the
+    parent (app/server.go, MkdirAll of the joined path's Dir) and its bind fails with "no such
+    file or directory" without this one, so the benchmark makes it."""
+    return layout.plugins_dir / TEST_DRIVER_NAME
+
+
 def test_driver_env(layout: Layout, environ: Mapping[str, str]) -> dict[str, str]:
     """The environment with KUBECONFIG naming the admin kubeconfig: the test driver takes
     KUBECONFIG over its --kubeconfig flag, so a caller's own must not leak in."""

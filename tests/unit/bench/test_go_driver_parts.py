@@ -30,6 +30,8 @@ def test_the_test_driver_runs_beside_kubelet_with_the_clusters_directories() -> 
         "--datadir": str(layout.plugins_dir),
         "--cdi-dir": str(layout.cdi_dir),
     }
+    # The driver binds <datadir>/<its name>/dra.sock and makes only <datadir>.
+    assert parts.test_driver_socket_dir(layout) == layout.plugins_dir / "test-driver.cdi.k8s.io"
     environment = parts.test_driver_env(layout, {"KUBECONFIG": "/elsewhere", "PATH": "/bin"})
     assert environment == {"KUBECONFIG": "/tmp/x/kubeconfig/admin.kubeconfig", "PATH": "/bin"}
 
