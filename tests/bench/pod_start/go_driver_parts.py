@@ -25,8 +25,9 @@ TEST_DRIVER_SOURCE = (
 SIZES = (1, 8)
 NOTE = (
     "The test driver does almost nothing per claim: no hardware, one CDI spec of environment "
-    "variables written per claim. Ours does its full work: whole-GPU claims checked against the "
-    "mock NVML and recorded, and for the 8-claim pods 8 MIG 1g.10gb devices created on the mock "
+    "variables written per claim. Ours does its full prepare: device ownership taken, metadata "
+    "files, a CDI spec and a claim record written, and for the 8-claim pods 8 MIG 1g.10gb devices "
+    "created on the mock "
     "NVML (our node has 5 whole GPUs, so 8 whole-GPU claims cannot be had). The comparable figure "
     "is the 1-claim pod (our whole GPU against one test device); the 8-claim ratios measure MIG "
     "creation against writing 8 files."
