@@ -95,7 +95,7 @@ bench-cluster: test-deps $(INSTALLED)
 
 ## bench-go-driver: pod start of our driver beside upstream's Go DRA test driver on the local
 ## cluster (docs/benchmarks.md, "Side by side with upstream's Go test driver"); builds the test
-## driver; brings the cluster up and down unless it is up; as root, about 10 minutes warm
+## driver; brings the cluster up and down unless it is up; as root, about 5 minutes warm
 bench-go-driver: test-deps $(INSTALLED)
 	$(BIN)/python -m tests.bench.pod_start.go_driver --pods 8 --rounds 2 --output docs/bench/go-driver.json
 
