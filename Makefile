@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo dist test test-deps lint unit bench bench-cluster bench-pod-start protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
+.PHONY: demo dist test test-deps lint unit bench bench-cluster bench-pod-start bench-go-driver protos chart-schema clean mock-nvml gpu-check cluster cluster-down e2e cluster-build
 
 # A test that needs podman fails instead of skipping where podman is missing.
 export DRA_DRIVER_REQUIRE_PODMAN ?= 1
@@ -98,6 +98,12 @@ bench-cluster: test-deps $(INSTALLED)
 ## the real cluster"); builds the cluster's components when the cache lacks them; as root, ~20 min
 bench-pod-start: test-deps $(INSTALLED)
 	$(BIN)/python -m tests.bench.pod_start --pods 8 --rounds 2 --output docs/bench/pod-start.json
+
+## bench-go-driver: pod start of our driver beside upstream's Go DRA test driver on the local
+## cluster (docs/benchmarks.md, "Side by side with upstream's Go test driver"); builds the test
+## driver; brings the cluster up and down unless it is up; as root, about 5 minutes warm
+bench-go-driver: test-deps $(INSTALLED)
+	$(BIN)/python -m tests.bench.pod_start.go_driver --pods 8 --rounds 2 --output docs/bench/go-driver.json
 
 ## mock-nvml: build the mock libnvidia-ml.so.1 the NVML tests load (the tests build it too)
 MOCK_NVML := build/mock-nvml/libnvidia-ml.so.1

@@ -78,20 +78,24 @@ def _required_version(module: Path, path: str) -> str:
     raise BuildError(f"{module / 'go.mod'}: no 'require {path} <version>' line")
 
 
-def kubernetes_component(version: KubernetesVersion) -> Component:
-    major, minor = version.release.lstrip("v").split(".")[:2]
+def _kubernetes_version_vars(release: str) -> dict[str, str]:
+    major, minor = release.lstrip("v").split(".")[:2]
     settings = {
-        "gitVersion": version.release,
+        "gitVersion": release,
         "gitMajor": major,
         "gitMinor": minor,
         "gitTreeState": "clean",
         "buildDate": "1970-01-01T00:00:00Z",
     }
-    version_vars = {
+    return {
         f"{package}.{name}": value
         for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
         for name, value in settings.items()
     }
+
+
+def kubernetes_component(version: KubernetesVersion) -> Component:
+    version_vars = _kubernetes_version_vars(version.release)
     commands = (
         "kube-apiserver",
         "kube-controller-manager",
@@ -163,6 +167,22 @@ def kwok_component() -> Component:
         name="kwok",
         module=MODULES / "kwok",
         binaries={"sigs.k8s.io/kwok/cmd/kwok": "kwok"},
+    )
+
+
+def dra_test_driver_component() -> Component:
+    """Upstream's DRA test driver (k8s.io/kubernetes/test/e2e/dra/test-driver, `dra-test-driver`)
+    at the 1.37 pin, for the side-by-side benchmark only (tests/bench/pod_start/go_driver.py): a
+    Go kubelet plugin on upstream's kubeletplugin helper. Its own wrapper module, so its build key
+    is not kubernetes-1.37's and the cluster's commands never rebuild for it; the shared packages
+    come from the warm Go build cache."""
+    module = MODULES / "dra-test-driver"
+    return Component(
+        name="dra-test-driver",
+        module=module,
+        binaries={"k8s.io/kubernetes/test/e2e/dra/test-driver": "dra-test-driver"},
+        tags=_K8S_TAGS,
+        version_vars=_kubernetes_version_vars(_required_version(module, "k8s.io/kubernetes")),
     )
 
 
