@@ -191,7 +191,7 @@ class ClaimRecordStore:
             return
         data = _encoded(record)
         if self._committer is None:
-            durable_files.create_new(self._path(record.claim.uid), data, mode=0o600)
+            durable_files.create_new(self._path(record.claim.uid), data, durable=False, mode=0o600)
         else:
             await self._committer.create(self._path(record.claim.uid), data, mode=0o600)
         self._known[record.claim.uid] = (data, record)
