@@ -29,7 +29,6 @@ from dra_driver.observability.metrics import AgentMetrics
 from dra_driver.plugin.server import KubeletPluginServer
 from dra_driver.plugin.sockets import SocketPathError
 from dra_driver.state.boot_id import current_boot_id
-from dra_driver.state.group_commit import GroupCommitter
 
 log = structlog.get_logger("dra_driver.node")
 
@@ -57,10 +56,7 @@ def hami_core(
 
 def claim_record_store(settings: NodeSettings) -> ClaimRecordStore:
     """Unflushed records unless `--flush-records` (record_store says why that is enough)."""
-    if settings.flush_records:
-        # Concurrent claims' flushed writes share one flush.
-        return ClaimRecordStore(settings.state_dir, GroupCommitter())
-    return ClaimRecordStore(settings.state_dir, flush=False)
+    return ClaimRecordStore(settings.state_dir, flush=settings.flush_records)
 
 
 async def serve_claims(

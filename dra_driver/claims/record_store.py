@@ -13,7 +13,6 @@ boot ID the records are compared with is itself written with a flush, at start, 
 record of this boot.
 """
 
-import asyncio
 import os
 import time
 from contextlib import suppress
@@ -24,7 +23,7 @@ import msgspec
 from dra_driver.claims.record_codec import record_bytes, record_from_json
 from dra_driver.claims.records import ClaimRecord, CorruptRecord
 from dra_driver.state import durable_files
-from dra_driver.state.group_commit import GroupCommitter
+from dra_driver.state.durable_writes import DurableWriter
 
 BOOT_ID_FILE = "boot_id"
 # A temporary record file this old was left by a crash, not by a write still under way.
@@ -58,19 +57,14 @@ def _encoded(record: ClaimRecord) -> bytes:
 class ClaimRecordStore:
     """Record files under <state-dir>/claims, named by claim UID (checked before it gets here)."""
 
-    def __init__(
-        self, state_dir: Path, committer: GroupCommitter | None = None, *, flush: bool = True
-    ) -> None:
-        """`flush`: every write is on stable storage when it returns; without it writes are made
-        in place, on the event loop, and left to the page cache (see the module docstring).
-        `committer`: where concurrent flushed writes are grouped, so one flush serves many
-        claims; without one each write flushes on its own."""
-        if committer is not None and not flush:
-            raise ValueError("a group committer only serves flushed writes")
+    def __init__(self, state_dir: Path, *, flush: bool = True) -> None:
+        """`flush`: every write is on stable storage when it returns, each flushed on its own
+        in a worker thread (state/durable_writes.py); without it writes are made in place, on
+        the event loop, and left to the page cache (see the module docstring)."""
         self.state_dir = state_dir
         self.directory = state_dir / "claims"
-        self._committer = committer
         self._flush = flush
+        self._durable = DurableWriter()
         self._directory_prefix = f"{self.directory}{os.sep}"
         # Per claim UID, the bytes of its record as this process last wrote or read them, and
         # the record they decode to: a read that finds the same bytes on disk skips decoding
@@ -80,7 +74,7 @@ class ClaimRecordStore:
 
     @property
     def flushes(self) -> bool:
-        """Whether a write waits for stable storage (and so gains from sharing a flush)."""
+        """Whether a write waits for stable storage."""
         return self._flush
 
     def _path(self, claim_uid: str) -> str:
@@ -166,51 +160,36 @@ class ClaimRecordStore:
         durable_files.remove(self._path(claim_uid), durable=self._flush)
 
     async def write(self, record: ClaimRecord) -> None:
-        """`save`, grouped with other claims' writes when a committer is set; flushed on return
-        where the store flushes."""
-        if not self._flush:
-            # The directory exists: load_all, which every start runs first, made it.
-            data = _encoded(record)
-            durable_files.atomic_write(self._path(record.claim.uid), data, durable=False, mode=0o600)
-            self._known[record.claim.uid] = (data, record)
-            return
-        if self._committer is None:
-            await asyncio.to_thread(self.save, record)
-            return
+        """`save`, flushed on return where the store flushes."""
         # The directory exists: load_all, which every start runs first, made it.
         data = _encoded(record)
-        await self._committer.replace(self._path(record.claim.uid), data, mode=0o600)
+        if self._flush:
+            await self._durable.replace(self._path(record.claim.uid), data, mode=0o600)
+        else:
+            durable_files.atomic_write(self._path(record.claim.uid), data, durable=False, mode=0o600)
         self._known[record.claim.uid] = (data, record)
 
     async def create(self, record: ClaimRecord) -> None:
         """`write` of a claim that has no record yet, which its caller checked under the claim's
-        lock: grouped, this costs one journal commit instead of two, and it raises
-        FileExistsError rather than replace a record that is there after all."""
-        if self._flush and self._committer is None:
-            await asyncio.to_thread(self.save, record)
-            return
+        lock: it raises FileExistsError rather than replace a record that is there after all."""
         data = _encoded(record)
-        if self._committer is None:
-            durable_files.create_new(self._path(record.claim.uid), data, mode=0o600)
+        if self._flush:
+            await self._durable.create(self._path(record.claim.uid), data, mode=0o600)
         else:
-            await self._committer.create(self._path(record.claim.uid), data, mode=0o600)
+            durable_files.create_new(self._path(record.claim.uid), data, durable=False, mode=0o600)
         self._known[record.claim.uid] = (data, record)
 
     def flush_ahead(self) -> None:
-        """Has what is dirty on the records' filesystem flushed now, in the background, rather
-        than by the first grouped write (GroupCommitter.flush_ahead)."""
-        if self._committer is not None:
-            self._committer.flush_ahead(self.directory)
+        """Nothing: each flushed write pays for its own file only. Left for the one caller,
+        ClaimEngine.load_state, until it goes too."""
 
     async def erase(self, claim_uid: str) -> None:
-        """`delete`, grouped like `write`."""
+        """`delete`, flushed on return where the store flushes."""
         self._known.pop(claim_uid, None)
-        if not self._flush:
-            self.delete(claim_uid)
-        elif self._committer is None:
-            await asyncio.to_thread(self.delete, claim_uid)
+        if self._flush:
+            await self._durable.remove(self._path(claim_uid))
         else:
-            await self._committer.remove(self._path(claim_uid))
+            self.delete(claim_uid)
 
     def _recorded_boot_id(self) -> str | None:
         try:

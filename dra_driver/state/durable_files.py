@@ -84,15 +84,23 @@ def atomic_write(path: StrPath, data: bytes, *, durable: bool, mode: int = 0o644
         fsync_directory(parent_directory(path))
 
 
-def create_new(path: StrPath, data: bytes, *, mode: int = 0o644) -> None:
-    """Writes a file that must not exist yet, not flushed: a reader sees no file or all of it.
-    Raises FileExistsError, leaving the file that is there as it is."""
+def create_new(path: StrPath, data: bytes, *, durable: bool, mode: int = 0o644) -> None:
+    """Writes a file that must not exist yet: a reader sees no file or all of it. Raises
+    FileExistsError, leaving the file that is there as it is. A link, unlike a rename, refuses
+    a name that exists. Durable creation fsyncs the file before it gets its name and the
+    directory after, so the name survives a power loss with the data behind it."""
     temporary, fd = write_temporary(path, data, mode)
     try:
-        os.close(fd)
+        try:
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.link(temporary, path)
     finally:
-        unlink_if_present(temporary)
+        unlink_if_present(temporary)  # linked or refused, the temporary name is done with
+    if durable:
+        fsync_directory(parent_directory(path))
 
 
 def remove(path: StrPath, *, durable: bool) -> bool:

@@ -16,8 +16,7 @@ NodeUnprepareResources: of one claim (`single`) or of 8 claims in each call (`ba
 is the same for tests/bench/null_plugin.py, the server that does no work.
 
 What it does not count: time in the kernel (the fsyncs, file system calls, socket I/O) and time
-spent waiting. Valgrind runs the threads one at a time, so batches in the group commit may form
-differently from an unhindered run.
+spent waiting.
 
 Run: `python -m tests.bench.agent_instructions --runs 2 --output docs/bench/agent-instructions.json`
 (valgrind on PATH: `apt-get install valgrind`; about ten minutes).

@@ -2,8 +2,8 @@
 
 Counting the shares that use a GPU's MPS daemon once read every claim record on the node, on
 every share's prepare and unprepare (issue 32), so the cost grew with the node's claims. This
-measures that path in process: the claim engine as the agent wires it (records fsync'd through
-a group committer, in `--directory`, which should be on the state directory's kind of disk), a
+measures that path in process: the claim engine as the agent wires it (records fsync'd, each on
+its own, in `--directory`, which should be on the state directory's kind of disk), a
 simulated node of eight H100s in vgpu-capacity mode, real simulated MPS control daemons.
 
 `--others` shares are prepared first on GPUs 1 to 7 (their records stay on disk), and one on GPU 0
@@ -33,7 +33,6 @@ from dra_driver.claims.engine import SharingControls
 from dra_driver.claims.sharing.mps import SimulatedMps
 from dra_driver.devices.node_config import GpuSettings, NodeConfig
 from dra_driver.hardware.time_slicing import SimulatedTimeSlicer
-from dra_driver.state.group_commit import GroupCommitter
 from tests.support.engines import simulated_engine
 from tests.support.memory_claims import MemoryClaims
 from tests.support.nodes import simulated_node
@@ -58,7 +57,7 @@ async def _measure(root: Path, others: int, rounds: int, warmup: int) -> dict[st
     claims = MemoryClaims()
     gpus = simulated_node(PROFILE)
     sharing = SharingControls(SimulatedTimeSlicer(gpu.uuid for gpu in gpus), SimulatedMps(root / "mps"))
-    engine = simulated_engine(root, claims, PROFILE, CONFIG, sharing=sharing, committer=GroupCommitter())
+    engine = simulated_engine(root, claims, PROFILE, CONFIG, sharing=sharing)
     await engine.load_state()
     prepared = [_share(claims, f"other-{i}", 1 + i % (len(gpus) - 1)) for i in range(others)]
     prepared.append(_share(claims, "bystander", 0))

@@ -34,7 +34,7 @@ Figures, each measured `--runs` times:
   it has registered, and its time from spawn to registered; reported beside the 1-claim figure's
   p50. `--dirty-mib` N writes N MiB, not flushed, beside the agent's state before each start:
   a node whose disk was just written by others (image pulls, logs), which the first `syncfs`
-  of the state's filesystem pays for unless start-up flushed it.
+  of the state's filesystem paid for (the group commit's, until issue 50 part 6).
 
 Every figure also records the CPU time (user + system, all threads) the plugin process and this
 client spent per round, a round being one prepare call and one unprepare call, warm-up included.

@@ -59,9 +59,9 @@ COMPONENTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("CDI spec write/remove", ("dra_driver/claims/edits/cdi_files.py", "dra_driver/claims/edits/cdi.py")),
     (
-        "claim records (group commit, files)",
+        "claim records (durable writes, files)",
         (
-            "dra_driver/state/group_commit.py",
+            "dra_driver/state/durable_writes.py",
             "dra_driver/state/durable_files.py",
             "dra_driver/claims/record_store.py",
             "dra_driver/claims/records.py",

@@ -3,7 +3,7 @@
 One place builds `ClaimEngine` for every test, so a change to its wiring is made once. Each test
 says only what its node has beyond the default (a node of four T4s, records and CDI specs under
 `root`, no dynamic MIG, no sharing controls, no HAMi-core): a different simulated profile or node
-configuration, a ready-made inventory, MIG hardware, sharing controls, HAMi-core, a group committer.
+configuration, a ready-made inventory, MIG hardware, sharing controls, HAMi-core.
 """
 
 from pathlib import Path
@@ -25,7 +25,6 @@ from dra_driver.hardware.pci_binding import PciBinding
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.hardware.simulated_nodes import resolve_node_spec
 from dra_driver.observability.metrics import ClaimMetrics
-from dra_driver.state.group_commit import GroupCommitter
 from tests.support.nodes import simulated_node
 
 POOL = "node-a"
@@ -50,7 +49,6 @@ def simulated_engine(
     hardware: SimulatedBackend | None = None,
     sharing: SharingControls | None = None,
     hami_core: HamiCore | None = None,
-    committer: GroupCommitter | None = None,
     flush: bool = True,
     claim_status: ClaimStatusWriter | None = None,
     metrics: ClaimMetrics | None = None,
@@ -67,7 +65,7 @@ def simulated_engine(
         inventory=inventory or node_inventory(simulated_node(profile), config),
         edits=SimulatedEdits(),
         claim_source=claims,
-        records=ClaimRecordStore(root / "state", committer, flush=flush),
+        records=ClaimRecordStore(root / "state", flush=flush),
         cdi_specs=CdiSpecDirectory(root / "cdi", DEFAULT_DRIVER_NAME),
         hardware=hardware,
         sharing=sharing,

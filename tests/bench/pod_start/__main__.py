@@ -48,7 +48,8 @@ _BUSY_FILE_BYTES = 256 * 2**20
 def busy_disk(mib_per_second: float) -> Iterator[None]:
     """Another writer on the state directory's file system, as an image pull or a container's
     logs are on a node: `mib_per_second` of data written and never flushed, the file replaced
-    every 256 MiB. A flush of the whole file system (syncfs) pays for its dirty pages too."""
+    every 256 MiB. A flush of the whole file system (the syncfs of the group commit that flushed
+    records until issue 50 part 6) paid for its dirty pages too."""
     if not mib_per_second:
         yield
         return

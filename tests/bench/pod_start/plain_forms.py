@@ -1,7 +1,7 @@
 """The plain forms of the agent's hand-built hot-path pieces (issue 50, part 6), each the shape a
 reviewer would expect in their place: the library call, or the obvious code. Pieces whose plain
-form measured as good (gather/shield, the call gate) were replaced by it in the agent and have
-left this file; docs/benchmarks.md has their figures.
+form measured as good (gather/shield, the call gate, the group commit) were replaced by it in the
+agent and have left this file; docs/benchmarks.md has their figures.
 
 A benchmark variant of the agent applies some of them when `dra_driver` is imported (the pod-start
 benchmark copies this file into the image's sources, `variants.py`), by rebinding every name in
@@ -17,57 +17,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-# -- an fsync per record in place of the group commit's syncfs ---------------------------------
-
-
-class FsyncPerFile:
-    """`GroupCommitter`'s plain form: each operation flushed on its own (file and directory
-    fsync, durable_files' atomic write), in a worker thread, however many run at once."""
-
-    def __init__(self, *, max_batch: int = 64) -> None:
-        del max_batch
-        self.flushes = 0
-        self.operations = 0
-
-    async def create(self, path: Any, data: bytes, mode: int = 0o600) -> None:
-        await asyncio.to_thread(self._create, path, data, mode)
-
-    async def replace(self, path: Any, data: bytes, mode: int = 0o600) -> None:
-        from dra_driver.state import durable_files  # noqa: PLC0415 - the image's module
-
-        self._count()
-        await asyncio.to_thread(durable_files.atomic_write, path, data, durable=True, mode=mode)
-
-    async def remove(self, path: Any) -> None:
-        from dra_driver.state import durable_files  # noqa: PLC0415
-
-        self._count()
-        await asyncio.to_thread(durable_files.remove, path, durable=True)
-
-    def flush_ahead(self, directory: Any) -> None:
-        del directory
-
-    async def close(self) -> None:
-        return None
-
-    def _count(self) -> None:
-        self.flushes += 1
-        self.operations += 1
-
-    def _create(self, path: Any, data: bytes, mode: int) -> None:
-        from dra_driver.state import durable_files  # noqa: PLC0415
-
-        self._count()
-        temporary, fd = durable_files.write_temporary(path, data, mode)
-        try:
-            os.fsync(fd)
-            os.close(fd)
-            os.link(temporary, path)
-        finally:
-            durable_files.unlink_if_present(temporary)
-        durable_files.fsync_directory(durable_files.parent_directory(path))
-
 
 # -- one node-wide lock in place of per-claim byte-range locks --------------------------------
 
@@ -223,7 +172,6 @@ class AiohttpClient:
 
 # variant piece -> (module, name, the plain form's factory)
 PIECES: dict[str, tuple[str, str, Callable[[], object]]] = {
-    "group-commit": ("dra_driver.state.group_commit", "GroupCommitter", lambda: FsyncPerFile),
     "claim-locks": ("dra_driver.state.shared_locks", "ClaimLocks", lambda: OneLock),
     "http-client": ("dra_driver.kube.kube_http", "KeepAliveClient", lambda: AiohttpClient),
 }

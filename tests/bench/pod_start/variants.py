@@ -1,6 +1,6 @@
 """The agents the pod-start benchmark compares: the code as it ships, and the same code with one
 hand-built hot-path piece swapped for its plain form (`plain_forms.py`), each with records
-flushed or not (the group commit only runs with `--flush-records`)."""
+flushed or not."""
 
 from pathlib import Path
 
@@ -39,7 +39,6 @@ VARIANTS = (
     Variant("one-lock", ("claim-locks",), False, "one node-wide lock for every claim (flock)"),
     Variant("aiohttp", ("http-client",), False, "aiohttp in place of the own HTTP/1.1 client"),
     Variant("shipped-flushed", (), True, "as it ships, with --flush-records"),
-    Variant("fsync-per-record", ("group-commit",), True, "--flush-records, an fsync per record"),
 )
 
 

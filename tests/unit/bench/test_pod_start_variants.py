@@ -16,7 +16,6 @@ REPOSITORY = Path(__file__).resolve().parents[3]
 
 # For each piece: a module that imports it by name before the swap runs, and the name it uses.
 _USERS = {
-    "group-commit": ("dra_driver.agent.claim_serving", "GroupCommitter"),
     "claim-locks": ("dra_driver.claims.engine", "ClaimLocks"),
     "http-client": ("dra_driver.kube.kube_api", "KeepAliveClient"),
 }

@@ -11,7 +11,6 @@ from dra_driver.claims.identity import claim_ref
 from dra_driver.claims.record_codec import record_from_json, record_to_json
 from dra_driver.claims.record_store import ABANDONED_WRITE_SECONDS, ClaimRecordStore
 from dra_driver.claims.records import ClaimRecord, CorruptRecord, DeviceFacts, PreparedDevice
-from dra_driver.state.group_commit import GroupCommitter
 
 UID = "3f9c1e52-7a4b-4d2e-9b61-0c8d5e2f4a17"
 RECORD = ClaimRecord(
@@ -201,17 +200,15 @@ def test_records_of_an_earlier_boot_are_not_read_before_start_up_drops_them(tmp_
     assert store.boot_changed("boot-b") is True  # reading changed nothing
 
 
-@pytest.mark.parametrize("grouped", [True, False], ids=["group-commit", "own-flush"])
-async def test_a_first_record_is_created_and_never_replaces_one_there(tmp_path: Path, grouped: bool) -> None:
-    store = ClaimRecordStore(tmp_path, GroupCommitter() if grouped else None)
+async def test_a_first_record_is_created_and_never_replaces_one_there(tmp_path: Path) -> None:
+    store = ClaimRecordStore(tmp_path)
     store.load_all()
     await store.create(RECORD)
     assert store.read(UID) == RECORD
-    if grouped:
-        other = replace(RECORD, state="preparing")
-        with pytest.raises(FileExistsError):
-            await store.create(other)
-        assert store.read(UID) == RECORD
+    other = replace(RECORD, state="preparing")
+    with pytest.raises(FileExistsError):
+        await store.create(other)
+    assert ClaimRecordStore(tmp_path).read(UID) == RECORD
     assert list(store.directory.glob(".*.tmp")) == []
 
 
@@ -290,11 +287,6 @@ async def test_unflushed_records_are_written_whole_and_never_flushed(
     await store.erase(UID)
     await store.erase(UID)
     assert store.load_all() == ({}, [])
-
-
-def test_a_group_committer_cannot_serve_an_unflushed_store(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="only serves flushed writes"):
-        ClaimRecordStore(tmp_path, GroupCommitter(), flush=False)
 
 
 @pytest.mark.parametrize("flush", [True, False], ids=["flushed", "unflushed"])
