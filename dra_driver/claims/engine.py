@@ -202,9 +202,6 @@ class ClaimEngine:
         claims at a time: status_writer), since the last run may have stopped before it was
         stored; the writer sends nothing for a status that is stored already."""
         quarantined = await self._recovery.run(boot_id)
-        # Flushed records: what start-up and recovery wrote is flushed while the agent registers,
-        # not by the first prepare.
-        self._records.flush_ahead()
         for record in self._ownership.prepared_claims.values():
             self._report_status(record.claim, None, record)
         return quarantined

@@ -179,10 +179,6 @@ class ClaimRecordStore:
             durable_files.create_new(self._path(record.claim.uid), data, durable=False, mode=0o600)
         self._known[record.claim.uid] = (data, record)
 
-    def flush_ahead(self) -> None:
-        """Nothing: each flushed write pays for its own file only. Left for the one caller,
-        ClaimEngine.load_state, until it goes too."""
-
     async def erase(self, claim_uid: str) -> None:
         """`delete`, flushed on return where the store flushes."""
         self._known.pop(claim_uid, None)

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_driver.claims.calls import AfterAnswer, RawClaim, to_the_end
-from dra_driver.state.group_commit import GroupCommitter
 from tests.support.engines import simulated_engine
 
 DRIVER = "gpu.dra-driver.dev"
@@ -105,7 +104,7 @@ async def test_a_claim_listed_twice_in_one_call_does_not_wait_for_itself(tmp_pat
     source = SlowClaims(3)
     claim = source.add("c0", "gpu-0")
 
-    engine = simulated_engine(tmp_path, source, committer=GroupCommitter())
+    engine = simulated_engine(tmp_path, source)
     await engine.load_state()
     answer = await asyncio.wait_for(engine.prepare([claim, claim]), timeout=5)
     assert [(outcome.error, len(outcome.devices)) for outcome in answer.values()] == [("", 1)]
