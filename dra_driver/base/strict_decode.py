@@ -140,18 +140,6 @@ def integer(value: object, path: str, minimum: int, maximum: int, *, json_number
     return value
 
 
-def string(value: object, path: str) -> str:
-    if not isinstance(value, str):
-        raise DecodeError(path, f"expected a string, got {described(value)}")
-    return value
-
-
-def boolean(value: object, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise DecodeError(path, f"expected true or false, got {described(value)}")
-    return value
-
-
 # Fractions, exponents, signs and the milli suffix are refused: a pinned-memory limit is a
 # whole number of bytes.
 # Kubernetes quantities are int64 underneath; a limit beyond that is a typo, not a real GPU.

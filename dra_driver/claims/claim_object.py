@@ -6,6 +6,12 @@ so the kubelet event tells an operator exactly what is wrong. Prepare decodes th
 fetches it; everything after reads the view, never the JSON. Only the results of this driver are
 decoded: the others are the business of their drivers.
 
+The part of the API object this driver reads is declared as Structs and decoded by
+`typed_decode.typed`, in the wording every document of the driver shares. None of them refuses
+unknown fields: the API adds fields with each version, and those are the API server's business.
+A null counts as a field left out, as an API object's reader takes it (`_AN_OBJECT` and the other
+descriptions keep "or null" out of what an operator is told was expected).
+
 What is checked against the claim kubelet asked for (its UID, that it is allocated) and against
 this node (pool, devices, the grant of a vGPU share) is not here: allocation.py and claim_plan.py.
 
@@ -13,23 +19,13 @@ The view is built on every prepare, so it holds no more than its readers take.
 """
 
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, get_args
 
 import msgspec
 
-from dra_driver.base.strict_decode import (
-    DecodeError,
-    boolean,
-    byte_quantity,
-    choice,
-    described,
-    items,
-    literal_options,
-    mapping,
-    shown,
-    string,
-)
+from dra_driver.base.strict_decode import DecodeError, byte_quantity, described, listed, shown
+from dra_driver.base.typed_decode import typed
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_config import ConfigEntry, ConfigSource, OpaqueConfigError
 from dra_driver.kube import k8s_names
@@ -110,51 +106,118 @@ class ResourceClaimView(msgspec.Struct, frozen=True):
         OpaqueConfigError, for a config entry) naming the first malformed field."""
         if not isinstance(claim, Mapping):
             raise ClaimRejected(f"the API server returned {described(claim)}, not a ResourceClaim object")
-        metadata = _field(claim, "metadata", "claim", mapping)
-        status = _field(claim, "status", "claim", mapping, required=False) or {}
-        allocation = _field(status, "allocation", "status", mapping, required=False)
-        devices = (
-            _field(allocation, "devices", "status.allocation", mapping, required=False) or {}
-            if allocation is not None
-            else {}
-        )
-        pod_claim_name, problem = _pod_claim_name(metadata)
+        try:
+            wire = typed(claim, _Claim)
+        except DecodeError as error:
+            raise _rejected(error) from error
+        allocation = wire.status.allocation if wire.status is not None else None
+        devices = (allocation.devices if allocation is not None else None) or _Devices()
+        pod_claim_name, problem = _pod_claim_name(wire.metadata.annotations)
         return cls(
-            uid=_field(metadata, "uid", "metadata", string),
-            generation=_generation(metadata),
+            uid=wire.metadata.uid,
+            generation=_generation(wire.metadata.generation),
             pod_claim_name=pod_claim_name,
             pod_claim_name_problem=problem,
             allocated=allocation is not None,
-            results=_results(devices, driver_name),
-            config=_config(devices),
+            results=_results(devices.results or (), driver_name),
+            config=_config(devices.config or ()),
             json=claim,
         )
 
 
-def _field(
-    obj: Mapping[str, Any], key: str, path: str, decode: Callable[[Any, str], Any], required: bool = True
-) -> Any:
-    """A field of an API object; other fields are the API server's business, so no strictness there."""
-    value = obj.get(key)
-    if value is None:
-        if required:
-            raise ClaimRejected(f"{path}.{key} is missing")
-        return None
-    try:
-        return decode(value, f"{path}.{key}")
-    except DecodeError as error:
-        raise ClaimRejected(str(error)) from error
+# --- The claim as the API server writes it, as far as this driver reads it ----------------------
+
+# What a field holds when it is not null, as an operator is told it was expected.
+_AN_OBJECT = msgspec.Meta(description="an object")
+_A_LIST = msgspec.Meta(description="a list")
+_A_STRING = msgspec.Meta(description="a string")
+_SOURCES = f"one of {listed(get_args(ConfigSource))}"
 
 
-def _generation(metadata: Mapping[str, Any]) -> int | None:
-    generation = metadata.get("generation")
+class _Metadata(msgspec.Struct, frozen=True):
+    uid: str
+    # Read by hand: a generation that is no integer is left out, and a bad pod claim name is a
+    # problem for a new prepare only (ResourceClaimView); neither refuses the claim.
+    generation: Any = None
+    annotations: Any = None
+
+
+class _Head(msgspec.Struct, frozen=True):
+    """Any driver's result, as far as this driver reads it: whose it is."""
+
+    driver: str
+
+
+class _Result(_Head, frozen=True, rename="camel"):
+    """A result that names this driver."""
+
+    request: str
+    pool: str
+    device: str
+    admin_access: Annotated[bool | None, msgspec.Meta(description="true or false")] = None
+    share_id: Annotated[str | None, _A_STRING] = msgspec.field(default=None, name="shareID")
+    # Its quantities are checked by hand (`_device`): msgspec names an entry of a map `[...]`,
+    # where an operator needs the capacity's name.
+    consumed_capacity: Annotated[dict[str, Any] | None, _AN_OBJECT] = None
+
+
+class _Opaque(msgspec.Struct, frozen=True):
+    # Left out, it is told as null (`_config`): the wording config errors have always had.
+    driver: Annotated[str | None, _A_STRING] = None
+    # Decoded where it applies (opaque_config.effective_config), and only if it is this driver's.
+    parameters: Any = None
+
+
+class _Entry(msgspec.Struct, frozen=True):
+    """Any config entry, as far as this driver reads one without `opaque`: that is the only kind
+    of device configuration in resource.k8s.io/v1, and a future kind cannot name this driver's
+    opaque parameters, so the rest of such an entry is the API's business."""
+
+
+class _OpaqueEntry(_Entry, frozen=True):
+    opaque: _Opaque
+    source: Annotated[ConfigSource | None, msgspec.Meta(description=_SOURCES)] = None
+    requests: Annotated[tuple[str, ...], msgspec.Meta(description="a list of request names")] = ()
+
+
+class _Devices(msgspec.Struct, frozen=True):
+    # Anyone's results: each is decoded as far as its driver says (`_results`).
+    results: Annotated[list[Any] | None, _A_LIST] = None
+    # Any kind of entry: each is decoded as far as its kind says (`_config`).
+    config: Annotated[list[Any] | None, _A_LIST] = None
+
+
+class _Allocation(msgspec.Struct, frozen=True):
+    devices: Annotated[_Devices | None, _AN_OBJECT] = None
+
+
+class _Status(msgspec.Struct, frozen=True):
+    allocation: Annotated[_Allocation | None, _AN_OBJECT] = None
+
+
+class _Claim(msgspec.Struct, frozen=True):
+    metadata: _Metadata
+    status: Annotated[_Status | None, _AN_OBJECT] = None
+
+
+def _rejected(error: DecodeError) -> ClaimRejected:
+    """typed's complaint in this module's words: a field left out "is missing" (a top-level one
+    named as the claim's), and a config entry's problem is an OpaqueConfigError."""
+    if error.problem.startswith("required"):
+        where = error.path if "." in error.path else f"claim.{error.path}"
+        message = f"{where} is missing"
+    else:
+        message = str(error)
+    return (OpaqueConfigError if error.path.startswith(CONFIG) else ClaimRejected)(message)
+
+
+def _generation(generation: object) -> int | None:
     return generation if isinstance(generation, int) and not isinstance(generation, bool) else None
 
 
-def _pod_claim_name(metadata: Mapping[str, Any]) -> tuple[str | None, str | None]:
+def _pod_claim_name(annotations: object) -> tuple[str | None, str | None]:
     """It becomes a path component in every container, so it must be what the API server allows
     for pod.spec.resourceClaims[].name."""
-    annotations = metadata.get("annotations")
     if not isinstance(annotations, Mapping) or POD_CLAIM_NAME_ANNOTATION not in annotations:
         return None, None
     value = annotations[POD_CLAIM_NAME_ANNOTATION]
@@ -166,44 +229,49 @@ def _pod_claim_name(metadata: Mapping[str, Any]) -> tuple[str | None, str | None
     return value, None
 
 
-def _results(devices: Mapping[str, Any], driver_name: str) -> tuple[AllocatedDevice, ...]:
-    results = _field(devices, "results", "status.allocation.devices", items, required=False) or []
+def _results(results: Sequence[Any], driver_name: str) -> tuple[AllocatedDevice, ...]:
+    """This driver's results, decoded whole; anyone else's only as far as naming its driver, so
+    that an odd field of theirs, or one a newer API adds for them, refuses nothing of ours."""
     ours = []
-    for position, result in enumerate(results):
+    for position, raw in enumerate(results):
         path = f"{RESULTS}[{position}]"
-        if not isinstance(result, Mapping):
-            raise ClaimRejected(f"{path}: expected an object, got {described(result)}")
-        if _field(result, "driver", path, string) != driver_name:
-            continue
-        share_id = _field(result, "shareID", path, string, required=False)
-        if share_id is not None and not _SHARE_ID.fullmatch(share_id):
-            raise ClaimRejected(f"{path}.shareID: expected a lowercase UUID, got {k8s_names.shown(share_id)}")
-        consumed = _field(result, "consumedCapacity", path, mapping, required=False) or {}
-        for name, quantity in consumed.items():
-            if not isinstance(quantity, str):
-                raise ClaimRejected(
-                    f"{path}.consumedCapacity.{name}: expected a quantity string, got {described(quantity)}"
-                )
-        ours.append(
-            AllocatedDevice(
-                request=_request(result, path),
-                pool=_field(result, "pool", path, string),
-                device=_field(result, "device", path, string),
-                admin_access=bool(_field(result, "adminAccess", path, boolean, required=False)),
-                share_id=share_id,
-                memory=_memory(consumed.get("memory"), f"{path}.consumedCapacity.memory"),
-                cores=_cores(consumed.get("cores"), f"{path}.consumedCapacity.cores"),
-                other_capacities=tuple(name for name in consumed if name not in ("memory", "cores")),
-                position=position,
-            )
-        )
+        try:
+            if not (isinstance(raw, dict) and raw.get("driver") == driver_name):
+                typed(raw, _Head, path)
+                continue
+            result = typed(raw, _Result, path)
+        except DecodeError as error:
+            raise _rejected(error) from error
+        ours.append(_device(result, path, position))
     return tuple(ours)
 
 
-def _request(result: Mapping[str, Any], path: str) -> str:
+def _device(result: _Result, path: str, position: int) -> AllocatedDevice:
+    share_id = result.share_id
+    if share_id is not None and not _SHARE_ID.fullmatch(share_id):
+        raise ClaimRejected(f"{path}.shareID: expected a lowercase UUID, got {k8s_names.shown(share_id)}")
+    consumed = result.consumed_capacity or {}
+    for name, quantity in consumed.items():
+        if not isinstance(quantity, str):
+            raise ClaimRejected(
+                f"{path}.consumedCapacity.{name}: expected a quantity string, got {described(quantity)}"
+            )
+    return AllocatedDevice(
+        request=_request(result.request, path),
+        pool=result.pool,
+        device=result.device,
+        admin_access=bool(result.admin_access),
+        share_id=share_id,
+        memory=_memory(consumed.get("memory"), f"{path}.consumedCapacity.memory"),
+        cores=_cores(consumed.get("cores"), f"{path}.consumedCapacity.cores"),
+        other_capacities=tuple(name for name in consumed if name not in ("memory", "cores")),
+        position=position,
+    )
+
+
+def _request(request: str, path: str) -> str:
     """Request names end up in host and container paths (device_metadata): each part must be a
     DNS label, as the API server requires of request and subrequest names."""
-    request: str = _field(result, "request", path, string)
     for part in request.split("/", 1):
         if problem := k8s_names.dns_label_problem(part):
             raise ClaimRejected(f"{path}.request: {problem}")
@@ -228,49 +296,31 @@ def _cores(written: str | None, path: str) -> Consumed | None:
     return Consumed(int(written), written)
 
 
-def _config(devices: Mapping[str, Any]) -> tuple[ConfigEntry, ...]:
+def _config(entries: Sequence[Any]) -> tuple[ConfigEntry, ...]:
     """The opaque config entries, in order; their parameters are decoded where they apply
-    (opaque_config.effective_config). Entries without `opaque` are skipped: that is the only kind
-    of device configuration in resource.k8s.io/v1, and any future kind cannot name this driver's
-    opaque parameters."""
-    raw_entries = devices.get("config")
-    if raw_entries is None:
-        return ()
-    if not isinstance(raw_entries, list):
-        raise OpaqueConfigError(f"{CONFIG}: expected a list, got {described(raw_entries)}")
-    entries = []
-    for position, raw in enumerate(raw_entries):
+    (opaque_config.effective_config), and entries of another kind are skipped (`_Entry`)."""
+    decoded = []
+    for position, raw in enumerate(entries):
         where = f"{CONFIG}[{position}]"
-        if not isinstance(raw, Mapping):
-            raise OpaqueConfigError(f"{where}: expected an object, got {described(raw)}")
-        opaque = raw.get("opaque")
-        if opaque is None:
-            continue
-        if not isinstance(opaque, Mapping):
-            raise OpaqueConfigError(f"{where}.opaque: expected an object, got {described(opaque)}")
-        requests = raw.get("requests", [])
-        if not isinstance(requests, list) or not all(isinstance(request, str) for request in requests):
-            raise OpaqueConfigError(
-                f"{where}.requests: expected a list of request names, got {described(requests)}"
-            )
-        driver = opaque.get("driver")
-        if not isinstance(driver, str):
-            raise OpaqueConfigError(f"{where}.opaque.driver: expected a string, got {described(driver)}")
-        entries.append(
+        try:
+            if not (isinstance(raw, dict) and raw.get("opaque") is not None):
+                typed(raw, _Entry, where)
+                continue
+            entry = typed(raw, _OpaqueEntry, where)
+        except DecodeError as error:
+            raise _rejected(error) from error
+        # Left out, a driver or source is told as null, as config errors always have.
+        if entry.opaque.driver is None:
+            raise OpaqueConfigError(f"{where}.opaque.driver: expected a string, got null")
+        if entry.source is None:
+            raise OpaqueConfigError(f"{where}.source: expected {_SOURCES}, got null")
+        decoded.append(
             ConfigEntry(
                 position=position,
-                source=_source(raw.get("source"), f"{where}.source"),
-                requests=tuple(requests),
-                driver=driver,
-                parameters=opaque.get("parameters"),
+                source=entry.source,
+                requests=entry.requests,
+                driver=entry.opaque.driver,
+                parameters=entry.opaque.parameters,
             )
         )
-    return tuple(entries)
-
-
-def _source(value: object, path: str) -> ConfigSource:
-    try:
-        source: ConfigSource = choice(value, path, literal_options(ConfigSource))
-    except DecodeError as error:
-        raise OpaqueConfigError(f"{error.path or 'parameters'}: {error.problem}") from error
-    return source
+    return tuple(decoded)
