@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from tests.bench.pod_start.pods import MIG_1G, WHOLE_GPU, Cluster, mean_per_call
+from tests.bench.pod_start.pods import MIG_1G, WHOLE_GPU, Cluster, mean_per_call, refused_start
 from tests.bench.pod_start.variants import VARIANTS, Variant, variants_named
 from tests.cluster import agent_image, driver, node
 from tests.cluster.build import build_all
@@ -166,17 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"pod start: {error}", file=sys.stderr)
         return 2
-    if args.pods < 1 or args.rounds < 1 or args.busy_disk < 0:
-        print(
-            "pod start: --pods and --rounds: expected at least 1; --busy-disk: not negative", file=sys.stderr
-        )
+    if args.busy_disk < 0:
+        print(f"pod start: --busy-disk: expected 0 or more MiB/s, got {args.busy_disk}", file=sys.stderr)
         return 2
-    if os.geteuid() != 0:
-        print(
-            "pod start: run as root: the local cluster's kubelet, containerd and runc need it",
-            file=sys.stderr,
-        )
-        return 1
+    if (refused := refused_start("pod start", args.pods, args.rounds)) is not None:
+        return refused
     layout, version = Layout.from_environment(), kubernetes_version()
     started = time.monotonic()
     up(layout, version)

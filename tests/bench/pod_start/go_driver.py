@@ -47,7 +47,7 @@ from tests.bench.pod_start.go_driver_parts import (
     test_driver_socket_dir,
     test_template,
 )
-from tests.bench.pod_start.pods import NAMESPACE, Cluster, mean_per_call
+from tests.bench.pod_start.pods import NAMESPACE, Cluster, mean_per_call, refused_start
 from tests.bench.pod_start.variants import VARIANTS
 from tests.cluster import control_plane, processes
 from tests.cluster.build import build, dra_test_driver_component
@@ -186,15 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--keep", action="store_true", help="leave a cluster this run brought up")
     args = parser.parse_args(argv)
-    if args.pods < 1 or args.rounds < 1:
-        print("go driver: --pods and --rounds: expected at least 1", file=sys.stderr)
-        return 2
-    if os.geteuid() != 0:
-        print(
-            "go driver: run as root: the local cluster's kubelet, containerd and runc need it",
-            file=sys.stderr,
-        )
-        return 1
+    if (refused := refused_start("go driver", args.pods, args.rounds)) is not None:
+        return refused
     layout, version = Layout.from_environment(), kubernetes_version()
     started = time.monotonic()
     found_up = cluster_is_up(layout)

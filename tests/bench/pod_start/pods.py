@@ -3,7 +3,9 @@ the watch event that shows them Running, as a user waiting on `kubectl wait` wou
 kubelet's own figures for the DRA calls it made meanwhile (its /metrics, through the API server's
 node proxy)."""
 
+import os
 import re
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -197,3 +199,18 @@ def wait_until(check: Any, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"waited {timeout:.0f}s for {what}")
         time.sleep(0.1)
+
+
+def refused_start(program: str, pods: int, rounds: int) -> int | None:
+    """The exit code of a run that cannot start with these arguments or this user, after one line
+    saying why (2 for an argument, 1 for not being root); None when it can."""
+    if pods < 1 or rounds < 1:
+        print(f"{program}: --pods and --rounds: expected at least 1", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print(
+            f"{program}: run as root: the local cluster's kubelet, containerd and runc need it",
+            file=sys.stderr,
+        )
+        return 1
+    return None
