@@ -164,6 +164,7 @@ class ClaimRecordStore:
         # The directory exists: load_all, which every start runs first, made it.
         data = _encoded(record)
         if self._flush:
+            self._directory_made()
             await self._durable.replace(self._path(record.claim.uid), data, mode=0o600)
         else:
             durable_files.atomic_write(self._path(record.claim.uid), data, durable=False, mode=0o600)
@@ -174,10 +175,16 @@ class ClaimRecordStore:
         lock: it raises FileExistsError rather than replace a record that is there after all."""
         data = _encoded(record)
         if self._flush:
+            self._directory_made()
             await self._durable.create(self._path(record.claim.uid), data, mode=0o600)
         else:
             durable_files.create_new(self._path(record.claim.uid), data, durable=False, mode=0o600)
         self._known[record.claim.uid] = (data, record)
+
+    def _directory_made(self) -> None:
+        """A flushed write costs a disk flush, beside which this check is nothing: an engine used
+        before `load_all` (a test's, a tool's) still finds its directory, as `save` makes it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
 
     async def erase(self, claim_uid: str) -> None:
         """`delete`, flushed on return where the store flushes."""
