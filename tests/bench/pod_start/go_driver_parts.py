@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver import DEFAULT_DRIVER_NAME
-from tests.bench.pod_start.pods import MIG_1G, NAMESPACE, WHOLE_GPU
+from tests.bench.pod_start.pods import MIG_1G, WHOLE_GPU, namespaced_template
 from tests.cluster.layout import CGROUP_ROOT, NODE_NAME, Layout
 
 # The test driver's default name (app/server.go, --drivername): the one its e2e tests use.
@@ -89,18 +89,7 @@ def test_device_class() -> dict[str, Any]:
 
 
 def test_template() -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": TEST_TEMPLATE, "namespace": NAMESPACE},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "device", "exactly": {"deviceClassName": TEST_DEVICE_CLASS}}]
-                }
-            }
-        },
-    }
+    return namespaced_template(TEST_TEMPLATE, {"deviceClassName": TEST_DEVICE_CLASS})
 
 
 def order(round_index: int) -> list[tuple[int, Side]]:

@@ -13,6 +13,7 @@ from typing import Any
 from kubernetes import client, watch
 
 from tests.cluster.layout import NODE_NAME
+from tests.e2e.objects import claim_template
 
 NAMESPACE = "pod-start"
 WHOLE_GPU = "whole-gpu"
@@ -23,6 +24,16 @@ _SERIES = re.compile(
 )
 
 
+_PROFILE_1G_10GB = 'device.attributes["gpu.dra-driver.dev"].profile == "1g.10gb"'
+
+
+def namespaced_template(name: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The e2e tier's claim template of one request named "device", in the benchmark's namespace."""
+    template = claim_template(name, request, request_name="device")
+    template["metadata"]["namespace"] = NAMESPACE
+    return template
+
+
 def templates() -> list[dict[str, Any]]:
     whole = {"deviceClassName": "gpu.dra-driver.dev"}
     mig = {
@@ -31,15 +42,7 @@ def templates() -> list[dict[str, Any]]:
             {"cel": {"expression": 'device.attributes["gpu.dra-driver.dev"].profile == "1g.10gb"'}}
         ],
     }
-    return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"spec": {"devices": {"requests": [{"name": "device", "exactly": request}]}}},
-        }
-        for name, request in ((WHOLE_GPU, whole), (MIG_1G, mig))
-    ]
+    return [namespaced_template(name, request) for name, request in ((WHOLE_GPU, whole), (MIG_1G, mig))]
 
 
 def pod(name: str, template: str, claims: int) -> dict[str, Any]:
