@@ -79,14 +79,12 @@ async def serve_claims(
         claim_source=claim_source,
         records=claim_record_store(settings),
         cdi_specs=cdi_specs,
-        hardware=platform.hardware,
+        controls=platform.effect_controls(),
         common_cdi_ids=platform.common_cdi_ids,
-        sharing=platform.sharing,
         hami_core=hami,
         metrics=metrics.claims,
         claim_status=claim_status,
         on_gpu_daemon=None if daemon_reports is None else daemon_reports.report,
-        pci=platform.pci,
     )
     try:
         for quarantined in await engine.load_state(current_boot_id()):

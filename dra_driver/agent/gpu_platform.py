@@ -23,7 +23,7 @@ from dra_driver.claims.edits import cdi
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
 from dra_driver.claims.edits.driver_edits import common_edits, control_device_nodes
 from dra_driver.claims.edits.gpu_edits import DeviceEdits, NvmlEdits, SimulatedEdits
-from dra_driver.claims.engine import SharingControls
+from dra_driver.claims.engine import EffectControls, SharingControls
 from dra_driver.claims.sharing.mps import NvidiaMps, SimulatedMps
 from dra_driver.config.settings import InventorySettings, NodeSettings
 from dra_driver.hardware.backend import HardwareBackend
@@ -79,6 +79,10 @@ class Platform(msgspec.Struct, frozen=True):
     background: tuple[tuple[str, Background], ...] = ()
     # Where GPUs are bound to vfio-pci for VMs (mode vfio).
     pci: PciBinding | None = None
+
+    def effect_controls(self) -> EffectControls:
+        """What the claims' side effects act through (claims/effects/registry.py)."""
+        return EffectControls(hardware=self.hardware, sharing=self.sharing, pci=self.pci)
 
     async def close(self) -> None:
         await self.hardware.close()

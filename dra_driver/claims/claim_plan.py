@@ -20,7 +20,7 @@ from dra_driver.claims.vgpu_grant import VgpuGrant, check_claim_grants, vgpu_gra
 from dra_driver.devices.inventory import Inventory
 from dra_driver.devices.model import Device
 from dra_driver.devices.node_config import Enforcement
-from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig, VfioGpu
+from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig
 from dra_driver.hardware.model import Gpu, MigInstance
 
 
@@ -40,11 +40,6 @@ class PlannedDevice(msgspec.Struct, frozen=True):
     @property
     def name(self) -> str:
         return self.result.device
-
-    @property
-    def to_vm(self) -> bool:
-        """A GPU that prepare binds to vfio-pci (mode vfio; admin access only watches)."""
-        return isinstance(self.origin, VfioGpu) and not self.result.admin_access
 
     @property
     def gpu(self) -> Gpu:

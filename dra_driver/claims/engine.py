@@ -69,7 +69,7 @@ from dra_driver.claims.record_store import ClaimRecordStore, QuarantinedRecord
 from dra_driver.claims.records import ClaimRecord, PreparedDevice
 from dra_driver.claims.recovery import StartupRecovery
 from dra_driver.claims.sharing.gpu_mps_daemons import DaemonReport, GpuMpsDaemons
-from dra_driver.claims.side_effects import ClaimSideEffects, SharingControls
+from dra_driver.claims.side_effects import ClaimSideEffects, EffectControls, SharingControls
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.device_metadata import (
     mount_edits,
@@ -80,14 +80,12 @@ from dra_driver.claims.status.metadata_files import DeviceMetadataDirectory
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
 from dra_driver.claims.unprepare import ClaimUnpreparer
 from dra_driver.devices.inventory import Inventory
-from dra_driver.hardware.backend import HardwareBackend
-from dra_driver.hardware.pci_binding import PciBinding
 from dra_driver.observability.metrics import ClaimMetrics
 from dra_driver.state import failpoints
 from dra_driver.state.change_counters import ChangeCounters
 from dra_driver.state.shared_locks import ClaimLocks
 
-__all__ = ["ClaimEngine", "PrepareOutcome", "RawClaim", "SharingControls"]
+__all__ = ["ClaimEngine", "EffectControls", "PrepareOutcome", "RawClaim", "SharingControls"]
 
 log = structlog.get_logger("dra_driver.claims")
 
@@ -116,21 +114,20 @@ class ClaimEngine:
         claim_source: ClaimSource,
         records: ClaimRecordStore,
         cdi_specs: CdiSpecDirectory,
-        hardware: HardwareBackend | None = None,
+        controls: EffectControls | None = None,
         common_cdi_ids: tuple[str, ...] = (),
-        sharing: SharingControls | None = None,
         hami_core: HamiCore | None = None,
         metrics: ClaimMetrics | None = None,
         claim_status: ClaimStatusWriter | None = None,
         on_gpu_daemon: DaemonReport | None = None,
-        pci: PciBinding | None = None,
     ) -> None:
-        """`hardware`: where MIG instances are created (None: a node without dynamic MIG).
+        """`controls`: what the side effects act through (None: a node that makes none).
         `common_cdi_ids`: CDI devices every prepared device also needs (the node-wide spec).
         `claim_status`: writes the status.devices of prepared claims (None: not written).
         `on_gpu_daemon`: told, besides the metrics, whether each GPU's MPS daemon answers (the
-        device health of its vGPU shares). `pci`: where GPUs are bound to vfio-pci for VMs (None:
-        a node without mode vfio)."""
+        device health of its vGPU shares)."""
+        controls = controls or EffectControls()
+        sharing = controls.sharing
         self._driver_name = driver_name
         self._pool_name = pool_name
         self._inventory = inventory
@@ -161,11 +158,9 @@ class ClaimEngine:
         self._effects = ClaimSideEffects(
             pool_name=pool_name,
             inventory=inventory,
-            hardware=hardware,
-            sharing=sharing,
+            controls=controls,
             hami_core=hami_core,
             gpu_mps=self._gpu_mps,
-            pci=pci,
         )
         self._files = PreparedFiles(records, cdi_specs, self._metadata)
         state = ClaimState(
@@ -299,7 +294,8 @@ class ClaimEngine:
             vgpu = self._effects.vgpu_edits(ref, planned)
             metadata = request_metadata(self._driver_name, ref, pod_claim, metadata_devices(planned, created))
             mounts = [(m.cdi_device, mount_edits(self._metadata.root, ref.uid, m)) for m in metadata]
-            devices = claim_cdi_devices(self._edits, planned, created, vgpu, sharing, mounts)
+            handed = self._effects.device_edits(planned)
+            devices = claim_cdi_devices(self._edits, planned, created, vgpu, sharing, mounts, handed)
             spec = cdi.claim_spec(self._driver_name, ref.uid, devices)
             record = prepared_record(
                 preparing,

@@ -158,13 +158,12 @@ _SHARING_RULES: Mapping[type[DeviceConfig], tuple[str, Mapping[str, str]]] = {
     MigDeviceConfig: ("MIG device", _MIG_REFUSED),
     VgpuConfig: ("vGPU", _VGPU_REFUSED),
 }
-# The kind that fits each device type.
+# The kind that fits each device type. A type with no kind of its own (a mode's, as a GPU given to
+# a VM) takes GpuConfig's, which its origin may refuse but for the defaults (origins.refuses_config).
 _FITTING_KIND: Mapping[DeviceType, type[DeviceConfig]] = {
     "gpu": GpuConfig,
     "mig": MigDeviceConfig,
     "vgpu": VgpuConfig,
-    # A GPU given to a VM: no setting of it applies (side_effects refuses any but the default).
-    "vfio": GpuConfig,
 }
 
 
@@ -277,7 +276,7 @@ def effective_config(
             winner = (entry, decode_parameters(entry.parameters))
         except OpaqueConfigError as error:
             raise OpaqueConfigError(f"{entry.label}: {error}") from error
-    fitting = _FITTING_KIND[device_type]
+    fitting = _FITTING_KIND.get(device_type, GpuConfig)
     if winner is None:
         return fitting()
     entry, config = winner

@@ -10,13 +10,13 @@ from collections.abc import Mapping, Sequence
 
 from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.edits.cdi import CdiSpec, ContainerEdits
-from dra_driver.claims.edits.gpu_edits import DeviceEdits, vfio_edits
+from dra_driver.claims.edits.gpu_edits import DeviceEdits
 from dra_driver.claims.effect_entries import EffectEntry
 from dra_driver.claims.records import ClaimRecord, DeviceFacts, PreparedDevice
 from dra_driver.claims.sharing.sharing import SharingPlan
 from dra_driver.claims.status.device_metadata import MetadataDevice
 from dra_driver.devices.model import AttributeValue
-from dra_driver.devices.origins import DynamicMig, StaticMig, VfioGpu
+from dra_driver.devices.origins import DynamicMig, StaticMig
 from dra_driver.hardware.model import MigInstance
 
 # The MIG instances the prepare created, by what its record says of each (effects.contract.Made).
@@ -33,11 +33,18 @@ def claim_cdi_devices(
     vgpu: ContainerEdits,
     sharing: SharingPlan,
     metadata: Sequence[tuple[str, ContainerEdits]] = (),
+    handed_over: Mapping[str, ContainerEdits] | None = None,
 ) -> list[tuple[str, ContainerEdits]]:
     """The claim's CDI devices: one per planned device, in the plan's order, then the metadata
     mount of each request (`metadata`, in request order), then the claim-wide ones (MPS) that
-    every device of the claim needs; `prepared_record` relies on that order."""
-    devices = [(device.cdi_name, _device_edits(edits, device, created, vgpu)) for device in planned]
+    every device of the claim needs; `prepared_record` relies on that order. `handed_over`: by
+    CDI name, the edits of the devices a side effect hands over itself (side_effects.device_edits:
+    a GPU given to a VM), in place of the backend's."""
+    handed = handed_over or {}
+    devices = [
+        (device.cdi_name, handed.get(device.cdi_name) or _device_edits(edits, device, created, vgpu))
+        for device in planned
+    ]
     devices.extend(metadata)
     if sharing.mps:
         devices.append((MPS_CDI_DEVICE, sharing.container_edits))
@@ -47,8 +54,6 @@ def claim_cdi_devices(
 def _device_edits(
     edits: DeviceEdits, device: PlannedDevice, created: CreatedMig, vgpu: ContainerEdits
 ) -> ContainerEdits:
-    if isinstance(device.origin, VfioGpu):
-        return vfio_edits(device.origin.iommu_group)
     instance = created[device.create_mig] if device.create_mig else device.existing_mig
     if device.device.type == "mig" and device.result.admin_access:
         return edits.mig_monitor(device.name, device.gpu)

@@ -19,11 +19,9 @@ from dra_driver.claims.effect_entries import EffectEntry, GpuMpsEntry, MigInstan
 from dra_driver.claims.effects.compute_mode import ExclusiveProcessModes
 from dra_driver.claims.effects.contract import Leftovers, Made, SideEffect
 from dra_driver.claims.effects.hami_core import HamiCoreHostEntries
-from dra_driver.claims.effects.registry import NodeControls, SharingControls, node_effects
-from dra_driver.claims.effects.vfio import VfioBindings
+from dra_driver.claims.effects.registry import EffectControls, NodeControls, SharingControls, node_effects
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
-from dra_driver.claims.opaque_config import GpuConfig
 from dra_driver.claims.records import ClaimRecord
 from dra_driver.claims.sharing.gpu_mps_daemons import GpuMpsDaemons
 from dra_driver.claims.sharing.sharing import (
@@ -35,11 +33,9 @@ from dra_driver.claims.sharing.sharing import (
 )
 from dra_driver.claims.vgpu_grant import VgpuGrant
 from dra_driver.devices.inventory import Inventory
-from dra_driver.hardware.backend import HardwareBackend
 from dra_driver.hardware.model import HardwareError
-from dra_driver.hardware.pci_binding import PciBinding
 
-__all__ = ["ClaimSideEffects", "SharingControls"]
+__all__ = ["ClaimSideEffects", "EffectControls", "SharingControls"]
 
 log = structlog.get_logger("dra_driver.claims")
 
@@ -50,32 +46,27 @@ class ClaimSideEffects:
         *,
         pool_name: str,
         inventory: Inventory,
-        hardware: HardwareBackend | None,
-        sharing: SharingControls | None,
+        controls: EffectControls,
         hami_core: HamiCore | None,
         gpu_mps: GpuMpsDaemons | None,
-        pci: PciBinding | None = None,
     ) -> None:
         """`inventory`: to name a destroyed MIG instance's device in the log, and the GPUs whose
         MPS daemons are not claims' (`gpu_mps`: the daemons of vGPU shares under MPS, run by
         `sharing`'s runner; None without sharing controls)."""
         self._inventory = inventory
-        self._sharing = sharing
+        self._sharing = controls.sharing
         self._hami_core = hami_core
         self._effects = node_effects(
             NodeControls(
                 pool_name=pool_name,
-                hardware=hardware,
-                sharing=sharing,
+                platform=controls,
                 hami_core=hami_core,
                 gpu_mps=gpu_mps,
-                pci=pci,
                 mig_device_name=self._mig_device_name,
                 gpu_uuids=self._gpu_uuids,
             )
         )
-        # The effects prepare asks for actions before the record is written, found once.
-        self._vfio = _one_of(self._effects, VfioBindings)
+        # The effect that reads the compute modes to restore before the record is written.
         self._modes = _one_of(self._effects, ExclusiveProcessModes)
 
     def use_inventory(self, inventory: Inventory) -> None:
@@ -84,16 +75,22 @@ class ClaimSideEffects:
     # -- doing ---------------------------------------------------------------------------------
 
     async def claim_actions(self, ref: ClaimRef, planned: tuple[PlannedDevice, ...]) -> tuple[object, ...]:
-        """What the claim's devices need made before anything else: the MIG instances to create,
-        and the GPUs to give to a VM (with the driver each has now, which the record keeps)."""
-        to_vm = [device.gpu.pci_bus_id for device in planned if device.to_vm]
-        vfio = self._vfio
-        if to_vm and vfio is None:
-            raise ClaimRejected(f"claim {ref}: this node cannot bind GPUs to vfio-pci")
-        return (
-            *(device.create_mig for device in planned if device.create_mig),
-            *(() if vfio is None or not to_vm else await vfio.actions(ref, to_vm)),
-        )
+        """What the claim's devices need made before anything else, effect by effect (the MIG
+        instances to create, the GPUs to give to a VM with the driver each has now)."""
+        actions: list[object] = []
+        for effect in self._effects:
+            actions.extend(await effect.claim_actions(ref, planned))
+        return tuple(actions)
+
+    def device_edits(self, planned: tuple[PlannedDevice, ...]) -> dict[str, ContainerEdits]:
+        """Pure: the container edits of the devices an effect hands over itself, by CDI name."""
+        handed: dict[str, ContainerEdits] = {}
+        for device in planned:
+            for effect in self._effects:
+                if (edits := effect.container_edits(device)) is not None:
+                    handed[device.cdi_name] = edits
+                    break
+        return handed
 
     def entries(self, actions: Sequence[object]) -> tuple[EffectEntry, ...]:
         """What the record says of `actions`, in the order they are applied."""
@@ -131,11 +128,10 @@ class ClaimSideEffects:
         in the claim's configs alone). A MIG instance yet to be created has no UUID: its
         placeholder says so in the message that lists the claim's devices."""
         for device in planned:
-            if device.to_vm and device.config != GpuConfig():
-                raise ClaimRejected(
-                    f"device {device.name} is given to a VM (mode vfio), which no sharing setting "
-                    "applies to; remove the claim's GpuConfig for it"
-                )
+            refusal, kind = device.origin.refuses_config, type(device.config)
+            if refusal and not device.result.admin_access and device.config != kind():
+                remove = f"remove the claim's {kind.__name__} for it"
+                raise ClaimRejected(f"device {device.name} {refusal}; {remove}")
         if self._sharing is not None:
             check_sharing(_shared_devices(planned, lambda _: "a MIG instance not created yet"))
 
@@ -233,7 +229,7 @@ def _shared_devices(
     """The claim's devices as sharing sees them; admin access only watches (KEP-5018)."""
     shared = []
     for device in planned:
-        if device.result.admin_access or device.to_vm:
+        if device.result.admin_access or device.origin.refuses_config:
             continue
         mig_uuid = None
         if device.device.type == "mig":

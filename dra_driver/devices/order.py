@@ -36,10 +36,7 @@ from dra_driver.devices.origins import (
     DeviceOrigin,
     DynamicMig,
     StaticMig,
-    VfioGpu,
     VgpuPartition,
-    VgpuShare,
-    WholeGpu,
 )
 from dra_driver.hardware.model import MigProfile, Placement
 
@@ -98,8 +95,9 @@ def _within_gpu(origin: DeviceOrigin, profiles: Sequence[MigProfile], packed: bo
             )
         case VgpuPartition(memory_bytes=memory, slot=slot):
             return (0, memory, slot)
-        case VgpuShare() | WholeGpu() | VfioGpu():
-            # Last on its GPU: it is the GPU whole (or all of it shared).
+        case _:
+            # Last on its GPU: it is the GPU whole (or all of it shared; a mode's own kind that
+            # has no case here, such as a GPU given to a VM, is its GPU whole too).
             return (1,)
 
 

@@ -4,7 +4,7 @@ MIG device NVML reports it as, and how much memory and compute a claim on it may
 from collections.abc import Mapping
 
 from dra_driver.devices.inventory import Inventory
-from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig, VgpuPartition, VgpuShare, WholeGpu
+from dra_driver.devices.origins import DeviceOrigin, DynamicMig, StaticMig, VgpuPartition
 from dra_driver.hardware.model import Gpu
 from dra_driver.usage.attribution import DeviceFacts
 
@@ -16,9 +16,6 @@ def _share_of(part: int, gpu: Gpu) -> float:
 def device_facts_of(origin: DeviceOrigin) -> DeviceFacts:
     gpu = origin.gpu
     match origin:
-        case WholeGpu() | VgpuShare():
-            # A capacity-mode share's own grant is on its claim record; the device is the whole GPU.
-            return DeviceFacts(gpu.index, gpu.uuid, gpu.product_name, (gpu.uuid, None), gpu.memory_bytes, 1.0)
         case VgpuPartition(memory_bytes=memory, cores=cores):
             return DeviceFacts(gpu.index, gpu.uuid, gpu.product_name, (gpu.uuid, None), memory, cores / 100)
         case StaticMig(profile=profile, instance=instance):
@@ -39,7 +36,10 @@ def device_facts_of(origin: DeviceOrigin) -> DeviceFacts:
                 profile.memory_bytes,
                 _share_of(profile.multiprocessors, gpu),
             )
-    raise AssertionError(f"unknown device origin {origin!r}")
+        case _:
+            # The GPU whole: a whole GPU, a capacity-mode share (its own grant is on its claim
+            # record) and any mode's kind that has no case here (a GPU given to a VM).
+            return DeviceFacts(gpu.index, gpu.uuid, gpu.product_name, (gpu.uuid, None), gpu.memory_bytes, 1.0)
 
 
 def device_facts(inventory: Inventory) -> Mapping[str, DeviceFacts]:

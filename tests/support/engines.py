@@ -13,7 +13,7 @@ from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.edits.cdi_files import CdiSpecDirectory
 from dra_driver.claims.edits.gpu_edits import SimulatedEdits
 from dra_driver.claims.edits.vgpu_edits import HamiCore
-from dra_driver.claims.engine import ClaimEngine, SharingControls
+from dra_driver.claims.engine import ClaimEngine, EffectControls, SharingControls
 from dra_driver.claims.record_store import ClaimRecordStore
 from dra_driver.claims.source import ClaimSource
 from dra_driver.claims.status.status_writer import ClaimStatusWriter
@@ -67,12 +67,10 @@ def simulated_engine(
         claim_source=claims,
         records=ClaimRecordStore(root / "state", flush=flush),
         cdi_specs=CdiSpecDirectory(root / "cdi", DEFAULT_DRIVER_NAME),
-        hardware=hardware,
-        sharing=sharing,
+        controls=EffectControls(hardware=hardware, sharing=sharing, pci=pci),
         hami_core=hami_core,
         claim_status=claim_status,
         metrics=metrics,
-        pci=pci,
     )
 
 

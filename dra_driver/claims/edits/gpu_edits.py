@@ -44,13 +44,6 @@ def _describing_mig_env(device_name: str, gpu: Gpu, instance: MigInstance) -> tu
     )
 
 
-def vfio_edits(iommu_group: int) -> ContainerEdits:
-    """A GPU given to a VM (mode vfio): the VFIO container and the GPU's IOMMU group, which the
-    VM's monitor (QEMU in a KubeVirt virt-launcher) opens; none of the nvidia device nodes, since
-    the host driver no longer holds the GPU."""
-    return ContainerEdits(device_nodes=("/dev/vfio/vfio", f"/dev/vfio/{iommu_group}"))
-
-
 class DeviceEdits(Protocol):
     def gpu(self, device_name: str, gpu: Gpu) -> ContainerEdits: ...
 

@@ -14,6 +14,8 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from dra_driver.claims.claim_plan import PlannedDevice
+from dra_driver.claims.edits.cdi import ContainerEdits
 from dra_driver.claims.effect_entries import EffectEntry
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.identity import ClaimRef
@@ -57,6 +59,18 @@ class SideEffect(abc.ABC, Generic[ActionT]):
     # record, and its undo runs for every claim), so no entry names it and none has to be on
     # record before it is made; `entries` leaves it out (effects/hami_core).
     recorded = True
+
+    async def claim_actions(self, ref: ClaimRef, planned: Sequence[PlannedDevice]) -> Sequence[ActionT]:
+        """What the claim's devices need of this effect before anything else is made (the MIG
+        instances to create, the GPUs to give to a VM), asked before the record that names them
+        is written; raises ClaimRejected where the node cannot make them. Most effects follow
+        from the claim's sharing plan instead, and need nothing here."""
+        return ()
+
+    def container_edits(self, device: PlannedDevice) -> ContainerEdits | None:
+        """The container edits of a device whose hand-over is this effect's (a GPU given to a VM
+        gets the VFIO nodes, not the driver's); None: the backend's edits of its type."""
+        return None
 
     @abc.abstractmethod
     def entry(self, action: ActionT) -> EffectEntry:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
+from dra_driver.claims.claim_plan import PlannedDevice
 from dra_driver.claims.effect_entries import EffectEntry, MigInstanceEntry
 from dra_driver.claims.effects.contract import EffectRefused, Made, SideEffect
 from dra_driver.claims.errors import ClaimRejected
@@ -43,6 +44,11 @@ class MigInstances(SideEffect[MigInstanceEntry]):
         self._hardware = hardware
         self._pool_name = pool_name
         self._device_name = device_name
+
+    async def claim_actions(
+        self, ref: ClaimRef, planned: Sequence[PlannedDevice]
+    ) -> Sequence[MigInstanceEntry]:
+        return [device.create_mig for device in planned if device.create_mig]
 
     def entry(self, action: MigInstanceEntry) -> EffectEntry:
         return action

@@ -34,16 +34,25 @@ class SharingControls(msgspec.Struct, frozen=True):
     compute_modes: ComputeModes | None = None
 
 
+class EffectControls(msgspec.Struct, frozen=True):
+    """What the node's side effects act through, as its platform gives it (agent/gpu_platform.py,
+    or a test's engine): a new effect's hardware is a field here and a line where the platform
+    makes it, not a parameter threaded through the engine. None: the node has none of it."""
+
+    # Where MIG instances are created (None: a node without dynamic MIG).
+    hardware: HardwareBackend | None = None
+    sharing: SharingControls | None = None
+    # Where GPUs are bound to vfio-pci for VMs (mode vfio).
+    pci: PciBinding | None = None
+
+
 class NodeControls(msgspec.Struct, frozen=True):
-    """What the node's side effects act through; None where the node has none of it."""
+    """The platform's controls and what the engine adds to them; None where the node has none."""
 
     pool_name: str
-    hardware: HardwareBackend | None
-    sharing: SharingControls | None
+    platform: EffectControls
     hami_core: HamiCore | None
     gpu_mps: GpuMpsDaemons | None
-    # Where GPUs are bound to vfio-pci for VMs (mode vfio).
-    pci: PciBinding | None
     # The published device a MIG instance stands for, and the node's GPUs, for log lines and sweeps.
     mig_device_name: Callable[[MigInstanceEntry], str]
     gpu_uuids: Callable[[], Collection[str]]
@@ -52,10 +61,10 @@ class NodeControls(msgspec.Struct, frozen=True):
 def node_effects(node: NodeControls) -> tuple[SideEffect[Any], ...]:
     """The node's side effects, in the order prepare makes them (those the node cannot make are
     left out, and the claims that would need them are refused by the effects that remain)."""
-    sharing = node.sharing
+    sharing = node.platform.sharing
     effects: list[SideEffect[Any] | None] = [
-        MigInstances(node.hardware, node.pool_name, node.mig_device_name),
-        None if node.pci is None else VfioBindings(node.pci),
+        MigInstances(node.platform.hardware, node.pool_name, node.mig_device_name),
+        VfioBindings(node.platform.pci),
         None if sharing is None else TimeSlices(sharing.time_slicer),
         None
         if sharing is None or sharing.compute_modes is None

@@ -7,17 +7,28 @@ selects: a pod asks for one through the vfio class only. Not run on real hardwar
 """
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from dra_driver.devices import attributes as names
 from dra_driver.devices.gpu_settings import GpuSettings
 from dra_driver.devices.gpus import gpu_identity_attributes, whole_gpu_capacity
-from dra_driver.devices.model import CounterSet, Device
+from dra_driver.devices.model import CounterSet, Device, DeviceType
 from dra_driver.devices.modes.contract import DeviceMode, Offer, PlanAsks, no_misfit, settings_as_given
 from dra_driver.devices.naming import gpu_device_name
-from dra_driver.devices.origins import VfioGpu
+from dra_driver.devices.origins import DeviceOrigin
 from dra_driver.hardware.model import Gpu
 
 NAME = "vfio"
+
+
+class VfioGpu(DeviceOrigin, frozen=True):
+    """A GPU offered whole to a VM: prepare binds it to vfio-pci (claims/effects/vfio.py), and
+    the VM's monitor opens it through its IOMMU group."""
+
+    iommu_group: int
+
+    device_type: ClassVar[DeviceType] = "vfio"
+    refuses_config = "is given to a VM (mode vfio), which no sharing setting applies to"
 
 
 def vfio_device(gpu: Gpu, iommu_group: int) -> Device:

@@ -609,12 +609,12 @@ def test_a_config_of_the_wrong_kind_names_the_entry_the_request_and_the_kinds_th
         "status.allocation.devices.config[1] (FromClaim): "
         'a GpuConfig does not fit request "accelerator/mig", which was allocated a mig device; '
         "it takes a MigDeviceConfig "
-        "(gpu → GpuConfig, mig → MigDeviceConfig, vgpu → VgpuConfig, vfio → GpuConfig)"
+        "(gpu → GpuConfig, mig → MigDeviceConfig, vgpu → VgpuConfig)"
     )
     assert resolved([entry("FromClass", params("VgpuConfig"))], device_type="gpu") == (
         'status.allocation.devices.config[0] (FromClass): a VgpuConfig does not fit request "gpu", '
         "which was allocated a gpu device; it takes a GpuConfig "
-        "(gpu → GpuConfig, mig → MigDeviceConfig, vgpu → VgpuConfig, vfio → GpuConfig)"
+        "(gpu → GpuConfig, mig → MigDeviceConfig, vgpu → VgpuConfig)"
     )
 
 

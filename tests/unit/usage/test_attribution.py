@@ -120,6 +120,16 @@ def test_device_facts_give_mig_sizes_and_partition_limits() -> None:
     assert mig.memory_limit_bytes < facts["gpu-4"].memory_limit_bytes
 
 
+def test_a_gpu_given_to_a_vm_is_measured_as_its_gpu_whole() -> None:
+    """Mode vfio's kind has no case of its own in usage: it is its GPU whole (it raised before)."""
+    config = parse_node_config(yaml.safe_load("gpus:\n  - {index: 1, mode: vfio}\n"), "t")
+    gpus = simulated_node("l4x8")
+    facts = device_facts(node_inventory(gpus, config))
+    assert facts["gpu-1"].usage_key == (gpus[1].uuid, None)
+    assert facts["gpu-1"].memory_limit_bytes == gpus[1].memory_bytes
+    assert facts["gpu-1"].compute_limit == 1.0
+
+
 def _series(registry: CollectorRegistry) -> set[tuple[str, str]]:
     return {
         (sample.name, sample.labels.get("claim", ""))
