@@ -9,8 +9,12 @@ default), then for each round and each variant (the order reversed every other r
 stretch of the machine falls on all of them) builds the variant's agent image, rolls it out with
 the chart, starts one pod of each size unrecorded, and then `--pods` pods of one whole GPU and as
 many of eight dynamic-MIG 1g.10gb claims, one at a time, each timed from its create request to
-Running and deleted, its claims waited out, before the next. Kubelet's own DRA histograms (its
-NodePrepareResources gRPC calls to the driver) are read before and after each size. The cluster is
+Running and deleted, its claims waited out, before the next. `--together N` then starts pods
+together, N times per variant and round: four 1-GPU pods at once, and three pods of four MIG
+claims at once (the e2e node's five whole GPUs and fourteen 1g.10gb placements), each pod timed
+on its own: what the locks' shapes decide when kubelet prepares several pods' claims at a time.
+Kubelet's own DRA histograms (its NodePrepareResources gRPC calls to the driver) are read before
+and after each size. The cluster is
 taken down at the end unless `--keep`.
 """
 
@@ -24,6 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,8 @@ from tests.cluster.up import kubectl_argv, up
 from tests.cluster.versions import KubernetesVersion, kubernetes_version
 
 SIZES = ((1, WHOLE_GPU), (8, MIG_1G))
+# Pods started together: (pods at once, claims each, template).
+TOGETHER = ((4, 1, WHOLE_GPU), (3, 4, MIG_1G))
 # Where --busy-disk writes: the file system of the agent's state directory (/var/lib, hostPath).
 BUSY_DIRECTORY = Path("/var/tmp/pod-start-busy")
 _BUSY_CHUNK = 4 * 2**20
@@ -96,7 +103,29 @@ def deploy(variant: Variant, layout: Layout, version: KubernetesVersion) -> str:
     return image
 
 
-def measure(cluster: Cluster, variant: Variant, round_index: int, pods: int) -> dict[str, Any]:
+def measure_together(cluster: Cluster, name: str, bursts: int) -> dict[str, Any]:
+    """Each burst's pods created at once (one thread each) and timed on their own, then deleted
+    together and waited out."""
+    found: dict[str, Any] = {}
+    for count, claims, template in TOGETHER:
+        before = cluster.kubelet_dra_seconds(DEFAULT_DRIVER_NAME)
+        seconds: list[float] = []
+        with ThreadPoolExecutor(max_workers=count) as pool:
+            for burst in range(bursts):
+                names = [f"{name}-t{count}x{claims}-{burst}-{index}" for index in range(count)]
+                seconds.extend(pool.map(cluster.start_pod, names, [template] * count, [claims] * count))
+                list(pool.map(cluster.stop_pod, names))
+        after = cluster.kubelet_dra_seconds(DEFAULT_DRIVER_NAME)
+        found[f"together_{count}x{claims}"] = {
+            "pod_start_s": [round(value, 4) for value in seconds],
+            "kubelet_dra": mean_per_call(before, after),
+        }
+        p50_ms = statistics.median(seconds) * 1000
+        say(f"{name}: {count} pods of {claims} claim(s) together: p50 {p50_ms:.0f} ms")
+    return found
+
+
+def measure(cluster: Cluster, variant: Variant, round_index: int, pods: int, together: int) -> dict[str, Any]:
     block: dict[str, Any] = {"variant": variant.name, "round": round_index}
     for claims, template in SIZES:
         name = f"{variant.name}-r{round_index}-{claims}"
@@ -115,6 +144,8 @@ def measure(cluster: Cluster, variant: Variant, round_index: int, pods: int) -> 
         }
         p50_ms = statistics.median(seconds) * 1000
         say(f"{variant.name} round {round_index}, {claims} claim(s): p50 {p50_ms:.0f} ms")
+    if together:
+        block.update(measure_together(cluster, f"{variant.name}-r{round_index}", together))
     return block
 
 
@@ -123,11 +154,11 @@ def summary(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     NodePrepareResources call."""
     result: dict[str, Any] = {}
     for block in blocks:
-        for claims, _ in SIZES:
+        for size in (key for key in block if key.startswith(("claims_", "together_"))):
             entry = result.setdefault(block["variant"], {}).setdefault(
-                f"claims_{claims}", {"pod_start_s": [], "prepare_ms": []}
+                size, {"pod_start_s": [], "prepare_ms": []}
             )
-            part = block[f"claims_{claims}"]
+            part = block[size]
             entry["pod_start_s"].extend(part["pod_start_s"])
             entry["prepare_ms"].extend(
                 value["mean_ms"]
@@ -158,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--keep", action="store_true", help="leave the cluster up at the end")
     parser.add_argument(
+        "--together", type=int, default=0, metavar="N", help="N bursts of pods started together (0: none)"
+    )
+    parser.add_argument(
         "--busy-disk", type=float, default=0.0, metavar="MIB_PER_S", help="another writer on the state's disk"
     )
     args = parser.parse_args(argv)
@@ -168,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.busy_disk < 0:
         print(f"pod start: --busy-disk: expected 0 or more MiB/s, got {args.busy_disk}", file=sys.stderr)
+        return 2
+    if args.together < 0:
+        print(f"pod start: --together: expected 0 or more bursts, got {args.together}", file=sys.stderr)
         return 2
     if (refused := refused_start("pod start", args.pods, args.rounds)) is not None:
         return refused
@@ -183,10 +220,11 @@ def main(argv: list[str] | None = None) -> int:
                 for variant in variants if round_index % 2 == 0 else list(reversed(variants)):
                     image = deploy(variant, layout, version)
                     say(f"{variant.name} ({variant.what}) rolled out: {image}")
-                    blocks.append(measure(cluster, variant, round_index, args.pods))
+                    blocks.append(measure(cluster, variant, round_index, args.pods, args.together))
                     report = {
                         "kubernetes": version.release,
                         "pods_per_size_per_round": args.pods,
+                        "together_bursts_per_round": args.together,
                         "busy_disk_mib_per_s": args.busy_disk,
                         "variants": {variant.name: variant.what for variant in variants},
                         "summary": summary(blocks),

@@ -76,6 +76,45 @@ class OneHold:
         locks._holders -= 1
 
 
+# -- one lock per call, upstream's shape -------------------------------------------------------
+
+
+def call_locked_engine() -> type:
+    """`ClaimEngine` with upstream's lock on top (dra-example-driver's node-wide flock around each
+    call; the kubeletplugin helper serializes calls by default): a whole prepare or unprepare call
+    holds one node-wide lock, so two pods' calls never overlap. The per-claim locks stay inside,
+    uncontended."""
+    from dra_driver.claims.engine import ClaimEngine  # noqa: PLC0415
+
+    class CallLockedEngine(ClaimEngine):
+        def __init__(self, **settings: Any) -> None:
+            super().__init__(**settings)
+            path = settings["records"].state_dir / "call.lock"
+            self._call_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._call_local = asyncio.Lock()
+
+        async def _one_call_at_a_time(self, call: Any) -> Any:
+            async with self._call_local:
+                while True:
+                    try:
+                        fcntl.flock(self._call_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        await asyncio.sleep(0.001)
+                try:
+                    return await call
+                finally:
+                    fcntl.flock(self._call_fd, fcntl.LOCK_UN)
+
+        async def prepare(self, claims: Any) -> Any:
+            return await self._one_call_at_a_time(super().prepare(claims))
+
+        async def unprepare(self, claims: Any) -> Any:
+            return await self._one_call_at_a_time(super().unprepare(claims))
+
+    return CallLockedEngine
+
+
 # -- aiohttp in place of kube/kube_http.py's own HTTP/1.1 client -------------------------------
 
 
@@ -174,6 +213,7 @@ class AiohttpClient:
 PIECES: dict[str, tuple[str, str, Callable[[], object]]] = {
     "claim-locks": ("dra_driver.state.shared_locks", "ClaimLocks", lambda: OneLock),
     "http-client": ("dra_driver.kube.kube_http", "KeepAliveClient", lambda: AiohttpClient),
+    "call-lock": ("dra_driver.claims.engine", "ClaimEngine", call_locked_engine),
 }
 
 

@@ -37,6 +37,7 @@ class Variant(msgspec.Struct, frozen=True):
 VARIANTS = (
     Variant("shipped", (), False, "the agent as it ships (records not flushed, the chart's default)"),
     Variant("one-lock", ("claim-locks",), False, "one node-wide lock for every claim (flock)"),
+    Variant("call-lock", ("call-lock",), False, "one node-wide lock held for each whole call (upstream's)"),
     Variant("aiohttp", ("http-client",), False, "aiohttp in place of the own HTTP/1.1 client"),
     Variant("shipped-flushed", (), True, "as it ships, with --flush-records"),
 )

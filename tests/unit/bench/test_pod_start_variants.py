@@ -18,6 +18,7 @@ REPOSITORY = Path(__file__).resolve().parents[3]
 _USERS = {
     "claim-locks": ("dra_driver.claims.engine", "ClaimLocks"),
     "http-client": ("dra_driver.kube.kube_api", "KeepAliveClient"),
+    "call-lock": ("dra_driver.agent.claim_serving", "ClaimEngine"),
 }
 
 
@@ -87,3 +88,23 @@ def test_kubelets_histograms_give_the_mean_call_of_our_driver_only() -> None:
     assert json.loads(json.dumps(means)) == {
         next(iter(after)): {"calls": 6.0, "mean_ms": 5.0},
     }
+
+
+def test_the_summary_pools_rounds_per_size_including_pods_started_together() -> None:
+    from tests.bench.pod_start.__main__ import summary  # noqa: PLC0415
+
+    prepare = 'dra_grpc_operations_duration_seconds{method_name=".../NodePrepareResources"}'
+
+    def block(round_index: int, together: list[float]) -> dict[str, object]:
+        return {
+            "variant": "call-lock",
+            "round": round_index,
+            "claims_1": {"pod_start_s": [0.5], "kubelet_dra": {prepare: {"calls": 1, "mean_ms": 4.0}}},
+            "together_4x1": {"pod_start_s": together, "kubelet_dra": {prepare: {"calls": 4, "mean_ms": 8.0}}},
+        }
+
+    found = summary([block(0, [0.6, 0.7, 0.8, 0.9]), block(1, [1.0, 1.1, 1.2, 1.3])])["call-lock"]
+    assert found["claims_1"]["pods"] == 2
+    assert found["together_4x1"]["pods"] == 8
+    assert found["together_4x1"]["p50_ms"] == 950.0
+    assert found["together_4x1"]["kubelet_prepare_call_mean_ms"] == 8.0
