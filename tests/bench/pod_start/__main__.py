@@ -103,6 +103,21 @@ def deploy(variant: Variant, layout: Layout, version: KubernetesVersion) -> str:
     return image
 
 
+def _figures(
+    cluster: Cluster, seconds: list[float], before: dict[str, tuple[float, float]]
+) -> dict[str, Any]:
+    """The pods' start times, and kubelet's DRA calls since `before`."""
+    after = cluster.kubelet_dra_seconds(DEFAULT_DRIVER_NAME)
+    return {
+        "pod_start_s": [round(value, 4) for value in seconds],
+        "kubelet_dra": mean_per_call(before, after),
+    }
+
+
+def _p50_ms(seconds: list[float]) -> float:
+    return statistics.median(seconds) * 1000
+
+
 def measure_together(cluster: Cluster, name: str, bursts: int) -> dict[str, Any]:
     """Each burst's pods created at once (one thread each) and timed on their own, then deleted
     together and waited out."""
@@ -115,13 +130,8 @@ def measure_together(cluster: Cluster, name: str, bursts: int) -> dict[str, Any]
                 names = [f"{name}-t{count}x{claims}-{burst}-{index}" for index in range(count)]
                 seconds.extend(pool.map(cluster.start_pod, names, [template] * count, [claims] * count))
                 list(pool.map(cluster.stop_pod, names))
-        after = cluster.kubelet_dra_seconds(DEFAULT_DRIVER_NAME)
-        found[f"together_{count}x{claims}"] = {
-            "pod_start_s": [round(value, 4) for value in seconds],
-            "kubelet_dra": mean_per_call(before, after),
-        }
-        p50_ms = statistics.median(seconds) * 1000
-        say(f"{name}: {count} pods of {claims} claim(s) together: p50 {p50_ms:.0f} ms")
+        found[f"together_{count}x{claims}"] = _figures(cluster, seconds, before)
+        say(f"{name}: {count} pods of {claims} claim(s) together: p50 {_p50_ms(seconds):.0f} ms")
     return found
 
 
@@ -137,13 +147,8 @@ def measure(cluster: Cluster, variant: Variant, round_index: int, pods: int, tog
         for index in range(pods):
             seconds.append(cluster.start_pod(f"{name}-{index}", template, claims))
             cluster.stop_pod(f"{name}-{index}")
-        after = cluster.kubelet_dra_seconds(DEFAULT_DRIVER_NAME)
-        block[f"claims_{claims}"] = {
-            "pod_start_s": [round(value, 4) for value in seconds],
-            "kubelet_dra": mean_per_call(before, after),
-        }
-        p50_ms = statistics.median(seconds) * 1000
-        say(f"{variant.name} round {round_index}, {claims} claim(s): p50 {p50_ms:.0f} ms")
+        block[f"claims_{claims}"] = _figures(cluster, seconds, before)
+        say(f"{variant.name} round {round_index}, {claims} claim(s): p50 {_p50_ms(seconds):.0f} ms")
     if together:
         block.update(measure_together(cluster, f"{variant.name}-r{round_index}", together))
     return block

@@ -52,6 +52,16 @@ class OneLock:
         return self._holders
 
 
+async def _flock(fd: int) -> None:
+    """An exclusive flock without blocking the loop: another process may hold it for a while."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            await asyncio.sleep(0.001)
+
+
 class OneHold:
     def __init__(self, locks: OneLock) -> None:
         self._locks = locks
@@ -60,12 +70,7 @@ class OneHold:
         locks = self._locks
         locks._holders += 1
         await locks._local.acquire()
-        while True:
-            try:
-                fcntl.flock(locks._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                await asyncio.sleep(0.001)
+        await _flock(locks._fd)
 
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
@@ -95,12 +100,7 @@ def call_locked_engine() -> type:
 
         async def _one_call_at_a_time(self, call: Any) -> Any:
             async with self._call_local:
-                while True:
-                    try:
-                        fcntl.flock(self._call_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        await asyncio.sleep(0.001)
+                await _flock(self._call_fd)
                 try:
                     return await call
                 finally:
