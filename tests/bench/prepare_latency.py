@@ -386,11 +386,13 @@ def run_agent_benchmark(
 
 
 async def first_answer(socket: Path) -> None:
-    """An empty NodeUnprepareResources, answered: the plugin is serving."""
+    """An empty NodeUnprepareResources, answered: the plugin is serving. The socket file exists
+    from the bind, before the server listens (a window valgrind widens until a connection is
+    refused), so the call waits for the channel to connect."""
     async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
         stub = v1_grpc.DRAPluginStub(channel)
         await stub.NodeUnprepareResources(
-            v1_pb2.NodeUnprepareResourcesRequest(), timeout=KUBELET_DEADLINE_SECONDS
+            v1_pb2.NodeUnprepareResourcesRequest(), timeout=KUBELET_DEADLINE_SECONDS, wait_for_ready=True
         )
 
 
