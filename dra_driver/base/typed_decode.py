@@ -15,6 +15,7 @@ a file meets each of its mistakes in one run, not one per run.
 
 import re
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import msgspec
@@ -67,6 +68,18 @@ def _convert(value: object, annotation: Any, path: str) -> Any:
         raise _in_house_words(str(error), annotation, value, path) from None
 
 
+# msgspec builds a type's whole tree, and resolves a Struct's annotations, on each call; a
+# complaint asks several times, typed_all again at each field.
+@cache
+def _type_info(annotation: Any) -> types.Type:
+    return types.type_info(annotation)
+
+
+@cache
+def _fields(cls: Any) -> tuple[msgspec.structs.FieldInfo, ...]:
+    return msgspec.structs.fields(cls)
+
+
 def _made(kind: type[Any], value: object) -> object:
     """msgspec's hook for a type it does not know: the class checks the value itself."""
     return kind(value)
@@ -81,7 +94,7 @@ def _problems(value: object, annotation: Any, path: str) -> list[DecodeError]:
         first = error
     else:
         return []
-    info = _bare(types.type_info(annotation))
+    info = _bare(_type_info(annotation))
     items = info.item_type if isinstance(info, types.ListType | types.VarTupleType) else None
     if isinstance(items, types.StructType) and isinstance(value, list):
         found = [
@@ -96,7 +109,7 @@ def _problems(value: object, annotation: Any, path: str) -> list[DecodeError]:
     found = (
         [_unknown_fields(path, info, value)] if info.forbid_unknown_fields and set(value) - allowed else []
     )
-    for field in msgspec.structs.fields(info.cls):
+    for field in _fields(info.cls):
         where = join(path, field.encode_name)
         if field.encode_name in value:
             found += _problems(value[field.encode_name], field.type, where)
@@ -172,7 +185,7 @@ def _member(info: types.Type | None, kind: type[_Member]) -> _Member | None:
 
 
 def _type_at(kind: Any, steps: _Steps) -> _Place:
-    info: types.Type = types.type_info(kind)
+    info: types.Type = _type_info(kind)
     order: tuple[object, ...] = _literals(kind)
     for field, index in steps:
         following: types.Type | None = None
@@ -189,8 +202,8 @@ def _type_at(kind: Any, steps: _Steps) -> _Place:
     return info, order
 
 
-def _literal_order(cls: type[Any], name: str) -> tuple[object, ...]:
-    annotation = next(field.type for field in msgspec.structs.fields(cls) if field.name == name)
+def _literal_order(cls: Any, name: str) -> tuple[object, ...]:
+    annotation = next(field.type for field in _fields(cls) if field.name == name)
     return _literals(annotation)
 
 
