@@ -1,12 +1,14 @@
 """Strict decoding of documents from outside the process (opaque configs in claims, the node
-config, the XID policy, simulated node files), with one wording for every module.
+config, the XID policy, simulated node files, records), with one wording for every module.
 
 Strict, because an ignored or misread field means the driver does something other than what
 the author asked (a GPU shared differently, a GPU offered in the wrong mode). One kit, because
 an operator reading errors from several files should meet one way of naming a field and of
 showing what was wrong with it.
 
-Formats declared as msgspec Structs are decoded by `typed_decode.typed`, in the same wording.
+Formats are declared as msgspec Structs and decoded by `typed_decode.typed` in this wording; the
+checks here are the few a type does not say (the kind that picks an opaque config's type, a JSON
+number taken as an integer, a memory-limit quantity).
 
 Everything raises DecodeError(path, problem); each caller turns it into its own error type
 (kubelet claim error, node-config error, ...) and adds where the document came from.
@@ -14,7 +16,7 @@ Everything raises DecodeError(path, problem); each caller turns it into its own 
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar, get_args
+from typing import TypeVar
 
 from dra_driver.base.errors import OperatorFault
 from dra_driver.base.quantity import QUANTITY_FACTORS, WHOLE_SUFFIXES, parse_quantity
@@ -87,36 +89,6 @@ def join(path: str, key: str) -> str:
 
 def listed(options: Sequence[str]) -> str:
     return ", ".join(options)
-
-
-def literal_options(literal: Any) -> dict[str, Any]:
-    """The values of a Literal type as `choice` options, in their declared order."""
-    return {value: value for value in get_args(literal)}
-
-
-def mapping(value: object, path: str, allowed: Sequence[str] | None = None) -> Mapping[str, Any]:
-    """An object whose field names are all in `allowed` (None: any string names)."""
-    if not isinstance(value, Mapping):
-        expected = "an object" if allowed is None else f"an object with fields {listed(allowed)}"
-        raise DecodeError(path, f"expected {expected}, got {described(value)}")
-    for key in value:
-        if not isinstance(key, str):
-            raise DecodeError(path, f"field names are strings, got {described(key)}")
-    if allowed is not None:
-        unknown = [key for key in value if key not in allowed]
-        if len(unknown) == 1:
-            raise DecodeError(join(path, unknown[0]), f"unknown field (allowed here: {listed(allowed)})")
-        if unknown:
-            where = ", ".join(join(path, key) for key in unknown)
-            raise DecodeError(where, f"unknown fields (allowed here: {listed(allowed)})")
-    return value
-
-
-def items(value: object, path: str, what: str = "a list") -> list[Any]:
-    """A list; `what` says of what, e.g. "a list of XID numbers such as [48, 79]"."""
-    if not isinstance(value, list):
-        raise DecodeError(path, f"expected {what}, got {described(value)}")
-    return value
 
 
 def choice(value: object, path: str, options: Mapping[str, _T]) -> _T:

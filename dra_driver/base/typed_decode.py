@@ -6,15 +6,22 @@ errors should meet one way of naming a field and of saying what was expected, so
 told again here: the field path as strict_decode writes it, what the declared type expects there,
 and what the document holds instead. A type annotated with `msgspec.Meta(description=...)` is
 expected in those words, for a format whose type alone says too little ("a list of XID numbers").
+A value no type can check by its form (a quantity, a name from a catalog) is a class of its own,
+made by calling it with the value as written; the ValueError it raises words the problem.
+
+msgspec stops at the first problem; `typed_all` goes on to the others, so that an operator fixing
+a file meets each of its mistakes in one run, not one per run.
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import msgspec
 import msgspec.inspect as types
 
+from dra_driver.base.errors import OperatorFault
 from dra_driver.base.strict_decode import DecodeError, described, integer_text, join, listed, shown
 
 _T = TypeVar("_T")
@@ -31,15 +38,87 @@ _Steps = list[tuple[str | None, int | None]]
 _Place = tuple[types.Type | None, tuple[object, ...]]
 
 
+class DecodeProblems(OperatorFault, ValueError):
+    """Every problem `typed_all` found, in the order the types declare their fields."""
+
+    def __init__(self, errors: Sequence[DecodeError]) -> None:
+        super().__init__("\n".join(map(str, errors)))
+        self.errors = tuple(errors)
+
+
 def typed(value: object, kind: type[_T], path: str = "") -> _T:
     """`value` (parsed JSON) as `kind`; raises DecodeError naming the field under `path`."""
+    converted: _T = _convert(value, kind, path)
+    return converted
+
+
+def typed_all(value: object, kind: type[_T], path: str = "") -> _T:
+    """`typed`, but a value that does not decode raises DecodeProblems with a problem for each
+    field of each object that is wrong, where `typed` names the first."""
     try:
-        return msgspec.convert(value, kind, strict=True)
+        return typed(value, kind, path)
+    except DecodeError as first:
+        raise DecodeProblems(_problems(value, kind, path) or [first]) from None
+
+
+def _convert(value: object, annotation: Any, path: str) -> Any:
+    try:
+        return msgspec.convert(value, annotation, strict=True, dec_hook=_made)
     except msgspec.ValidationError as error:
-        raise _in_house_words(str(error), kind, value, path) from None
+        raise _in_house_words(str(error), annotation, value, path) from None
 
 
-def _in_house_words(message: str, kind: type[Any], value: object, path: str) -> DecodeError:
+# msgspec builds a type's whole tree, and resolves a Struct's annotations, on each call; a
+# complaint asks several times, typed_all again at each field.
+@cache
+def _type_info(annotation: Any) -> types.Type:
+    return types.type_info(annotation)
+
+
+@cache
+def _fields(cls: Any) -> tuple[msgspec.structs.FieldInfo, ...]:
+    return msgspec.structs.fields(cls)
+
+
+def _made(kind: type[Any], value: object) -> object:
+    """msgspec's hook for a type it does not know: the class checks the value itself."""
+    return kind(value)
+
+
+def _problems(value: object, annotation: Any, path: str) -> list[DecodeError]:
+    """Each field of an object, and each object of a list of them, decoded on its own: a wrong
+    field then hides neither its neighbours' problems nor those of the entries after it."""
+    try:
+        _convert(value, annotation, path)
+    except DecodeError as error:
+        first = error
+    else:
+        return []
+    info = _bare(_type_info(annotation))
+    items = info.item_type if isinstance(info, types.ListType | types.VarTupleType) else None
+    if isinstance(items, types.StructType) and isinstance(value, list):
+        found = [
+            problem for n, item in enumerate(value) for problem in _problems(item, items.cls, f"{path}[{n}]")
+        ]
+        return found or [first]
+    if not (isinstance(info, types.StructType) and isinstance(value, Mapping)):
+        return [first]
+    if any(not isinstance(key, str) for key in value):
+        return [first]
+    allowed = {field.encode_name for field in info.fields}
+    found = (
+        [_unknown_fields(path, info, value)] if info.forbid_unknown_fields and set(value) - allowed else []
+    )
+    for field in _fields(info.cls):
+        where = join(path, field.encode_name)
+        if field.encode_name in value:
+            found += _problems(value[field.encode_name], field.type, where)
+        elif field.required:
+            found.append(_required(where, *_type_at(info.cls, [(field.encode_name, None)])))
+    return found or [first]
+
+
+def _in_house_words(message: str, kind: Any, value: object, path: str) -> DecodeError:
     found = _AT.match(message)
     assert found is not None  # the pattern matches any text
     problem, tail = found["problem"], found["path"] or ""
@@ -49,10 +128,10 @@ def _in_house_words(message: str, kind: type[Any], value: object, path: str) -> 
         for step in _STEP.finditer(tail)
     ]
     if missing := _MISSING.match(problem):
-        field_info, order = _type_at(kind, [*steps, (missing["field"], None)])
-        hint = _expected(field_info, order) if _hinted(field_info) else None
-        return DecodeError(join(where, missing["field"]), f"required ({hint})" if hint else "required")
+        return _required(join(where, missing["field"]), *_type_at(kind, [*steps, (missing["field"], None)]))
     info, order = _type_at(kind, steps)
+    if _member(info, types.CustomType):
+        return DecodeError(where, problem)
     held = _value_at(value, steps)
     odd_keys = [key for key in held if not isinstance(key, str)] if isinstance(held, Mapping) else []
     if found["key"] and odd_keys:
@@ -67,6 +146,11 @@ def _in_house_words(message: str, kind: type[Any], value: object, path: str) -> 
     if _ranged(info) and isinstance(held, int) and not isinstance(held, bool):
         return DecodeError(where, f"{integer_text(held)} is out of range; expected {expected}")
     return DecodeError(where, f"expected {expected}, got {described(held)}")
+
+
+def _required(where: str, info: types.Type | None, order: tuple[object, ...]) -> DecodeError:
+    hint = _expected(info, order) if _hinted(info) else None
+    return DecodeError(where, f"required ({hint})" if hint else "required")
 
 
 def _unknown_fields(where: str, info: types.StructType, held: Mapping[Any, Any]) -> DecodeError:
@@ -100,9 +184,9 @@ def _member(info: types.Type | None, kind: type[_Member]) -> _Member | None:
     return next((member for member in _members(info) if isinstance(member, kind)), None)
 
 
-def _type_at(kind: type[Any], steps: _Steps) -> _Place:
-    info: types.Type = types.type_info(kind)
-    order: tuple[object, ...] = ()
+def _type_at(kind: Any, steps: _Steps) -> _Place:
+    info: types.Type = _type_info(kind)
+    order: tuple[object, ...] = _literals(kind)
     for field, index in steps:
         following: types.Type | None = None
         for candidate in _members(info):
@@ -118,8 +202,8 @@ def _type_at(kind: type[Any], steps: _Steps) -> _Place:
     return info, order
 
 
-def _literal_order(cls: type[Any], name: str) -> tuple[object, ...]:
-    annotation = next(field.type for field in msgspec.structs.fields(cls) if field.name == name)
+def _literal_order(cls: Any, name: str) -> tuple[object, ...]:
+    annotation = next(field.type for field in _fields(cls) if field.name == name)
     return _literals(annotation)
 
 

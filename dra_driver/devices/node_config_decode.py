@@ -1,28 +1,30 @@
-"""The node configuration file decoded strictly: every problem of the file at once, one line
-each, naming the setting and what was expected (`parse_node_config`); planning it against the
-node's GPUs is node_config.py's part.
+"""The node configuration file decoded by typed Structs (`parse_node_config`): every problem of
+the file at once, one line each, naming the setting and what was expected; planning it against
+the node's GPUs is node_config.py's part.
+
+The default and each entry of `gpus` are decoded on their own by `typed_all`, which names every
+field of the part that is wrong, so a broken entry hides nothing of the others. The rules between
+a part's fields (which blocks a mode takes, one selector per entry) are checked once the part has
+decoded, and those between entries (two selecting the same GPUs) once every entry has.
 """
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+import msgspec
+from msgspec import UNSET, UnsetType
 
 from dra_driver.base.quantity import UP_TO_TERA, parse_quantity
-from dra_driver.base.strict_decode import (
-    DecodeError,
-    choice,
-    items,
-    literal_options,
-    mapping,
-    quoted,
-)
-from dra_driver.devices.modes.contract import DeviceMode, SettingsBlock
+from dra_driver.base.strict_decode import DecodeError, quoted
+from dra_driver.base.typed_decode import DecodeProblems, typed, typed_all
+from dra_driver.devices.modes.contract import SettingsBlock
 from dra_driver.devices.modes.registry import AUTO, CONFIG_MODES, MODES, find_mode, names_where, taking
 from dra_driver.devices.node_config import (
     MIB,
     Enforcement,
     GpuEntry,
     GpuSettings,
-    Mode,
     NodeConfig,
     NodeConfigError,
     VgpuPartitionSize,
@@ -30,215 +32,182 @@ from dra_driver.devices.node_config import (
 from dra_driver.devices.order import PackingPolicy
 from dra_driver.hardware.catalog import gpu_models
 
-_MODE_OPTIONS = {name: name for name in CONFIG_MODES}
+if TYPE_CHECKING:
+    _ModeName = str
+else:
+    # The registry's modes as a Literal, which msgspec checks and typed_decode names in order;
+    # mypy builds no Literal from a tuple it cannot see, so to it a mode is a string.
+    _ModeName = Literal[CONFIG_MODES]
+
+_V = TypeVar("_V")
+_T = TypeVar("_T")
 
 
-def _bytes(value: object, where: str) -> int:
+def _bytes(value: object) -> int:
     """Whole bytes up to Ti/T, written without leading zeros (YAML 1.1 reads 010 as octal)."""
     text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
     quantity = parse_quantity(text) if isinstance(text, str) else None
     total = quantity.whole_number(UP_TO_TERA) if quantity is not None else None
     if quantity is None or total is None or (quantity.whole.startswith("0") and quantity.whole != "0"):
-        raise NodeConfigError(
-            f"{where}: expected a whole number of bytes such as 10Gi, 512Mi or 1073741824, "
-            f"got {quoted(value)}"
+        raise ValueError(
+            f"expected a whole number of bytes such as 10Gi, 512Mi or 1073741824, got {quoted(value)}"
         )
     return total
 
 
-def _mapping(raw: object, where: str, allowed: Sequence[str]) -> Mapping[str, Any]:
-    try:
-        return mapping(raw, where, allowed)
-    except DecodeError as error:
-        raise NodeConfigError(f"{error.path or 'node config'}: {error.problem}") from error
+class _MibBytes(int):
+    """Bytes (`_bytes`) that are a whole number of MiB; typed_decode calls it with the value as
+    written."""
+
+    def __new__(cls, value: object) -> "_MibBytes":
+        total = _bytes(value)
+        if total < MIB or total % MIB:
+            raise ValueError(f"must be a positive whole number of MiB, got {quoted(value)}")
+        return super().__new__(cls, total)
 
 
-def _list(raw: object, where: str) -> list[Any]:
-    try:
-        return items(raw, where)
-    except DecodeError as error:
-        raise NodeConfigError(str(error)) from error
+class _CatalogModel(str):
+    """A key of the GPU catalog (hardware/catalog/gpus.yaml), which no Literal can list: the
+    catalog is read at run time."""
 
-
-def _partition(raw: object, where: str) -> VgpuPartitionSize:
-    found = _Found()
-    fields = _fields(raw, where, ("memory", "cores"), found)
-    memory = 0
-    if "memory" not in fields:
-        found.add(f"{where}.memory: required (the partition's memory, e.g. 10Gi)")
-    else:
-        memory = found.take(lambda: _bytes(fields["memory"], f"{where}.memory"), MIB)
-        if memory < MIB or memory % MIB:
-            found.add(
-                f"{where}.memory: must be a positive whole number of MiB, got {quoted(fields['memory'])}"
+    def __new__(cls, value: object) -> "_CatalogModel":
+        if not isinstance(value, str) or value not in gpu_models():
+            raise ValueError(
+                f"{quoted(value)} is not a GPU model of the catalog; known: {', '.join(gpu_models())}"
             )
-    cores = fields.get("cores")
-    if cores is not None and (not isinstance(cores, int) or isinstance(cores, bool) or not 1 <= cores <= 100):
-        found.add(f"{where}.cores: expected an integer percentage from 1 to 100, got {quoted(cores)}")
-    found.raise_any()
-    return VgpuPartitionSize(memory, cores)
+        return super().__new__(cls, value)
 
 
-_T = TypeVar("_T")
+class _Partition(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    memory: Annotated[_MibBytes, msgspec.Meta(description="the partition's memory, e.g. 10Gi")]
+    cores: (
+        Annotated[int, msgspec.Meta(ge=1, le=100, description="an integer percentage from 1 to 100")]
+        | UnsetType
+    ) = UNSET
 
 
-class _Found:
-    """The problems of one object, every one of them: the README promises one line per problem,
-    and a config fixed one error per run is a config fixed slowly. A check whose input did not
-    decode is skipped, so a bad value is reported once, not again by each check that reads it."""
-
-    def __init__(self) -> None:
-        self.problems: list[str] = []
-
-    def take(self, decode: Callable[[], _T], fallback: _T) -> _T:
-        try:
-            return decode()
-        except NodeConfigError as error:
-            self.problems.extend(error.problems)
-            return fallback
-
-    def add(self, problem: str) -> None:
-        self.problems.append(problem)
-
-    def raise_any(self) -> None:
-        if self.problems:
-            raise NodeConfigError(*self.problems)
+class _Vgpu(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    memory_step: _MibBytes = _MibBytes(MIB)
+    # Unset and empty differ: an empty list is a vgpu-partitions mode without partitions.
+    partitions: tuple[_Partition, ...] | UnsetType = UNSET
+    enforcement: Enforcement = "mps"
 
 
-def _fields(raw: object, where: str, allowed: Sequence[str], found: _Found) -> Mapping[str, Any]:
-    """The known fields of a mapping; unknown ones (and a value that is no mapping) are problems."""
-    decoded = found.take(lambda: _mapping(raw, where, allowed), None)
-    if decoded is not None:
-        return decoded
-    return {key: value for key, value in raw.items() if key in allowed} if isinstance(raw, Mapping) else {}
+_ProfileName = Annotated[str, msgspec.Meta(description="a MIG profile name such as 1g.10gb")]
 
 
-def _partition_of(raw: object, where: str, found: _Found) -> VgpuPartitionSize | None:
-    no_partition: VgpuPartitionSize | None = None
-    return found.take(lambda: _partition(raw, where), no_partition)
+class _Mig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    profiles: Annotated[
+        tuple[_ProfileName, ...],
+        msgspec.Meta(description="a list of MIG profile names such as [1g.10gb, 3g.40gb]"),
+    ] = ()
 
 
-def _memory_step(vgpu: Mapping[str, Any], where: str) -> int:
-    memory_step = _bytes(vgpu.get("memoryStep", "1Mi"), f"{where}.vgpu.memoryStep")
-    if memory_step < MIB or memory_step % MIB:
-        raise NodeConfigError(f"{where}.vgpu.memoryStep: must be a positive whole number of MiB")
-    return memory_step
+class _Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The default's settings, and each entry's. A block that is unset differs from one left
+    empty: any block given is one its mode must take."""
 
-
-def _decoded_choice(value: object, where: str, options: Mapping[str, _T]) -> _T:
-    try:
-        return choice(value, where, options)
-    except DecodeError as error:
-        raise NodeConfigError(str(error)) from error
-
-
-def _profiles(mig: Mapping[str, Any], where: str) -> tuple[str, ...]:
-    profiles = _list(mig.get("profiles", []), f"{where}.mig.profiles")
-    for number, name in enumerate(profiles):
-        if not isinstance(name, str):
-            raise NodeConfigError(
-                f"{where}.mig.profiles: expected profile names such as 1g.10gb, "
-                f"got {quoted(name)} at [{number}]"
-            )
-    return tuple(profiles)
-
-
-def _settings(raw: Mapping[str, Any], where: str) -> GpuSettings:
-    found = _Found()
-    mode: Mode | None = found.take(
-        lambda: _decoded_choice(raw.get("mode", AUTO), f"{where}.mode", _MODE_OPTIONS), None
-    )
-    described = find_mode(mode) if mode is not None else None
-    vgpu = _fields(raw.get("vgpu", {}), f"{where}.vgpu", ("memoryStep", "partitions", "enforcement"), found)
-    mig = _fields(raw.get("mig", {}), f"{where}.mig", ("profiles",), found)
-    blocks: tuple[tuple[SettingsBlock, Mapping[str, Any]], ...] = (("vgpu", vgpu), ("mig", mig))
-    for block, given in blocks:
-        if mode is not None and given and (described is None or block not in described.blocks):
-            found.add(f"{where}.{block}: only allowed with mode {names_where(taking(block))}")
-    memory_step = found.take(lambda: _memory_step(vgpu, where), MIB)
-    no_entries: list[Any] = []
-    entries = found.take(lambda: _list(vgpu.get("partitions", []), f"{where}.vgpu.partitions"), no_entries)
-    partitions = tuple(
-        partition
-        for number, entry in enumerate(entries)
-        if (partition := _partition_of(entry, f"{where}.vgpu.partitions[{number}]", found)) is not None
-    )
-    if described is not None and described.partitions and not entries:
-        found.add(f"{where}.vgpu.partitions: mode {mode} needs at least one partition size")
-    if mode is not None and "partitions" in vgpu and (described is None or not described.partitions):
-        partitioned = names_where([each for each in MODES if each.partitions])
-        found.add(f"{where}.vgpu.partitions: only allowed with mode {partitioned}")
-    enforcement: Enforcement = found.take(
-        lambda: _decoded_choice(
-            vgpu.get("enforcement", "mps"), f"{where}.vgpu.enforcement", literal_options(Enforcement)
-        ),
-        "mps",
-    )
-    no_profiles: tuple[str, ...] = ()
-    profiles = found.take(lambda: _profiles(mig, where), no_profiles)
+    mode: _ModeName = AUTO
+    vgpu: _Vgpu | UnsetType = UNSET
+    mig: _Mig | UnsetType = UNSET
     packing: PackingPolicy = "binpack"
-    if mode is not None:
-        packing = found.take(lambda: _packing(raw, described, where), "binpack")
-    found.raise_any()
-    assert mode is not None  # a mode that did not decode is a problem raised above
+
+
+_ProductName = Annotated[
+    str,
+    msgspec.Meta(pattern=r"\S", description="the GPU's name as nvidia-smi shows it, such as 'NVIDIA L4'"),
+]
+
+
+class _Entry(_Settings, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """One `gpus[]` entry: its selectors come first, being positional, then the settings."""
+
+    index: Annotated[int, msgspec.Meta(ge=0, description="a GPU index (an integer ≥ 0)")] | UnsetType = UNSET
+    uuid: Annotated[str, msgspec.Meta(description="a GPU UUID string such as GPU-…")] | UnsetType = UNSET
+    model: _CatalogModel | UnsetType = UNSET
+    product_name: _ProductName | UnsetType = UNSET
+
+
+class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The parts, kept as written to be decoded one by one."""
+
+    default: Any = msgspec.field(default_factory=dict)
+    gpus: tuple[Any, ...] = ()
+
+
+def _given(value: _V | UnsetType) -> _V | None:
+    return None if isinstance(value, UnsetType) else value
+
+
+def _rule_problems(written: _Settings, where: str) -> list[str]:
+    """The rules between a part's settings; `find_mode` is None for auto, which takes no block."""
+    mode = find_mode(written.mode)
+    blocks: tuple[tuple[SettingsBlock, object], ...] = (("vgpu", written.vgpu), ("mig", written.mig))
+    problems = [
+        f"{where}.{block}: only allowed with mode {names_where(taking(block))}"
+        for block, given in blocks
+        if given is not UNSET and (mode is None or block not in mode.blocks)
+    ]
+    partitions = _given(written.vgpu.partitions) if isinstance(written.vgpu, _Vgpu) else None
+    if mode is not None and mode.partitions and not partitions:
+        problems.append(f"{where}.vgpu.partitions: mode {mode.name} needs at least one partition size")
+    if partitions is not None and (mode is None or not mode.partitions):
+        partitioned = names_where([each for each in MODES if each.partitions])
+        problems.append(f"{where}.vgpu.partitions: only allowed with mode {partitioned}")
+    if written.packing == "spread" and mode is not None and mode.no_spread:
+        problems.append(f"{where}.packing: {mode.no_spread}")
+    return problems
+
+
+def _settings(written: _Settings) -> GpuSettings:
+    """The settings of a part whose rules `_rule_problems` found kept."""
+    vgpu = _given(written.vgpu) or _Vgpu()
     return GpuSettings(
-        mode=mode,
-        memory_step=memory_step,
-        partitions=partitions,
-        mig_profiles=profiles,
-        packing=packing,
-        enforcement=enforcement,
+        mode=written.mode,
+        memory_step=int(vgpu.memory_step),
+        partitions=tuple(
+            VgpuPartitionSize(int(partition.memory), _given(partition.cores))
+            for partition in _given(vgpu.partitions) or ()
+        ),
+        mig_profiles=written.mig.profiles if isinstance(written.mig, _Mig) else (),
+        packing=written.packing,
+        enforcement=vgpu.enforcement,
     )
 
 
-def _packing(raw: Mapping[str, Any], mode: DeviceMode | None, where: str) -> PackingPolicy:
-    """`mode` None: auto, whose modes all allow either packing."""
-    try:
-        packing: PackingPolicy = choice(
-            raw.get("packing", "binpack"), f"{where}.packing", literal_options(PackingPolicy)
-        )
-    except DecodeError as error:
-        raise NodeConfigError(str(error)) from error
-    if packing == "spread" and mode is not None and mode.no_spread:
-        raise NodeConfigError(f"{where}.packing: {mode.no_spread}")
-    return packing
-
-
-_SETTINGS_FIELDS = ("mode", "vgpu", "mig", "packing")
-_SELECTORS = ("index", "uuid", "model", "productName")
+def _default(raw: object) -> GpuSettings:
+    written = typed_all(raw, _Settings, "default")
+    if problems := _rule_problems(written, "default"):
+        raise NodeConfigError(*problems)
+    return _settings(written)
 
 
 def _entry(raw: object, where: str) -> GpuEntry:
-    found = _Found()
-    fields = _fields(raw, where, (*_SELECTORS, *_SETTINGS_FIELDS), found)
-    if not isinstance(raw, Mapping):
-        found.raise_any()
-    given = [name for name in _SELECTORS if fields.get(name) is not None]
+    written = typed_all(raw, _Entry, where)
+    selectors = {
+        "index": written.index,
+        "uuid": written.uuid,
+        "model": written.model,
+        "productName": written.product_name,
+    }
+    given = [name for name, value in selectors.items() if value is not UNSET]
+    problems = _rule_problems(written, where)
     if len(given) != 1:
-        found.add(
+        problems.insert(
+            0,
             f"{where}: set exactly one of 'index', 'uuid', 'model' or 'productName' to say which GPUs "
-            f"this is for, got {given or 'none'}"
+            f"this is for, got {given or 'none'}",
         )
-    index, uuid, model, product_name = (fields.get(name) for name in _SELECTORS)
-    if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
-        found.add(f"{where}.index: expected a GPU index (an integer ≥ 0), got {quoted(index)}")
-    if uuid is not None and not isinstance(uuid, str):
-        found.add(f"{where}.uuid: expected a GPU UUID string such as GPU-…, got {quoted(uuid)}")
-    if model is not None and (not isinstance(model, str) or model not in gpu_models()):
-        found.add(
-            f"{where}.model: {quoted(model)} is not a GPU model of the catalog; "
-            f"known: {', '.join(gpu_models())}"
-        )
-    if product_name is not None and (not isinstance(product_name, str) or not product_name.strip()):
-        found.add(
-            f"{where}.productName: expected the GPU's name as nvidia-smi shows it, such as 'NVIDIA L4', "
-            f"got {quoted(product_name)}"
-        )
-    settings = found.take(lambda: _settings(fields, where), None)
-    found.raise_any()
-    assert settings is not None  # settings that did not decode are problems raised above
+    if problems:
+        raise NodeConfigError(*problems)
+    model = _given(written.model)
     return GpuEntry(
-        where=where, index=index, uuid=uuid, settings=settings, model=model, product_name=product_name
+        where=where,
+        index=_given(written.index),
+        uuid=_given(written.uuid),
+        settings=_settings(written),
+        model=None if model is None else str(model),
+        product_name=_given(written.product_name),
     )
 
 
@@ -281,37 +250,34 @@ def duplicate_problems(entries: Sequence[GpuEntry]) -> list[str]:
     return problems
 
 
-def _default(fields: Mapping[str, Any]) -> GpuSettings:
-    found = _Found()
-    known = _fields(fields.get("default", {}), "default", _SETTINGS_FIELDS, found)
-    settings = found.take(lambda: _settings(known, "default"), None)
-    found.raise_any()
-    assert settings is not None  # settings that did not decode are problems raised above
-    return settings
+def _part(decode: Callable[[], _T], problems: list[str]) -> _T | None:
+    """A part of the file, or None with its problems added to `problems`."""
+    try:
+        return decode()
+    except DecodeProblems as error:
+        problems.extend(map(str, error.errors))
+    except NodeConfigError as error:
+        problems.extend(error.problems)
+    return None
 
 
 def parse_node_config(raw: object, origin: str) -> NodeConfig:
-    """Raises NodeConfigError with one line per malformed part (the default, each entry), each
+    """Raises NodeConfigError with one line per problem (of the default, of each entry), each
     starting with `origin`: an operator sees every problem of the file at once."""
     if raw is None:
         return NodeConfig()
-    problems: list[str] = []
-    default = GpuSettings()
-    entries: list[GpuEntry] = []
     try:
-        fields = _mapping(raw, "", ("default", "gpus"))
-        try:
-            default = _default(fields)
-        except NodeConfigError as error:
-            problems.extend(error.problems)
-        for number, entry in enumerate(_list(fields.get("gpus", []), "gpus")):
-            try:
-                entries.append(_entry(entry, f"gpus[{number}]"))
-            except NodeConfigError as error:
-                problems.extend(error.problems)
-    except NodeConfigError as error:
-        problems.extend(error.problems)
+        parts = typed(raw, _File)
+    except DecodeError as error:
+        raise NodeConfigError(f"{origin}: {error.path or 'node config'}: {error.problem}") from None
+    problems: list[str] = []
+    default = _part(partial(_default, parts.default), problems)
+    entries = []
+    for number, written in enumerate(parts.gpus):
+        where = f"gpus[{number}]"
+        if (entry := _part(partial(_entry, written, where), problems)) is not None:
+            entries.append(entry)
     problems.extend(duplicate_problems(entries))
-    if problems:
+    if problems or default is None:
         raise NodeConfigError(*(f"{origin}: {problem}" for problem in problems))
     return NodeConfig(default=default, gpus=tuple(entries))

@@ -1,5 +1,6 @@
 """typed() tells msgspec's complaints in strict_decode's words: the cases strict_decode's own
-helpers word in a particular way (unknown fields, field names, ranges, described types)."""
+helpers word in a particular way (unknown fields, field names, ranges, described types); a class
+that checks its own values words its own problem; typed_all names every problem, not the first."""
 
 from typing import Annotated, Literal
 
@@ -7,7 +8,7 @@ import msgspec
 import pytest
 
 from dra_driver.base.strict_decode import DecodeError
-from dra_driver.base.typed_decode import typed
+from dra_driver.base.typed_decode import DecodeProblems, typed, typed_all
 
 
 class _Inner(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -79,3 +80,50 @@ class _Keyed(msgspec.Struct, frozen=True):
 def test_a_key_of_the_wrong_form_is_a_decode_error_too() -> None:
     with pytest.raises(DecodeError, match=r"^doc\.limits: "):
         typed({"limits": {"x": 1}}, _Keyed, "doc")
+
+
+class _Even(int):
+    def __new__(cls, value: object) -> "_Even":
+        if not isinstance(value, int) or value % 2:
+            raise ValueError(f"must be an even integer, got {value!r}")
+        return super().__new__(cls, value)
+
+
+class _Slot(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    width: Annotated[_Even, msgspec.Meta(description="an even width such as 2")]
+    name: str = ""
+
+
+class _Rack(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    slots: tuple[_Slot, ...] = ()
+    interval: Literal["Default", "Short", "Long"] = "Default"
+
+
+def test_a_class_of_its_own_checks_the_value_as_written_and_words_the_problem() -> None:
+    assert typed({"width": 4}, _Slot).width == 4
+    with pytest.raises(DecodeError) as raised:
+        typed({"slots": [{"width": 2}, {"width": 3}]}, _Rack, "rack")
+    assert str(raised.value) == "rack.slots[1].width: must be an even integer, got 3"
+    with pytest.raises(DecodeError) as raised:
+        typed({}, _Slot, "slot")
+    assert str(raised.value) == "slot.width: required (an even width such as 2)"
+
+
+def test_typed_all_names_each_wrong_field_of_each_object_in_declared_order() -> None:
+    rack = {"colour": 1, "interval": "long", "slots": [{"width": 1, "name": 2}, {"width": 2}, {"name": "x"}]}
+    with pytest.raises(DecodeProblems) as raised:
+        typed_all(rack, _Rack, "rack")
+    assert [str(error) for error in raised.value.errors] == [
+        "rack.colour: unknown field (allowed here: slots, interval)",
+        "rack.slots[0].width: must be an even integer, got 1",
+        "rack.slots[0].name: expected a string, got the integer 2",
+        "rack.slots[2].width: required (an even width such as 2)",
+        'rack.interval: "long" is not one of Default, Short, Long',
+    ]
+
+
+def test_typed_all_gives_what_decodes_and_one_problem_where_there_are_no_fields() -> None:
+    assert typed_all({"slots": [{"width": 2}]}, _Rack).slots == (_Slot(_Even(2)),)
+    with pytest.raises(DecodeProblems) as raised:
+        typed_all([], _Rack, "rack")
+    assert str(raised.value) == "rack: expected an object with fields slots, interval, got a list"

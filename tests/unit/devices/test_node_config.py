@@ -107,14 +107,19 @@ def test_a_config_that_does_not_fit_the_gpus_names_the_gpu_and_the_setting(
         ("gpus: [{model: A100}]", "gpus[0].model: 'A100' is not a GPU model of the catalog; known: A100-"),
         ("gpus: [{productName: ' '}]", "gpus[0].productName: expected the GPU's name as nvidia-smi shows it"),
         ("gpus: [{productName: 7}]", "gpus[0].productName: expected the GPU's name"),
-        ("gpus: [{index: -1}]", "gpus[0].index: expected a GPU index (an integer ≥ 0), got -1"),
+        ("gpus: [{index: -1}]", "gpus[0].index: expected a GPU index (an integer ≥ 0), got the integer -1"),
         ("gpus: [{index: true}]", "gpus[0].index: expected a GPU index"),
+        (
+            "gpus: [{index: null, uuid: GPU-a}]",
+            "gpus[0].index: expected a GPU index (an integer ≥ 0), got null",
+        ),
         ("gpus: {index: 0}", "gpus: expected a list"),
         (
             "default: {mode: gpu, vgpu: {memoryStep: 1Gi}}",
             "default.vgpu: only allowed with mode vgpu-capacity",
         ),
         ("default: {mode: gpu, mig: {profiles: []}}", "default.mig: only allowed with mode mig-dynamic"),
+        ("default: {mode: gpu, vgpu: {}}", "default.vgpu: only allowed with mode vgpu-capacity"),
         (
             "default: {mode: vgpu-partitions}",
             "default.vgpu.partitions: mode vgpu-partitions needs at least one",
@@ -133,7 +138,7 @@ def test_a_config_that_does_not_fit_the_gpus_names_the_gpu_and_the_setting(
         ),
         (
             "default: {mode: vgpu-partitions, vgpu: {partitions: [{memory: 1Gi, cores: 101}]}}",
-            "default.vgpu.partitions[0].cores: expected an integer percentage from 1 to 100, got 101",
+            "default.vgpu.partitions[0].cores: 101 is out of range; expected an integer percentage from 1 to",
         ),
         (
             "default: {mode: vgpu-partitions, vgpu: {partitions: [{cores: 10}]}}",
@@ -149,7 +154,7 @@ def test_a_config_that_does_not_fit_the_gpus_names_the_gpu_and_the_setting(
         ),
         (
             "default: {mode: mig-dynamic, mig: {profiles: [7]}}",
-            "default.mig.profiles: expected profile names",
+            "default.mig.profiles[0]: expected a MIG profile name such as 1g.10gb, got the integer 7",
         ),
         (
             "default: {mode: vgpu-capacity, vgpu: {enforcement: hami}}",
@@ -320,6 +325,21 @@ def test_every_malformed_part_of_a_file_is_reported_at_once() -> None:
         "gpus[2].mode",
     ]
     assert all(line.startswith("f.yaml: ") for line in str(caught.value).splitlines())
+
+
+def test_every_wrong_field_of_every_entry_is_its_own_line() -> None:
+    text = (
+        "gpus: [{index: -1, mode: odd}, {model: nope, packing: tight}, {index: 2, vgpu: {memoryStep: 1000}}]"
+    )
+    with pytest.raises(NodeConfigError) as caught:
+        parse_node_config(yaml.safe_load(text), "f.yaml")
+    assert [line.split(": ")[1] for line in caught.value.problems] == [
+        "gpus[0].index",
+        "gpus[0].mode",
+        "gpus[1].model",
+        "gpus[1].packing",
+        "gpus[2].vgpu.memoryStep",
+    ]
 
 
 def test_vgpu_enforcement_defaults_to_mps_and_is_set_per_gpu() -> None:
