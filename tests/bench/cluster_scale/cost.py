@@ -6,6 +6,11 @@ latency (pod_scheduling_sli_duration: first attempt to bound) and one attempt's 
 The baseline is the simplest slices a driver can publish, one device per GPU with no attribute,
 capacity or counter (what scheduler_perf's test driver publishes), from another driver on the same
 nodes, in the same run: the ratio of ours to it is our cost, whatever the machine.
+
+A shape is one command-line choice (`--cost-shapes`, keys of SHAPES): the modes as they ship,
+dynamic MIG with a node config's `mig.profiles` (what an operator can choose to publish fewer
+placements), and one diagnostic shape the driver cannot publish (placements stripped of their
+attributes and capacities), which tells the cost of a device's entries from the cost of its count.
 """
 
 import asyncio
@@ -13,9 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from msgspec.structs import replace
+
+from dra_driver.devices import attributes as names
+from dra_driver.devices.model import Device
 from tests.bench.cluster_scale import cluster_objects, objects
 from tests.bench.cluster_scale.api import CORE, RESOURCE, Api
-from tests.bench.cluster_scale.fleet import fleet_nodes, node_name
+from tests.bench.cluster_scale.fleet import FleetNode, fleet_nodes, node_name
 from tests.bench.cluster_scale.harness import say
 from tests.bench.cluster_scale.metrics import SCHEDULER_METRICS, delta, quantile, scrape, total
 from tests.bench.cluster_scale.needs import GIB, Need
@@ -23,13 +33,36 @@ from tests.bench.cluster_scale.publish import publishing
 
 SIMPLE_DRIVER = "simple.bench.dra-driver.dev"
 GPUS_PER_NODE = 8
-# shape -> (fleet, what each pod asks for)
-SHAPES: dict[str, tuple[str, Need]] = {
-    "whole GPU": ("whole", Need("gpu")),
-    "MIG 1g.10gb": ("mig-dynamic", Need("mig", profile="1g.10gb")),
-    "vGPU share 10Gi/15%": ("vgpu-capacity", Need("vgpu", memory_bytes=10 * GIB, cores=15)),
-    "vGPU partition 10Gi": ("vgpu-partitions", Need("vgpu", memory_bytes=10 * GIB, cores=15)),
+
+
+class CostShape(msgspec.Struct, frozen=True):
+    """What the nodes publish (a fleet, its mig.profiles) and what each pod asks for."""
+
+    label: str
+    fleet: str
+    need: Need
+    mig_profiles: tuple[str, ...] = ()
+    # Diagnostic only: every device keeps its counters and the attributes the selectors read.
+    bare: bool = False
+
+
+_MIG_1G = Need("mig", profile="1g.10gb")
+_SHARE = Need("vgpu", memory_bytes=10 * GIB, cores=15)
+SHAPES: dict[str, CostShape] = {
+    "whole": CostShape("whole GPU", "whole", Need("gpu")),
+    "mig": CostShape("MIG 1g.10gb", "mig-dynamic", _MIG_1G),
+    "vgpu-share": CostShape("vGPU share 10Gi/15%", "vgpu-capacity", _SHARE),
+    "vgpu-partition": CostShape("vGPU partition 10Gi", "vgpu-partitions", _SHARE),
+    "mig-1g": CostShape("MIG 1g.10gb, mig.profiles [1g.10gb]", "mig-dynamic", _MIG_1G, ("1g.10gb",)),
+    "mig-4": CostShape(
+        "MIG 1g.10gb, mig.profiles [1g.10gb, 2g.20gb, 3g.40gb, 7g.80gb]",
+        "mig-dynamic",
+        _MIG_1G,
+        ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"),
+    ),
+    "mig-bare": CostShape("MIG 1g.10gb, bare placements (diagnostic)", "mig-dynamic", _MIG_1G, bare=True),
 }
+DEFAULT_SHAPES = ("whole", "mig", "vgpu-share", "vgpu-partition")
 SLI = "scheduler_pod_scheduling_sli_duration_seconds"
 ATTEMPT = "scheduler_scheduling_attempt_duration_seconds"
 CREATE_CONCURRENCY = 32
@@ -111,8 +144,34 @@ async def _all_bound(api: Api, namespace: str, pods: int) -> bool:
     return await _bound(api, namespace) >= pods
 
 
+def _bare(device: Device) -> Device:
+    kept = {
+        name: device.attributes[name] for name in (names.TYPE, names.PROFILE) if name in device.attributes
+    }
+    return replace(device, attributes=kept, capacity={})
+
+
+def shape_nodes(shape: CostShape, nodes: int) -> list[FleetNode]:
+    """The fleet's nodes as the shape publishes them."""
+    found = fleet_nodes(shape.fleet, nodes, "binpack", [shape.need], shape.mig_profiles)
+    if not shape.bare:
+        return found
+    stripped = []
+    for node in found:
+        devices = tuple(_bare(device) for device in node.inventory.devices)
+        inventory = replace(node.inventory, devices=devices, device_by_name={d.name: d for d in devices})
+        stripped.append(replace(node, inventory=inventory))
+    return stripped
+
+
 async def measure(
-    api: Api, kubeconfig: Path, pki: Path, nodes: int, pods_per_node: int, run: int
+    api: Api,
+    kubeconfig: Path,
+    pki: Path,
+    nodes: int,
+    pods_per_node: int,
+    run: int,
+    shapes: tuple[str, ...] = DEFAULT_SHAPES,
 ) -> list[dict[str, Any]]:
     """One row per slice shape at this fleet size, the simplest slices first."""
     rows = []
@@ -126,21 +185,30 @@ async def measure(
     await api.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", _template("simple"))
     await asyncio.sleep(2)  # the scheduler's informers see the slices
     row = await _burst(api, pki, namespace, "simple", pods)
-    rows.append({"nodes": nodes, "shape": "simplest (1 device per GPU, no attributes)", **row})
+    simplest = {"shape": "simplest (1 device per GPU, no attributes)", "key": "simplest"}
+    rows.append(
+        {"nodes": nodes, **simplest, "devices_per_node": GPUS_PER_NODE, "counter_sets_per_node": 0, **row}
+    )
     say(f"cost at {nodes} nodes, simplest slices: {row['pods_per_second']} pods/s")
     await cluster_objects.drop_namespace(api, namespace)
     await api.delete(f"{RESOURCE}/resourceslices", (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),))
-    for index, (shape, (fleet, need)) in enumerate(SHAPES.items()):
-        fleet_of = fleet_nodes(fleet, nodes, "binpack", [need])
+    for index, key in enumerate(shapes):
+        shape = SHAPES[key]
+        fleet_of = shape_nodes(shape, nodes)
         await cluster_objects.clear_slices(api)
         async with publishing(kubeconfig, fleet_of) as publishers:
             await publishers.converged()
             namespace = f"cost-{run}-{index}"
-            templates = await cluster_objects.make_namespace(api, namespace, [need])
+            templates = await cluster_objects.make_namespace(api, namespace, [shape.need])
             await asyncio.sleep(2)
-            row = await _burst(api, pki, namespace, templates[need], pods)
-            rows.append({"nodes": nodes, "shape": shape, **row})
-            say(f"cost at {nodes} nodes, {shape}: {row['pods_per_second']} pods/s")
+            row = await _burst(api, pki, namespace, templates[shape.need], pods)
+            inventory = fleet_of[0].inventory
+            published = {
+                "devices_per_node": len(inventory.devices),
+                "counter_sets_per_node": len(inventory.counter_sets),
+            }
+            rows.append({"nodes": nodes, "shape": shape.label, "key": key, **published, **row})
+            say(f"cost at {nodes} nodes, {shape.label}: {row['pods_per_second']} pods/s")
             await cluster_objects.drop_namespace(api, namespace)
     baseline = rows[0]["pods_per_second"]
     for row in rows:
