@@ -5,7 +5,8 @@ latency (pod_scheduling_sli_duration: first attempt to bound) and one attempt's 
 
 The baseline is the simplest slices a driver can publish, one device per GPU with no attribute,
 capacity or counter (what scheduler_perf's test driver publishes), from another driver on the same
-nodes, in the same run: the ratio of ours to it is our cost, whatever the machine.
+nodes, in the same run, just before each shape: the ratio of ours to it is our cost, whatever
+the machine and whatever else runs on it.
 
 A shape is one command-line choice (`--cost-shapes`, keys of SHAPES): the modes as they ship,
 dynamic MIG with a node config's `mig.profiles` (what an operator can choose to publish fewer
@@ -27,7 +28,7 @@ from tests.bench.cluster_scale import cluster_objects, objects
 from tests.bench.cluster_scale.api import CORE, RESOURCE, Api
 from tests.bench.cluster_scale.fleet import FleetNode, fleet_nodes, node_name
 from tests.bench.cluster_scale.harness import say
-from tests.bench.cluster_scale.metrics import SCHEDULER_METRICS, delta, quantile, scrape, total
+from tests.bench.cluster_scale.metrics import SCHEDULER_METRICS, Samples, delta, quantile, scrape, total
 from tests.bench.cluster_scale.needs import GIB, Need
 from tests.bench.cluster_scale.publish import publishing
 
@@ -65,6 +66,8 @@ SHAPES: dict[str, CostShape] = {
 DEFAULT_SHAPES = ("whole", "mig", "vgpu-share", "vgpu-partition")
 SLI = "scheduler_pod_scheduling_sli_duration_seconds"
 ATTEMPT = "scheduler_scheduling_attempt_duration_seconds"
+EXTENSION = "scheduler_framework_extension_point_duration_seconds"
+EXTENSION_POINTS = ("PreFilter", "Filter", "Score", "Reserve")
 CREATE_CONCURRENCY = 32
 
 
@@ -135,9 +138,19 @@ async def _burst(api: Api, pki: Path, namespace: str, template: str, pods: int) 
         "bound_seconds": round(elapsed, 2),
         "sli_ms": {k: None if v is None else round(v * 1000, 1) for k, v in sli.items()},
         "attempt_ms": {k: None if v is None else round(v * 1000, 2) for k, v in attempt.items()},
+        # CPU time is what the scheduler spent, whatever else the machine ran meanwhile.
+        "scheduler_cpu_ms_per_pod": round(total(after, "process_cpu_seconds_total") * 1000 / pods, 2),
+        "mean_ms": {point: _mean_ms(after, point) for point in EXTENSION_POINTS},
         "attempts": total(after, "scheduler_schedule_attempts_total"),
         "unschedulable_attempts": total(after, "scheduler_schedule_attempts_total", result="unschedulable"),
     }
+
+
+def _mean_ms(samples: Samples, extension_point: str) -> float | None:
+    """The mean of one extension point's durations (all nodes of one attempt are one observation)."""
+    count = total(samples, f"{EXTENSION}_count", extension_point=extension_point)
+    spent = total(samples, f"{EXTENSION}_sum", extension_point=extension_point)
+    return round(spent * 1000 / count, 2) if count else None
 
 
 async def _all_bound(api: Api, namespace: str, pods: int) -> bool:
@@ -164,6 +177,23 @@ def shape_nodes(shape: CostShape, nodes: int) -> list[FleetNode]:
     return stripped
 
 
+async def _simplest(api: Api, pki: Path, nodes: int, pods: int, namespace: str) -> dict[str, Any]:
+    """One burst against the simplest slices, published for the burst and deleted after it."""
+    await cluster_objects.clear_slices(api)
+    for node in range(nodes):
+        await api.create(f"{RESOURCE}/resourceslices", simple_slice(node_name(node)))
+    await api.create(f"{CORE}/namespaces", objects.namespace(namespace))
+    await cluster_objects.make_namespace_ready(api, namespace)
+    await api.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", _template("simple"))
+    await asyncio.sleep(2)  # the scheduler's informers see the slices
+    row = await _burst(api, pki, namespace, "simple", pods)
+    say(f"cost at {nodes} nodes, simplest slices: {row['pods_per_second']} pods/s")
+    await cluster_objects.drop_namespace(api, namespace)
+    await api.delete(f"{RESOURCE}/resourceslices", (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),))
+    simplest = {"shape": "simplest (1 device per GPU, no attributes)", "key": "simplest"}
+    return {"nodes": nodes, **simplest, "devices_per_node": GPUS_PER_NODE, "counter_sets_per_node": 0, **row}
+
+
 async def measure(
     api: Api,
     kubeconfig: Path,
@@ -173,26 +203,15 @@ async def measure(
     run: int,
     shapes: tuple[str, ...] = DEFAULT_SHAPES,
 ) -> list[dict[str, Any]]:
-    """One row per slice shape at this fleet size, the simplest slices first."""
+    """Per slice shape at this fleet size, a burst against the simplest slices, then one against
+    the shape: each shape's ratio is to the baseline measured just before it, so a machine
+    whose load drifts during the run (other work on it) moves both sides of a ratio alike. The
+    simplest rows' own ratio is to their mean, which shows that drift."""
     rows = []
     pods = nodes * pods_per_node
-    await cluster_objects.clear_slices(api)
-    namespace = f"cost-{run}"
-    for node in range(nodes):
-        await api.create(f"{RESOURCE}/resourceslices", simple_slice(node_name(node)))
-    await api.create(f"{CORE}/namespaces", objects.namespace(namespace))
-    await cluster_objects.make_namespace_ready(api, namespace)
-    await api.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", _template("simple"))
-    await asyncio.sleep(2)  # the scheduler's informers see the slices
-    row = await _burst(api, pki, namespace, "simple", pods)
-    simplest = {"shape": "simplest (1 device per GPU, no attributes)", "key": "simplest"}
-    rows.append(
-        {"nodes": nodes, **simplest, "devices_per_node": GPUS_PER_NODE, "counter_sets_per_node": 0, **row}
-    )
-    say(f"cost at {nodes} nodes, simplest slices: {row['pods_per_second']} pods/s")
-    await cluster_objects.drop_namespace(api, namespace)
-    await api.delete(f"{RESOURCE}/resourceslices", (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),))
     for index, key in enumerate(shapes):
+        baseline = await _simplest(api, pki, nodes, pods, f"cost-{run}-{index}-simplest")
+        rows.append(baseline)
         shape = SHAPES[key]
         fleet_of = shape_nodes(shape, nodes)
         await cluster_objects.clear_slices(api)
@@ -207,10 +226,24 @@ async def measure(
                 "devices_per_node": len(inventory.devices),
                 "counter_sets_per_node": len(inventory.counter_sets),
             }
-            rows.append({"nodes": nodes, "shape": shape.label, "key": key, **published, **row})
-            say(f"cost at {nodes} nodes, {shape.label}: {row['pods_per_second']} pods/s")
+            paired = baseline["pods_per_second"]
+            ratio = round(row["pods_per_second"] / paired, 3) if paired else None
+            rows.append(
+                {
+                    "nodes": nodes,
+                    "shape": shape.label,
+                    "key": key,
+                    **published,
+                    **row,
+                    "simplest_pods_per_second": paired,
+                    "throughput_vs_simplest": ratio,
+                }
+            )
+            pace = row["pods_per_second"]
+            say(f"cost at {nodes} nodes, {shape.label}: {pace} pods/s, {ratio}x the simplest")
             await cluster_objects.drop_namespace(api, namespace)
-    baseline = rows[0]["pods_per_second"]
-    for row in rows:
-        row["throughput_vs_simplest"] = round(row["pods_per_second"] / baseline, 3) if baseline else None
+    simplest = [row for row in rows if row["key"] == "simplest"]
+    mean = sum(row["pods_per_second"] for row in simplest) / len(simplest) if simplest else 0
+    for row in simplest:
+        row["throughput_vs_simplest"] = round(row["pods_per_second"] / mean, 3) if mean else None
     return rows
