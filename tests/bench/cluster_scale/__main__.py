@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cluster-scale: results in {args.output}")
     for picture in write_pictures(results, args.output.parent):
         print(f"cluster-scale: picture {picture}")
-    print("\n".join(headline(results["rows"])))
+    if results["rows"]:
+        print("\n".join(headline(results["rows"])))
     for row in results["scheduler_cost"]:
         print(
             f"cluster-scale: cost at {row['nodes']} nodes, {row['shape']}: {row['pods_per_second']} pods/s, "
