@@ -11,6 +11,7 @@ Exit 2 for a bad flag or trace file, 1 when the cluster or a run fails.
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import platform
@@ -125,11 +126,19 @@ async def _run(args: argparse.Namespace, layout_root: Path, kubelet_version: str
                     rows.append(row)
                     # Written after every run: a long benchmark stopped midway keeps what it measured.
                     _write(args.output, {"rows": rows, "complete": False})
-        cost_rows = []
+        cost_rows: list[dict[str, Any]] = []
         for run, nodes in enumerate(args.cost_sizes):
             await cluster_objects.set_node_count(api, nodes, kubelet_version)
+            progress = functools.partial(_progress, args.output, rows, list(cost_rows))
             cost_rows += await cost.measure(
-                api, kubeconfig, layout_root / "pki", nodes, args.pods_per_node, run, args.cost_shape_list
+                api,
+                kubeconfig,
+                layout_root / "pki",
+                nodes,
+                args.pods_per_node,
+                run,
+                args.cost_shape_list,
+                progress,
             )
             _write(args.output, {"rows": rows, "scheduler_cost": cost_rows, "complete": False})
         publishing = None
@@ -141,6 +150,13 @@ async def _run(args: argparse.Namespace, layout_root: Path, kubelet_version: str
         return {"rows": rows, "scheduler_cost": cost_rows, "publishing": publishing}
     finally:
         await api.close()
+
+
+def _progress(
+    path: Path, rows: list[dict[str, Any]], done: list[dict[str, Any]], size_rows: list[dict[str, Any]]
+) -> None:
+    """Written after every cost shape: a run stopped midway keeps the shapes it measured."""
+    _write(path, {"rows": rows, "scheduler_cost": done + size_rows, "complete": False})
 
 
 def _write(path: Path, results: dict[str, Any]) -> None:

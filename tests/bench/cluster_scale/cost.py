@@ -16,6 +16,7 @@ attributes and capacities), which tells the cost of a device's entries from the 
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +190,8 @@ async def _simplest(api: Api, pki: Path, nodes: int, pods: int, namespace: str) 
     row = await _burst(api, pki, namespace, "simple", pods)
     say(f"cost at {nodes} nodes, simplest slices: {row['pods_per_second']} pods/s")
     await cluster_objects.drop_namespace(api, namespace)
-    await api.delete(f"{RESOURCE}/resourceslices", (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),))
+    simple_slices = (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),)
+    await api.delete(f"{RESOURCE}/resourceslices", simple_slices, within=cluster_objects.WAIT)
     simplest = {"shape": "simplest (1 device per GPU, no attributes)", "key": "simplest"}
     return {"nodes": nodes, **simplest, "devices_per_node": GPUS_PER_NODE, "counter_sets_per_node": 0, **row}
 
@@ -202,6 +204,7 @@ async def measure(
     pods_per_node: int,
     run: int,
     shapes: tuple[str, ...] = DEFAULT_SHAPES,
+    progress: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Per slice shape at this fleet size, a burst against the simplest slices, then one against
     the shape: each shape's ratio is to the baseline measured just before it, so a machine
@@ -242,6 +245,8 @@ async def measure(
             pace = row["pods_per_second"]
             say(f"cost at {nodes} nodes, {shape.label}: {pace} pods/s, {ratio}x the simplest")
             await cluster_objects.drop_namespace(api, namespace)
+        if progress:
+            progress(rows)
     simplest = [row for row in rows if row["key"] == "simplest"]
     mean = sum(row["pods_per_second"] for row in simplest) / len(simplest) if simplest else 0
     for row in simplest:
