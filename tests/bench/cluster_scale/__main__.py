@@ -11,6 +11,7 @@ Exit 2 for a bad flag or trace file, 1 when the cluster or a run fails.
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import platform
@@ -46,10 +47,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--trace", type=Path, action="append", default=[], help="a trace file (plan --trace format)"
     )
-    parser.add_argument("--fleets", default=",".join(FLEETS), help=f"comma-separated, of {', '.join(FLEETS)}")
+    parser.add_argument(
+        "--fleets",
+        default=",".join(FLEETS),
+        help=f"comma-separated, of {', '.join(FLEETS)} ('' skips the utilisation runs)",
+    )
     parser.add_argument("--orders", default=",".join(ORDERS), help="comma-separated, of binpack, spread")
     parser.add_argument(
         "--cost-nodes", default="100,500", help="fleet sizes of the scheduler-cost runs ('' skips them)"
+    )
+    parser.add_argument(
+        "--cost-shapes",
+        default=",".join(cost.DEFAULT_SHAPES),
+        help=f"comma-separated slice shapes of the scheduler-cost runs, of {', '.join(cost.SHAPES)}",
     )
     parser.add_argument(
         "--pods-per-node", type=int, default=2, help="pods a node of the scheduler-cost bursts"
@@ -65,10 +75,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _list(text: str, allowed: tuple[str, ...] | dict[str, Any], flag: str) -> list[str]:
+def _list(
+    text: str, allowed: tuple[str, ...] | dict[str, Any], flag: str, may_be_empty: bool = False
+) -> list[str]:
     items = [item.strip() for item in text.split(",") if item.strip()]
     wrong = [item for item in items if item not in allowed]
-    if not items or wrong:
+    if (not items and not may_be_empty) or wrong:
         raise ValueError(f"{flag}: expected a comma-separated list of {', '.join(allowed)}, got {text!r}")
     return items
 
@@ -114,12 +126,21 @@ async def _run(args: argparse.Namespace, layout_root: Path, kubelet_version: str
                     rows.append(row)
                     # Written after every run: a long benchmark stopped midway keeps what it measured.
                     _write(args.output, {"rows": rows, "complete": False})
-        cost_rows = []
+        cost_rows: list[dict[str, Any]] = []
         for run, nodes in enumerate(args.cost_sizes):
             await cluster_objects.set_node_count(api, nodes, kubelet_version)
+            progress = functools.partial(_progress, args.output, rows, list(cost_rows))
             cost_rows += await cost.measure(
-                api, kubeconfig, layout_root / "pki", nodes, args.pods_per_node, run
+                api,
+                kubeconfig,
+                layout_root / "pki",
+                nodes,
+                args.pods_per_node,
+                run,
+                args.cost_shape_list,
+                progress,
             )
+            _write(args.output, {"rows": rows, "scheduler_cost": cost_rows, "complete": False})
         publishing = None
         if args.publish_nodes:
             await cluster_objects.set_node_count(api, args.publish_nodes, kubelet_version)
@@ -129,6 +150,13 @@ async def _run(args: argparse.Namespace, layout_root: Path, kubelet_version: str
         return {"rows": rows, "scheduler_cost": cost_rows, "publishing": publishing}
     finally:
         await api.close()
+
+
+def _progress(
+    path: Path, rows: list[dict[str, Any]], done: list[dict[str, Any]], size_rows: list[dict[str, Any]]
+) -> None:
+    """Written after every cost shape: a run stopped midway keeps the shapes it measured."""
+    _write(path, {"rows": rows, "scheduler_cost": done + size_rows, "complete": False})
 
 
 def _write(path: Path, results: dict[str, Any]) -> None:
@@ -141,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     # The slice controllers' info lines, hundreds of them a run; their warnings still show.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     try:
-        args.fleet_list = _list(args.fleets, FLEETS, "--fleets")
+        args.fleet_list = _list(args.fleets, FLEETS, "--fleets", may_be_empty=True)
+        args.cost_shape_list = tuple(_list(args.cost_shapes, cost.SHAPES, "--cost-shapes"))
         args.order_list = _list(args.orders, ORDERS, "--orders")
         args.cost_sizes = _sizes(args.cost_nodes, "--cost-nodes")
         for flag, value in (("--nodes", args.nodes), ("--publish-nodes", args.publish_nodes or 1)):
@@ -173,7 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cluster-scale: results in {args.output}")
     for picture in write_pictures(results, args.output.parent):
         print(f"cluster-scale: picture {picture}")
-    print("\n".join(headline(results["rows"])))
+    if results["rows"]:
+        print("\n".join(headline(results["rows"])))
+    for row in results["scheduler_cost"]:
+        print(
+            f"cluster-scale: cost at {row['nodes']} nodes, {row['shape']}: {row['pods_per_second']} pods/s, "
+            f"{row['throughput_vs_simplest']} of the simplest"
+        )
     return 0
 
 

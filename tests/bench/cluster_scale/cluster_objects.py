@@ -68,7 +68,7 @@ async def set_node_count(api: Api, count: int, kubelet_version: str) -> None:
 
 async def clear_slices(api: Api) -> None:
     """No ResourceSlice of ours left: the next run's fleet starts from an empty pool."""
-    await api.delete(SLICES, (("fieldSelector", f"spec.driver={DRIVER}"),))
+    await api.delete(SLICES, (("fieldSelector", f"spec.driver={DRIVER}"),), within=WAIT)
 
     async def none_left() -> bool:
         found = await api.get(f"{SLICES}?fieldSelector=spec.driver%3D{DRIVER}")
@@ -103,7 +103,7 @@ async def make_namespace(api: Api, name: str, needs: Iterable[Need]) -> dict[Nee
 
 async def drop_namespace(api: Api, name: str) -> None:
     """Every pod deleted at once, every claim gone (so their devices are free), then the namespace."""
-    await api.delete(f"{CORE}/namespaces/{name}/pods")
+    await api.delete(f"{CORE}/namespaces/{name}/pods", within=WAIT)
 
     async def no_claims() -> bool:
         found = await api.get(f"{RESOURCE}/namespaces/{name}/resourceclaims")

@@ -5,33 +5,70 @@ latency (pod_scheduling_sli_duration: first attempt to bound) and one attempt's 
 
 The baseline is the simplest slices a driver can publish, one device per GPU with no attribute,
 capacity or counter (what scheduler_perf's test driver publishes), from another driver on the same
-nodes, in the same run: the ratio of ours to it is our cost, whatever the machine.
+nodes, in the same run, just before each shape: the ratio of ours to it is our cost, whatever
+the machine and whatever else runs on it.
+
+A shape is one command-line choice (`--cost-shapes`, keys of SHAPES): the modes as they ship,
+dynamic MIG with a node config's `mig.profiles` (what an operator can choose to publish fewer
+placements), and one diagnostic shape the driver cannot publish (placements stripped of their
+attributes and capacities), which tells the cost of a device's entries from the cost of its count.
 """
 
 import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+from msgspec.structs import replace
+
+from dra_driver.devices import attributes as names
+from dra_driver.devices.model import Device
 from tests.bench.cluster_scale import cluster_objects, objects
 from tests.bench.cluster_scale.api import CORE, RESOURCE, Api
-from tests.bench.cluster_scale.fleet import fleet_nodes, node_name
+from tests.bench.cluster_scale.fleet import FleetNode, fleet_nodes, node_name
 from tests.bench.cluster_scale.harness import say
-from tests.bench.cluster_scale.metrics import SCHEDULER_METRICS, delta, quantile, scrape, total
+from tests.bench.cluster_scale.metrics import SCHEDULER_METRICS, Samples, delta, quantile, scrape, total
 from tests.bench.cluster_scale.needs import GIB, Need
 from tests.bench.cluster_scale.publish import publishing
 
 SIMPLE_DRIVER = "simple.bench.dra-driver.dev"
 GPUS_PER_NODE = 8
-# shape -> (fleet, what each pod asks for)
-SHAPES: dict[str, tuple[str, Need]] = {
-    "whole GPU": ("whole", Need("gpu")),
-    "MIG 1g.10gb": ("mig-dynamic", Need("mig", profile="1g.10gb")),
-    "vGPU share 10Gi/15%": ("vgpu-capacity", Need("vgpu", memory_bytes=10 * GIB, cores=15)),
-    "vGPU partition 10Gi": ("vgpu-partitions", Need("vgpu", memory_bytes=10 * GIB, cores=15)),
+
+
+class CostShape(msgspec.Struct, frozen=True):
+    """What the nodes publish (a fleet, its mig.profiles) and what each pod asks for."""
+
+    label: str
+    fleet: str
+    need: Need
+    mig_profiles: tuple[str, ...] = ()
+    # Diagnostic only: every device keeps its counters and the attributes the selectors read.
+    bare: bool = False
+
+
+_MIG_1G = Need("mig", profile="1g.10gb")
+_SHARE = Need("vgpu", memory_bytes=10 * GIB, cores=15)
+SHAPES: dict[str, CostShape] = {
+    "whole": CostShape("whole GPU", "whole", Need("gpu")),
+    "mig": CostShape("MIG 1g.10gb", "mig-dynamic", _MIG_1G),
+    "vgpu-share": CostShape("vGPU share 10Gi/15%", "vgpu-capacity", _SHARE),
+    "vgpu-partition": CostShape("vGPU partition 10Gi", "vgpu-partitions", _SHARE),
+    "mig-1g": CostShape("MIG 1g.10gb, mig.profiles [1g.10gb]", "mig-dynamic", _MIG_1G, ("1g.10gb",)),
+    "mig-4": CostShape(
+        "MIG 1g.10gb, mig.profiles [1g.10gb, 2g.20gb, 3g.40gb, 7g.80gb]",
+        "mig-dynamic",
+        _MIG_1G,
+        ("1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"),
+    ),
+    "mig-bare": CostShape("MIG 1g.10gb, bare placements (diagnostic)", "mig-dynamic", _MIG_1G, bare=True),
 }
+DEFAULT_SHAPES = ("whole", "mig", "vgpu-share", "vgpu-partition")
 SLI = "scheduler_pod_scheduling_sli_duration_seconds"
 ATTEMPT = "scheduler_scheduling_attempt_duration_seconds"
+EXTENSION = "scheduler_framework_extension_point_duration_seconds"
+EXTENSION_POINTS = ("PreFilter", "Filter", "Score", "Reserve")
 CREATE_CONCURRENCY = 32
 
 
@@ -102,23 +139,48 @@ async def _burst(api: Api, pki: Path, namespace: str, template: str, pods: int) 
         "bound_seconds": round(elapsed, 2),
         "sli_ms": {k: None if v is None else round(v * 1000, 1) for k, v in sli.items()},
         "attempt_ms": {k: None if v is None else round(v * 1000, 2) for k, v in attempt.items()},
+        # CPU time is what the scheduler spent, whatever else the machine ran meanwhile.
+        "scheduler_cpu_ms_per_pod": round(total(after, "process_cpu_seconds_total") * 1000 / pods, 2),
+        "mean_ms": {point: _mean_ms(after, point) for point in EXTENSION_POINTS},
         "attempts": total(after, "scheduler_schedule_attempts_total"),
         "unschedulable_attempts": total(after, "scheduler_schedule_attempts_total", result="unschedulable"),
     }
+
+
+def _mean_ms(samples: Samples, extension_point: str) -> float | None:
+    """The mean of one extension point's durations (all nodes of one attempt are one observation)."""
+    count = total(samples, f"{EXTENSION}_count", extension_point=extension_point)
+    spent = total(samples, f"{EXTENSION}_sum", extension_point=extension_point)
+    return round(spent * 1000 / count, 2) if count else None
 
 
 async def _all_bound(api: Api, namespace: str, pods: int) -> bool:
     return await _bound(api, namespace) >= pods
 
 
-async def measure(
-    api: Api, kubeconfig: Path, pki: Path, nodes: int, pods_per_node: int, run: int
-) -> list[dict[str, Any]]:
-    """One row per slice shape at this fleet size, the simplest slices first."""
-    rows = []
-    pods = nodes * pods_per_node
+def _bare(device: Device) -> Device:
+    kept = {
+        name: device.attributes[name] for name in (names.TYPE, names.PROFILE) if name in device.attributes
+    }
+    return replace(device, attributes=kept, capacity={})
+
+
+def shape_nodes(shape: CostShape, nodes: int) -> list[FleetNode]:
+    """The fleet's nodes as the shape publishes them."""
+    found = fleet_nodes(shape.fleet, nodes, "binpack", [shape.need], shape.mig_profiles)
+    if not shape.bare:
+        return found
+    stripped = []
+    for node in found:
+        devices = tuple(_bare(device) for device in node.inventory.devices)
+        inventory = replace(node.inventory, devices=devices, device_by_name={d.name: d for d in devices})
+        stripped.append(replace(node, inventory=inventory))
+    return stripped
+
+
+async def _simplest(api: Api, pki: Path, nodes: int, pods: int, namespace: str) -> dict[str, Any]:
+    """One burst against the simplest slices, published for the burst and deleted after it."""
     await cluster_objects.clear_slices(api)
-    namespace = f"cost-{run}"
     for node in range(nodes):
         await api.create(f"{RESOURCE}/resourceslices", simple_slice(node_name(node)))
     await api.create(f"{CORE}/namespaces", objects.namespace(namespace))
@@ -126,23 +188,67 @@ async def measure(
     await api.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", _template("simple"))
     await asyncio.sleep(2)  # the scheduler's informers see the slices
     row = await _burst(api, pki, namespace, "simple", pods)
-    rows.append({"nodes": nodes, "shape": "simplest (1 device per GPU, no attributes)", **row})
     say(f"cost at {nodes} nodes, simplest slices: {row['pods_per_second']} pods/s")
     await cluster_objects.drop_namespace(api, namespace)
-    await api.delete(f"{RESOURCE}/resourceslices", (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),))
-    for index, (shape, (fleet, need)) in enumerate(SHAPES.items()):
-        fleet_of = fleet_nodes(fleet, nodes, "binpack", [need])
+    simple_slices = (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),)
+    await api.delete(f"{RESOURCE}/resourceslices", simple_slices, within=cluster_objects.WAIT)
+    simplest = {"shape": "simplest (1 device per GPU, no attributes)", "key": "simplest"}
+    return {"nodes": nodes, **simplest, "devices_per_node": GPUS_PER_NODE, "counter_sets_per_node": 0, **row}
+
+
+async def measure(
+    api: Api,
+    kubeconfig: Path,
+    pki: Path,
+    nodes: int,
+    pods_per_node: int,
+    run: int,
+    shapes: tuple[str, ...] = DEFAULT_SHAPES,
+    progress: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Per slice shape at this fleet size, a burst against the simplest slices, then one against
+    the shape: each shape's ratio is to the baseline measured just before it, so a machine
+    whose load drifts during the run (other work on it) moves both sides of a ratio alike. The
+    simplest rows' own ratio is to their mean, which shows that drift."""
+    rows = []
+    pods = nodes * pods_per_node
+    for index, key in enumerate(shapes):
+        baseline = await _simplest(api, pki, nodes, pods, f"cost-{run}-{index}-simplest")
+        rows.append(baseline)
+        shape = SHAPES[key]
+        fleet_of = shape_nodes(shape, nodes)
         await cluster_objects.clear_slices(api)
         async with publishing(kubeconfig, fleet_of) as publishers:
             await publishers.converged()
             namespace = f"cost-{run}-{index}"
-            templates = await cluster_objects.make_namespace(api, namespace, [need])
+            templates = await cluster_objects.make_namespace(api, namespace, [shape.need])
             await asyncio.sleep(2)
-            row = await _burst(api, pki, namespace, templates[need], pods)
-            rows.append({"nodes": nodes, "shape": shape, **row})
-            say(f"cost at {nodes} nodes, {shape}: {row['pods_per_second']} pods/s")
+            row = await _burst(api, pki, namespace, templates[shape.need], pods)
+            inventory = fleet_of[0].inventory
+            published = {
+                "devices_per_node": len(inventory.devices),
+                "counter_sets_per_node": len(inventory.counter_sets),
+            }
+            paired = baseline["pods_per_second"]
+            ratio = round(row["pods_per_second"] / paired, 3) if paired else None
+            rows.append(
+                {
+                    "nodes": nodes,
+                    "shape": shape.label,
+                    "key": key,
+                    **published,
+                    **row,
+                    "simplest_pods_per_second": paired,
+                    "throughput_vs_simplest": ratio,
+                }
+            )
+            pace = row["pods_per_second"]
+            say(f"cost at {nodes} nodes, {shape.label}: {pace} pods/s, {ratio}x the simplest")
             await cluster_objects.drop_namespace(api, namespace)
-    baseline = rows[0]["pods_per_second"]
-    for row in rows:
-        row["throughput_vs_simplest"] = round(row["pods_per_second"] / baseline, 3) if baseline else None
+        if progress:
+            progress(rows)
+    simplest = [row for row in rows if row["key"] == "simplest"]
+    mean = sum(row["pods_per_second"] for row in simplest) / len(simplest) if simplest else 0
+    for row in simplest:
+        row["throughput_vs_simplest"] = round(row["pods_per_second"] / mean, 3) if mean else None
     return rows

@@ -66,9 +66,13 @@ def partition_sizes(needs: Iterable[Need]) -> tuple[VgpuPartitionSize, ...]:
     return tuple(VgpuPartitionSize(memory, cores[memory]) for memory in sorted(cores))
 
 
-def _settings(mode: Mode, order: PackingPolicy, needs: Sequence[Need]) -> GpuSettings:
+def _settings(
+    mode: Mode, order: PackingPolicy, needs: Sequence[Need], mig_profiles: tuple[str, ...]
+) -> GpuSettings:
     if mode == "vgpu-partitions":
         return GpuSettings(mode=mode, packing=order, partitions=partition_sizes(needs))
+    if mode == "mig-dynamic":
+        return GpuSettings(mode=mode, packing=order, mig_profiles=mig_profiles)
     return GpuSettings(mode="gpu" if mode == "native" else mode, packing=order)
 
 
@@ -78,8 +82,11 @@ def _gpus(name: str, profile: str, mode: Mode) -> list[Gpu]:
     return [replace(gpu, mig_mode=mig_mode, mig_instances=()) if gpu.mig_profiles else gpu for gpu in gpus]
 
 
-def fleet_nodes(fleet: str, nodes: int, order: PackingPolicy, needs: Sequence[Need]) -> list[FleetNode]:
-    """`nodes` nodes split among the fleet's groups by share (the last group takes the rest)."""
+def fleet_nodes(
+    fleet: str, nodes: int, order: PackingPolicy, needs: Sequence[Need], mig_profiles: tuple[str, ...] = ()
+) -> list[FleetNode]:
+    """`nodes` nodes split among the fleet's groups by share (the last group takes the rest);
+    `mig_profiles` is the node config's `mig.profiles` of the mig-dynamic nodes (empty: all)."""
     groups = FLEETS[fleet]
     counts = [round(nodes * share) for _, _, share in groups[:-1]]
     counts.append(nodes - sum(counts))
@@ -88,6 +95,6 @@ def fleet_nodes(fleet: str, nodes: int, order: PackingPolicy, needs: Sequence[Ne
         for _ in range(count):
             name = node_name(len(found))
             gpus = _gpus(name, profile, mode)
-            inventory = node_inventory(gpus, NodeConfig(default=_settings(mode, order, needs)))
+            inventory = node_inventory(gpus, NodeConfig(default=_settings(mode, order, needs, mig_profiles)))
             found.append(FleetNode(name, profile, mode, inventory))
     return found
