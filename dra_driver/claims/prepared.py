@@ -41,10 +41,12 @@ def claim_cdi_devices(
     CDI name, the edits of the devices a side effect hands over itself (side_effects.device_edits:
     a GPU given to a VM), in place of the backend's."""
     handed = handed_over or {}
-    devices = [
-        (device.cdi_name, handed.get(device.cdi_name) or _device_edits(edits, device, created, vgpu))
-        for device in planned
-    ]
+    devices = []
+    for device in planned:
+        own = handed.get(device.cdi_name)
+        devices.append(
+            (device.cdi_name, own if own is not None else _device_edits(edits, device, created, vgpu))
+        )
     devices.extend(metadata)
     if sharing.mps:
         devices.append((MPS_CDI_DEVICE, sharing.container_edits))

@@ -42,9 +42,7 @@ class VfioBindings(SideEffect[VfioEntry]):
         ]
         if not addresses:
             return ()
-        pci = self._pci
-        if pci is None:
-            raise ClaimRejected(f"claim {ref}: this node cannot bind GPUs to {VFIO_DRIVER}")
+        pci = self._binding(ref)
         entries = []
         for address in addresses:
             try:
@@ -59,6 +57,13 @@ class VfioBindings(SideEffect[VfioEntry]):
             entries.append(VfioEntry(address, driver))
         return tuple(entries)
 
+    def _binding(self, ref: ClaimRef) -> PciBinding:
+        """Where the claim's GPUs are bound; a node without one refuses the claim (claim_actions
+        asks first, so apply never meets it with actions of this node's own making)."""
+        if self._pci is None:
+            raise ClaimRejected(f"claim {ref}: this node cannot bind GPUs to {VFIO_DRIVER}")
+        return self._pci
+
     def container_edits(self, device: PlannedDevice) -> ContainerEdits | None:
         """The VFIO container and the GPU's IOMMU group, which the VM's monitor (QEMU in a
         KubeVirt virt-launcher) opens; none of the nvidia device nodes, since the host driver no
@@ -71,9 +76,7 @@ class VfioBindings(SideEffect[VfioEntry]):
         return action
 
     async def apply(self, ref: ClaimRef, actions: Sequence[VfioEntry]) -> Made:
-        pci = self._pci
-        if pci is None:  # claim_actions made none: a caller handed in actions of its own
-            raise ClaimRejected(f"claim {ref}: this node cannot bind GPUs to {VFIO_DRIVER}")
+        pci = self._binding(ref)
         for action in actions:
             await asyncio.to_thread(pci.bind_vfio, action.pci_address)
         return {}
