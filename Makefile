@@ -99,9 +99,9 @@ bench-cluster: test-deps $(INSTALLED)
 bench-pod-start: test-deps $(INSTALLED)
 	$(BIN)/python -m tests.bench.pod_start --pods 8 --rounds 2 --output docs/bench/pod-start.json
 
-## bench-go-driver: pod start of our driver beside upstream's Go DRA test driver on the local
-## cluster (docs/benchmarks.md, "Side by side with upstream's Go test driver"); builds the test
-## driver; brings the cluster up and down unless it is up; as root, about 5 minutes warm
+## bench-go-driver: pod start of our driver beside dra-example-driver and upstream's Go DRA test
+## driver on the local cluster (docs/benchmarks.md, "Side by side with the Go drivers"); builds
+## both; brings the cluster up and down unless it is up; as root, about 7 minutes warm
 bench-go-driver: test-deps $(INSTALLED)
 	$(BIN)/python -m tests.bench.pod_start.go_driver --pods 8 --rounds 2 --output docs/bench/go-driver.json
 

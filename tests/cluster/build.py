@@ -186,6 +186,19 @@ def dra_test_driver_component() -> Component:
     )
 
 
+def dra_example_driver_component() -> Component:
+    """Upstream's reference DRA driver (sigs.k8s.io/dra-example-driver, its kubelet plugin
+    `dra-example-kubeletplugin`), for the side-by-side benchmark only. It has no version variable
+    to set (its Makefile's -X main.version names none in this command)."""
+    return Component(
+        name="dra-example-driver",
+        module=MODULES / "dra-example-driver",
+        binaries={
+            "sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin": "dra-example-kubeletplugin"
+        },
+    )
+
+
 def _say(message: str) -> None:
     print(f"cluster build: {message}", file=sys.stderr, flush=True)
 

@@ -1,22 +1,25 @@
-"""Pod start, our driver beside upstream's Go DRA test driver, on the real local cluster.
+"""Pod start, our driver beside two Go DRA drivers, on the real local cluster.
 
-Issue 49, part 5; docs/benchmarks.md, "Side by side with upstream's Go test driver".
+Issue 49, part 5; docs/benchmarks.md, "Side by side with the Go drivers".
 
     python -m tests.bench.pod_start.go_driver --pods 8 --rounds 2 --output docs/bench/go-driver.json
 
 As root. Brings the local cluster up as `make cluster` does unless it is up already, rolls our
-agent out as it ships (the chart's DaemonSet pod), and starts upstream's
-k8s.io/kubernetes/test/e2e/dra/test-driver (`dra-test-driver kubelet-plugin`, built from
-hack/cluster/modules/dra-test-driver) beside it as a host process with 8 devices and a
-DeviceClass of its own. Then, per round, one block per driver and pod size, interleaved (ours,
-theirs; theirs, ours the next round): a pod of 1 and one of 8 claims started and stopped
-unrecorded, then `--pods` of them one at a time, each timed from its create request to Running;
-kubelet's DRA histograms per driver and each agent's RSS and CPU seconds read before and after
-the block. The test driver does almost nothing per claim, ours its full work: see NOTE. The
-cluster is taken down at the end if this run brought it up (unless `--keep`).
+agent out as it ships (the chart's DaemonSet pod), and starts beside it, as host processes with 8
+devices and a DeviceClass each, upstream's reference driver sigs.k8s.io/dra-example-driver
+(`dra-example-kubeletplugin`) and upstream's e2e test driver
+k8s.io/kubernetes/test/e2e/dra/test-driver (`dra-test-driver kubelet-plugin`), both built from
+their wrapper modules in hack/cluster/modules. Then, per round, one block per driver and pod
+size, interleaved (ours, then each Go driver; the order reversed the next round): a pod of 1 and
+one of 8 claims started and stopped unrecorded, then `--pods` of them one at a time, each timed
+from its create request to Running; kubelet's DRA histograms per driver, the scheduler's attempt
+and SLI histograms, and each agent's RSS and CPU seconds read before and after the block. The Go
+drivers do almost nothing per claim, ours its full work: see NOTE. The cluster is taken down at
+the end if this run brought it up (unless `--keep`).
 """
 
 import argparse
+import asyncio
 import json
 import os
 import statistics
@@ -27,30 +30,27 @@ from typing import Any
 
 from kubernetes import client
 
+from tests.bench.cluster_scale.metrics import SCHEDULER_METRICS, scrape
 from tests.bench.pod_start.__main__ import deploy
 from tests.bench.pod_start.go_driver_parts import (
+    GO_DEVICES,
+    GO_DRIVERS,
     NOTE,
     OURS,
-    SERVICE,
-    TEST_DEVICES,
-    TEST_DRIVER_NAME,
-    TEST_DRIVER_SOURCE,
+    GoDriver,
     Side,
     agent_pid,
+    all_ratios,
     order,
     process_figures,
-    ratios,
+    scheduler_figures,
+    scheduler_readings,
     summary,
-    test_device_class,
-    test_driver_argv,
-    test_driver_env,
-    test_driver_socket_dir,
-    test_template,
 )
 from tests.bench.pod_start.pods import NAMESPACE, Cluster, mean_per_call, refused_start
 from tests.bench.pod_start.variants import VARIANTS
 from tests.cluster import control_plane, processes
-from tests.cluster.build import build, dra_test_driver_component
+from tests.cluster.build import build
 from tests.cluster.layout import Layout
 from tests.cluster.teardown import SERVICES, tear_down
 from tests.cluster.up import running, up
@@ -78,52 +78,60 @@ def _create(call: Any, *args: Any) -> None:
             raise
 
 
-def _test_devices(cluster: Cluster) -> int:
-    listed = cluster.resource.list_resource_slice(field_selector=f"spec.driver={TEST_DRIVER_NAME}")
+def _devices(cluster: Cluster, driver: str) -> int:
+    listed = cluster.resource.list_resource_slice(field_selector=f"spec.driver={driver}")
     return sum(len(item.spec.devices or []) for item in listed.items)
 
 
-def start_test_driver(cluster: Cluster, layout: Layout) -> int:
-    """The test driver running, its DeviceClass and template made and its devices published;
-    its pid."""
-    binary = build(dra_test_driver_component()) / "dra-test-driver"
+def start_go_driver(cluster: Cluster, layout: Layout, go_driver: GoDriver) -> int:
+    """A Go driver running, its DeviceClass and template made and its devices published; its pid."""
+    binary = build(go_driver.component()) / go_driver.binary
     _create(
         cluster.objects.create_cluster_custom_object,
         "resource.k8s.io",
         "v1",
         "deviceclasses",
-        test_device_class(),
+        go_driver.class_object(),
     )
     _create(
         cluster.objects.create_namespaced_custom_object,
-        "resource.k8s.io", "v1", NAMESPACE, "resourceclaimtemplates", test_template(),
+        "resource.k8s.io", "v1", NAMESPACE, "resourceclaimtemplates", go_driver.template(),
     )  # fmt: skip
-    processes.stop(layout, SERVICE)
-    test_driver_socket_dir(layout).mkdir(parents=True, exist_ok=True)
+    processes.stop(layout, go_driver.service)
+    for directory in go_driver.premade_dirs(layout):
+        directory.mkdir(parents=True, exist_ok=True)
     pid = processes.start(
-        layout, SERVICE, test_driver_argv(binary, layout), test_driver_env(layout, os.environ)
+        layout, go_driver.service, go_driver.argv(binary, layout), go_driver.env(layout, os.environ)
     )
+    name = go_driver.side.driver
     processes.wait_until(
-        f"{TEST_DEVICES} devices of {TEST_DRIVER_NAME} published",
-        lambda: _test_devices(cluster) >= TEST_DEVICES,
-        60, layout, SERVICE,
+        f"{GO_DEVICES} devices of {name} published",
+        lambda: _devices(cluster, name) >= GO_DEVICES,
+        60, layout, go_driver.service,
     )  # fmt: skip
     return pid
 
 
-def stop_test_driver(cluster: Cluster, layout: Layout) -> None:
-    """The test driver stopped and what it made removed, so a cluster found up is left as it was
+def stop_go_driver(cluster: Cluster, layout: Layout, go_driver: GoDriver) -> None:
+    """A Go driver stopped and what it made removed, so a cluster found up is left as it was
     (the helper's Stop leaves its slices; kubelet removes a gone plugin's only after a while)."""
-    processes.stop(layout, SERVICE)
+    processes.stop(layout, go_driver.service)
     try:
-        cluster.resource.delete_collection_resource_slice(field_selector=f"spec.driver={TEST_DRIVER_NAME}")
-        cluster.resource.delete_device_class(test_device_class()["metadata"]["name"])
+        cluster.resource.delete_collection_resource_slice(
+            field_selector=f"spec.driver={go_driver.side.driver}"
+        )
+        cluster.resource.delete_device_class(go_driver.device_class)
     except client.ApiException as error:
-        say(f"cleanup: {error.status} {error.reason}")
+        if error.status != 404:
+            say(f"cleanup of {go_driver.side.key}: {error.status} {error.reason}")
+
+
+def _scheduler(layout: Layout) -> dict[str, float]:
+    return scheduler_readings(asyncio.run(scrape(SCHEDULER_METRICS, layout.pki)))
 
 
 def measure(
-    cluster: Cluster, side: Side, claims: int, round_index: int, pods: int, pid: int
+    cluster: Cluster, layout: Layout, side: Side, claims: int, round_index: int, pods: int, pid: int
 ) -> dict[str, Any]:
     template = side.templates[claims]
     name = f"{side.key}-r{round_index}-{claims}"
@@ -131,11 +139,13 @@ def measure(
     cluster.start_pod(f"{name}-warm", template, claims)
     cluster.stop_pod(f"{name}-warm")
     before, dra_before = process_figures(pid), cluster.kubelet_dra_seconds(side.driver)
+    scheduler_before = _scheduler(layout)
     seconds = []
     for index in range(pods):
         seconds.append(cluster.start_pod(f"{name}-{index}", template, claims))
         cluster.stop_pod(f"{name}-{index}")
     after, dra_after = process_figures(pid), cluster.kubelet_dra_seconds(side.driver)
+    scheduler = scheduler_figures(scheduler_before, _scheduler(layout))
     say(f"{side.key} round {round_index}, {claims} claim(s): p50 {statistics.median(seconds) * 1000:.0f} ms")
     return {
         "driver": side.key,
@@ -143,6 +153,7 @@ def measure(
         "claims": claims,
         "pod_start_s": [round(value, 4) for value in seconds],
         "kubelet_dra": mean_per_call(dra_before, dra_after),
+        "scheduler": scheduler,
         "agent": {"pid": pid, "before": before, "after": after},
     }
 
@@ -162,14 +173,16 @@ def _one_agent(timeout: float = 60) -> int:
 def run(
     cluster: Cluster, layout: Layout, pods: int, rounds: int, report: dict[str, Any], output: Path
 ) -> None:
-    pids = {OURS.key: _one_agent(), "theirs": start_test_driver(cluster, layout)}
-    say(f"agents: ours pid {pids[OURS.key]}, the test driver pid {pids['theirs']}")
+    pids = {OURS.key: _one_agent()}
+    for go_driver in GO_DRIVERS:
+        pids[go_driver.side.key] = start_go_driver(cluster, layout, go_driver)
+    say("agents: " + ", ".join(f"{key} pid {pid}" for key, pid in pids.items()))
     blocks: list[dict[str, Any]] = []
     for round_index in range(rounds):
         for claims, side in order(round_index):
-            blocks.append(measure(cluster, side, claims, round_index, pods, pids[side.key]))
+            blocks.append(measure(cluster, layout, side, claims, round_index, pods, pids[side.key]))
             figures = summary(blocks)
-            report.update(summary=figures, ratios_ours_over_theirs=ratios(figures), blocks=blocks)
+            report.update(summary=figures, ratios_ours_over=all_ratios(figures), blocks=blocks)
             output.write_text(json.dumps(report, indent=1) + "\n")
     if agent_pid() != pids[OURS.key]:
         raise RuntimeError(
@@ -199,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.set_up()
         report: dict[str, Any] = {
             "kubernetes": version.release,
-            "test_driver": TEST_DRIVER_SOURCE,
+            "go_drivers": {driver.side.key: driver.source for driver in GO_DRIVERS},
             "our_agent_image": image,
             "pods_per_block": args.pods,
             "rounds": args.rounds,
@@ -211,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         args.output.write_text(json.dumps(report, indent=1) + "\n")
     finally:
         try:
-            stop_test_driver(cluster, layout)
+            for go_driver in GO_DRIVERS:
+                stop_go_driver(cluster, layout, go_driver)
         finally:
             if not found_up and not args.keep:
                 tear_down(layout)
