@@ -7,8 +7,8 @@ an operator reading errors from several files should meet one way of naming a fi
 showing what was wrong with it.
 
 Formats are declared as msgspec Structs and decoded by `typed_decode.typed` in this wording; the
-checks here are the few a type does not say (the kind that picks an opaque config's type, a JSON
-number taken as an integer, a memory-limit quantity).
+values here are the few whose form no builtin type says (a JSON number taken as an integer, a
+memory-limit quantity): classes a Struct declares, which check the value as written.
 
 Everything raises DecodeError(path, problem); each caller turns it into its own error type
 (kubelet claim error, node-config error, ...) and adds where the document came from.
@@ -16,14 +16,13 @@ Everything raises DecodeError(path, problem); each caller turns it into its own 
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from typing import ClassVar, Self
 
 from dra_driver.base.errors import OperatorFault
 from dra_driver.base.quantity import QUANTITY_FACTORS, WHOLE_SUFFIXES, parse_quantity
 
 _SHOWN_MAX = 80
 _HUGE_INTEGER = "a number of more than 77 digits"
-_T = TypeVar("_T")
 
 
 class DecodeError(OperatorFault, ValueError):
@@ -91,25 +90,26 @@ def listed(options: Sequence[str]) -> str:
     return ", ".join(options)
 
 
-def choice(value: object, path: str, options: Mapping[str, _T]) -> _T:
-    if not isinstance(value, str):
-        raise DecodeError(path, f"expected one of {listed(list(options))}, got {described(value)}")
-    if value not in options:
-        raise DecodeError(path, f"{shown(value)} is not one of {listed(list(options))}")
-    return options[value]
+class JsonInteger(int):
+    """An integer of a JSON document, from the subclass's `minimum` to its `maximum`.
 
+    JSON has one number type, so 50.0 is the integer 50 (as JSON Schema agrees); true never is.
+    A class, so that a Struct declares the field and `typed_decode` checks it where it decodes the
+    document, by calling the class with the value as written.
+    """
 
-def integer(value: object, path: str, minimum: int, maximum: int, *, json_number: bool = False) -> int:
-    """`json_number`: the document is JSON, which has one number type, so 50.0 is the integer 50
-    (as JSON Schema agrees). In YAML 50.0 is a float the author chose to write. true never is."""
-    expected = f"an integer from {minimum} to {maximum}"
-    if json_number and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise DecodeError(path, f"expected {expected}, got {described(value)}")
-    if not minimum <= value <= maximum:
-        raise DecodeError(path, f"{integer_text(value)} is out of range; expected {expected}")
-    return value
+    minimum: ClassVar[int]
+    maximum: ClassVar[int]
+
+    def __new__(cls, value: object) -> Self:
+        expected = f"an integer from {cls.minimum} to {cls.maximum}"
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected {expected}, got {described(value)}")
+        if not cls.minimum <= value <= cls.maximum:
+            raise ValueError(f"{integer_text(value)} is out of range; expected {expected}")
+        return super().__new__(cls, value)
 
 
 # Fractions, exponents, signs and the milli suffix are refused: a pinned-memory limit is a
@@ -122,25 +122,35 @@ _QUANTITY_FORM = (
 )
 
 
-def byte_quantity(value: object, path: str) -> int:
-    """A memory-limit quantity ("10Gi", "512M", "1073741824") as a positive number of bytes."""
+class ByteQuantity(int):
+    """A memory-limit quantity ("10Gi", "512M", "1073741824") as a positive number of bytes.
+
+    A class for the reason JsonInteger is one; its ValueError words the problem without a path,
+    which the decoder (or a caller with a value of its own) puts in front.
+    """
+
+    def __new__(cls, value: object) -> Self:
+        return super().__new__(cls, _bytes(value))
+
+
+def _bytes(value: object) -> int:
     if not isinstance(value, str):
-        raise DecodeError(path, f"expected a quantity string, {_QUANTITY_FORM}; got {described(value)}")
+        raise ValueError(f"expected a quantity string, {_QUANTITY_FORM}; got {described(value)}")
     quantity = parse_quantity(value)
     if quantity is None or quantity.sign or quantity.point or quantity.suffix not in WHOLE_SUFFIXES:
         if value.startswith("-"):
-            raise DecodeError(path, f"{shown(value)} is negative; a memory limit must be more than zero")
+            raise ValueError(f"{shown(value)} is negative; a memory limit must be more than zero")
         if "." in value:
-            raise DecodeError(
-                path, f"{shown(value)} has a fraction; write it in a smaller unit, e.g. 1536Mi for 1.5Gi"
+            raise ValueError(
+                f"{shown(value)} has a fraction; write it in a smaller unit, e.g. 1536Mi for 1.5Gi"
             )
-        raise DecodeError(path, f"{shown(value)} is not {_QUANTITY_FORM}")
+        raise ValueError(f"{shown(value)} is not {_QUANTITY_FORM}")
     digits = quantity.whole_digits
     if not digits:
-        raise DecodeError(path, f"{shown(value)} is zero; a memory limit must be more than zero")
+        raise ValueError(f"{shown(value)} is zero; a memory limit must be more than zero")
     # Counting digits first means a thousand-digit number costs nothing and never reaches
     # Python's limit on converting long digit strings.
     total = int(digits) * QUANTITY_FACTORS[quantity.suffix] if len(digits) <= _MAX_DIGITS else None
     if total is None or total > _MAX_BYTES:
-        raise DecodeError(path, f"{shown(value)} is more than {_MAX_BYTES} bytes (2^63 - 1)")
+        raise ValueError(f"{shown(value)} is more than {_MAX_BYTES} bytes (2^63 - 1)")
     return total

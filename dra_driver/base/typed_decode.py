@@ -224,7 +224,7 @@ def _hinted(info: types.Type | None) -> bool:
 
 
 def _ranged(info: types.Type | None) -> bool:
-    """An integer with both bounds, whose out-of-range values strict_decode.integer words so."""
+    """An integer with both bounds, whose out-of-range values are worded as JsonInteger words them."""
     whole = _member(info, types.IntType)
     return whole is not None and whole.ge is not None and whole.le is not None
 
@@ -245,6 +245,8 @@ def _expected(info: types.Type | None, order: tuple[object, ...] = ()) -> str | 
         if info.ge is not None and info.le is not None:
             return f"an integer from {info.ge} to {info.le}"
         return "a non-negative integer" if info.ge == 0 else "an integer"
+    if isinstance(info, types.FloatType):
+        return "a non-negative number" if info.ge == 0 else "a number"
     if isinstance(info, types.LiteralType):
         return f"one of {_options(info, order)}"
     if isinstance(info, types.StructType) and info.forbid_unknown_fields:

@@ -24,7 +24,7 @@ from typing import Annotated, Any, get_args
 
 import msgspec
 
-from dra_driver.base.strict_decode import DecodeError, byte_quantity, described, listed, shown
+from dra_driver.base.strict_decode import ByteQuantity, DecodeError, described, listed, shown
 from dra_driver.base.typed_decode import typed
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_config import ConfigEntry, ConfigSource, OpaqueConfigError
@@ -282,9 +282,9 @@ def _memory(written: str | None, path: str) -> Consumed | None:
     if written is None:
         return None
     try:
-        return Consumed(byte_quantity(written, path), written)
-    except DecodeError as error:
-        raise ClaimRejected(str(error)) from error
+        return Consumed(int(ByteQuantity(written)), written)
+    except ValueError as error:
+        raise ClaimRejected(f"{path}: {error}") from error
 
 
 def _cores(written: str | None, path: str) -> Consumed | None:

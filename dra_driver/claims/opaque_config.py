@@ -20,11 +20,11 @@ How the claim engine uses it, per claim: the entries come decoded with the claim
 """
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from dra_driver.base.strict_decode import DecodeError, choice, described, integer, listed, shown
+from dra_driver.base.strict_decode import DecodeError, JsonInteger, described, shown
 from dra_driver.base.typed_decode import typed
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_sharing import (
@@ -65,8 +65,12 @@ API_VERSION = "resource.dra-driver.dev/v1alpha1"
 
 CoreLimitPolicy = Literal["Default", "Force", "Disable"]
 ConfigSource = Literal["FromClass", "FromClaim"]
-# HAMi's task priorities.
-_PRIORITY = (0, 1)
+
+
+class TaskPriority(JsonInteger):
+    """HAMi's task priorities: 0 = high, 1 = low."""
+
+    minimum, maximum = 0, 1
 
 
 class OpaqueConfigError(ClaimRejected):
@@ -95,11 +99,11 @@ class _ConfigFile(_Header, frozen=True):
 
 
 class _VgpuFile(_ConfigFile, frozen=True):
-    """VgpuConfig as written; a priority may be a float, JSON's 1.0 being the integer 1."""
+    """VgpuConfig as written."""
 
     memory_oversubscription: bool = False
     core_limit_policy: CoreLimitPolicy = "Default"
-    task_priority: Annotated[int, msgspec.Meta(ge=_PRIORITY[0], le=_PRIORITY[1])] | float = 1
+    task_priority: TaskPriority = TaskPriority(1)
     oom_killer: bool = False
 
 
@@ -167,6 +171,20 @@ _FITTING_KIND: Mapping[DeviceType, type[DeviceConfig]] = {
 }
 
 
+if TYPE_CHECKING:
+    _KindName = str
+else:
+    # The kinds as a Literal, which msgspec checks and typed_decode names in order; mypy builds
+    # no Literal from a tuple it cannot see, so to it a kind is a string.
+    _KindName = Literal[tuple(KINDS)]
+
+
+class _KindOnly(msgspec.Struct, frozen=True):
+    """The field that picks the format, read before the format is known."""
+
+    kind: _KindName
+
+
 def api_format(kind: type[DeviceConfig]) -> type[msgspec.Struct]:
     """The Struct a kind is decoded from: its API fields, types, ranges and defaults, which the
     test keeping configs.schema.json in step compares."""
@@ -196,7 +214,7 @@ def _decode_kind(kind: type[DeviceConfig], parameters: Mapping[str, object]) -> 
         sharing=sharing,
         memory_oversubscription=written.memory_oversubscription,
         core_limit_policy=written.core_limit_policy,
-        task_priority=integer(written.task_priority, "taskPriority", *_PRIORITY, json_number=True),
+        task_priority=int(written.task_priority),
         oom_killer=written.oom_killer,
     )
 
@@ -222,10 +240,8 @@ def decode_parameters(parameters: object) -> DeviceConfig:
         raise OpaqueConfigError(
             f"apiVersion: {shown_version} is not supported; this driver reads {API_VERSION}"
         )
-    if "kind" not in parameters:
-        raise OpaqueConfigError(f"kind: required (one of {listed(list(KINDS))})")
     try:
-        return _decode_kind(choice(parameters["kind"], "kind", KINDS), parameters)
+        return _decode_kind(KINDS[typed(parameters, _KindOnly).kind], parameters)
     except DecodeError as error:
         raise _opaque_error(error) from error
 

@@ -12,7 +12,15 @@ from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
-from dra_driver.base.strict_decode import DecodeError, byte_quantity, described, integer, join, listed, shown
+from dra_driver.base.strict_decode import (
+    ByteQuantity,
+    DecodeError,
+    JsonInteger,
+    described,
+    join,
+    listed,
+    shown,
+)
 from dra_driver.hardware.model import TimeSliceInterval
 
 SharingStrategy = Literal["TimeSlicing", "MPS"]
@@ -52,18 +60,21 @@ _UUID = "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 # A device index has at most three digits: no claim has a thousand devices.
 _DEVICE_KEY = re.compile(rf"0|[1-9][0-9]{{0,2}}|GPU-{_UUID}|MIG-{_UUID}")
 _STRATEGIES: tuple[SharingStrategy, ...] = get_args(SharingStrategy)
-_PERCENTAGE = (1, 100)
+
+
+class ThreadPercentage(JsonInteger):
+    """`defaultActiveThreadPercentage`: the share of the GPU's threads MPS gives a client."""
+
+    minimum, maximum = 1, 100
 
 
 class _MpsFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
-    """The `mps` block as written. Quantities and device keys are left to strict_decode's
-    byte_quantity and _DEVICE_KEY, whose words say what form they take; a percentage may be a
-    float, JSON's 50.0 being the integer 50."""
+    """The `mps` block as written. The per-device limits' keys and quantities are checked by
+    `_per_device_limits`: msgspec names a mapping's value by no key, and the key is what a user
+    needs to find the wrong one."""
 
-    default_active_thread_percentage: (
-        Annotated[int, msgspec.Meta(ge=_PERCENTAGE[0], le=_PERCENTAGE[1])] | float | msgspec.UnsetType
-    ) = msgspec.UNSET
-    default_pinned_device_memory_limit: Any = msgspec.UNSET
+    default_active_thread_percentage: ThreadPercentage | msgspec.UnsetType = msgspec.UNSET
+    default_pinned_device_memory_limit: ByteQuantity | msgspec.UnsetType = msgspec.UNSET
     default_per_device_pinned_memory_limit: Annotated[
         dict[Any, Any], msgspec.Meta(description="an object of device index or UUID to quantity")
     ] = msgspec.field(default_factory=dict)
@@ -87,7 +98,10 @@ def _per_device_limits(written: Mapping[Any, Any], path: str) -> dict[str, int]:
                 f"key {shown_key} is neither a device index (0, 1, ...) "
                 "nor a GPU or MIG UUID (GPU-<uuid>, MIG-<uuid>, lowercase)",
             )
-        limits[key] = byte_quantity(quantity, f"{path}[{shown(key)}]")
+        try:
+            limits[key] = int(ByteQuantity(quantity))
+        except ValueError as error:
+            raise DecodeError(f"{path}[{shown(key)}]", str(error)) from None
     return limits
 
 
@@ -95,18 +109,10 @@ def _mps(written: _MpsFile, path: str) -> MpsSettings:
     percentage = written.default_active_thread_percentage
     limit = written.default_pinned_device_memory_limit
     return MpsSettings(
-        default_active_thread_percentage=(
-            None
-            if isinstance(percentage, msgspec.UnsetType)
-            else integer(
-                percentage, join(path, "defaultActiveThreadPercentage"), *_PERCENTAGE, json_number=True
-            )
-        ),
-        default_pinned_device_memory_limit=(
-            None
-            if limit is msgspec.UNSET
-            else byte_quantity(limit, join(path, "defaultPinnedDeviceMemoryLimit"))
-        ),
+        default_active_thread_percentage=None
+        if isinstance(percentage, msgspec.UnsetType)
+        else int(percentage),
+        default_pinned_device_memory_limit=None if isinstance(limit, msgspec.UnsetType) else int(limit),
         default_per_device_pinned_memory_limit=_per_device_limits(
             written.default_per_device_pinned_memory_limit, join(path, "defaultPerDevicePinnedMemoryLimit")
         ),

@@ -17,6 +17,8 @@ import msgspec
 
 from dra_driver.base.compact_json import compact_json
 from dra_driver.base.errors import OperatorFault
+from dra_driver.base.strict_decode import DecodeError
+from dra_driver.base.typed_decode import typed
 from dra_driver.claims.identity import ClaimRef, InvalidClaimIdentity, claim_ref
 
 TABLE_VERSION = 1
@@ -73,31 +75,36 @@ class ReservationTable:
         return _TABLE_START + b",".join(encoded for _, encoded in self._entries.values()) + _TABLE_END
 
 
-def _text(entry: dict[str, object], key: str, where: str) -> str:
-    value = entry.get(key)
-    if not isinstance(value, str):
-        raise InvalidReservationTable(f"{where}.{key}: expected a string")
-    return value
+class _ClaimFile(msgspec.Struct, frozen=True):
+    namespace: str
+    name: str
+    uid: str
 
 
-def _reservation(entry: object, where: str) -> Reservation:
-    if not isinstance(entry, dict):
-        raise InvalidReservationTable(f"{where}: expected an object")
-    claim = entry.get("claim")
-    if not isinstance(claim, dict):
-        raise InvalidReservationTable(f"{where}.claim: expected an object")
-    devices = entry.get("devices")
-    if not isinstance(devices, list) or not all(isinstance(device, str) for device in devices):
-        raise InvalidReservationTable(f"{where}.devices: expected a list of strings")
+class _EntryFile(msgspec.Struct, frozen=True):
+    claim: _ClaimFile
+    devices: tuple[str, ...]
+    owner: str
+
+
+class _Version(msgspec.Struct, frozen=True):
+    """Read first, so that a table of another layout is refused by its version, not by a field."""
+
+    version: int
+
+
+class _TableFile(msgspec.Struct, frozen=True):
+    version: int
+    reservations: tuple[_EntryFile, ...]
+
+
+def _reservation(entry: _EntryFile, where: str) -> Reservation:
+    claim = entry.claim
     try:
-        ref = claim_ref(
-            _text(claim, "namespace", f"{where}.claim"),
-            _text(claim, "name", f"{where}.claim"),
-            _text(claim, "uid", f"{where}.claim"),
-        )
+        ref = claim_ref(claim.namespace, claim.name, claim.uid)
     except InvalidClaimIdentity as error:
         raise InvalidReservationTable(f"{where}.claim: {error}") from error
-    return Reservation(claim=ref, devices=tuple(devices), owner=_text(entry, "owner", where))
+    return Reservation(claim=ref, devices=entry.devices, owner=entry.owner)
 
 
 def decode_table(data: bytes) -> ReservationTable:
@@ -108,13 +115,13 @@ def decode_table(data: bytes) -> ReservationTable:
         document = msgspec.json.decode(data)
     except (ValueError, UnicodeDecodeError) as error:
         raise InvalidReservationTable(f"not JSON: {error}") from error
-    if not isinstance(document, dict):
-        raise InvalidReservationTable("expected an object")
-    if document.get("version") != TABLE_VERSION:
-        raise InvalidReservationTable(f"version: expected {TABLE_VERSION}, got {document.get('version')!r}")
-    entries = document.get("reservations")
-    if not isinstance(entries, list):
-        raise InvalidReservationTable("reservations: expected a list")
+    try:
+        version = typed(document, _Version).version
+        if version != TABLE_VERSION:
+            raise InvalidReservationTable(f"version: expected {TABLE_VERSION}, got {version}")
+        table = typed(document, _TableFile)
+    except DecodeError as error:
+        raise InvalidReservationTable(str(error)) from error
     return ReservationTable(
-        _reservation(entry, f"reservations[{position}]") for position, entry in enumerate(entries)
+        _reservation(entry, f"reservations[{position}]") for position, entry in enumerate(table.reservations)
     )

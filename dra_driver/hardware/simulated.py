@@ -8,16 +8,18 @@ budgets), so the device planning that runs here fails here where it would fail o
 """
 
 import fcntl
-import json
 import os
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from msgspec.structs import replace
 
+from dra_driver.base.strict_decode import join
+from dra_driver.base.typed_decode import typed
 from dra_driver.hardware.catalog import MigGeometry
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
 from dra_driver.hardware.model import (
@@ -50,6 +52,26 @@ class SimulatedEvent(msgspec.Struct, frozen=True):
 
     gpu_uuid: str
     xid: int
+
+
+class _SavedInstance(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    gi: int
+    profile_id: int
+    start: int
+    size: int
+
+
+class _SavedState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """The MIG instances the simulated GPUs hold, kept as a real GPU keeps them until a reboot."""
+
+    boot_id: str
+    # By GPU UUID; each GPU's list is decoded on its own (`_saved_instances`), so that an error
+    # names the GPU: msgspec names a mapping's value by no key.
+    instances: dict[str, Any]
+
+
+def _saved_instances(saved: _SavedState, gpu_uuid: str) -> tuple[_SavedInstance, ...]:
+    return typed(saved.instances[gpu_uuid], tuple[_SavedInstance, ...], join("instances", gpu_uuid))
 
 
 class SimulatedBackend:
@@ -89,48 +111,46 @@ class SimulatedBackend:
 
     def _restore(self, state_file: Path) -> None:
         try:
-            saved = json.loads(state_file.read_text())
+            saved = typed(msgspec.json.decode(state_file.read_bytes()), _SavedState)
+            instances = {gpu_uuid: _saved_instances(saved, gpu_uuid) for gpu_uuid in saved.instances}
         except FileNotFoundError:
             return
         except ValueError as error:
             raise HardwareError(
                 f"simulated hardware state {state_file} is unreadable: {error}", HardwareErrorReason.OTHER
             ) from error
-        if saved.get("bootId") != current_boot_id():
+        if saved.boot_id != current_boot_id():
             return
-        for gpu_uuid, entries in saved.get("instances", {}).items():
+        for gpu_uuid, entries in instances.items():
             geometry = self._geometry.get(gpu_uuid)
             if geometry is None:
                 continue
             restored = {}
             for entry in entries:
-                profile = geometry.profile(entry["profileId"])
+                profile = geometry.profile(entry.profile_id)
                 if profile is None:
                     continue
-                placement = Placement(entry["start"], entry["size"])
-                restored[entry["gi"]] = (profile, new_mig_instance(gpu_uuid, entry["gi"], profile, placement))
+                placement = Placement(entry.start, entry.size)
+                restored[entry.gi] = (profile, new_mig_instance(gpu_uuid, entry.gi, profile, placement))
             self._instances[gpu_uuid] = restored
 
     def _save(self) -> None:
         if self._state_file is None:
             return
-        state = {
-            "bootId": current_boot_id(),
-            "instances": {
-                gpu_uuid: [
-                    {
-                        "gi": gi_id,
-                        "profileId": profile.profile_id,
-                        "start": instance.placement.start,
-                        "size": instance.placement.size,
-                    }
+        state = _SavedState(
+            boot_id=current_boot_id(),
+            instances={
+                gpu_uuid: tuple(
+                    _SavedInstance(
+                        gi_id, profile.profile_id, instance.placement.start, instance.placement.size
+                    )
                     for gi_id, (profile, instance) in sorted(instances.items())
-                ]
+                )
                 for gpu_uuid, instances in self._instances.items()
             },
-        }
+        )
         self._state_file.parent.mkdir(parents=True, exist_ok=True)
-        durable_files.atomic_write(self._state_file, json.dumps(state).encode(), durable=True)
+        durable_files.atomic_write(self._state_file, msgspec.json.encode(state), durable=True)
 
     @property
     def description(self) -> str:

@@ -9,35 +9,35 @@ A file that cannot be read or parsed is reported as an error of the sample, neve
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
+import msgspec
+
+from dra_driver.base.strict_decode import DecodeError
+from dra_driver.base.typed_decode import typed
 from dra_driver.hardware.model import Gpu, HardwareError
 from dra_driver.hardware.usage import DeviceUsage, ProcessUsage
 
-
-def _number(value: object, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise HardwareError(f"simulated usage {path}: expected a non-negative number, got {value!r}")
-    return float(value)
+_NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 
 
-def _processes(raw: object, path: str) -> tuple[ProcessUsage, ...]:
-    if not isinstance(raw, list):
-        raise HardwareError(f"simulated usage {path}: expected a list")
-    processes = []
-    for position, entry in enumerate(raw):
-        where = f"{path}[{position}]"
-        if not isinstance(entry, Mapping):
-            raise HardwareError(f"simulated usage {where}: expected an object")
-        sm = entry.get("smPercent")
-        processes.append(
-            ProcessUsage(
-                pid=int(_number(entry.get("pid"), f"{where}.pid")),
-                memory_bytes=int(_number(entry.get("memoryBytes", 0), f"{where}.memoryBytes")),
-                sm_percent=None if sm is None else _number(sm, f"{where}.smPercent"),
-            )
-        )
-    return tuple(processes)
+class _ProcessFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    pid: Annotated[int, msgspec.Meta(ge=0)]
+    memory_bytes: Annotated[int, msgspec.Meta(ge=0)] = 0
+    sm_percent: _NonNegative | None = None
+
+
+class _DeviceFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    utilization: _NonNegative = 0
+    processes: tuple[_ProcessFile, ...] = ()
+
+
+def _entry(data: Mapping[str, object], uuid: str) -> _DeviceFile:
+    """One device's entry, decoded on its own so that an error names the device by its UUID."""
+    try:
+        return typed(data.get(uuid) or {}, _DeviceFile, uuid)
+    except DecodeError as error:
+        raise HardwareError(f"simulated usage {error}") from error
 
 
 def usage_from_json(gpus: tuple[Gpu, ...], data: object) -> tuple[DeviceUsage, ...]:
@@ -50,14 +50,16 @@ def usage_from_json(gpus: tuple[Gpu, ...], data: object) -> tuple[DeviceUsage, .
         raise HardwareError(f"simulated usage: no GPU or MIG device {unknown[0]} on this node")
 
     def device(gpu: Gpu, uuid: str, total: int, mig: int | None) -> DeviceUsage:
-        entry: Mapping[str, Any] = data.get(uuid) or {}
-        processes = _processes(entry.get("processes", []), f"{uuid}.processes")
-        utilization = entry.get("utilization")
+        entry = _entry(data, uuid)
+        processes = tuple(
+            ProcessUsage(pid=process.pid, memory_bytes=process.memory_bytes, sm_percent=process.sm_percent)
+            for process in entry.processes
+        )
         return DeviceUsage(
             gpu_uuid=gpu.uuid,
             memory_used_bytes=sum(p.memory_bytes or 0 for p in processes),
             memory_total_bytes=total,
-            utilization_percent=None if mig is not None else _number(utilization or 0, f"{uuid}.utilization"),
+            utilization_percent=None if mig is not None else float(entry.utilization),
             processes=processes,
             mig_uuid=None if mig is None else uuid,
             mig_placement_start=mig,

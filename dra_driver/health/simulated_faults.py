@@ -20,6 +20,7 @@ import msgspec
 import structlog
 
 from dra_driver.base.errors import OperatorFault
+from dra_driver.base.typed_decode import typed
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.simulated import SimulatedBackend
 from dra_driver.state import durable_files
@@ -34,11 +35,17 @@ AGENT_STATE_ENTRIES = ("publisher.lock", "claims", "simulated-hardware.json")
 FaultKind = Literal["xid", "lost"]
 
 
-class SimulatedFault(msgspec.Struct, frozen=True):
+class SimulatedFault(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     # A GPU UUID, or its index on the node as a string.
     gpu: str
     kind: FaultKind
     xid: int = 0
+
+
+class _GpusFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """gpus.json: the node's GPUs, index (as a string) to UUID."""
+
+    gpus: dict[str, str]
 
 
 class FaultError(OperatorFault, ValueError):
@@ -61,7 +68,7 @@ def inbox_gpus(state_dir: Path) -> dict[str, str]:
     """The GPUs (index -> UUID) of the agent on simulated GPUs that uses `state_dir`. Raises
     FaultError saying why faults cannot be handed to an agent there."""
     try:
-        gpus = json.loads((inbox(state_dir) / GPUS_FILE).read_text())["gpus"]
+        gpus = typed(json.loads((inbox(state_dir) / GPUS_FILE).read_text()), _GpusFile).gpus
     except FileNotFoundError:
         if any((state_dir / entry).exists() for entry in AGENT_STATE_ENTRIES):
             raise FaultError(
@@ -73,24 +80,26 @@ def inbox_gpus(state_dir: Path) -> dict[str, str]:
             f"{', '.join(AGENT_STATE_ENTRIES)}); give the agent's --state-dir, "
             "by default <plugins-dir>/<driver-name>"
         ) from None
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError) as error:
         raise FaultError(f"--state-dir {state_dir}: unreadable {INBOX}/{GPUS_FILE}: {error}") from error
-    if not isinstance(gpus, dict):
-        raise FaultError(f"--state-dir {state_dir}: {INBOX}/{GPUS_FILE} holds no GPU list")
-    return {str(index): str(uuid) for index, uuid in gpus.items()}
+    return gpus
 
 
 def submit_fault(state_dir: Path, fault: SimulatedFault) -> Path:
     """Raises FaultError for a fault that cannot be handed over (bad XID, no such GPU, no agent
     on simulated GPUs using the directory); OSError when the inbox cannot be written."""
-    if fault.kind == "xid" and not 0 < fault.xid < 1000:
-        raise FaultError(f"--xid: {fault.xid} is not an XID (1 to 999)")
+    _check_xid(fault, "--xid")
     _gpu_uuid(inbox_gpus(state_dir), fault.gpu, "--gpu ")
     directory = inbox(state_dir)
     path = directory / f"{time.time_ns()}-{secrets.token_hex(4)}.json"
     body = {"gpu": fault.gpu, "kind": fault.kind, "xid": fault.xid}
     durable_files.atomic_write(path, json.dumps(body).encode(), durable=False, mode=0o600)
     return path
+
+
+def _check_xid(fault: SimulatedFault, field: str) -> None:
+    if fault.kind == "xid" and not 0 < fault.xid < 1000:
+        raise FaultError(f"{field}: {fault.xid} is not an XID (1 to 999)")
 
 
 def _gpu_uuid(backend_gpus: dict[str, str], wanted: str, flag: str = "") -> str:
@@ -115,17 +124,16 @@ def apply_pending_faults(state_dir: Path, backend: SimulatedBackend, gpus_by_ind
         if path.name == GPUS_FILE:
             continue
         try:
-            raw = json.loads(path.read_text())
-            gpu = _gpu_uuid(gpus_by_index, str(raw["gpu"]))
-            if raw["kind"] == "lost":
+            fault = typed(json.loads(path.read_text()), SimulatedFault)
+            _check_xid(fault, "xid")
+            gpu = _gpu_uuid(gpus_by_index, fault.gpu)
+            if fault.kind == "lost":
                 backend.lose_gpu(gpu)
-            elif raw["kind"] == "xid" and isinstance(raw["xid"], int):
-                backend.raise_xid(gpu, raw["xid"])
             else:
-                raise FaultError(f"kind {raw['kind']!r}: expected xid (with an integer xid) or lost")
+                backend.raise_xid(gpu, fault.xid)
             applied += 1
-            log.info("simulated fault injected", gpu=gpu, kind=raw["kind"], xid=raw.get("xid"))
-        except (ValueError, KeyError, TypeError, HardwareError) as error:
+            log.info("simulated fault injected", gpu=gpu, kind=fault.kind, xid=fault.xid)
+        except (OSError, ValueError, HardwareError) as error:
             log.error("simulated fault refused", file=str(path), reason=str(error))
         path.unlink(missing_ok=True)
     return applied

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dra_driver.base.quantity import Quantity, parse_quantity
-from dra_driver.base.strict_decode import DecodeError, byte_quantity
+from dra_driver.base.strict_decode import ByteQuantity
 from dra_driver.devices.node_config_decode import _bytes
 from dra_driver.packing.published import PublishedSliceError
 from dra_driver.packing.published import parse_quantity as published_quantity
@@ -58,7 +58,7 @@ def _new(read: Callable[[str, str], int], error: type[Exception]) -> Callable[[s
 
 
 READERS = {
-    "claim config byte limits": (_old_bytes, _new(byte_quantity, DecodeError)),
+    "claim config byte limits": (_old_bytes, _new(lambda text, where: ByteQuantity(text), ValueError)),
     "node config": (_old(_NODE_CONFIG), _new(lambda text, where: _bytes(text), ValueError)),
     "plan --pods memory": (_old(_SHAPES, nonzero=True), _new(_memory, ShapeError)),
     "slices read back": (_old(_PUBLISHED), _new(published_quantity, PublishedSliceError)),

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from dra_driver import DEFAULT_DRIVER_NAME
+from dra_driver.base.strict_decode import JsonInteger
 from dra_driver.claims.claim_object import ResourceClaimView
 from dra_driver.claims.errors import ClaimRejected
 from dra_driver.claims.opaque_config import (
@@ -113,6 +114,8 @@ def leaf_schema(declared: mi.Type, annotation: object) -> dict[str, object]:
             return {"enum": list(get_args(annotation))}
         if isinstance(member, mi.IntType):
             return {"type": "integer", "minimum": member.ge, "maximum": member.le}
+        if isinstance(member, mi.CustomType) and issubclass(member.cls, JsonInteger):
+            return {"type": "integer", "minimum": member.cls.minimum, "maximum": member.cls.maximum}
     return {}
 
 

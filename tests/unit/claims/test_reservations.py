@@ -60,20 +60,29 @@ def test_any_devices_and_owner_survive_the_round_trip(entries: list[tuple[list[s
     ("data", "problem"),
     [
         (b"{not json", "not JSON"),
-        (b"[]", "expected an object"),
+        (b"[]", "^expected an object, got a list$"),
         (b'{"version":2,"reservations":[]}', "version: expected 1, got 2"),
-        (b'{"version":1}', "reservations: expected a list"),
-        (b'{"version":1,"reservations":[7]}', r"reservations\[0\]: expected an object"),
-        (b'{"version":1,"reservations":[{"devices":[],"owner":"x"}]}', r"reservations\[0\].claim: expected"),
+        (b'{"version":1}', "^reservations: required$"),
+        (b'{"version":"1"}', '^version: expected an integer, got the string "1"$'),
+        (b'{"version":1,"reservations":[7]}', r"^reservations\[0\]: expected an object, got the integer 7$"),
+        (
+            b'{"version":1,"reservations":[{"devices":[],"owner":"x"}]}',
+            r"^reservations\[0\].claim: required$",
+        ),
         (
             b'{"version":1,"reservations":[{"claim":{"namespace":"d","name":"n","uid":"%s"},'
             b'"devices":"gpu-0","owner":"x"}]}' % UIDS[0].encode(),
-            r"reservations\[0\].devices: expected a list of strings",
+            r'^reservations\[0\].devices: expected a list, got the string "gpu-0"$',
+        ),
+        (
+            b'{"version":1,"reservations":[{"claim":{"namespace":"d","name":"n","uid":"%s"},'
+            b'"devices":["gpu-0",1],"owner":"x"}]}' % UIDS[0].encode(),
+            r"^reservations\[0\].devices\[1\]: expected a string, got the integer 1$",
         ),
         (
             b'{"version":1,"reservations":[{"claim":{"namespace":"d","name":"n","uid":"%s"},'
             b'"devices":[],"owner":3}]}' % UIDS[0].encode(),
-            r"reservations\[0\].owner: expected a string",
+            r"^reservations\[0\].owner: expected a string, got the integer 3$",
         ),
         (
             b'{"version":1,"reservations":[{"claim":{"namespace":"d","name":"n","uid":"../x"},'

@@ -620,3 +620,25 @@ async def test_a_lost_gpu_leaves_discover_reports_xid_79_and_refuses_mig_calls()
         str(destroyed)
         == f"GPU 3 ({lost}): cannot destroy a GPU instance: the GPU is lost (fell off the bus, XID 79)"
     )
+
+
+async def test_mig_instances_outlive_a_restart_in_the_state_file_and_a_broken_one_is_named(
+    tmp_path: Path,
+) -> None:
+    spec = parse_node_spec(
+        {"gpus": [{"model": "A100-SXM4-80GB", "count": 1, "migMode": "enabled"}]}, "test node"
+    )
+    state_file = tmp_path / "simulated-hardware.json"
+    backend = SimulatedBackend("node-a", spec, state_file)
+    gpu = await first_uuid(backend)
+    made = await backend.create_mig_instance(gpu, ID_3G_40GB, Placement(0, 4))
+
+    assert (await SimulatedBackend("node-a", spec, state_file).discover())[0].mig_instances == (made,)
+
+    state_file.write_text(state_file.read_text().replace('"profileId"', '"profile"'))
+    with pytest.raises(
+        HardwareError,
+        match=r"is unreadable: instances\.GPU-[0-9a-f-]+\[0\]\.profile: unknown field "
+        r"\(allowed here: gi, profileId, start, size\)$",
+    ):
+        SimulatedBackend("node-a", spec, state_file)

@@ -60,3 +60,18 @@ def test_a_bad_process_entry_names_its_field() -> None:
         HardwareError, match=rf"{gpus[0].uuid}.processes\[0\].memoryBytes: expected a non-negative"
     ):
         usage_from_json(gpus, {gpus[0].uuid: {"processes": [{"pid": 1, "memoryBytes": -1}]}})
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"utilization": "40"}, r'\.utilization: expected a non-negative number, got the string "40"$'),
+        ({"utilization": -1}, r"\.utilization: expected a non-negative number, got the integer -1$"),
+        ({"processes": [{"memoryBytes": 1}]}, r"\.processes\[0\]\.pid: required$"),
+        ({"utilisation": 40}, r"\.utilisation: unknown field \(allowed here: utilization, processes\)$"),
+    ],
+)
+def test_a_device_entry_is_decoded_in_the_house_wording(entry: object, message: str) -> None:
+    gpus = simulated_node("mixed")
+    with pytest.raises(HardwareError, match=rf"^simulated usage {gpus[0].uuid}{message}"):
+        usage_from_json(gpus, {gpus[0].uuid: entry})

@@ -41,6 +41,9 @@ async def test_a_bad_fault_is_refused_and_does_not_block_the_others(tmp_path: Pa
     open_inbox(tmp_path, gpus)
     (inbox(tmp_path) / "0-bad.json").write_text('{"gpu": "9", "kind": "xid", "xid": 48}')
     (inbox(tmp_path) / "1-worse.json").write_text("not json")
+    (inbox(tmp_path) / "2-typo.json").write_text('{"gpu": "1", "kind": "xid", "xdi": 48}')
+    (inbox(tmp_path) / "3-no-xid.json").write_text('{"gpu": "1", "kind": "xid"}')
+    (inbox(tmp_path) / "4-kind.json").write_text('{"gpu": "1", "kind": "melted"}')
     submit_fault(tmp_path, SimulatedFault(gpu="0", kind="xid", xid=79))
 
     assert apply_pending_faults(tmp_path, hardware, gpus) == 1
