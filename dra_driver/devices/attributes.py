@@ -1,11 +1,12 @@
 """The names of the attributes this driver's devices publish: one vocabulary for the device
 model that publishes them (gpus.py, mig.py, vgpu.py) and for what reads them back (DeviceClass
 selectors, `dra-driver plan`, `inspect`), so a renamed attribute cannot leave a reader behind.
-A test holds `PUBLISHED` equal to what the device model publishes on every simulated node.
+A mode's own attributes are in its module (`DeviceMode.own_attributes`); a test holds `PUBLISHED`
+and those together equal to what the device model publishes on every simulated node.
 """
 
 # Every device: what it is.
-TYPE = "type"  # "gpu", "mig", "vgpu" or "vfio" (devices/model.py DeviceType)
+TYPE = "type"  # one of devices/model.py DeviceType
 UUID = "uuid"
 # Whole GPUs (and vGPU-capacity GPUs): where they are.
 INDEX = "index"
@@ -22,8 +23,6 @@ CUDA_COMPUTE_CAPABILITY = "cudaComputeCapability"
 DRIVER_VERSION = "driverVersion"
 CUDA_DRIVER_VERSION = "cudaDriverVersion"
 FABRIC_CLIQUE = "fabricClique"
-# Mode vfio: the IOMMU group a VM is given the GPU through (/dev/vfio/<group>).
-IOMMU_GROUP = "iommuGroup"
 # MIG devices.
 PROFILE = "profile"
 PROFILE_ID = "profileId"
@@ -56,7 +55,6 @@ LEGACY_NUMA_NODE = "numaNode"
 PUBLISHED = frozenset(
     {
         TYPE,
-        IOMMU_GROUP,
         UUID,
         INDEX,
         MINOR,

@@ -80,6 +80,9 @@ class DeviceMode(msgspec.Struct, frozen=True, kw_only=True):
     # this mode's (the layout reads slices, which name no mode).
     layout_kind: str
     shown_by: Callable[[Sequence[Device]], bool]
+    # The attribute names only this mode's devices publish, beyond devices/attributes.py's
+    # (which every mode's devices draw on): the vocabulary a selector may name is both.
+    own_attributes: frozenset[str]
 
 
 def no_misfit(gpu: Gpu, settings: GpuSettings, where: str) -> Unfit | None:

@@ -50,4 +50,5 @@ MODE = DeviceMode(
     not_planned=f"cannot be offered as {NAME}",
     layout_kind="whole",
     shown_by=_shown_by,
+    own_attributes=frozenset(),
 )

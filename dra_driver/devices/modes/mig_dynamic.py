@@ -64,4 +64,5 @@ MODE = DeviceMode(
     not_planned=f"cannot be offered as {NAME}",
     layout_kind=mig_static.LAYOUT_KIND,
     shown_by=mig_static.shows_mig,
+    own_attributes=frozenset(),
 )

@@ -82,4 +82,5 @@ MODE = DeviceMode(
     not_planned="has no MIG instances",
     layout_kind=LAYOUT_KIND,
     shown_by=shows_mig,
+    own_attributes=frozenset(),
 )

@@ -5,6 +5,7 @@ the chart schema read. A new mode is a module of its own (contract.DeviceMode) a
 
 from collections.abc import Sequence
 
+from dra_driver.devices import attributes
 from dra_driver.devices.model import Device
 from dra_driver.devices.modes import gpu, mig_dynamic, mig_static, vfio, vgpu_capacity, vgpu_partitions
 from dra_driver.devices.modes.contract import DeviceMode, SettingsBlock
@@ -68,3 +69,9 @@ def layout_kind_of(devices: Sequence[Device]) -> str:
     """The layout kind of a GPU's published devices: the first mode's that recognises them;
     devices no mode recognises (another driver version's) are drawn as the first mode's."""
     return next((mode.layout_kind for mode in MODES if mode.shown_by(devices)), MODES[0].layout_kind)
+
+
+def published_attributes() -> frozenset[str]:
+    """Every attribute name a device of this driver may publish: the common vocabulary and each
+    mode's own."""
+    return attributes.PUBLISHED.union(*(mode.own_attributes for mode in MODES))

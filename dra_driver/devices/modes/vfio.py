@@ -19,6 +19,8 @@ from dra_driver.devices.origins import DeviceOrigin
 from dra_driver.hardware.model import Gpu
 
 NAME = "vfio"
+# The IOMMU group a VM is given the GPU through (/dev/vfio/<group>).
+IOMMU_GROUP = "iommuGroup"
 
 
 class VfioGpu(DeviceOrigin, frozen=True):
@@ -35,7 +37,7 @@ def vfio_device(gpu: Gpu, iommu_group: int) -> Device:
     return Device(
         name=gpu_device_name(gpu),
         type="vfio",
-        attributes={**gpu_identity_attributes(gpu, "vfio"), names.IOMMU_GROUP: iommu_group},
+        attributes={**gpu_identity_attributes(gpu, "vfio"), IOMMU_GROUP: iommu_group},
         capacity=whole_gpu_capacity(gpu),
     )
 
@@ -80,4 +82,5 @@ MODE = DeviceMode(
     not_planned=f"{NAME} gives GPUs to VMs, not to the pods plan places",
     layout_kind="whole",
     shown_by=_shown_by,
+    own_attributes=frozenset({IOMMU_GROUP}),
 )

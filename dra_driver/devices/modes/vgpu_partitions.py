@@ -109,4 +109,5 @@ MODE = DeviceMode(
     not_planned=f"cannot be offered as {NAME}",
     layout_kind=NAME,
     shown_by=_shown_by,
+    own_attributes=frozenset(),
 )

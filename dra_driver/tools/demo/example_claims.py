@@ -83,7 +83,8 @@ def unallocated_specs(documents: Sequence[object]) -> list[tuple[str, dict[str, 
 
 
 def _kind_of_class(driver: str) -> dict[str, ClaimKind]:
-    """The demo's kinds of claim by class (a VM's GPU, type vfio, is not one: no container gets it)."""
+    """The demo's kinds of claim by class: the shipped classes' (a device type without one, as a
+    VM's GPU, is no kind of the demo's: no container gets it)."""
     kinds = {class_name(t, driver): CLAIM_KINDS[t] for t in CONTAINER_DEVICE_TYPES if t in CLAIM_KINDS}
     kinds.update({sharing_class_name(prefix, driver): "gpu" for prefix in SHARING_CLASSES})
     return kinds

@@ -1,10 +1,11 @@
-"""The published attribute names are one vocabulary (`devices/attributes.py`): what the device
-model publishes on every simulated node, offered every way, is exactly `PUBLISHED`. A new
-attribute written as a bare string, or a constant nothing publishes any more, fails here."""
+"""The published attribute names are one vocabulary (`devices/attributes.py`, and each mode's
+own): what the device model publishes on every simulated node, offered every way, is exactly
+`published_attributes()`. A new attribute written as a bare string, or a constant nothing
+publishes any more, fails here."""
 
-from dra_driver.devices.attributes import PUBLISHED
 from dra_driver.devices.gpu_settings import GpuSettings
 from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.modes.registry import published_attributes
 from dra_driver.devices.node_config import NodeConfig
 from dra_driver.hardware.model import Gpu, MigMode
 from tests.support.nodes import all_profiles, inventory_for, mode_configs, simulated_node
@@ -35,6 +36,7 @@ def _in_mig_mode(gpus: tuple[Gpu, ...]) -> bool:
 
 def test_the_device_model_publishes_exactly_the_vocabulary() -> None:
     published = published_names()
+    vocabulary = published_attributes()
 
-    assert sorted(published - PUBLISHED) == [], "published, but not in devices/attributes.py"
-    assert sorted(PUBLISHED - published) == [], "in devices/attributes.py, but never published"
+    assert sorted(published - vocabulary) == [], "published, but in neither attributes.py nor a mode"
+    assert sorted(vocabulary - published) == [], "in the vocabulary, but never published"
