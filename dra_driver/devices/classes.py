@@ -12,7 +12,7 @@ is that output for the default driver name, and a test fails when the two differ
 
 import argparse
 import sys
-from typing import Any, get_args
+from typing import Any
 
 import yaml
 
@@ -37,14 +37,13 @@ from dra_driver.devices.extended_resources import (
     vgpu_suffix,
 )
 from dra_driver.devices.model import DeviceType, quantity
+from dra_driver.devices.modes.registry import shipped_class_types
 from dra_driver.kube.k8s_names import driver_name_problem
 
 APP_NAME = "dra-driver"
 
-# The types whose classes are shipped: the devices containers use. A GPU given to a VM (type
-# "vfio") gets no shipped class until mode vfio has run on real hardware (docs/configuration.md
-# shows the class to create for it).
-CONTAINER_DEVICE_TYPES: tuple[DeviceType, ...] = tuple(t for t in get_args(DeviceType) if t != "vfio")
+# The types whose classes are shipped: every type but those a mode withholds (modes.registry).
+CONTAINER_DEVICE_TYPES: tuple[DeviceType, ...] = shipped_class_types()
 
 
 def class_name(device_type: DeviceType, driver_name: str) -> str:

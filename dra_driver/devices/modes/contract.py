@@ -12,7 +12,7 @@ from typing import Literal
 import msgspec
 
 from dra_driver.devices.gpu_settings import GpuSettings
-from dra_driver.devices.model import CounterSet, Device
+from dra_driver.devices.model import CounterSet, Device, DeviceType
 from dra_driver.devices.origins import DeviceOrigin
 from dra_driver.hardware.model import Gpu
 
@@ -83,6 +83,9 @@ class DeviceMode(msgspec.Struct, frozen=True, kw_only=True):
     # The attribute names only this mode's devices publish, beyond devices/attributes.py's
     # (which every mode's devices draw on): the vocabulary a selector may name is both.
     own_attributes: frozenset[str]
+    # The device types of this mode's devices that get no shipped DeviceClass (an operator
+    # creates one): a kind not yet proven where it runs.
+    unshipped_types: frozenset[DeviceType]
 
 
 def no_misfit(gpu: Gpu, settings: GpuSettings, where: str) -> Unfit | None:

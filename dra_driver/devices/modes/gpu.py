@@ -51,4 +51,5 @@ MODE = DeviceMode(
     layout_kind="whole",
     shown_by=_shown_by,
     own_attributes=frozenset(),
+    unshipped_types=frozenset(),
 )

@@ -65,4 +65,5 @@ MODE = DeviceMode(
     layout_kind=mig_static.LAYOUT_KIND,
     shown_by=mig_static.shows_mig,
     own_attributes=frozenset(),
+    unshipped_types=frozenset(),
 )

@@ -83,4 +83,5 @@ MODE = DeviceMode(
     layout_kind=LAYOUT_KIND,
     shown_by=shows_mig,
     own_attributes=frozenset(),
+    unshipped_types=frozenset(),
 )

@@ -4,9 +4,10 @@ the chart schema read. A new mode is a module of its own (contract.DeviceMode) a
 """
 
 from collections.abc import Sequence
+from typing import get_args
 
 from dra_driver.devices import attributes
-from dra_driver.devices.model import Device
+from dra_driver.devices.model import Device, DeviceType
 from dra_driver.devices.modes import gpu, mig_dynamic, mig_static, vfio, vgpu_capacity, vgpu_partitions
 from dra_driver.devices.modes.contract import DeviceMode, SettingsBlock
 from dra_driver.hardware.model import Gpu, MigMode
@@ -75,3 +76,9 @@ def published_attributes() -> frozenset[str]:
     """Every attribute name a device of this driver may publish: the common vocabulary and each
     mode's own."""
     return attributes.PUBLISHED.union(*(mode.own_attributes for mode in MODES))
+
+
+def shipped_class_types() -> tuple[DeviceType, ...]:
+    """The device types whose DeviceClasses are shipped: every type but those a mode withholds."""
+    withheld = frozenset().union(*(mode.unshipped_types for mode in MODES))
+    return tuple(device_type for device_type in get_args(DeviceType) if device_type not in withheld)

@@ -68,4 +68,5 @@ MODE = DeviceMode(
     layout_kind=NAME,
     shown_by=_shown_by,
     own_attributes=frozenset(),
+    unshipped_types=frozenset(),
 )

@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver import DEFAULT_DRIVER_NAME
 from dra_driver.claims.effect_entries import VfioEntry
 from dra_driver.claims.record_store import ClaimRecordStore
+from dra_driver.devices.classes import device_classes
 from dra_driver.devices.gpu_settings import GpuSettings
 from dra_driver.devices.inventory import node_inventory
+from dra_driver.devices.modes.registry import shipped_class_types
 from dra_driver.devices.node_config import NodeConfig
 from dra_driver.hardware.model import HardwareError
 from dra_driver.hardware.pci_binding import VFIO_DRIVER
@@ -171,3 +174,10 @@ async def test_a_sharing_setting_for_a_vms_gpu_is_refused_before_anything_is_bou
 def test_an_address_that_is_not_a_pci_address_is_refused(tmp_path: Path) -> None:
     with pytest.raises(HardwareError, match="is not a PCI address"):
         sysfs(tmp_path).driver("../../etc")
+
+
+def test_no_class_is_shipped_for_a_vms_gpu_until_mode_vfio_has_run_on_real_hardware() -> None:
+    names = [device_class["metadata"]["name"] for device_class in device_classes(DEFAULT_DRIVER_NAME)]
+    assert shipped_class_types() == ("gpu", "mig", "vgpu")
+    assert not [name for name in names if name.startswith("vfio.")]
+    assert "gpu.dra-driver.dev" in names
