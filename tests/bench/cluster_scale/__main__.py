@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--cost-shapes",
         default=",".join(cost.DEFAULT_SHAPES),
-        help=f"comma-separated slice shapes of the scheduler-cost runs, of {', '.join(cost.SHAPES)}",
+        help=f"comma-separated slice shapes of the scheduler-cost runs, of {', '.join(cost.SHAPE_KEYS)}",
     )
     parser.add_argument(
         "--pods-per-node", type=int, default=2, help="pods a node of the scheduler-cost bursts"
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     try:
         args.fleet_list = _list(args.fleets, FLEETS, "--fleets", may_be_empty=True)
-        args.cost_shape_list = tuple(_list(args.cost_shapes, cost.SHAPES, "--cost-shapes"))
+        args.cost_shape_list = tuple(_list(args.cost_shapes, cost.SHAPE_KEYS, "--cost-shapes"))
         args.order_list = _list(args.orders, ORDERS, "--orders")
         args.cost_sizes = _sizes(args.cost_nodes, "--cost-nodes")
         for flag, value in (("--nodes", args.nodes), ("--publish-nodes", args.publish_nodes or 1)):

@@ -8,10 +8,11 @@ capacity or counter (what scheduler_perf's test driver publishes), from another 
 nodes, in the same run, just before each shape: the ratio of ours to it is our cost, whatever
 the machine and whatever else runs on it.
 
-A shape is one command-line choice (`--cost-shapes`, keys of SHAPES): the modes as they ship,
-dynamic MIG with a node config's `mig.profiles` (what an operator can choose to publish fewer
-placements), and one diagnostic shape the driver cannot publish (placements stripped of their
-attributes and capacities), which tells the cost of a device's entries from the cost of its count.
+A shape is one command-line choice (`--cost-shapes`, keys of SHAPES and SPLIT_SHAPES): the modes
+as they ship, dynamic MIG with a node config's `mig.profiles` (what an operator can choose to
+publish fewer placements), and diagnostic shapes the driver cannot publish: placements stripped
+of their attributes and capacities, which tells the cost of a device's entries from the cost of
+its count, and the simplest devices split over more slices, which tells a slice's cost.
 """
 
 import asyncio
@@ -64,6 +65,10 @@ SHAPES: dict[str, CostShape] = {
     ),
     "mig-bare": CostShape("MIG 1g.10gb, bare placements (diagnostic)", "mig-dynamic", _MIG_1G, bare=True),
 }
+# Diagnostic: the simplest devices in as many slices a node as a shape of ours publishes (dynamic
+# MIG: 4 of devices and 1 of counter sets), which tells a slice's cost from a device's.
+SPLIT_SHAPES: dict[str, int] = {"simplest-5-slices": 5, "simplest-8-slices": 8}
+SHAPE_KEYS: tuple[str, ...] = (*SHAPES, *SPLIT_SHAPES)
 DEFAULT_SHAPES = ("whole", "mig", "vgpu-share", "vgpu-partition")
 SLI = "scheduler_pod_scheduling_sli_duration_seconds"
 ATTEMPT = "scheduler_scheduling_attempt_duration_seconds"
@@ -72,18 +77,22 @@ EXTENSION_POINTS = ("PreFilter", "Filter", "Score", "Reserve")
 CREATE_CONCURRENCY = 32
 
 
-def simple_slice(node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node}-simple"},
-        "spec": {
-            "driver": SIMPLE_DRIVER,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": f"gpu-{index}"} for index in range(GPUS_PER_NODE)],
-        },
-    }
+def simple_slices(node: str, slices: int = 1) -> list[dict[str, Any]]:
+    """The node's 8 simplest devices in `slices` slices of one pool (dealt in turn)."""
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-simple-{part}"},
+            "spec": {
+                "driver": SIMPLE_DRIVER,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": slices},
+                "devices": [{"name": f"gpu-{index}"} for index in range(part, GPUS_PER_NODE, slices)],
+            },
+        }
+        for part in range(slices)
+    ]
 
 
 def simple_class() -> dict[str, Any]:
@@ -178,11 +187,14 @@ def shape_nodes(shape: CostShape, nodes: int) -> list[FleetNode]:
     return stripped
 
 
-async def _simplest(api: Api, pki: Path, nodes: int, pods: int, namespace: str) -> dict[str, Any]:
+async def _simplest(
+    api: Api, pki: Path, nodes: int, pods: int, namespace: str, slices: int = 1
+) -> dict[str, Any]:
     """One burst against the simplest slices, published for the burst and deleted after it."""
     await cluster_objects.clear_slices(api)
     for node in range(nodes):
-        await api.create(f"{RESOURCE}/resourceslices", simple_slice(node_name(node)))
+        for body in simple_slices(node_name(node), slices):
+            await api.create(f"{RESOURCE}/resourceslices", body)
     await api.create(f"{CORE}/namespaces", objects.namespace(namespace))
     await cluster_objects.make_namespace_ready(api, namespace)
     await api.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", _template("simple"))
@@ -190,10 +202,16 @@ async def _simplest(api: Api, pki: Path, nodes: int, pods: int, namespace: str) 
     row = await _burst(api, pki, namespace, "simple", pods)
     say(f"cost at {nodes} nodes, simplest slices: {row['pods_per_second']} pods/s")
     await cluster_objects.drop_namespace(api, namespace)
-    simple_slices = (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),)
-    await api.delete(f"{RESOURCE}/resourceslices", simple_slices, within=cluster_objects.WAIT)
+    of_the_simple_driver = (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),)
+    await api.delete(f"{RESOURCE}/resourceslices", of_the_simple_driver, within=cluster_objects.WAIT)
     simplest = {"shape": "simplest (1 device per GPU, no attributes)", "key": "simplest"}
-    return {"nodes": nodes, **simplest, "devices_per_node": GPUS_PER_NODE, "counter_sets_per_node": 0, **row}
+    if slices > 1:
+        simplest = {
+            "shape": f"simplest, in {slices} slices a node (diagnostic)",
+            "key": f"simplest-{slices}-slices",
+        }
+    shaped = {"devices_per_node": GPUS_PER_NODE, "counter_sets_per_node": 0, "slices_per_node": slices}
+    return {"nodes": nodes, **simplest, **shaped, **row}
 
 
 async def measure(
@@ -215,6 +233,15 @@ async def measure(
     for index, key in enumerate(shapes):
         baseline = await _simplest(api, pki, nodes, pods, f"cost-{run}-{index}-simplest")
         rows.append(baseline)
+        if key in SPLIT_SHAPES:
+            split = await _simplest(api, pki, nodes, pods, f"cost-{run}-{index}", SPLIT_SHAPES[key])
+            paired = baseline["pods_per_second"]
+            split["simplest_pods_per_second"] = paired
+            split["throughput_vs_simplest"] = round(split["pods_per_second"] / paired, 3) if paired else None
+            rows.append(split)
+            if progress:
+                progress(rows)
+            continue
         shape = SHAPES[key]
         fleet_of = shape_nodes(shape, nodes)
         await cluster_objects.clear_slices(api)

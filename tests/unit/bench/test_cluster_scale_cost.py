@@ -6,7 +6,7 @@ import pytest
 
 from dra_driver.devices import attributes as names
 from tests.bench.cluster_scale import __main__ as bench
-from tests.bench.cluster_scale.cost import DEFAULT_SHAPES, SHAPES, shape_nodes
+from tests.bench.cluster_scale.cost import DEFAULT_SHAPES, SHAPES, SPLIT_SHAPES, shape_nodes, simple_slices
 from tests.bench.cluster_scale.fleet import FLEETS
 
 
@@ -52,3 +52,15 @@ def test_an_empty_fleet_list_skips_the_utilisation_runs() -> None:
     assert bench._list("", FLEETS, "--fleets", may_be_empty=True) == []
     with pytest.raises(ValueError, match="--orders"):
         bench._list("", bench.ORDERS, "--orders")
+
+
+@pytest.mark.parametrize("slices", sorted(SPLIT_SHAPES.values()))
+def test_the_split_diagnostic_deals_the_same_devices_over_one_pool_of_more_slices(slices: int) -> None:
+    (whole,) = simple_slices("node-0")
+    split = simple_slices("node-0", slices)
+    assert len(split) == slices
+    assert {body["spec"]["pool"]["resourceSliceCount"] for body in split} == {slices}
+    assert len({body["metadata"]["name"] for body in split}) == slices
+    assert all(body["spec"]["devices"] for body in split)
+    names_of = [device["name"] for body in split for device in body["spec"]["devices"]]
+    assert sorted(names_of) == sorted(device["name"] for device in whole["spec"]["devices"])
