@@ -200,7 +200,8 @@ async def _simplest(
     await api.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", _template("simple"))
     await asyncio.sleep(2)  # the scheduler's informers see the slices
     row = await _burst(api, pki, namespace, "simple", pods)
-    say(f"cost at {nodes} nodes, simplest slices: {row['pods_per_second']} pods/s")
+    split = "" if slices == 1 else f" in {slices} slices a node"
+    say(f"cost at {nodes} nodes, simplest slices{split}: {row['pods_per_second']} pods/s")
     await cluster_objects.drop_namespace(api, namespace)
     of_the_simple_driver = (("fieldSelector", f"spec.driver={SIMPLE_DRIVER}"),)
     await api.delete(f"{RESOURCE}/resourceslices", of_the_simple_driver, within=cluster_objects.WAIT)
