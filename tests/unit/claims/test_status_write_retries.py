@@ -36,23 +36,20 @@ class FailingClaims:
         raise AssertionError("no claim is read, so none is written")
 
 
-def written(failures: list[DriverError]) -> tuple[int, dict[str, float]]:
+async def written(failures: list[DriverError]) -> tuple[int, dict[str, float]]:
     """The GETs made, and the writes counted by result."""
     metrics = ClaimStatusMetrics(CollectorRegistry())
     api = FailingClaims(failures)
 
-    async def run() -> None:
-        writer = ClaimStatusWriter(
-            api,  # type: ignore[arg-type]
-            "gpu.nvidia.com",
-            metrics,
-            backoff=Backoff(first=0.001, cap=0.001),
-            settle_seconds=0,
-        )
-        writer.submit(REF, None, lambda now: ({"driver": "gpu.nvidia.com"},))
-        await asyncio.wait_for(writer.wait_idle(), 5)
-
-    asyncio.run(run())
+    writer = ClaimStatusWriter(
+        api,  # type: ignore[arg-type]
+        "gpu.nvidia.com",
+        metrics,
+        backoff=Backoff(first=0.001, cap=0.001),
+        settle_seconds=0,
+    )
+    writer.submit(REF, None, lambda now: ({"driver": "gpu.nvidia.com"},))
+    await asyncio.wait_for(writer.wait_idle(), 5)
     counts = {
         sample.labels["result"]: sample.value
         for metric in metrics.registry.collect()
@@ -62,8 +59,8 @@ def written(failures: list[DriverError]) -> tuple[int, dict[str, float]]:
     return api.gets, counts
 
 
-def test_a_transient_fault_is_tried_again_whether_or_not_it_is_an_api_answer() -> None:
-    gets, counts = written(
+async def test_a_transient_fault_is_tried_again_whether_or_not_it_is_an_api_answer() -> None:
+    gets, counts = await written(
         [ApiError("GET claim", 503, "", "etcd"), ApiError("GET claim", 0, "", "reset"), TransientFault("x")]
     )
 
@@ -71,23 +68,23 @@ def test_a_transient_fault_is_tried_again_whether_or_not_it_is_an_api_answer() -
     assert counts["failed"] == 3 and counts["dropped"] == 1
 
 
-def test_a_claim_fault_ends_the_write_at_once() -> None:
-    gets, counts = written([ClaimFault("status.devices: cannot be decoded")])
+async def test_a_claim_fault_ends_the_write_at_once() -> None:
+    gets, counts = await written([ClaimFault("status.devices: cannot be decoded")])
 
     assert gets == 1
     assert counts["dropped"] == 1 and counts.get("failed", 0) == 0
 
 
 @pytest.mark.parametrize("status", [400, 403, 422])
-def test_a_final_answer_ends_the_write_at_once(status: int) -> None:
-    gets, counts = written([ApiError("GET claim", status, "", "refused")])
+async def test_a_final_answer_ends_the_write_at_once(status: int) -> None:
+    gets, counts = await written([ApiError("GET claim", status, "", "refused")])
 
     assert gets == 1
     assert counts["rejected"] == 1 and counts.get("failed", 0) == 0
 
 
-def test_a_claim_that_is_gone_is_dropped_not_rejected() -> None:
-    gets, counts = written([ApiError("GET claim", 404, "NotFound", "gone")])
+async def test_a_claim_that_is_gone_is_dropped_not_rejected() -> None:
+    gets, counts = await written([ApiError("GET claim", 404, "NotFound", "gone")])
 
     assert gets == 1
     assert counts["dropped"] == 1 and counts.get("rejected", 0) == 0

@@ -14,7 +14,7 @@ from dra_driver.publish.controller import OutdatedList, ResourceSliceController
 from dra_driver.publish.workqueue import RateLimiter, WorkQueue
 
 
-def syncs_until(failures: list[DriverError]) -> tuple[int, list[int]]:
+async def syncs_until(failures: list[DriverError]) -> tuple[int, list[int]]:
     """Runs the controller's queue worker on syncs that raise `failures` in turn, then succeed;
     the syncs made, and the failure count of the key at each sync."""
     queue: WorkQueue[str] = WorkQueue(RateLimiter(Backoff(first=0.001, cap=0.001)))
@@ -35,16 +35,13 @@ def syncs_until(failures: list[DriverError]) -> tuple[int, list[int]]:
 
     controller._sync = sync  # type: ignore[method-assign]
 
-    async def run() -> None:
-        queue.add("node-a")
-        await asyncio.wait_for(controller._work(), 5)
-
-    asyncio.run(run())
+    queue.add("node-a")
+    await asyncio.wait_for(controller._work(), 5)
     return len(counted), counted
 
 
-def test_transient_faults_of_any_layer_and_final_answers_are_synced_again() -> None:
-    syncs, counted = syncs_until(
+async def test_transient_faults_of_any_layer_and_final_answers_are_synced_again() -> None:
+    syncs, counted = await syncs_until(
         [
             ApiError("POST resourceslices", 503, "", "etcd"),
             OutdatedList("LIST resourceslices: answered at 3, older than 5"),
@@ -59,6 +56,6 @@ def test_transient_faults_of_any_layer_and_final_answers_are_synced_again() -> N
 
 
 @pytest.mark.parametrize("fault", [ClaimFault("no claim's business"), OperatorFault("--node-config: wrong")])
-def test_a_fault_that_no_sync_can_mend_ends_the_controller(fault: DriverError) -> None:
+async def test_a_fault_that_no_sync_can_mend_ends_the_controller(fault: DriverError) -> None:
     with pytest.raises(type(fault)):
-        syncs_until([fault])
+        await syncs_until([fault])
