@@ -90,6 +90,14 @@ def listed(options: Sequence[str]) -> str:
     return ", ".join(options)
 
 
+def integer_range(minimum: int, maximum: int) -> str:
+    return f"an integer from {minimum} to {maximum}"
+
+
+def out_of_range(value: int, expected: str) -> str:
+    return f"{integer_text(value)} is out of range; expected {expected}"
+
+
 class JsonInteger(int):
     """An integer of a JSON document, from the subclass's `minimum` to its `maximum`.
 
@@ -102,13 +110,13 @@ class JsonInteger(int):
     maximum: ClassVar[int]
 
     def __new__(cls, value: object) -> Self:
-        expected = f"an integer from {cls.minimum} to {cls.maximum}"
+        expected = integer_range(cls.minimum, cls.maximum)
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected {expected}, got {described(value)}")
         if not cls.minimum <= value <= cls.maximum:
-            raise ValueError(f"{integer_text(value)} is out of range; expected {expected}")
+            raise ValueError(out_of_range(value, expected))
         return super().__new__(cls, value)
 
 

@@ -22,7 +22,15 @@ import msgspec
 import msgspec.inspect as types
 
 from dra_driver.base.errors import OperatorFault
-from dra_driver.base.strict_decode import DecodeError, described, integer_text, join, listed, shown
+from dra_driver.base.strict_decode import (
+    DecodeError,
+    described,
+    integer_range,
+    join,
+    listed,
+    out_of_range,
+    shown,
+)
 
 _T = TypeVar("_T")
 
@@ -50,6 +58,13 @@ def typed(value: object, kind: type[_T], path: str = "") -> _T:
     """`value` (parsed JSON) as `kind`; raises DecodeError naming the field under `path`."""
     converted: _T = _convert(value, kind, path)
     return converted
+
+
+def typed_values(value: Mapping[str, object], kind: type[_T], path: str = "") -> dict[str, _T]:
+    """Each value of an already decoded mapping as `kind`, the key in the path of a problem
+    (`path.key`): msgspec names a mapping's value by no key, which leaves a reader of the error
+    looking for the wrong entry."""
+    return {key: typed(item, kind, join(path, key)) for key, item in value.items()}
 
 
 def typed_all(value: object, kind: type[_T], path: str = "") -> _T:
@@ -144,7 +159,7 @@ def _in_house_words(message: str, kind: Any, value: object, path: str) -> Decode
     if isinstance(held, str) and (literal := _member(info, types.LiteralType)) and held not in literal.values:
         return DecodeError(where, f"{shown(held)} is not one of {_options(literal, order)}")
     if _ranged(info) and isinstance(held, int) and not isinstance(held, bool):
-        return DecodeError(where, f"{integer_text(held)} is out of range; expected {expected}")
+        return DecodeError(where, out_of_range(held, expected))
     return DecodeError(where, f"expected {expected}, got {described(held)}")
 
 
@@ -224,7 +239,7 @@ def _hinted(info: types.Type | None) -> bool:
 
 
 def _ranged(info: types.Type | None) -> bool:
-    """An integer with both bounds, whose out-of-range values are worded as JsonInteger words them."""
+    """An integer with both bounds, whose out-of-range values get `out_of_range`'s words."""
     whole = _member(info, types.IntType)
     return whole is not None and whole.ge is not None and whole.le is not None
 
@@ -243,7 +258,7 @@ def _expected(info: types.Type | None, order: tuple[object, ...] = ()) -> str | 
         return None if None in parts else " or ".join(part for part in parts if part)
     if isinstance(info, types.IntType):
         if info.ge is not None and info.le is not None:
-            return f"an integer from {info.ge} to {info.le}"
+            return integer_range(info.ge, info.le)
         return "a non-negative integer" if info.ge == 0 else "an integer"
     if isinstance(info, types.FloatType):
         return "a non-negative number" if info.ge == 0 else "a number"

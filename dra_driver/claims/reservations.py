@@ -94,7 +94,8 @@ class _Version(msgspec.Struct, frozen=True):
 
 
 class _TableFile(msgspec.Struct, frozen=True):
-    version: int
+    """The table past its version, which `_Version` has read."""
+
     reservations: tuple[_EntryFile, ...]
 
 

@@ -18,8 +18,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from dra_driver.base.strict_decode import join
-from dra_driver.base.typed_decode import typed
+from dra_driver.base.typed_decode import typed, typed_values
 from dra_driver.hardware.catalog import MigGeometry
 from dra_driver.hardware.mig_rules import format_placement, mig_rejection
 from dra_driver.hardware.model import (
@@ -65,13 +64,8 @@ class _SavedState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, renam
     """The MIG instances the simulated GPUs hold, kept as a real GPU keeps them until a reboot."""
 
     boot_id: str
-    # By GPU UUID; each GPU's list is decoded on its own (`_saved_instances`), so that an error
-    # names the GPU: msgspec names a mapping's value by no key.
+    # By GPU UUID; decoded by `typed_values`, so that an error names the GPU.
     instances: dict[str, Any]
-
-
-def _saved_instances(saved: _SavedState, gpu_uuid: str) -> tuple[_SavedInstance, ...]:
-    return typed(saved.instances[gpu_uuid], tuple[_SavedInstance, ...], join("instances", gpu_uuid))
 
 
 class SimulatedBackend:
@@ -112,7 +106,7 @@ class SimulatedBackend:
     def _restore(self, state_file: Path) -> None:
         try:
             saved = typed(msgspec.json.decode(state_file.read_bytes()), _SavedState)
-            instances = {gpu_uuid: _saved_instances(saved, gpu_uuid) for gpu_uuid in saved.instances}
+            instances = typed_values(saved.instances, tuple[_SavedInstance, ...], "instances")
         except FileNotFoundError:
             return
         except ValueError as error:

@@ -14,7 +14,7 @@ from typing import Annotated
 import msgspec
 
 from dra_driver.base.strict_decode import DecodeError
-from dra_driver.base.typed_decode import typed
+from dra_driver.base.typed_decode import typed_values
 from dra_driver.hardware.model import Gpu, HardwareError
 from dra_driver.hardware.usage import DeviceUsage, ProcessUsage
 
@@ -32,12 +32,7 @@ class _DeviceFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     processes: tuple[_ProcessFile, ...] = ()
 
 
-def _entry(data: Mapping[str, object], uuid: str) -> _DeviceFile:
-    """One device's entry, decoded on its own so that an error names the device by its UUID."""
-    try:
-        return typed(data.get(uuid) or {}, _DeviceFile, uuid)
-    except DecodeError as error:
-        raise HardwareError(f"simulated usage {error}") from error
+_IDLE = _DeviceFile()
 
 
 def usage_from_json(gpus: tuple[Gpu, ...], data: object) -> tuple[DeviceUsage, ...]:
@@ -48,9 +43,14 @@ def usage_from_json(gpus: tuple[Gpu, ...], data: object) -> tuple[DeviceUsage, .
     unknown = sorted(set(data) - known)
     if unknown:
         raise HardwareError(f"simulated usage: no GPU or MIG device {unknown[0]} on this node")
+    try:
+        # An entry left empty (null, {}) is a device with nothing on it.
+        entries = typed_values({uuid: entry or {} for uuid, entry in data.items()}, _DeviceFile)
+    except DecodeError as error:
+        raise HardwareError(f"simulated usage {error}") from error
 
     def device(gpu: Gpu, uuid: str, total: int, mig: int | None) -> DeviceUsage:
-        entry = _entry(data, uuid)
+        entry = entries.get(uuid, _IDLE)
         processes = tuple(
             ProcessUsage(pid=process.pid, memory_bytes=process.memory_bytes, sm_percent=process.sm_percent)
             for process in entry.processes
