@@ -215,6 +215,10 @@ async def _simplest(
     return {"nodes": nodes, **simplest, **shaped, **row}
 
 
+def _ratio(pace: float, base: float) -> float | None:
+    return round(pace / base, 3) if base else None
+
+
 async def measure(
     api: Api,
     kubeconfig: Path,
@@ -238,7 +242,7 @@ async def measure(
             split = await _simplest(api, pki, nodes, pods, f"cost-{run}-{index}", SPLIT_SHAPES[key])
             paired = baseline["pods_per_second"]
             split["simplest_pods_per_second"] = paired
-            split["throughput_vs_simplest"] = round(split["pods_per_second"] / paired, 3) if paired else None
+            split["throughput_vs_simplest"] = _ratio(split["pods_per_second"], paired)
             rows.append(split)
             if progress:
                 progress(rows)
@@ -258,7 +262,7 @@ async def measure(
                 "counter_sets_per_node": len(inventory.counter_sets),
             }
             paired = baseline["pods_per_second"]
-            ratio = round(row["pods_per_second"] / paired, 3) if paired else None
+            ratio = _ratio(row["pods_per_second"], paired)
             rows.append(
                 {
                     "nodes": nodes,
@@ -278,5 +282,5 @@ async def measure(
     simplest = [row for row in rows if row["key"] == "simplest"]
     mean = sum(row["pods_per_second"] for row in simplest) / len(simplest) if simplest else 0
     for row in simplest:
-        row["throughput_vs_simplest"] = round(row["pods_per_second"] / mean, 3) if mean else None
+        row["throughput_vs_simplest"] = _ratio(row["pods_per_second"], mean)
     return rows
